@@ -1,0 +1,213 @@
+package core
+
+import (
+	"encoding/binary"
+)
+
+// WireVersion is the version byte that starts every encoded message. A
+// decoder refuses versions it does not know instead of guessing.
+const WireVersion = 1
+
+// Limits that keep a hostile or corrupt message from making the decoder
+// allocate without bound.
+const (
+	MaxWireRanks = 1024
+	MaxWireSlots = 1 << 20
+	MaxWireTags  = 1 << 16
+)
+
+// AppendMessage appends the compact binary encoding of m to b: a version
+// byte, the kind, the tag and both ranks as uvarints, then the fields of that
+// kind. It does not allocate when b has room.
+func AppendMessage(b []byte, m *Message) []byte {
+	b = append(b, WireVersion, byte(m.Kind))
+	b = appendTag(b, m.Tag)
+	b = binary.AppendUvarint(b, uint64(m.Rank))
+	b = binary.AppendUvarint(b, uint64(m.Decode))
+	switch m.Kind {
+	case KindAssign:
+		b = binary.AppendVarint(b, int64(m.LeaseUntil))
+		b = binary.AppendUvarint(b, uint64(len(m.Ranks)))
+		for _, r := range m.Ranks {
+			b = binary.AppendUvarint(b, uint64(r))
+		}
+		b = binary.AppendUvarint(b, uint64(len(m.Slots)))
+		for _, s := range m.Slots {
+			b = binary.AppendUvarint(b, uint64(s))
+		}
+	case KindGrant:
+		b = binary.AppendVarint(b, int64(m.LeaseUntil))
+	case KindHeartbeat:
+		b = binary.AppendUvarint(b, uint64(len(m.Tags)))
+		for _, t := range m.Tags {
+			b = appendTag(b, t)
+		}
+		b = binary.AppendUvarint(b, uint64(m.Outstanding))
+	case KindCommit:
+		b = binary.AppendUvarint(b, uint64(m.Coverage))
+		b = binary.AppendUvarint(b, m.Checksum)
+	case KindFail, KindReject:
+		b = append(b, byte(m.Reason))
+	case KindAbort:
+		b = binary.AppendVarint(b, int64(m.LeaseUntil))
+		b = append(b, byte(m.Reason))
+	case KindDrainAck:
+		b = append(b, byte(m.Evidence))
+	}
+	return b
+}
+
+func appendTag(b []byte, t Tag) []byte {
+	b = binary.AppendUvarint(b, t.Instance)
+	b = binary.AppendUvarint(b, t.Room)
+	return binary.AppendUvarint(b, t.Gen)
+}
+
+// DecodeMessage parses one message. It never panics; any malformed input
+// (unknown version or kind, truncation, trailing bytes, values out of range)
+// yields an error of class ErrInvalidArgument.
+func DecodeMessage(data []byte) (Message, error) {
+	d := decoder{buf: data}
+	var m Message
+	if v := d.byte(); d.err == nil && v != WireVersion {
+		return m, errorf(ErrInvalidArgument, "wire version %d, want %d", v, WireVersion)
+	}
+	m.Kind = Kind(d.byte())
+	if d.err == nil && (m.Kind == 0 || m.Kind > kindMax) {
+		return m, errorf(ErrInvalidArgument, "unknown message kind %d", uint8(m.Kind))
+	}
+	m.Tag = d.tag()
+	m.Rank = RankID(d.uvarint32())
+	m.Decode = RankID(d.uvarint32())
+	switch m.Kind {
+	case KindAssign:
+		m.LeaseUntil = Time(d.varint())
+		if n := d.count(MaxWireRanks); n > 0 {
+			m.Ranks = make([]RankID, n)
+			for i := range m.Ranks {
+				m.Ranks[i] = RankID(d.uvarint32())
+			}
+		}
+		if n := d.count(MaxWireSlots); n > 0 {
+			m.Slots = make([]uint32, n)
+			for i := range m.Slots {
+				m.Slots[i] = d.uvarint32()
+			}
+		}
+	case KindGrant:
+		m.LeaseUntil = Time(d.varint())
+	case KindHeartbeat:
+		if n := d.count(MaxWireTags); n > 0 {
+			m.Tags = make([]Tag, n)
+			for i := range m.Tags {
+				m.Tags[i] = d.tag()
+			}
+		}
+		m.Outstanding = d.uvarint32()
+	case KindCommit:
+		m.Coverage = d.uvarint32()
+		m.Checksum = d.uvarint()
+	case KindFail, KindReject:
+		m.Reason = d.reason()
+	case KindAbort:
+		m.LeaseUntil = Time(d.varint())
+		m.Reason = d.reason()
+	case KindDrainAck:
+		m.Evidence = Evidence(d.byte())
+		if d.err == nil && m.Evidence > evidenceMax {
+			d.fail("unknown evidence %d", uint8(m.Evidence))
+		}
+	}
+	if d.err == nil && len(d.buf) != 0 {
+		d.fail("%d trailing bytes after %s", len(d.buf), m.Kind)
+	}
+	if d.err != nil {
+		return Message{}, d.err
+	}
+	return m, nil
+}
+
+type decoder struct {
+	buf []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = errorf(ErrInvalidArgument, format, args...)
+	}
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.buf) == 0 {
+		d.fail("message truncated")
+		return 0
+	}
+	c := d.buf[0]
+	d.buf = d.buf[1:]
+	return c
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.buf)
+	if n <= 0 {
+		d.fail("bad or truncated uvarint")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.buf)
+	if n <= 0 {
+		d.fail("bad or truncated varint")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) uvarint32() uint32 {
+	v := d.uvarint()
+	if v > 1<<32-1 {
+		d.fail("value %d does not fit 32 bits", v)
+		return 0
+	}
+	return uint32(v)
+}
+
+// count reads a length and checks it against max and against the bytes left
+// (every element takes at least one byte), before anything is allocated.
+func (d *decoder) count(max int) int {
+	v := d.uvarint()
+	if d.err != nil {
+		return 0
+	}
+	if v > uint64(max) || v > uint64(len(d.buf)) {
+		d.fail("count %d out of range", v)
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) tag() Tag {
+	return Tag{Instance: d.uvarint(), Room: d.uvarint(), Gen: d.uvarint()}
+}
+
+func (d *decoder) reason() Reason {
+	r := Reason(d.byte())
+	if d.err == nil && r > reasonMax {
+		d.fail("unknown reason %d", uint8(r))
+	}
+	return r
+}

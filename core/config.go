@@ -1,0 +1,87 @@
+package core
+
+import (
+	"time"
+
+	"github.com/kvfence/kvfence/internal/knownunsafe"
+)
+
+// ReceiverConfig configures one decode rank's Receiver.
+type ReceiverConfig struct {
+	Instance  uint64 // this decode process incarnation; new on every restart
+	Self      RankID // this decode rank
+	Slots     int    // KV slots in the pool
+	SlotBytes int64  // bytes per slot, for the held-capacity figures
+
+	Lease       time.Duration // lease granted by Assign and by each Grant
+	MaxHold     time.Duration // no lease reaches past admission + MaxHold
+	MaxTail     time.Duration // the transport's declared tail (Capabilities.MaxTail)
+	ClockMargin time.Duration // at least the largest clock skew between peers
+
+	CanRevoke   bool // the transport can revoke keys (receiver-side fence)
+	EagerRevoke bool // revoke as soon as a tag aborts, to shorten holds
+	// AbortRetransmit is how often Abort is resent to ranks that have not
+	// acknowledged (messages get lost). Zero means Lease/2.
+	AbortRetransmit time.Duration
+	// Restarted says that an earlier instance exposed this memory: it is
+	// quarantined until revoked or until MaxHold + MaxTail + ClockMargin.
+	Restarted bool
+
+	// Unsafe selects a known-unsafe variant. Only the simulation, the tests
+	// and the demo can set it (the type is internal to this module).
+	Unsafe knownunsafe.Variant
+}
+
+func (c *ReceiverConfig) validate() error {
+	switch {
+	case c.Slots <= 0:
+		return errorf(ErrInvalidArgument, "Slots must be positive, got %d", c.Slots)
+	case c.Lease <= 0:
+		return errorf(ErrInvalidArgument, "Lease must be positive, got %v", c.Lease)
+	case c.MaxHold < c.Lease:
+		return errorf(ErrInvalidArgument, "MaxHold %v shorter than Lease %v", c.MaxHold, c.Lease)
+	case c.MaxTail < 0 || c.ClockMargin < 0:
+		return errorf(ErrInvalidArgument, "MaxTail and ClockMargin must not be negative")
+	}
+	if c.AbortRetransmit <= 0 {
+		c.AbortRetransmit = c.Lease / 2
+	}
+	return nil
+}
+
+// SenderConfig configures one prefill rank's Sender.
+type SenderConfig struct {
+	Rank RankID
+	// SkewMargin: the rank stops posting this long before lease_until, so
+	// that a rank whose clock lags decode's still stops in time. At least the
+	// largest clock skew.
+	SkewMargin    time.Duration
+	MaxInflight   int           // unsettled batches per rank (bounds the tail)
+	MaxBatchPages int           // pages per batch
+	Heartbeat     time.Duration // heartbeat period
+	// RequestTombstone is how long an aborted, rejected or closed request
+	// keeps refusing late Assigns. At least decode's MaxHold + SkewMargin.
+	RequestTombstone time.Duration
+	// BootstrapTimeout ends an open request that no Assign reached (lost
+	// messages, a decode that died): its source pages come back.
+	BootstrapTimeout time.Duration
+
+	Unsafe knownunsafe.Variant
+	// SelfLease is what a rank of the unsafe self-renewed-lease variant
+	// gives itself on every heartbeat. Unused otherwise.
+	SelfLease time.Duration
+}
+
+func (c *SenderConfig) validate() error {
+	switch {
+	case c.MaxInflight <= 0:
+		return errorf(ErrInvalidArgument, "MaxInflight must be positive, got %d", c.MaxInflight)
+	case c.MaxBatchPages <= 0:
+		return errorf(ErrInvalidArgument, "MaxBatchPages must be positive, got %d", c.MaxBatchPages)
+	case c.Heartbeat <= 0:
+		return errorf(ErrInvalidArgument, "Heartbeat must be positive, got %v", c.Heartbeat)
+	case c.SkewMargin < 0 || c.RequestTombstone <= 0 || c.BootstrapTimeout <= 0:
+		return errorf(ErrInvalidArgument, "SkewMargin must not be negative; RequestTombstone and BootstrapTimeout must be positive")
+	}
+	return nil
+}

@@ -1,0 +1,18 @@
+// Package core owns the writer-lifetime rules of kvfence: when memory that was
+// exposed to remote writers may be reused, when a request may be handed to
+// decode, and when a prefill rank may say that its writes stopped.
+//
+// It is a set of pure state machines in the style of etcd's raft: a Receiver
+// (one decode rank) and a Sender (one prefill rank). Inputs are engine calls,
+// received control messages, transport completions and ticks; every input
+// carries the current time of the caller's clock. Outputs are values that the
+// caller acts on (messages to send, posts, quiesce and revoke requests,
+// handoffs, releases), collected in an Output that stays valid until the next
+// input.
+//
+// core must never do I/O, start goroutines, read a clock or import another
+// kvfence package except internal/knownunsafe (the switch for the deliberately
+// unsafe variants that only the simulation and the demo may select). Holds
+// belong to the core, not to request objects: no engine call releases exposed
+// memory except through drained, fenced or timeout.
+package core

@@ -1,0 +1,593 @@
+package core
+
+import (
+	"time"
+
+	"github.com/kvfence/kvfence/internal/knownunsafe"
+)
+
+// ExposureState is where a decode exposure is in its life.
+type ExposureState uint8
+
+const (
+	StateAssigned ExposureState = iota + 1 // ranks may write; not handed off
+	StateAborting                          // held: waiting for drained, fenced or timeout
+	StateHanded                            // every rank committed: the decode loop owns it
+)
+
+func (s ExposureState) String() string {
+	switch s {
+	case StateAssigned:
+		return "assigned"
+	case StateAborting:
+		return "aborting"
+	case StateHanded:
+		return "handed"
+	}
+	return "state?"
+}
+
+// rankTrack is decode's view of one prefill rank for one tag. Acks are kept
+// per (tag, rank): one ack target per room breaks fan-out.
+type rankTrack struct {
+	rank      RankID
+	lease     Time // the latest lease_until decode granted this rank
+	committed bool
+	acked     bool
+	failed    bool
+	coverage  uint32
+}
+
+type exposure struct {
+	tag       Tag
+	state     ExposureState
+	slots     []uint32
+	rankIDs   []RankID
+	ranks     []rankTrack
+	admitted  Time
+	stopped   Time // when it left Assigned for Aborting
+	reason    Reason
+	rejected  bool
+	revoking  bool
+	revokeAt  Time
+	lastAbort Time
+	idx       int
+}
+
+// Receiver is the core of one decode rank: it owns the slot pool and every
+// exposure over it, and decides handoffs and releases.
+type Receiver struct {
+	cfg     ReceiverConfig
+	pool    *SlotPool
+	byKey   map[RequestKey]*exposure
+	list    []*exposure // deterministic iteration order
+	spare   []*exposure
+	out     Output
+	metrics ReceiverMetrics
+
+	quarantine      []uint32
+	quarantineUntil Time
+	quarantineStart Time
+}
+
+// NewReceiver makes the core of one decode rank at time now. With
+// cfg.Restarted the whole pool starts quarantined (see DESIGN §3, Restart).
+func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Receiver{
+		cfg:   cfg,
+		pool:  NewSlotPool(cfg.Slots),
+		byKey: make(map[RequestKey]*exposure),
+	}
+	r.metrics.SlotBytes = cfg.SlotBytes
+	if cfg.Restarted && cfg.Unsafe != knownunsafe.RestartReuse {
+		r.quarantine = r.pool.take(nil, r.pool.Free())
+		r.quarantineStart = now
+		r.quarantineUntil = now.Add(cfg.MaxHold + cfg.MaxTail + cfg.ClockMargin)
+		r.metrics.QuarantinedSlots = len(r.quarantine)
+		if cfg.CanRevoke {
+			r.out.Revokes = append(r.out.Revokes, Revoke{All: true})
+		}
+	}
+	return r, nil
+}
+
+// Ready returns what the last input produced. It stays valid until the next
+// input; messages reference the core's own slices, so copy or encode them
+// before then.
+func (r *Receiver) Ready() *Output { return &r.out }
+
+// Metrics returns the counters and gauges operators graph.
+func (r *Receiver) Metrics() ReceiverMetrics { return r.metrics }
+
+// FreeSlots is the number of slots Admit can take now.
+func (r *Receiver) FreeSlots() int { return r.pool.Free() }
+
+// Instance is this receiver's decode incarnation.
+func (r *Receiver) Instance() uint64 { return r.cfg.Instance }
+
+// State reports the state of a tag's exposure, or false if it has none.
+func (r *Receiver) State(tag Tag) (ExposureState, bool) {
+	e := r.lookup(tag)
+	if e == nil {
+		return 0, false
+	}
+	return e.state, true
+}
+
+// Admit exposes pages slots for a request that the given prefill ranks will
+// all write, and emits one Assign per rank.
+func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (Tag, error) {
+	r.out.reset()
+	switch {
+	case pages <= 0:
+		return Tag{}, errorf(ErrInvalidArgument, "request %s: pages must be positive, got %d", key, pages)
+	case len(ranks) == 0 || len(ranks) > MaxWireRanks:
+		return Tag{}, errorf(ErrInvalidArgument, "request %s: %d ranks, want 1..%d", key, len(ranks), MaxWireRanks)
+	case pages > MaxWireSlots:
+		return Tag{}, errorf(ErrInvalidArgument, "request %s: %d pages, more than %d", key, pages, MaxWireSlots)
+	}
+	for i := range ranks {
+		for j := i + 1; j < len(ranks); j++ {
+			if ranks[i] == ranks[j] {
+				return Tag{}, errorf(ErrInvalidArgument, "request %s: rank %d named twice", key, ranks[i])
+			}
+		}
+	}
+	if _, ok := r.byKey[key]; ok {
+		return Tag{}, errorf(ErrAlreadyExists, "request %s is already exposed", key)
+	}
+	if r.pool.Free() < pages {
+		return Tag{}, errorf(ErrResourceExhausted, "request %s needs %d slots, %d free", key, pages, r.pool.Free())
+	}
+	e := r.newExposure()
+	e.tag = Tag{Instance: r.cfg.Instance, Room: key.Room, Gen: key.Gen}
+	e.state = StateAssigned
+	e.slots = r.pool.take(e.slots, pages)
+	e.admitted = now
+	lease := now.Add(r.cfg.Lease)
+	for _, id := range ranks {
+		e.rankIDs = append(e.rankIDs, id)
+		e.ranks = append(e.ranks, rankTrack{rank: id, lease: lease})
+	}
+	r.byKey[key] = e
+	e.idx = len(r.list)
+	r.list = append(r.list, e)
+	r.metrics.Admitted++
+	r.metrics.AssignedSlots += pages
+	for _, id := range ranks {
+		r.send(id, Message{Kind: KindAssign, Tag: e.tag, LeaseUntil: lease, Ranks: e.rankIDs, Slots: e.slots})
+	}
+	return e.tag, nil
+}
+
+// Abort stops a request that is still being written: its memory is held
+// until every rank drained, a fence, or the timeout bound.
+func (r *Receiver) Abort(tag Tag, reason Reason, now Time) error {
+	r.out.reset()
+	return r.stop(tag, reason, false, now)
+}
+
+// Reject refuses a request after assignment: it is never handed off, and
+// its memory is held like an abort's.
+func (r *Receiver) Reject(tag Tag, now Time) error {
+	r.out.reset()
+	return r.stop(tag, ReasonRejected, true, now)
+}
+
+func (r *Receiver) stop(tag Tag, reason Reason, reject bool, now Time) error {
+	e := r.lookup(tag)
+	if e == nil {
+		return errorf(ErrNotFound, "no exposure for tag %s", tag)
+	}
+	switch e.state {
+	case StateHanded:
+		return errorf(ErrFailedPrecondition, "tag %s was handed off: finish it instead", tag)
+	case StateAborting:
+		return nil
+	}
+	r.startAbort(e, reason, reject, now)
+	return nil
+}
+
+// Finish returns a handed-off request's slots once the decode loop is done.
+func (r *Receiver) Finish(tag Tag, now Time) error {
+	r.out.reset()
+	e := r.lookup(tag)
+	if e == nil {
+		return errorf(ErrNotFound, "no exposure for tag %s", tag)
+	}
+	if e.state != StateHanded {
+		return errorf(ErrFailedPrecondition, "tag %s is %s: only handed-off requests finish", tag, e.state)
+	}
+	r.release(e, PathCompleted, now)
+	return nil
+}
+
+// PeerDead aborts every exposure a dead rank was writing. Its writes can
+// stop only by fence or timeout: a dead rank never drains.
+func (r *Receiver) PeerDead(rank RankID, now Time) {
+	r.out.reset()
+	r.metrics.PeerDeaths++
+	for i := 0; i < len(r.list); i++ {
+		e := r.list[i]
+		t := e.track(rank)
+		if t == nil {
+			continue
+		}
+		t.failed = true
+		if e.state == StateAssigned {
+			if r.startAbort(e, ReasonPeerDead, false, now) {
+				i--
+			}
+		}
+	}
+}
+
+// Revoked reports that the transport revoked a tag's keys: no write under
+// them can land any more.
+func (r *Receiver) Revoked(tag Tag, now Time) {
+	r.out.reset()
+	e := r.lookup(tag)
+	if e == nil || e.state != StateAborting {
+		return
+	}
+	r.release(e, PathFenced, now)
+}
+
+// RevokedAll reports that every key of an earlier instance is revoked: the
+// restart quarantine ends.
+func (r *Receiver) RevokedAll(now Time) {
+	r.out.reset()
+	r.endQuarantine(PathFenced, now)
+}
+
+// Step applies one control message from a prefill rank.
+func (r *Receiver) Step(m Message, now Time) {
+	r.out.reset()
+	if m.Decode != r.cfg.Self {
+		r.metrics.ForeignMessages++
+		return
+	}
+	if m.Kind == KindHeartbeat {
+		for _, tag := range m.Tags {
+			r.heartbeat(tag, m.Rank, now)
+		}
+		return
+	}
+	e := r.lookupMsg(m.Tag)
+	if e == nil {
+		r.metrics.StaleMessages++
+		return
+	}
+	t := e.track(m.Rank)
+	if t == nil {
+		r.metrics.ForeignMessages++
+		return
+	}
+	switch m.Kind {
+	case KindCommit:
+		r.onCommit(e, t, m.Coverage, now)
+	case KindFail:
+		t.failed = true
+		if e.state == StateAssigned {
+			reason := m.Reason
+			if reason == ReasonNone {
+				reason = ReasonSendFailed
+			}
+			r.startAbort(e, reason, false, now)
+		}
+	case KindDrainAck:
+		switch e.state {
+		case StateAssigned:
+			r.markAcked(e, t)
+			r.startAbort(e, ReasonClientAbort, false, now)
+		case StateAborting:
+			r.markAcked(e, t)
+			r.checkRelease(e, now)
+		}
+	default:
+		r.metrics.ForeignMessages++ // decode never receives decode → rank kinds
+	}
+}
+
+func (r *Receiver) onCommit(e *exposure, t *rankTrack, coverage uint32, now Time) {
+	switch e.state {
+	case StateAborting:
+		// A Commit means every write of that rank succeeded and is
+		// quiescent: it is that rank's drain.
+		t.committed = true
+		r.markAcked(e, t)
+		r.checkRelease(e, now)
+	case StateAssigned:
+		t.committed = true
+		t.coverage = coverage
+		if int(coverage) < len(e.slots) && r.cfg.Unsafe != knownunsafe.NoCoverageCheck {
+			// Pages nobody wrote must never reach decode (I2).
+			r.metrics.ShortCoverage++
+			r.markAcked(e, t)
+			r.startAbort(e, ReasonShortCoverage, false, now)
+			return
+		}
+		for i := range e.ranks {
+			if !e.ranks[i].committed {
+				return
+			}
+		}
+		e.state = StateHanded
+		r.metrics.Handoffs++
+		r.metrics.AssignedSlots -= len(e.slots)
+		r.metrics.HandedSlots += len(e.slots)
+		r.out.Handoffs = append(r.out.Handoffs, Handoff{Tag: e.tag, Slots: e.slots})
+	}
+}
+
+func (r *Receiver) markAcked(e *exposure, t *rankTrack) {
+	if r.cfg.Unsafe == knownunsafe.SingleAckTarget {
+		for i := range e.ranks {
+			e.ranks[i].acked = true
+		}
+		return
+	}
+	t.acked = true
+}
+
+func (r *Receiver) heartbeat(tag Tag, rank RankID, now Time) {
+	e := r.lookupMsg(tag)
+	if e == nil {
+		// The rank still works for a tag this instance does not hold (an
+		// old instance's, or one already released): tell it to stop.
+		r.metrics.StaleMessages++
+		reason := ReasonDecodeAbort
+		if tag.Instance != r.cfg.Instance {
+			reason = ReasonDecodeRestart
+		}
+		r.send(rank, Message{Kind: KindAbort, Tag: tag, Reason: reason})
+		return
+	}
+	t := e.track(rank)
+	if t == nil {
+		r.metrics.ForeignMessages++
+		return
+	}
+	switch e.state {
+	case StateAssigned:
+		// Grant only a live lease: a lapsed lease is never renewed, and
+		// nothing is granted past admission + MaxHold.
+		if t.committed || t.failed || t.acked || now >= t.lease {
+			return
+		}
+		lease := now.Add(r.cfg.Lease)
+		if max := e.admitted.Add(r.cfg.MaxHold); lease > max {
+			lease = max
+		}
+		if lease > t.lease {
+			t.lease = lease
+			r.metrics.Grants++
+			r.send(rank, Message{Kind: KindGrant, Tag: e.tag, LeaseUntil: lease})
+		}
+	case StateAborting:
+		if !t.acked {
+			r.sendAbort(e, t, now)
+		}
+	}
+}
+
+// Tick advances decode's timers: leases that ran out abort their tag, held
+// exposures are released once their bound passed, aborts are resent.
+func (r *Receiver) Tick(now Time) {
+	r.out.reset()
+	if r.quarantine != nil && now >= r.quarantineUntil {
+		r.endQuarantine(PathTimeout, now)
+	}
+	for i := 0; i < len(r.list); i++ {
+		e := r.list[i]
+		switch e.state {
+		case StateAssigned:
+			for j := range e.ranks {
+				if t := &e.ranks[j]; !t.committed && now >= t.lease {
+					if r.startAbort(e, ReasonLeaseLapsed, false, now) {
+						i--
+					}
+					break
+				}
+			}
+		case StateAborting:
+			for j := range e.ranks {
+				if t := &e.ranks[j]; !t.acked && now.Sub(e.lastAbort) >= r.cfg.AbortRetransmit {
+					r.sendAbort(e, t, now)
+				}
+			}
+			if r.checkRelease(e, now) {
+				i--
+			}
+		}
+	}
+}
+
+// startAbort moves an assigned exposure to Aborting. It reports whether the
+// exposure left the list (only unsafe variants release at once).
+func (r *Receiver) startAbort(e *exposure, reason Reason, reject bool, now Time) bool {
+	e.state = StateAborting
+	e.stopped = now
+	e.reason = reason
+	e.rejected = reject
+	r.metrics.AssignedSlots -= len(e.slots)
+	r.metrics.HeldSlots += len(e.slots)
+	r.metrics.HeldBytes += int64(len(e.slots)) * r.cfg.SlotBytes
+	if reject {
+		r.metrics.Rejects++
+	} else {
+		r.metrics.Aborts++
+	}
+	r.out.Failures = append(r.out.Failures, Failure{Tag: e.tag, Reason: reason})
+	for i := range e.ranks {
+		if e.ranks[i].committed {
+			e.ranks[i].acked = true // Commit implies drained
+		}
+	}
+	switch {
+	case r.cfg.Unsafe == knownunsafe.ReleaseOnAbort && (reason == ReasonClientAbort || reason == ReasonDecodeAbort || reason == ReasonLeaseLapsed):
+		r.release(e, PathUnsafe, now)
+		return true
+	case r.cfg.Unsafe == knownunsafe.ReleaseOnRemoteFailure && (reason == ReasonSendFailed || reason == ReasonPeerDead || reason == ReasonRejected):
+		r.release(e, PathUnsafe, now)
+		return true
+	}
+	for i := range e.ranks {
+		if t := &e.ranks[i]; !t.acked {
+			r.sendAbort(e, t, now)
+		}
+	}
+	if r.cfg.CanRevoke && r.cfg.EagerRevoke {
+		r.requestRevoke(e, now)
+	}
+	return r.checkRelease(e, now)
+}
+
+func (r *Receiver) sendAbort(e *exposure, t *rankTrack, now Time) {
+	e.lastAbort = now
+	kind := KindAbort
+	if e.rejected {
+		kind = KindReject
+	}
+	r.send(t.rank, Message{Kind: kind, Tag: e.tag, LeaseUntil: t.lease, Reason: e.reason})
+}
+
+func (r *Receiver) requestRevoke(e *exposure, now Time) {
+	if e.revoking {
+		return
+	}
+	e.revoking = true
+	e.revokeAt = now
+	r.out.Revokes = append(r.out.Revokes, Revoke{Tag: e.tag})
+}
+
+// checkRelease releases an aborting exposure when I3 allows it, and reports
+// whether it did.
+func (r *Receiver) checkRelease(e *exposure, now Time) bool {
+	if e.state != StateAborting {
+		return false
+	}
+	allAcked := true
+	bound := Time(0) // the latest deadline among ranks that did not drain
+	for i := range e.ranks {
+		t := &e.ranks[i]
+		if t.acked {
+			continue
+		}
+		allAcked = false
+		d := t.lease.Add(r.cfg.MaxTail + r.cfg.ClockMargin)
+		if r.cfg.Unsafe == knownunsafe.UnboundedTimeout {
+			d = e.stopped.Add(r.cfg.Lease / 8) // "a short fixed timeout"
+		}
+		if d > bound {
+			bound = d
+		}
+	}
+	switch {
+	case allAcked:
+		r.release(e, PathDrained, now)
+		return true
+	case now < bound:
+		return false
+	case r.cfg.CanRevoke && !e.revoking:
+		// Fence before any timeout release: I1 then holds even against a
+		// sender that ignores its lease.
+		r.requestRevoke(e, now)
+		return false
+	case r.cfg.CanRevoke && now < e.revokeAt.Add(r.cfg.MaxTail+r.cfg.ClockMargin):
+		return false
+	}
+	r.release(e, PathTimeout, now)
+	return true
+}
+
+func (r *Receiver) release(e *exposure, path ReleasePath, now Time) {
+	var held time.Duration
+	switch e.state {
+	case StateAssigned:
+		r.metrics.AssignedSlots -= len(e.slots)
+	case StateAborting:
+		r.metrics.HeldSlots -= len(e.slots)
+		r.metrics.HeldBytes -= int64(len(e.slots)) * r.cfg.SlotBytes
+		held = now.Sub(e.stopped)
+	case StateHanded:
+		r.metrics.HandedSlots -= len(e.slots)
+	}
+	r.metrics.Released[path]++
+	r.pool.give(e.slots)
+	r.out.Releases = append(r.out.Releases, Release{Tag: e.tag, Slots: e.slots, Path: path, Held: held})
+	delete(r.byKey, e.tag.Key())
+	last := r.list[len(r.list)-1]
+	r.list[e.idx] = last
+	last.idx = e.idx
+	r.list = r.list[:len(r.list)-1]
+	r.spare = append(r.spare, e)
+}
+
+func (r *Receiver) endQuarantine(path ReleasePath, now Time) {
+	if r.quarantine == nil {
+		return
+	}
+	r.metrics.Released[path]++
+	r.metrics.QuarantinedSlots = 0
+	r.pool.give(r.quarantine)
+	r.out.Releases = append(r.out.Releases, Release{Slots: r.quarantine, Path: path, Held: now.Sub(r.quarantineStart)})
+	r.quarantine = nil
+}
+
+func (r *Receiver) send(to RankID, m Message) {
+	m.Rank = to
+	m.Decode = r.cfg.Self
+	r.out.Messages = append(r.out.Messages, Envelope{To: to, Msg: m})
+}
+
+// lookup finds the exposure a message's tag names. Stale tags (another
+// instance, or a generation no longer exposed) find nothing (I4).
+func (r *Receiver) lookup(tag Tag) *exposure {
+	if tag.Instance != r.cfg.Instance {
+		return nil
+	}
+	return r.byKey[tag.Key()]
+}
+
+// lookupMsg finds the exposure a received message is about.
+func (r *Receiver) lookupMsg(tag Tag) *exposure {
+	if r.cfg.Unsafe == knownunsafe.IgnoreGenerations {
+		// Match on the room alone, newest first: what a system without
+		// generation tags does.
+		var best *exposure
+		for _, e := range r.list {
+			if e.tag.Room == tag.Room && (best == nil || e.tag.Gen > best.tag.Gen) {
+				best = e
+			}
+		}
+		return best
+	}
+	if tag.Instance != r.cfg.Instance {
+		return nil
+	}
+	return r.byKey[tag.Key()]
+}
+
+func (r *Receiver) newExposure() *exposure {
+	if n := len(r.spare); n > 0 {
+		e := r.spare[n-1]
+		r.spare = r.spare[:n-1]
+		*e = exposure{slots: e.slots[:0], rankIDs: e.rankIDs[:0], ranks: e.ranks[:0]}
+		return e
+	}
+	return &exposure{}
+}
+
+func (e *exposure) track(rank RankID) *rankTrack {
+	for i := range e.ranks {
+		if e.ranks[i].rank == rank {
+			return &e.ranks[i]
+		}
+	}
+	return nil
+}

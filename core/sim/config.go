@@ -1,0 +1,88 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/kvfence/kvfence/internal/knownunsafe"
+)
+
+// Timing of the simulated cluster, in nanoseconds of virtual time.
+const (
+	maxTail     = int64(300 * time.Microsecond)
+	lease       = int64(1 * time.Millisecond)
+	maxHold     = int64(8 * time.Millisecond)
+	maxSkew     = int64(40 * time.Microsecond)
+	tickEvery   = int64(100 * time.Microsecond)
+	heartbeat   = int64(250 * time.Microsecond)
+	deadAfter   = int64(1 * time.Millisecond) // failure detector delay
+	runLimit    = int64(400 * time.Millisecond)
+	retryAdmit  = int64(200 * time.Microsecond)
+	maxAttempts = 40
+)
+
+// Profile is one seed's cluster and fault mix, drawn from the seed so that
+// thousands of seeds cover many combinations.
+type Profile struct {
+	Prefill, Decode int // ranks
+	Slots           int // per decode rank (tiny: freed slots are reused at once)
+	Rooms           int // room id space (small: ids are reused)
+	Requests        int
+	MaxPages        int
+	FanOutAll       float64 // share of requests sent to every decode rank (MLA)
+
+	Loss, Dup, Slow float64 // control messages
+	Partition       bool    // a window where one decode↔prefill control link drops everything
+
+	Definite, Timeout, Resend float64 // per batch: FailedDefinite, InDoubt early, InDoubt then resend
+
+	Abort, Truncate, RejectP, SlowPrefill float64 // per request
+	Storms                                int
+	CrashRank, RestartDecode              bool
+	CanRevoke, EagerRevoke                bool
+	MaxInflight, MaxBatch                 int
+}
+
+func drawProfile(rng *rand.Rand) Profile {
+	p := Profile{
+		Prefill:     1 + rng.IntN(2),
+		Decode:      1 + rng.IntN(2),
+		Slots:       3 + rng.IntN(6),
+		Rooms:       2 + rng.IntN(5),
+		Requests:    12 + rng.IntN(20),
+		MaxPages:    1 + rng.IntN(3),
+		FanOutAll:   rng.Float64(),
+		Loss:        pick(rng, 0, 0.02, 0.1, 0.25),
+		Dup:         pick(rng, 0, 0.05, 0.2),
+		Slow:        pick(rng, 0, 0.05, 0.2),
+		Partition:   rng.IntN(2) == 0,
+		Definite:    pick(rng, 0, 0.03, 0.1),
+		Timeout:     pick(rng, 0, 0.05, 0.2),
+		Resend:      pick(rng, 0, 0.03, 0.1),
+		Abort:       pick(rng, 0.05, 0.2, 0.5),
+		Truncate:    pick(rng, 0, 0.1, 0.3),
+		RejectP:     pick(rng, 0, 0.05, 0.2),
+		SlowPrefill: pick(rng, 0, 0.2, 0.5),
+		Storms:      rng.IntN(3),
+		CrashRank:   rng.IntN(5) == 0,
+		CanRevoke:   rng.IntN(2) == 0,
+		EagerRevoke: rng.IntN(2) == 0,
+		MaxInflight: 1 + rng.IntN(4),
+		MaxBatch:    1 + rng.IntN(2),
+	}
+	p.RestartDecode = rng.IntN(4) == 0
+	return p
+}
+
+func pick(rng *rand.Rand, xs ...float64) float64 { return xs[rng.IntN(len(xs))] }
+
+// Config selects one run.
+type Config struct {
+	Seed    uint64
+	Variant knownunsafe.Variant
+	Trace   bool // keep a trace of the run (used to replay a violation)
+	// TraceLen is how many trailing events a trace keeps (default 60).
+	TraceLen int
+}
+
+func tdur(ns int64) time.Duration { return time.Duration(ns) }

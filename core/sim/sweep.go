@@ -1,0 +1,43 @@
+package sim
+
+import "github.com/kvfence/kvfence/internal/knownunsafe"
+
+// Summary is a sweep of one variant over many seeds.
+type Summary struct {
+	Variant    string
+	Seeds      int
+	Steps      int
+	Violations int
+	First      *Violation // the first violating seed, with its trace
+	Handoffs   int
+	Released   [5]int
+	Fenced     int
+	LateWrites int
+}
+
+// Sweep runs seeds [from, from+n) of one variant. With stopAtFirst it stops
+// at the first violation (enough to show that the checker catches it).
+func Sweep(v knownunsafe.Variant, from uint64, n int, stopAtFirst bool) Summary {
+	s := Summary{Variant: v.Name()}
+	for i := 0; i < n; i++ {
+		r := Run(Config{Seed: from + uint64(i), Variant: v})
+		s.Seeds++
+		s.Steps += r.Steps
+		s.Handoffs += r.Handoffs
+		s.Fenced += r.FencedWrites
+		s.LateWrites += r.LateWrites
+		for p := range r.Released {
+			s.Released[p] += r.Released[p]
+		}
+		if r.Violation != nil {
+			s.Violations++
+			if s.First == nil {
+				s.First = r.Violation
+			}
+			if stopAtFirst {
+				break
+			}
+		}
+	}
+	return s
+}

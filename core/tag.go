@@ -1,0 +1,43 @@
+package core
+
+import (
+	"fmt"
+	"time"
+)
+
+// Time is a point on the caller's clock in nanoseconds. The core never reads
+// a clock: every input carries the time.
+type Time int64
+
+// Add returns t+d.
+func (t Time) Add(d time.Duration) Time { return t + Time(d) }
+
+// Sub returns t-u as a duration.
+func (t Time) Sub(u Time) time.Duration { return time.Duration(t - u) }
+
+// RankID names one rank (a prefill rank or a decode rank) in a deployment.
+type RankID uint32
+
+// Tag names one exposure: the decode process incarnation, the request id
+// (room) and the generation of that room's assignment. Reused room ids get a
+// new generation, and a restarted decode a new instance, so a message that
+// carries an old tag can never be confused with a current one.
+type Tag struct {
+	Instance uint64
+	Room     uint64
+	Gen      uint64
+}
+
+func (t Tag) String() string { return fmt.Sprintf("%d/%d/%d", t.Instance, t.Room, t.Gen) }
+
+// RequestKey is how both engines name a request before decode has tagged it:
+// the router's room and its generation (new on every retry or reuse).
+type RequestKey struct {
+	Room uint64
+	Gen  uint64
+}
+
+func (k RequestKey) String() string { return fmt.Sprintf("%d/%d", k.Room, k.Gen) }
+
+// Key returns the request key of a tag.
+func (t Tag) Key() RequestKey { return RequestKey{Room: t.Room, Gen: t.Gen} }
