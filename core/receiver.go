@@ -395,9 +395,11 @@ func (r *Receiver) Tick(now Time) {
 				}
 			}
 		case StateAborting:
-			for j := range e.ranks {
-				if t := &e.ranks[j]; !t.acked && now.Sub(e.lastAbort) >= r.cfg.AbortRetransmit {
-					r.sendAbort(e, t, now)
+			if now.Sub(e.lastAbort) >= r.cfg.AbortRetransmit {
+				for j := range e.ranks {
+					if t := &e.ranks[j]; !t.acked {
+						r.sendAbort(e, t, now)
+					}
 				}
 			}
 			if r.checkRelease(e, now) {

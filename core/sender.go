@@ -95,6 +95,7 @@ type batch struct {
 	settled  bool // it can no longer move bytes
 	status   BatchStatus
 	quiesced bool
+	asked    bool // a Quiesce for it was requested
 }
 
 // Sender is the core of one prefill rank: it posts writes only under a lease
@@ -460,10 +461,12 @@ func (s *Sender) Completed(id BatchID, status BatchStatus, now Time) error {
 		s.metrics.InDoubt++
 		if s.cfg.Unsafe == knownunsafe.AckAfterFailedSend {
 			s.settle(b) // the bug: an error taken as "it stopped"
-		} else if !b.settled {
+		}
+		s.failIfSending(st, ReasonSendFailed) // quiesces the whole stream
+		if !b.settled && !b.asked {
+			b.asked = true
 			s.out.Quiesces = append(s.out.Quiesces, Quiesce{Decode: st.key.decode, Batches: []BatchID{b.id}})
 		}
-		s.failIfSending(st, ReasonSendFailed)
 	}
 	s.forget(b)
 	s.maybeCommit(st)
@@ -560,7 +563,8 @@ func (s *Sender) dropUnsent(st *stream) {
 func (s *Sender) quiesceAll(st *stream) {
 	var ids []BatchID
 	for _, b := range st.batches {
-		if !b.settled {
+		if !b.settled && !b.asked {
+			b.asked = true
 			ids = append(ids, b.id)
 		}
 	}
