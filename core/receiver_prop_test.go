@@ -1,0 +1,256 @@
+package core
+
+import (
+	"flag"
+	"fmt"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/kvfence/kvfence/internal/knownunsafe"
+)
+
+// shadowExposure is the test's own account of one tag, built only from the
+// inputs it gave and the outputs it saw.
+type shadowExposure struct {
+	slots     []uint32
+	ranks     []RankID
+	committed map[RankID]uint32 // coverage
+	drained   map[RankID]bool
+	stopped   bool
+	handed    bool
+	lease     map[RankID]Time // latest lease seen in Assign/Grant
+	revoked   bool
+}
+
+// TestReceiverProperties drives a Receiver with random inputs (including
+// stale, foreign and duplicated messages) and checks after every input that
+// handoffs and releases happen only when I2 and I3 allow, and that every
+// slot is accounted for exactly once.
+func TestReceiverProperties(t *testing.T) {
+	rapid.Check(t, receiverProperties(knownunsafe.Safe))
+}
+
+func receiverProperties(variant knownunsafe.Variant) func(*rapid.T) {
+	return func(t *rapid.T) {
+		cfg := ReceiverConfig{Instance: 2, Self: 100, Slots: rapid.IntRange(1, 6).Draw(t, "slots"), SlotBytes: 1,
+			Lease: time.Millisecond, MaxHold: 3 * time.Millisecond, MaxTail: 300 * time.Microsecond,
+			ClockMargin: 50 * time.Microsecond, CanRevoke: rapid.Bool().Draw(t, "revoke"), Unsafe: variant}
+		now := Time(0)
+		r, err := NewReceiver(cfg, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shadow := map[Tag]*shadowExposure{}
+		var tags []Tag
+		pickTag := func() Tag {
+			if len(tags) == 0 || rapid.IntRange(0, 9).Draw(t, "stale") == 0 {
+				return Tag{Instance: uint64(rapid.IntRange(1, 2).Draw(t, "inst")), Room: uint64(rapid.IntRange(0, 2).Draw(t, "room")), Gen: uint64(rapid.IntRange(0, 3).Draw(t, "gen"))}
+			}
+			return rapid.SampledFrom(tags).Draw(t, "tag")
+		}
+		bound := cfg.MaxTail + cfg.ClockMargin
+		check := func(step string) {
+			out := r.Ready()
+			for _, m := range out.Messages {
+				if s := shadow[m.Msg.Tag]; s != nil && (m.Msg.Kind == KindAssign || m.Msg.Kind == KindGrant) {
+					if m.Msg.LeaseUntil > s.lease[m.To] {
+						s.lease[m.To] = m.Msg.LeaseUntil
+					}
+				}
+			}
+			for _, f := range out.Failures {
+				if s := shadow[f.Tag]; s != nil {
+					s.stopped = true
+				}
+			}
+			for _, h := range out.Handoffs {
+				s := shadow[h.Tag]
+				if s == nil || s.stopped || s.handed {
+					t.Fatalf("%s: handoff of %s that was stopped, handed or unknown", step, h.Tag)
+				}
+				for _, rk := range s.ranks {
+					if cov, ok := s.committed[rk]; !ok || int(cov) < len(s.slots) {
+						t.Fatalf("%s: handoff of %s without full coverage from rank %d", step, h.Tag, rk)
+					}
+				}
+				s.handed = true
+			}
+			for _, rel := range out.Releases {
+				s := shadow[rel.Tag]
+				if s == nil {
+					continue // the restart quarantine
+				}
+				switch rel.Path {
+				case PathCompleted:
+					if !s.handed {
+						t.Fatalf("%s: completed release of %s that was never handed off", step, rel.Tag)
+					}
+				case PathDrained:
+					for _, rk := range s.ranks {
+						if _, c := s.committed[rk]; !c && !s.drained[rk] {
+							t.Fatalf("%s: drained release of %s without rank %d's drain", step, rel.Tag, rk)
+						}
+					}
+				case PathFenced:
+					if !s.revoked {
+						t.Fatalf("%s: fenced release of %s without revocation evidence", step, rel.Tag)
+					}
+				case PathTimeout:
+					for _, rk := range s.ranks {
+						if _, c := s.committed[rk]; !c && !s.drained[rk] && now < s.lease[rk].Add(bound) {
+							t.Fatalf("%s: timeout release of %s before rank %d's bound (%d < %d)", step, rel.Tag, rk, now, s.lease[rk].Add(bound))
+						}
+					}
+				default:
+					t.Fatalf("%s: release by %s", step, rel.Path)
+				}
+				delete(shadow, rel.Tag)
+			}
+			used := map[uint32]bool{}
+			for tag, s := range shadow {
+				for _, sl := range s.slots {
+					if used[sl] {
+						t.Fatalf("%s: slot %d in two exposures (%s)", step, sl, tag)
+					}
+					used[sl] = true
+				}
+			}
+			m := r.Metrics()
+			if got := r.FreeSlots() + m.AssignedSlots + m.HeldSlots + m.HandedSlots + m.QuarantinedSlots; got != cfg.Slots || len(used)+r.FreeSlots() != cfg.Slots {
+				t.Fatalf("%s: slots do not add up: free %d + %+v, shadow %d", step, r.FreeSlots(), m, len(used))
+			}
+		}
+		ranks := []RankID{0, 1}
+		steps := rapid.IntRange(1, 80).Draw(t, "steps")
+		for i := 0; i < steps; i++ {
+			now = now.Add(time.Duration(rapid.IntRange(0, 400).Draw(t, "dt")) * time.Microsecond)
+			switch op := rapid.IntRange(0, 9).Draw(t, "op"); op {
+			case 0, 1:
+				key := RequestKey{Room: uint64(rapid.IntRange(0, 2).Draw(t, "room")), Gen: uint64(rapid.IntRange(0, 3).Draw(t, "gen"))}
+				rs := ranks[:rapid.IntRange(1, 2).Draw(t, "nranks")]
+				pages := rapid.IntRange(1, 3).Draw(t, "pages")
+				tag, err := r.Admit(key, rs, pages, now)
+				if err == nil {
+					s := &shadowExposure{ranks: append([]RankID(nil), rs...), committed: map[RankID]uint32{}, drained: map[RankID]bool{}, lease: map[RankID]Time{}}
+					for _, m := range r.Ready().Messages {
+						s.slots = append([]uint32(nil), m.Msg.Slots...)
+					}
+					shadow[tag] = s
+					tags = append(tags, tag)
+				}
+			case 2:
+				_ = r.Abort(pickTag(), ReasonClientAbort, now)
+			case 3:
+				_ = r.Reject(pickTag(), now)
+			case 4, 5, 6:
+				tag := pickTag()
+				rank := RankID(rapid.IntRange(0, 2).Draw(t, "from"))
+				kind := rapid.SampledFrom([]Kind{KindCommit, KindFail, KindDrainAck, KindHeartbeat}).Draw(t, "kind")
+				m := Message{Kind: kind, Tag: tag, Rank: rank, Decode: 100, Tags: []Tag{tag}}
+				if kind == KindCommit {
+					m.Coverage = uint32(rapid.IntRange(0, 3).Draw(t, "coverage"))
+				}
+				if s := shadow[tag]; s != nil && !s.handed {
+					for _, rk := range s.ranks {
+						if rk == rank {
+							switch kind {
+							case KindCommit:
+								if _, seen := s.committed[rank]; !seen {
+									s.committed[rank] = m.Coverage
+								}
+							case KindDrainAck:
+								s.drained[rank] = true
+							}
+						}
+					}
+				}
+				r.Step(m, now)
+			case 7:
+				r.Tick(now)
+			case 8:
+				tag := pickTag()
+				if s := shadow[tag]; s != nil && cfg.CanRevoke {
+					s.revoked = true
+					r.Revoked(tag, now)
+				} else {
+					_ = r.Finish(tag, now)
+				}
+			case 9:
+				r.PeerDead(RankID(rapid.IntRange(0, 1).Draw(t, "dead")), now)
+			}
+			check(fmt.Sprintf("step %d at %v", i, time.Duration(now)))
+		}
+	}
+}
+
+// failRecorder lets a test run a property and see whether it failed,
+// instead of failing itself.
+type failRecorder struct {
+	testing.TB
+	failed bool
+	msg    string
+}
+
+type stopRecording struct{}
+
+func (f *failRecorder) Errorf(format string, args ...any) {
+	f.failed, f.msg = true, fmt.Sprintf(format, args...)
+}
+func (f *failRecorder) Error(args ...any) { f.failed, f.msg = true, fmt.Sprint(args...) }
+func (f *failRecorder) Fatalf(format string, args ...any) {
+	f.Errorf(format, args...)
+	panic(stopRecording{})
+}
+func (f *failRecorder) Fatal(args ...any)   { f.Error(args...); panic(stopRecording{}) }
+func (f *failRecorder) FailNow()            { f.failed = true; panic(stopRecording{}) }
+func (f *failRecorder) Fail()               { f.failed = true }
+func (f *failRecorder) Failed() bool        { return f.failed }
+func (f *failRecorder) Logf(string, ...any) {}
+func (f *failRecorder) Log(...any)          {}
+
+func propertyFails(t *testing.T, prop func(*rapid.T)) (failed bool, msg string) {
+	// Expected failures must not leave replay files in testdata.
+	if f := flag.Lookup("rapid.nofailfile"); f != nil {
+		old := f.Value.String()
+		_ = f.Value.Set("true")
+		defer func() { _ = f.Value.Set(old) }()
+	}
+	// Search longer than the default: it stops at the first failure.
+	if f := flag.Lookup("rapid.checks"); f != nil {
+		old := f.Value.String()
+		_ = f.Value.Set("3000")
+		defer func() { _ = f.Value.Set(old) }()
+	}
+	rec := &failRecorder{TB: t}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(stopRecording); !ok {
+					panic(r)
+				}
+			}
+		}()
+		rapid.Check(rec, prop)
+	}()
+	return rec.failed, rec.msg
+}
+
+// TestReceiverPropertiesCatchUnsafe: the same properties fail for every
+// decode-side known-unsafe variant, so they are not a test that cannot fail.
+func TestReceiverPropertiesCatchUnsafe(t *testing.T) {
+	for _, v := range []knownunsafe.Variant{knownunsafe.ReleaseOnAbort, knownunsafe.UnboundedTimeout,
+		knownunsafe.SingleAckTarget, knownunsafe.NoCoverageCheck, knownunsafe.ReleaseOnRemoteFailure} {
+		failed, msg := propertyFails(t, receiverProperties(v))
+		if !failed {
+			t.Errorf("%s: the receiver properties did not catch it", v.Name())
+			continue
+		}
+		first := msg
+		if i := len(first); i > 160 {
+			first = first[:160]
+		}
+		t.Logf("%s caught: %s", v.Name(), first)
+	}
+}
