@@ -85,6 +85,7 @@ type stream struct {
 	anyQuiesced bool
 	tombUntil   Time
 	idx         int
+	queued      bool
 }
 
 type batch struct {
@@ -117,6 +118,9 @@ type Sender struct {
 	out       Output
 	metrics   SenderMetrics
 	peers     []RankID // scratch for heartbeats
+	runq      []*stream // streams that may have pages to post
+	runHead   int
+	waiting   map[RequestKey][]*stream // assigned before the engine opened the request
 }
 
 // NewSender makes the core of one prefill rank.
@@ -130,6 +134,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 		requests: make(map[RequestKey]*request),
 		reqTombs: make(map[RequestKey]Time),
 		batches:  make(map[BatchID]*batch),
+		waiting:  make(map[RequestKey][]*stream),
 	}, nil
 }
 
@@ -177,11 +182,12 @@ func (s *Sender) Open(key RequestKey, pages int, now Time) error {
 	req := &request{key: key, pages: uint32(pages), openedAt: now, idx: len(s.reqList)}
 	s.requests[key] = req
 	s.reqList = append(s.reqList, req)
-	for _, st := range s.list {
-		if st.state == StreamWaiting && st.key.tag.Key() == key {
+	for _, st := range s.waiting[key] {
+		if st.state == StreamWaiting {
 			s.bind(st, req)
 		}
 	}
+	delete(s.waiting, key)
 	s.pump(now)
 	return nil
 }
@@ -190,6 +196,7 @@ func (s *Sender) bind(st *stream, req *request) {
 	st.req = req
 	st.state = StreamSending
 	req.streams = append(req.streams, st)
+	s.enqueue(st)
 }
 
 // Produce marks pages [0, upto) of a request as computed and sendable.
@@ -204,6 +211,9 @@ func (s *Sender) Produce(key RequestKey, upto int, now Time) error {
 	}
 	if uint32(upto) > req.ready {
 		req.ready = uint32(upto)
+		for _, st := range req.streams {
+			s.enqueue(st)
+		}
 	}
 	s.pump(now)
 	return nil
@@ -224,6 +234,9 @@ func (s *Sender) Finish(key RequestKey, total int, now Time) error {
 	req.total = uint32(total)
 	if req.ready < req.total {
 		req.ready = req.total
+	}
+	for _, st := range req.streams {
+		s.enqueue(st)
 	}
 	s.pump(now)
 	for _, st := range req.streams {
@@ -263,11 +276,10 @@ func (s *Sender) Abort(key RequestKey, now Time) error {
 		if _, ok := s.reqTombs[key]; !ok {
 			s.tombstoneRequest(key, now)
 		}
-		for _, st := range s.list {
-			if st.state == StreamWaiting && st.key.tag.Key() == key {
-				s.drain(st)
-			}
+		for _, st := range s.waiting[key] {
+			s.drain(st)
 		}
+		delete(s.waiting, key)
 		return nil
 	}
 	s.cancel(req, ReasonClientAbort, now)
@@ -343,6 +355,7 @@ func (s *Sender) Step(m Message, now Time) {
 		if st != nil && (st.state == StreamSending || st.state == StreamWaiting) &&
 			now < st.lease.Add(-s.cfg.SkewMargin) && m.LeaseUntil > st.lease {
 			st.lease = m.LeaseUntil
+			s.enqueue(st)
 		}
 	case KindAbort, KindReject:
 		s.onAbort(key, st, m, now)
@@ -389,7 +402,9 @@ func (s *Sender) onAssign(key streamKey, st *stream, m Message, now Time) {
 			return
 		}
 		s.bind(st, req)
+		return
 	}
+	s.waiting[key.tag.Key()] = append(s.waiting[key.tag.Key()], st)
 }
 
 func (s *Sender) onAbort(key streamKey, st *stream, m Message, now Time) {
@@ -534,6 +549,7 @@ func (s *Sender) failIfSending(st *stream, reason Reason) {
 // fail sends Fail (never counted as completion by decode) and quiesces
 // everything of the stream that may still move.
 func (s *Sender) fail(st *stream, reason Reason) {
+	s.unwait(st)
 	st.state = StreamFailed
 	s.metrics.Fails++
 	if st.req != nil {
@@ -544,7 +560,28 @@ func (s *Sender) fail(st *stream, reason Reason) {
 	s.quiesceAll(st)
 }
 
+// unwait forgets a stream that was waiting for its request to open.
+func (s *Sender) unwait(st *stream) {
+	if st.req != nil {
+		return
+	}
+	k := st.key.tag.Key()
+	ws := s.waiting[k]
+	for i, x := range ws {
+		if x == st {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(s.waiting, k)
+	} else {
+		s.waiting[k] = ws
+	}
+}
+
 func (s *Sender) drain(st *stream) {
+	s.unwait(st)
 	if st.state == StreamCommitted || st.state == StreamAcked || st.state == StreamDraining {
 		return
 	}
@@ -763,33 +800,53 @@ func (s *Sender) heartbeats(now Time) {
 // pump posts what may be posted: round robin over streams, one batch each
 // per round, within the rank's in-flight bound and each stream's lease.
 func (s *Sender) pump(now Time) {
-	for progress := true; progress && s.unsettled < s.cfg.MaxInflight; {
-		progress = false
-		for _, st := range s.list {
-			if s.unsettled >= s.cfg.MaxInflight {
-				return
-			}
-			if st.state != StreamSending || now >= st.lease.Add(-s.cfg.SkewMargin) {
-				continue
-			}
-			limit := st.req.ready
-			if n := uint32(len(st.slots)); limit > n {
-				limit = n
-			}
-			if st.req.finished && limit > st.req.total {
-				limit = st.req.total
-			}
-			if st.posted >= limit {
-				continue
-			}
-			n := limit - st.posted
-			if n > uint32(s.cfg.MaxBatchPages) {
-				n = uint32(s.cfg.MaxBatchPages)
-			}
+	for s.runHead < len(s.runq) && s.unsettled < s.cfg.MaxInflight {
+		st := s.runq[s.runHead]
+		s.runq[s.runHead] = nil
+		s.runHead++
+		st.queued = false
+		if n := s.sendable(st, now); n > 0 {
 			s.post(st, n)
-			progress = true
+			s.enqueue(st) // round robin: back of the queue
 		}
 	}
+	if s.runHead == len(s.runq) {
+		s.runq, s.runHead = s.runq[:0], 0
+	} else if s.runHead > 1024 && s.runHead*2 > len(s.runq) {
+		n := copy(s.runq, s.runq[s.runHead:])
+		s.runq, s.runHead = s.runq[:n], 0
+	}
+}
+
+// enqueue marks a stream as possibly having pages to post. pump looks only
+// at queued streams, so an input costs the same with 10 or 100,000 streams.
+func (s *Sender) enqueue(st *stream) {
+	if !st.queued && st.state == StreamSending {
+		st.queued = true
+		s.runq = append(s.runq, st)
+	}
+}
+
+// sendable is how many pages the stream may post now, in one batch.
+func (s *Sender) sendable(st *stream, now Time) uint32 {
+	if st.state != StreamSending || now >= st.lease.Add(-s.cfg.SkewMargin) {
+		return 0
+	}
+	limit := st.req.ready
+	if n := uint32(len(st.slots)); limit > n {
+		limit = n
+	}
+	if st.req.finished && limit > st.req.total {
+		limit = st.req.total
+	}
+	if st.posted >= limit {
+		return 0
+	}
+	n := limit - st.posted
+	if n > uint32(s.cfg.MaxBatchPages) {
+		n = uint32(s.cfg.MaxBatchPages)
+	}
+	return n
 }
 
 func (s *Sender) post(st *stream, n uint32) {

@@ -1,0 +1,213 @@
+package core
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/internal/knownunsafe"
+)
+
+// benchPair wires one decode Receiver to one prefill Sender with no network
+// in between, so a benchmark measures only the core.
+type benchPair struct {
+	r     *Receiver
+	s     *Sender
+	now   Time
+	room  uint64
+	queue []Envelope
+	toS   []bool
+	posts []Post
+}
+
+const benchPages = 4
+
+func newBenchPair(b *testing.B, live int, v knownunsafe.Variant) *benchPair {
+	r, err := NewReceiver(ReceiverConfig{Instance: 1, Self: 100, Slots: (live + 64) * benchPages, SlotBytes: 4096,
+		Lease: time.Hour, MaxHold: 2 * time.Hour, MaxTail: time.Millisecond, ClockMargin: time.Millisecond, Unsafe: v}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := NewSender(SenderConfig{Rank: 0, SkewMargin: time.Millisecond, MaxInflight: 1 << 30, MaxBatchPages: 2,
+		Heartbeat: time.Hour, RequestTombstone: time.Millisecond, BootstrapTimeout: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := &benchPair{r: r, s: s}
+	// Background: live exposures that stay assigned while cycles run.
+	for i := 0; i < live; i++ {
+		key := p.next()
+		if _, err := r.Admit(key, []RankID{0}, benchPages, p.now); err != nil {
+			b.Fatal(err)
+		}
+		p.fromR()
+		p.flush()
+		if err := s.Open(key, benchPages, p.now); err != nil {
+			b.Fatal(err)
+		}
+		p.fromS()
+		p.flush()
+	}
+	return p
+}
+
+func (p *benchPair) next() RequestKey {
+	p.room++
+	p.now++
+	return RequestKey{Room: p.room, Gen: 1}
+}
+
+func (p *benchPair) fromR() {
+	for _, e := range p.r.Ready().Messages {
+		p.queue = append(p.queue, e)
+		p.toS = append(p.toS, true)
+	}
+}
+
+func (p *benchPair) fromS() {
+	out := p.s.Ready()
+	for _, e := range out.Messages {
+		p.queue = append(p.queue, e)
+		p.toS = append(p.toS, false)
+	}
+	p.posts = append(p.posts, out.Posts...)
+}
+
+// flush delivers every queued message (and what it causes) in order.
+func (p *benchPair) flush() {
+	for i := 0; i < len(p.queue); i++ {
+		if p.toS[i] {
+			p.s.Step(p.queue[i].Msg, p.now)
+			p.fromS()
+		} else {
+			p.r.Step(p.queue[i].Msg, p.now)
+			p.fromR()
+		}
+	}
+	p.queue, p.toS = p.queue[:0], p.toS[:0]
+}
+
+// completeAll reports every posted batch as Succeeded.
+func (p *benchPair) completeAll() {
+	for len(p.posts) > 0 {
+		post := p.posts[0]
+		p.posts = p.posts[1:]
+		if err := p.s.Completed(post.Batch, Succeeded, p.now); err != nil {
+			panic(err)
+		}
+		p.fromS()
+		p.flush()
+	}
+	p.posts = p.posts[:0]
+}
+
+// commitCycle: admit → assign → write → commit → handoff → finish → release.
+func (p *benchPair) commitCycle() {
+	key := p.next()
+	tag, err := p.r.Admit(key, []RankID{0}, benchPages, p.now)
+	if err != nil {
+		panic(err)
+	}
+	p.fromR()
+	p.flush()
+	_ = p.s.Open(key, benchPages, p.now)
+	p.fromS()
+	_ = p.s.Finish(key, benchPages, p.now)
+	p.fromS()
+	p.flush()
+	p.completeAll()
+	if st, _ := p.r.State(tag); st != StateHanded {
+		panic(fmt.Sprintf("not handed off: %v", st))
+	}
+	_ = p.s.Close(key, p.now)
+	if err := p.r.Finish(tag, p.now); err != nil {
+		panic(err)
+	}
+}
+
+// abortCycle: admit → assign → write → abort → drain → DrainAck → release.
+func (p *benchPair) abortCycle() {
+	key := p.next()
+	tag, err := p.r.Admit(key, []RankID{0}, benchPages, p.now)
+	if err != nil {
+		panic(err)
+	}
+	p.fromR()
+	p.flush()
+	_ = p.s.Open(key, benchPages, p.now)
+	p.fromS()
+	_ = p.s.Produce(key, benchPages, p.now)
+	p.fromS()
+	p.flush()
+	_ = p.r.Abort(tag, ReasonClientAbort, p.now)
+	p.fromR()
+	p.flush()
+	p.completeAll()
+	if _, held := p.r.State(tag); held {
+		panic("abort cycle left the exposure held")
+	}
+	_ = p.s.Close(key, p.now)
+	p.fromS()
+	p.flush()
+}
+
+func benchCycles(b *testing.B, live int, v knownunsafe.Variant, cycle func(*benchPair)) {
+	p := newBenchPair(b, live, v)
+	for i := 0; i < 64; i++ { // warm the pools and maps
+		cycle(p)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cycle(p)
+	}
+}
+
+// BenchmarkCommitCycle: the normal path at 256 concurrent rooms and at
+// 100,000 live exposures.
+func BenchmarkCommitCycle(b *testing.B) {
+	for _, live := range []int{256, 100_000} {
+		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
+			benchCycles(b, live, knownunsafe.Safe, (*benchPair).commitCycle)
+		})
+	}
+}
+
+// BenchmarkAbortCycle: abort → drain → release, safe and the unsafe
+// release-on-abort arm.
+func BenchmarkAbortCycle(b *testing.B) {
+	for _, live := range []int{256, 100_000} {
+		for _, v := range []knownunsafe.Variant{knownunsafe.Safe, knownunsafe.ReleaseOnAbort} {
+			b.Run(fmt.Sprintf("live=%d/%s", live, v.Name()), func(b *testing.B) {
+				benchCycles(b, live, v, (*benchPair).abortCycle)
+			})
+		}
+	}
+}
+
+// BenchmarkSafeVsUnsafeAbort measures both arms interleaved in one run and
+// reports the safe path's cost as a ratio to the unsafe release-on-abort
+// path (noise of the machine hits both arms alike).
+func BenchmarkSafeVsUnsafeAbort(b *testing.B) {
+	safe := newBenchPair(b, 256, knownunsafe.Safe)
+	unsafe := newBenchPair(b, 256, knownunsafe.ReleaseOnAbort)
+	const chunk = 64
+	var tSafe, tUnsafe time.Duration
+	b.ResetTimer()
+	for done := 0; done < b.N; done += chunk {
+		t0 := time.Now()
+		for i := 0; i < chunk; i++ {
+			safe.abortCycle()
+		}
+		t1 := time.Now()
+		for i := 0; i < chunk; i++ {
+			unsafe.abortCycle()
+		}
+		tSafe += t1.Sub(t0)
+		tUnsafe += time.Since(t1)
+	}
+	n := float64((b.N + chunk - 1) / chunk * chunk)
+	b.ReportMetric(float64(tSafe.Nanoseconds())/n, "safe-ns/cycle")
+	b.ReportMetric(float64(tUnsafe.Nanoseconds())/n, "unsafe-ns/cycle")
+	b.ReportMetric(float64(tSafe)/float64(tUnsafe), "safe/unsafe")
+}
