@@ -117,7 +117,7 @@ type Sender struct {
 	hbStarted bool
 	out       Output
 	metrics   SenderMetrics
-	peers     []RankID // scratch for heartbeats
+	peers     []RankID  // scratch for heartbeats
 	runq      []*stream // streams that may have pages to post
 	runHead   int
 	waiting   map[RequestKey][]*stream // assigned before the engine opened the request
