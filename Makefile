@@ -1,0 +1,55 @@
+# kvfence — build and test entry points. `make test` is what CI runs.
+SHELL     := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+GO        ?= go
+SIM_SEEDS ?= 10000
+FUZZTIME  ?= 15s
+BIN       := bin
+
+.PHONY: all build plugins run vet unit fuzz sim model test soak deps clean
+
+all: build
+
+build: plugins
+	$(GO) build -o $(BIN)/kvfence ./cmd/kvfence
+
+plugins:
+	$(GO) build -o $(BIN)/kvfence-plugin-tcp ./plugins/tcp/cmd/kvfence-plugin-tcp
+
+# The main job (today: the abort-storm simulation of the real core and every
+# known-unsafe variant).
+run:
+	$(GO) run ./cmd/kvfence sim
+
+# Installs what a fresh Debian machine lacks for the tests (spin, a C compiler).
+deps:
+	@command -v spin >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq spin gcc >/dev/null; \
+	  else echo "need spin and gcc: sudo apt-get install spin gcc" >&2; exit 1; fi; }
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./core
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime $(FUZZTIME) ./plugins/tcp
+
+sim:
+	$(GO) test -count=1 -run '^TestSim' ./core/sim -sim.seeds=$(SIM_SEEDS) -v 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|safe:|caught'
+	$(GO) run ./cmd/kvfence sim --seeds 2000 --stop-at-first
+
+model: deps
+	./model/check.sh quick
+
+test: deps vet unit fuzz sim model
+
+soak: deps
+	$(MAKE) sim SIM_SEEDS=200000
+	$(MAKE) fuzz FUZZTIME=5m
+	./model/check.sh full
+
+clean:
+	rm -rf $(BIN)
