@@ -1,0 +1,83 @@
+package tcp
+
+import "time"
+
+// Config tunes a TCP transport. Zero values take the defaults below.
+type Config struct {
+	// ListenAddr is where the receiving side listens. Default 127.0.0.1:0.
+	ListenAddr string
+	// AckTimeout: a batch not fully acknowledged this long after Post
+	// completes InDoubt. Default 10s.
+	AckTimeout time.Duration
+	// WriteTTL: every write carries a deadline of (send time + WriteTTL) on
+	// the sender's clock; the receiver never starts applying it later and
+	// cuts off a payload still arriving at the deadline. This is what makes
+	// MaxTail finite even if a receiver stalls with bytes in its socket
+	// buffer. Default 10s.
+	WriteTTL time.Duration
+	// ClockSkew is the most the two hosts' clocks may differ. It is added to
+	// MaxTail. Default 0 (loopback / one host); set it for real networks.
+	ClockSkew time.Duration
+	// MaxBatch is the most operations in one batch. Default 4096.
+	MaxBatch int
+	// MaxOpBytes is the most bytes in one operation. Default 64 MiB.
+	MaxOpBytes uint64
+	// QueueDepth is how many batches may wait per connection before Post
+	// says ResourceExhausted. Default 1024.
+	QueueDepth int
+
+	// unsafe selects a deliberately broken behaviour, for tests that prove
+	// the contract tests can fail. Unexported: settable only by this
+	// package's tests and by a binary built with the kvfenceunsafe tag.
+	unsafe unsafeMode
+}
+
+// tailSlack covers what the deadline arithmetic cannot: a read syscall that
+// began just before the deadline, and a write that raced an InDoubt report.
+const tailSlack = time.Second
+
+func (c Config) withDefaults() Config {
+	if c.ListenAddr == "" {
+		c.ListenAddr = "127.0.0.1:0"
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = 10 * time.Second
+	}
+	if c.WriteTTL <= 0 {
+		c.WriteTTL = 10 * time.Second
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 4096
+	}
+	if c.MaxOpBytes == 0 || c.MaxOpBytes > maxWireBytes {
+		c.MaxOpBytes = 64 << 20
+	}
+	if c.QueueDepth <= 0 {
+		c.QueueDepth = 1024
+	}
+	return c
+}
+
+// maxTail is the honest bound on how long after a batch's completion (or a
+// failure report) bytes of it may still land, absent Quiesce: a write is
+// never applied past its deadline (send time + WriteTTL, sender clock), the
+// receiver's clock may lag by ClockSkew, and tailSlack covers the rest.
+func (c Config) maxTail() time.Duration { return c.WriteTTL + c.ClockSkew + tailSlack }
+
+// unsafeMode names the known-unsafe variants the tests must catch.
+type unsafeMode uint8
+
+const (
+	safe unsafeMode = iota
+	// unsafeSucceedBeforeAck: the sender reports Succeeded once the bytes
+	// are handed to the socket, without waiting for acknowledgements.
+	unsafeSucceedBeforeAck
+	// unsafeApplyAfterRevoke: the receiver ignores revocation.
+	unsafeApplyAfterRevoke
+)
+
+// unsafeModeByName is how the kvfenceunsafe build of the binary picks one.
+var unsafeModeByName = map[string]unsafeMode{
+	"succeed-before-ack": unsafeSucceedBeforeAck,
+	"apply-after-revoke": unsafeApplyAfterRevoke,
+}

@@ -1,0 +1,27 @@
+package tcp
+
+import (
+	"time"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// ConfigFromEnv reads a Config from KVFENCE_TCP_* variables (getenv is
+// os.Getenv in the plugin binary).
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	cfg := Config{ListenAddr: getenv("KVFENCE_TCP_LISTEN")}
+	for name, dst := range map[string]*time.Duration{
+		"KVFENCE_TCP_ACK_TIMEOUT": &cfg.AckTimeout,
+		"KVFENCE_TCP_WRITE_TTL":   &cfg.WriteTTL,
+		"KVFENCE_TCP_CLOCK_SKEW":  &cfg.ClockSkew,
+	} {
+		if v := getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return Config{}, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: not a duration", name, v)
+			}
+			*dst = d
+		}
+	}
+	return cfg, nil
+}

@@ -1,0 +1,77 @@
+package tcp
+
+import (
+	"sync"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// exposure is a granted window [off, off+length) of a region, under a key.
+// Writes under the key apply only between begin and end; Revoke flips
+// revoked and then waits until no write is between begin and end, cutting
+// off any whose payload is still arriving by closing its connection.
+type exposure struct {
+	key    sdk.Key
+	region *region
+	off    uint64
+	length uint64
+
+	mu       sync.Mutex
+	idle     *sync.Cond // signalled when inflight drops
+	revoked  bool
+	inflight int
+	active   map[*recvSession]int // sessions with a write in progress
+	applied  uint64
+	dropped  uint64
+}
+
+func newExposure(key sdk.Key, r *region, off, length uint64) *exposure {
+	e := &exposure{key: key, region: r, off: off, length: length, active: map[*recvSession]int{}}
+	e.idle = sync.NewCond(&e.mu)
+	return e
+}
+
+// begin admits one write by s, or refuses it because the key is revoked.
+// ignoreRevoke is the known-unsafe receiver variant.
+func (e *exposure) begin(s *recvSession, ignoreRevoke bool) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.revoked && !ignoreRevoke {
+		e.dropped++
+		return false
+	}
+	e.inflight++
+	e.active[s]++
+	return true
+}
+
+// end closes a write admitted by begin.
+func (e *exposure) end(s *recvSession, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.inflight--
+	if e.active[s]--; e.active[s] == 0 {
+		delete(e.active, s)
+	}
+	if ok {
+		e.applied++
+	}
+	e.idle.Broadcast()
+}
+
+// revoke returns once no write under the key can still apply a byte.
+func (e *exposure) revoke() sdk.RevokeResult {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.revoked = true
+	for s := range e.active {
+		// Cuts off a payload mid-read: the session's read returns an error
+		// and its goroutine ends the write. The connection is lost with it;
+		// its other writes become InDoubt at the sender.
+		s.abort()
+	}
+	for e.inflight > 0 {
+		e.idle.Wait()
+	}
+	return sdk.RevokeResult{WritesApplied: e.applied, WritesDropped: e.dropped}
+}

@@ -1,0 +1,460 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// peer is a connected remote endpoint. Its current session is replaced
+// after a Quiesce or a broken connection; old sessions stay reachable from
+// their batches until quiesced.
+type peer struct {
+	id   sdk.PeerID
+	addr string
+
+	mu   sync.Mutex
+	sess *sendSession
+}
+
+// batchState is the sender's bookkeeping for one accepted batch.
+type batchState struct {
+	id   sdk.BatchID
+	sess *sendSession
+	ops  []sdk.Op
+	regs []*region // local source of each op, pinned until written or dropped
+
+	// guarded by sess.mu
+	unresolved int    // ops neither acknowledged nor refused
+	landed     uint64 // bytes acknowledged as applied
+	refused    ackCode
+	refusedN   int  // ops resolved as not applied (refused, or never sent)
+	pendingN   int  // ops written and awaiting acknowledgement
+	completed  bool // the one completion was sent
+	timer      *time.Timer
+}
+
+// pendingOp is a written operation awaiting its acknowledgement.
+type pendingOp struct {
+	b   *batchState
+	len uint64
+}
+
+// sendSession is one data connection to a receiver, with a writer goroutine
+// (batches in order) and a reader goroutine (acknowledgements).
+type sendSession struct {
+	t    *Transport
+	peer *peer
+
+	queue     chan *batchState
+	stop      chan struct{} // closed to make the writer finish
+	stopOnce  sync.Once
+	writerEnd chan struct{} // closed when the writer drained its queue
+
+	mu        sync.Mutex
+	conn      net.Conn // nil until dialled
+	instance  uint64   // receiver incarnation and our session there (HELLO_ACK)
+	remoteID  uint64
+	seq       uint64
+	pending   map[uint64]pendingOp
+	batches   map[sdk.BatchID]*batchState // not fully resolved
+	broken    error
+	stopping  bool
+	dialled   chan struct{} // closed when the dial attempt finished
+	readerEnd chan struct{} // closed when the ack reader returned
+}
+
+func newSendSession(t *Transport, p *peer) *sendSession {
+	s := &sendSession{
+		t: t, peer: p,
+		queue:     make(chan *batchState, t.cfg.QueueDepth),
+		stop:      make(chan struct{}),
+		writerEnd: make(chan struct{}),
+		pending:   map[uint64]pendingOp{},
+		batches:   map[sdk.BatchID]*batchState{},
+		dialled:   make(chan struct{}),
+		readerEnd: make(chan struct{}),
+	}
+	go s.run()
+	return s
+}
+
+// run dials, then writes queued batches until stopped or broken.
+func (s *sendSession) run() {
+	defer close(s.writerEnd)
+	conn, instance, remoteID, err := s.dial()
+	s.mu.Lock()
+	if err == nil {
+		s.conn, s.instance, s.remoteID = conn, instance, remoteID
+	} else {
+		s.broken = err
+	}
+	s.mu.Unlock()
+	close(s.dialled)
+	if err != nil {
+		close(s.readerEnd)
+		// Nothing ever left this process on this session: every batch on it
+		// fails definitely (the receiver has no connection of ours).
+		s.halt()
+		s.drainQueue("dial failed: " + err.Error())
+		return
+	}
+	go s.readAcks()
+	for s.writeNext() {
+	}
+	// Stopped or broken: whatever is still queued was never sent.
+	s.drainQueue("never sent: session ended")
+}
+
+func (s *sendSession) writeNext() bool {
+	select {
+	case <-s.stop:
+		return false
+	case b := <-s.queue:
+		return s.write(b)
+	}
+}
+
+// halt stops the writer and makes Post pick a new session.
+func (s *sendSession) halt() { s.stopOnce.Do(func() { close(s.stop) }) }
+
+// usable reports whether Post may enqueue here. Caller holds s.mu.
+func (s *sendSession) usable() bool { return s.broken == nil && !s.stopping }
+
+func (s *sendSession) dial() (net.Conn, uint64, uint64, error) {
+	conn, err := net.DialTimeout("tcp", s.peer.addr, 5*time.Second)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	var hb [headerSize]byte
+	(&header{Type: frameHello}).encode(hb[:])
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write(hb[:]); err != nil {
+		conn.Close()
+		return nil, 0, 0, err
+	}
+	if _, err := io.ReadFull(conn, hb[:]); err != nil {
+		conn.Close()
+		return nil, 0, 0, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	h, err := decodeHeader(hb[:], 0)
+	if err != nil || h.Type != frameHelloAck {
+		conn.Close()
+		return nil, 0, 0, fmt.Errorf("bad hello reply: %v", err)
+	}
+	return conn, h.Key, h.Offset, nil
+}
+
+// write sends one batch: a header and a payload per op, as one writev each,
+// straight from the shared mapping. It reports false if the session is over.
+func (s *sendSession) write(b *batchState) bool {
+	if s.t.cfg.unsafe == unsafeSucceedBeforeAck {
+		// KNOWN-UNSAFE: reports Succeeded as soon as the batch is handed to
+		// the socket writer — "the socket took it" is not "it landed".
+		s.mu.Lock()
+		if !b.completed {
+			b.completed = true
+			s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.Succeeded, BytesLanded: batchBytes(b.ops)})
+		}
+		s.mu.Unlock()
+	}
+	var hb [headerSize]byte
+	for i, op := range b.ops {
+		s.mu.Lock()
+		over := !s.usable()
+		if over || b.completed && s.t.cfg.unsafe != unsafeSucceedBeforeAck {
+			// A batch already reported InDoubt (timeout) is not sent further:
+			// that only shortens its tail.
+			s.unpinFrom(b, i)
+			s.resolveUnsent(b, len(b.ops)-i, "not sent")
+			s.mu.Unlock()
+			return !over
+		}
+		s.seq++
+		seq := s.seq
+		s.pending[seq] = pendingOp{b: b, len: op.Length}
+		b.pendingN++
+		conn := s.conn
+		s.mu.Unlock()
+
+		h := header{Type: frameWrite, Seq: seq, Key: uint64(op.RemoteKey), Offset: op.RemoteOffset,
+			Length: op.Length, Deadline: time.Now().Add(s.t.cfg.WriteTTL).UnixNano()}
+		h.encode(hb[:])
+		src := b.regs[i].mem[op.LocalOffset : op.LocalOffset+op.Length]
+		bufs := net.Buffers{hb[:], src}
+		_, err := bufs.WriteTo(conn)
+		b.regs[i].release()
+		if err != nil {
+			s.fail(fmt.Errorf("write: %w", err))
+			s.mu.Lock()
+			s.unpinFrom(b, i+1)
+			s.resolveUnsent(b, len(b.ops)-i-1, "not sent: connection lost")
+			s.mu.Unlock()
+			return false
+		}
+	}
+	return true
+}
+
+func batchBytes(ops []sdk.Op) uint64 {
+	var n uint64
+	for _, op := range ops {
+		n += op.Length
+	}
+	return n
+}
+
+// unpinFrom releases the source regions of ops [i:] that will not be sent.
+// Caller holds s.mu (region locks are independent).
+func (s *sendSession) unpinFrom(b *batchState, i int) {
+	for ; i < len(b.ops); i++ {
+		b.regs[i].release()
+	}
+}
+
+// resolveUnsent counts n ops of b as provably not applied (never sent).
+// Caller holds s.mu.
+func (s *sendSession) resolveUnsent(b *batchState, n int, why string) {
+	if n <= 0 {
+		return
+	}
+	b.unresolved -= n
+	b.refusedN += n
+	s.settle(b, sdk.ClassUnavailable, why)
+}
+
+// drainQueue resolves every queued batch as never sent.
+func (s *sendSession) drainQueue(why string) {
+	for {
+		select {
+		case b := <-s.queue:
+			s.mu.Lock()
+			s.unpinFrom(b, 0)
+			s.resolveUnsent(b, len(b.ops), why)
+			s.mu.Unlock()
+		default:
+			return
+		}
+	}
+}
+
+// readAcks turns acknowledgements into completions until the connection ends.
+func (s *sendSession) readAcks() {
+	defer close(s.readerEnd)
+	var hb [headerSize]byte
+	for {
+		if _, err := io.ReadFull(s.conn, hb[:]); err != nil {
+			s.fail(fmt.Errorf("read: %w", err))
+			return
+		}
+		h, err := decodeHeader(hb[:], 0)
+		if err != nil || h.Type != frameAck {
+			s.t.stats.add(statGarbage, 1)
+			s.fail(fmt.Errorf("garbage from receiver: %v", err))
+			return
+		}
+		s.mu.Lock()
+		p, ok := s.pending[h.Seq]
+		if !ok {
+			s.mu.Unlock()
+			s.t.stats.add(statGarbage, 1)
+			continue
+		}
+		delete(s.pending, h.Seq)
+		p.b.pendingN--
+		p.b.unresolved--
+		if ackCode(h.Code) == ackOK {
+			p.b.landed += p.len
+		} else {
+			p.b.refusedN++
+			p.b.refused = ackCode(h.Code)
+		}
+		s.settle(p.b, classOfAck(ackCode(h.Code)), ackDetail(ackCode(h.Code)))
+		s.mu.Unlock()
+	}
+}
+
+// settle completes b once every op is resolved: Succeeded if every op was
+// acknowledged, else FailedDefinite (every unacknowledged op was refused by
+// the receiver or never sent: none of it can apply). Caller holds s.mu.
+func (s *sendSession) settle(b *batchState, class sdk.Class, detail string) {
+	if b.unresolved > 0 {
+		return
+	}
+	delete(s.batches, b.id)
+	s.t.batchMu.Lock()
+	delete(s.t.batches, b.id)
+	s.t.batchMu.Unlock()
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	if b.completed {
+		return
+	}
+	b.completed = true
+	if b.refusedN == 0 {
+		s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.Succeeded, BytesLanded: b.landed})
+		return
+	}
+	s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.FailedDefinite, BytesLanded: b.landed, Class: class, Detail: detail})
+}
+
+// timeout reports b InDoubt if it is not resolved in time. Its ops stay
+// tracked: a later acknowledgement still resolves them for Quiesce.
+func (s *sendSession) timeout(b *batchState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.completed {
+		return
+	}
+	b.completed = true
+	s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: sdk.ClassUnavailable,
+		Detail: "no acknowledgement within the ack timeout"})
+}
+
+// fail marks the session broken: every batch with a write still awaiting
+// its acknowledgement is InDoubt — those bytes may sit in the receiver's
+// socket buffer and still be applied until their deadline or a Quiesce.
+func (s *sendSession) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken == nil {
+		s.broken = err
+	}
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+	s.halt()
+	if s.stopping {
+		// A Quiesce is in progress: it settles these batches on the
+		// receiver's confirmation, or reports them InDoubt if none comes.
+		return
+	}
+	s.doubtWritten(err)
+}
+
+// doubtWritten completes InDoubt every batch with a write awaiting its
+// acknowledgement. Caller holds s.mu.
+func (s *sendSession) doubtWritten(err error) {
+	for _, b := range s.batches {
+		if !b.completed && b.pendingN > 0 {
+			b.completed = true
+			s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: sdk.ClassUnavailable,
+				Detail: "connection lost: " + err.Error()})
+		}
+	}
+}
+
+// quiesce makes the receiver confirm that this session applies nothing more,
+// then resolves every op still unacknowledged as stopped. Every batch of the
+// session is completed when it returns nil.
+func (s *sendSession) quiesce(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	s.halt()
+	select {
+	case <-s.dialled:
+	case <-ctx.Done():
+		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: dial still in progress: %v", ctx.Err())
+	}
+	s.mu.Lock()
+	conn, instance, remoteID := s.conn, s.instance, s.remoteID
+	s.mu.Unlock()
+	if conn != nil {
+		if err := s.askReceiver(ctx, instance, remoteID); err != nil {
+			s.mu.Lock()
+			s.doubtWritten(err)
+			s.mu.Unlock()
+			return err
+		}
+		// The receiver closed its side; drain the acknowledgements it sent
+		// before that, briefly, then cut our side.
+		select {
+		case <-s.readerEnd:
+		case <-time.After(2 * time.Second):
+		}
+		s.fail(fmt.Errorf("quiesced"))
+		<-s.readerEnd
+	}
+	<-s.writerEnd
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for seq, p := range s.pending {
+		delete(s.pending, seq)
+		p.b.pendingN--
+		p.b.unresolved--
+		p.b.refusedN++
+	}
+	for _, b := range s.batches {
+		s.settle(b, sdk.ClassUnavailable, "quiesced: receiver confirmed it applies nothing more")
+	}
+	return nil
+}
+
+// askReceiver opens a control connection and asks the receiver to end our
+// session there; it returns nil only on the receiver's confirmation.
+func (s *sendSession) askReceiver(ctx context.Context, instance, remoteID uint64) error {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", s.peer.addr)
+	if err != nil {
+		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: receiver unreachable: %v", err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	defer stop()
+	var hb [headerSize]byte
+	(&header{Type: frameQuiesce, Key: instance, Offset: remoteID}).encode(hb[:])
+	if _, err := c.Write(hb[:]); err != nil {
+		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: %v", err)
+	}
+	if _, err := io.ReadFull(c, hb[:]); err != nil {
+		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: no confirmation: %v", err)
+	}
+	h, err := decodeHeader(hb[:], 0)
+	if err != nil || h.Type != frameQuiesced {
+		return sdk.Errorf(sdk.ClassInternal, "Quiesce: bad confirmation: %v", err)
+	}
+	if h.Code != quiescedOK {
+		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: receiver is a different incarnation; cannot confirm")
+	}
+	return nil
+}
+
+func classOfAck(c ackCode) sdk.Class {
+	switch c {
+	case ackUnknownKey:
+		return sdk.ClassNotFound
+	case ackRevoked, ackExpired:
+		return sdk.ClassFailedPrecondition
+	case ackOutOfBounds:
+		return sdk.ClassInvalidArgument
+	}
+	return sdk.ClassUnknown
+}
+
+func ackDetail(c ackCode) string {
+	switch c {
+	case ackUnknownKey:
+		return "receiver: unknown key"
+	case ackRevoked:
+		return "receiver: key revoked"
+	case ackOutOfBounds:
+		return "receiver: write outside the granted window"
+	case ackExpired:
+		return "receiver: write arrived past its deadline"
+	}
+	return ""
+}

@@ -1,0 +1,487 @@
+package tcp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// Name and Version identify the plugin in Info.
+const (
+	Name    = "kvfence-tcp"
+	Version = "0.1.0"
+)
+
+// Transport is the TCP transport: an sdk.Transport, sdk.Granter and
+// sdk.StatsReporter.
+type Transport struct {
+	cfg   Config
+	log   hclog.Logger
+	recv  *receiver
+	stats stats
+
+	mu         sync.Mutex
+	closed     bool
+	regions    map[sdk.RegionID]*region
+	nextRegion sdk.RegionID
+	keys       map[sdk.Key]*exposure
+	peers      map[sdk.PeerID]*peer
+	nextPeer   uint64
+	batchIDs   map[sdk.BatchID]struct{} // every id ever accepted (ids are unique per instance; 8 bytes each, kept for life)
+
+	// batchMu is a leaf lock (taken under s.mu by settle): batches holds
+	// accepted batches whose operations are not all resolved yet.
+	batchMu sync.Mutex
+	batches map[sdk.BatchID]*batchState
+
+	compMu   sync.Mutex
+	compCond *sync.Cond
+	compQ    []sdk.Completion
+	compDone bool
+	out      chan sdk.Completion
+	pumpEnd  chan struct{}
+}
+
+var (
+	_ sdk.Transport     = (*Transport)(nil)
+	_ sdk.Granter       = (*Transport)(nil)
+	_ sdk.StatsReporter = (*Transport)(nil)
+)
+
+// New starts a TCP transport listening on cfg.ListenAddr.
+func New(cfg Config, log hclog.Logger) (*Transport, error) {
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, sdk.Errorf(sdk.ClassUnavailable, "listen %s: %v", cfg.ListenAddr, err)
+	}
+	t := &Transport{
+		cfg:      cfg,
+		log:      log,
+		regions:  map[sdk.RegionID]*region{},
+		keys:     map[sdk.Key]*exposure{},
+		peers:    map[sdk.PeerID]*peer{},
+		batchIDs: map[sdk.BatchID]struct{}{},
+		batches:  map[sdk.BatchID]*batchState{},
+		out:      make(chan sdk.Completion, 1024),
+		pumpEnd:  make(chan struct{}),
+	}
+	t.compCond = sync.NewCond(&t.compMu)
+	t.recv = &receiver{t: t, ln: ln, instance: randomNonZero(), log: log, sessions: map[uint64]*recvSession{}}
+	go t.recv.serve()
+	go t.pump()
+	return t, nil
+}
+
+func randomNonZero() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// complete queues a completion without blocking (callers hold locks); the
+// pump hands them to the channel in order.
+func (t *Transport) complete(c sdk.Completion) {
+	switch c.Status {
+	case sdk.Succeeded:
+		t.stats.add(statBatchesOK, 1)
+	case sdk.FailedDefinite:
+		t.stats.add(statBatchesFailed, 1)
+	default:
+		t.stats.add(statBatchesDoubt, 1)
+	}
+	t.compMu.Lock()
+	t.compQ = append(t.compQ, c)
+	t.compCond.Signal()
+	t.compMu.Unlock()
+}
+
+func (t *Transport) pump() {
+	defer close(t.pumpEnd)
+	defer close(t.out)
+	for {
+		t.compMu.Lock()
+		for len(t.compQ) == 0 && !t.compDone {
+			t.compCond.Wait()
+		}
+		if len(t.compQ) == 0 {
+			t.compMu.Unlock()
+			return
+		}
+		q := t.compQ
+		t.compQ = nil
+		t.compMu.Unlock()
+		for _, c := range q {
+			t.out <- c
+		}
+	}
+}
+
+// Info declares the capabilities, MaxTail included (see Config.maxTail).
+func (t *Transport) Info(context.Context) (sdk.Info, error) {
+	return sdk.Info{
+		Name:            Name,
+		Version:         Version,
+		ProtocolVersion: sdk.ProtocolVersion,
+		Capabilities: sdk.Capabilities{
+			Revoke:      true,
+			Read:        false,
+			MaxTail:     t.cfg.maxTail(),
+			MaxBatch:    t.cfg.MaxBatch,
+			MaxOpBytes:  t.cfg.MaxOpBytes,
+			MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared},
+		},
+	}, nil
+}
+
+func (t *Transport) RegisterMemory(_ context.Context, desc sdk.MemoryDesc) (sdk.RegionID, error) {
+	if desc.Kind != sdk.MemoryHostShared {
+		return 0, sdk.Errorf(sdk.ClassUnimplemented, "RegisterMemory: %v memory is not supported by tcp", desc.Kind)
+	}
+	m, err := sdk.MapMemory(desc)
+	if err != nil {
+		return 0, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		_ = m.Close()
+		return 0, sdk.Errorf(sdk.ClassFailedPrecondition, "RegisterMemory: transport closed")
+	}
+	t.nextRegion++
+	r := &region{id: t.nextRegion, mapping: m, mem: m.Bytes(), keys: map[sdk.Key]*exposure{}}
+	t.regions[r.id] = r
+	return r.id, nil
+}
+
+// DeregisterMemory revokes every key on the region (waiting for in-flight
+// writes to stop) before unmapping it; it refuses while unsent operations
+// still read from it.
+func (t *Transport) DeregisterMemory(ctx context.Context, id sdk.RegionID) error {
+	t.mu.Lock()
+	r := t.regions[id]
+	if r == nil {
+		t.mu.Unlock()
+		return sdk.Errorf(sdk.ClassNotFound, "DeregisterMemory: region %d", id)
+	}
+	r.mu.Lock()
+	users := r.users
+	keys := make([]*exposure, 0, len(r.keys))
+	for _, e := range r.keys {
+		keys = append(keys, e)
+	}
+	r.mu.Unlock()
+	if users > 0 {
+		t.mu.Unlock()
+		return sdk.Errorf(sdk.ClassFailedPrecondition, "DeregisterMemory: region %d is the source of %d unsent operations", id, users)
+	}
+	delete(t.regions, id)
+	for _, e := range keys {
+		delete(t.keys, e.key)
+	}
+	t.mu.Unlock()
+	for _, e := range keys {
+		e.revoke()
+	}
+	return r.mapping.Close()
+}
+
+func (t *Transport) LocalEndpoint(context.Context) (sdk.Endpoint, error) {
+	return sdk.Endpoint{Transport: Name, Address: t.recv.ln.Addr().String()}, nil
+}
+
+func (t *Transport) Connect(_ context.Context, ep sdk.Endpoint) (sdk.PeerID, error) {
+	if ep.Transport != "" && ep.Transport != Name {
+		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: endpoint is for transport %q", ep.Transport)
+	}
+	if _, _, err := net.SplitHostPort(ep.Address); err != nil {
+		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: address %q: %v", ep.Address, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return "", sdk.Errorf(sdk.ClassFailedPrecondition, "Connect: transport closed")
+	}
+	t.nextPeer++
+	id := sdk.PeerID(fmt.Sprintf("tcp-%d@%s", t.nextPeer, ep.Address))
+	t.peers[id] = &peer{id: id, addr: ep.Address}
+	return id, nil
+}
+
+// Disconnect forgets the peer; its unresolved batches are completed InDoubt
+// (written ones) or FailedDefinite (never sent) by the session teardown.
+func (t *Transport) Disconnect(_ context.Context, id sdk.PeerID) error {
+	t.mu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	t.mu.Unlock()
+	if p == nil {
+		return sdk.Errorf(sdk.ClassNotFound, "Disconnect: peer %q", id)
+	}
+	p.mu.Lock()
+	s := p.sess
+	p.sess = nil
+	p.mu.Unlock()
+	if s != nil {
+		s.fail(fmt.Errorf("disconnected"))
+	}
+	return nil
+}
+
+// Post validates the whole batch before accepting any of it, then queues it
+// on the peer's current session. It never blocks on the network.
+func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
+	if b.ID == 0 {
+		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: batch id 0")
+	}
+	if len(b.Ops) == 0 {
+		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: batch %d has no operations", b.ID)
+	}
+	if len(b.Ops) > t.cfg.MaxBatch {
+		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: batch %d has %d operations, MaxBatch is %d", b.ID, len(b.Ops), t.cfg.MaxBatch)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return sdk.Errorf(sdk.ClassFailedPrecondition, "Post: transport closed")
+	}
+	if _, dup := t.batchIDs[b.ID]; dup {
+		return sdk.Errorf(sdk.ClassAlreadyExists, "Post: batch id %d was used before", b.ID)
+	}
+	p := t.peers[b.Peer]
+	if p == nil {
+		return sdk.Errorf(sdk.ClassNotFound, "Post: peer %q", b.Peer)
+	}
+	regs := make([]*region, len(b.Ops))
+	for i, op := range b.Ops {
+		switch op.Kind {
+		case sdk.OpWrite:
+		case sdk.OpRead:
+			return sdk.Errorf(sdk.ClassUnimplemented, "Post: op %d: tcp does not read", i)
+		default:
+			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: unknown kind %d", i, op.Kind)
+		}
+		if op.Length == 0 {
+			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: zero length", i)
+		}
+		if op.Length > t.cfg.MaxOpBytes {
+			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: %d bytes exceeds MaxOpBytes %d", i, op.Length, t.cfg.MaxOpBytes)
+		}
+		if op.RemoteKey == 0 {
+			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: key 0", i)
+		}
+		r := t.regions[op.LocalRegion]
+		if r == nil {
+			return sdk.Errorf(sdk.ClassNotFound, "Post: op %d: local region %d is not registered", i, op.LocalRegion)
+		}
+		if !inBounds(op.LocalOffset, op.Length, uint64(len(r.mem))) {
+			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: [%d,+%d) outside local region of %d bytes", i, op.LocalOffset, op.Length, len(r.mem))
+		}
+		regs[i] = r
+	}
+	bs := &batchState{id: b.ID, ops: append([]sdk.Op(nil), b.Ops...), regs: regs, unresolved: len(b.Ops)}
+	if err := t.enqueue(p, bs); err != nil {
+		return err
+	}
+	t.batchIDs[b.ID] = struct{}{}
+	return nil
+}
+
+// enqueue puts bs on p's usable session (starting one if needed). Caller
+// holds t.mu.
+func (t *Transport) enqueue(p *peer, bs *batchState) error {
+	p.mu.Lock()
+	s := p.sess
+	if s != nil {
+		s.mu.Lock()
+		if !s.usable() {
+			s.mu.Unlock()
+			s = nil
+		}
+	}
+	if s == nil {
+		s = newSendSession(t, p)
+		p.sess = s
+		s.mu.Lock()
+	}
+	p.mu.Unlock()
+	defer s.mu.Unlock()
+	select {
+	case s.queue <- bs:
+	default:
+		return sdk.Errorf(sdk.ClassResourceExhausted, "Post: %d batches already queued for %s", cap(s.queue), p.id)
+	}
+	for _, r := range bs.regs {
+		r.use()
+	}
+	bs.sess = s
+	s.batches[bs.id] = bs
+	t.batchMu.Lock()
+	t.batches[bs.id] = bs
+	t.batchMu.Unlock()
+	bs.timer = time.AfterFunc(t.cfg.AckTimeout, func() { s.timeout(bs) })
+	return nil
+}
+
+func (t *Transport) Completions() <-chan sdk.Completion { return t.out }
+
+// Quiesce returns completions-harvested if every listed batch already
+// resolved each of its operations; otherwise it tears down each session the
+// unresolved ones were posted on and returns receiver-confirmed once every
+// receiver confirmed. Unknown batch ids were never accepted, so they cannot
+// move: they are covered vacuously.
+func (t *Transport) Quiesce(ctx context.Context, peerID sdk.PeerID, ids []sdk.BatchID) (sdk.QuiesceResult, error) {
+	t.mu.Lock()
+	p := t.peers[peerID]
+	t.mu.Unlock()
+	var sessions []*sendSession
+	seen := map[*sendSession]bool{}
+	for _, id := range ids {
+		t.batchMu.Lock()
+		b := t.batches[id]
+		t.batchMu.Unlock()
+		if b == nil || b.sess == nil {
+			continue
+		}
+		if p != nil && b.sess.peer != p {
+			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassInvalidArgument, "Quiesce: batch %d was not posted to %s", id, peerID)
+		}
+		b.sess.mu.Lock()
+		open := b.unresolved > 0
+		b.sess.mu.Unlock()
+		if open && !seen[b.sess] {
+			seen[b.sess] = true
+			sessions = append(sessions, b.sess)
+		}
+	}
+	if p == nil && len(sessions) > 0 {
+		return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassNotFound, "Quiesce: peer %q", peerID)
+	}
+	if len(sessions) == 0 {
+		return sdk.QuiesceResult{Evidence: sdk.EvidenceCompletionsHarvested, Batches: ids}, nil
+	}
+	for _, s := range sessions {
+		p.mu.Lock()
+		if p.sess == s {
+			p.sess = nil // new Posts go to a new connection
+		}
+		p.mu.Unlock()
+		if err := s.quiesce(ctx); err != nil {
+			return sdk.QuiesceResult{}, err
+		}
+	}
+	return sdk.QuiesceResult{Evidence: sdk.EvidenceReceiverConfirmed, Batches: ids,
+		Detail: fmt.Sprintf("%d connection(s) torn down and confirmed by the receiver", len(sessions))}, nil
+}
+
+// Grant exposes a window of a registered region under a new random key.
+func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
+	if w.Length == 0 {
+		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "Grant: zero-length window")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.regions[w.Region]
+	if r == nil {
+		return 0, sdk.Errorf(sdk.ClassNotFound, "Grant: region %d is not registered", w.Region)
+	}
+	if !inBounds(w.Offset, w.Length, uint64(len(r.mem))) {
+		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "Grant: [%d,+%d) outside region of %d bytes", w.Offset, w.Length, len(r.mem))
+	}
+	var k sdk.Key
+	for k == 0 || t.keys[k] != nil {
+		k = sdk.Key(randomNonZero())
+	}
+	e := newExposure(k, r, w.Offset, w.Length)
+	t.keys[k] = e
+	r.mu.Lock()
+	r.keys[k] = e
+	r.mu.Unlock()
+	return k, nil
+}
+
+// Revoke returns once no byte under key can land. The key stays known (so
+// later writes are counted as dropped and refused as revoked) until its
+// region is deregistered.
+func (t *Transport) Revoke(_ context.Context, k sdk.Key) (sdk.RevokeResult, error) {
+	t.mu.Lock()
+	e := t.keys[k]
+	t.mu.Unlock()
+	if e == nil {
+		return sdk.RevokeResult{}, sdk.Errorf(sdk.ClassNotFound, "Revoke: unknown key")
+	}
+	if t.cfg.unsafe == unsafeApplyAfterRevoke {
+		// KNOWN-UNSAFE: claims revocation without enforcing it.
+		return sdk.RevokeResult{}, nil
+	}
+	return e.revoke(), nil
+}
+
+func (t *Transport) Stats(context.Context) (map[string]uint64, error) {
+	return t.stats.snapshot(), nil
+}
+
+// Close stops listening, tears down every connection (written batches
+// complete InDoubt, queued ones FailedDefinite), and closes Completions.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	var sessions []*sendSession
+	t.batchMu.Lock()
+	for _, b := range t.batches {
+		if b.sess != nil {
+			sessions = append(sessions, b.sess)
+		}
+	}
+	t.batchMu.Unlock()
+	for _, p := range t.peers {
+		p.mu.Lock()
+		if p.sess != nil {
+			sessions = append(sessions, p.sess)
+		}
+		p.mu.Unlock()
+	}
+	t.mu.Unlock()
+	t.recv.close()
+	for _, s := range sessions {
+		s.fail(fmt.Errorf("transport closed"))
+	}
+	for _, s := range sessions {
+		<-s.writerEnd
+		<-s.readerEnd
+		s.mu.Lock()
+		for _, b := range s.batches {
+			if b.timer != nil {
+				b.timer.Stop()
+			}
+			if !b.completed {
+				b.completed = true
+				t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: sdk.ClassUnavailable, Detail: "transport closed"})
+			}
+		}
+		s.mu.Unlock()
+	}
+	t.compMu.Lock()
+	t.compDone = true
+	t.compCond.Signal()
+	t.compMu.Unlock()
+	return nil
+}

@@ -1,0 +1,143 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// The wire: every frame starts with a fixed 48-byte little-endian header;
+// only WRITE carries a payload (Length bytes) after it.
+//
+//	0  magic    u32  "KVFT"
+//	4  version  u8   1
+//	5  type     u8   frameType
+//	6  code     u16  ACK / QUIESCED result; zero otherwise
+//	8  seq      u64  WRITE/ACK: per-connection operation number
+//	16 key      u64  WRITE: exposure key; HELLO_ACK/QUIESCE: receiver instance
+//	24 offset   u64  WRITE: offset in the key's window; HELLO_ACK/QUIESCE: session
+//	32 length   u64  WRITE: payload length; ACK: bytes applied
+//	40 deadline i64  WRITE: unix nanos (sender clock) after which it must not be applied
+const (
+	headerSize   = 48
+	wireMagic    = 0x5446564b // "KVFT" little-endian
+	wireVersion  = 1
+	maxWireBytes = 1 << 30 // hard cap on one write's payload, whatever the config says
+)
+
+type frameType uint8
+
+const (
+	frameHello    frameType = 1 // sender → receiver: first frame of a data connection
+	frameHelloAck frameType = 2 // receiver → sender: instance and session id
+	frameWrite    frameType = 3 // sender → receiver: one write, payload follows
+	frameAck      frameType = 4 // receiver → sender: result of one write
+	frameQuiesce  frameType = 5 // sender → receiver on a control connection
+	frameQuiesced frameType = 6 // receiver → sender: the session applies nothing more
+)
+
+// ackCode is the receiver's verdict on one write. Every non-OK code means the
+// receiver applied none of the write's bytes.
+type ackCode uint16
+
+const (
+	ackOK          ackCode = 0
+	ackUnknownKey  ackCode = 1
+	ackRevoked     ackCode = 2
+	ackOutOfBounds ackCode = 3
+	ackExpired     ackCode = 4
+)
+
+// quiesced codes.
+const (
+	quiescedOK              = 0
+	quiescedUnknownInstance = 1
+)
+
+type header struct {
+	Type     frameType
+	Code     uint16
+	Seq      uint64
+	Key      uint64
+	Offset   uint64
+	Length   uint64
+	Deadline int64
+}
+
+func (h *header) encode(b []byte) {
+	_ = b[headerSize-1]
+	binary.LittleEndian.PutUint32(b[0:], wireMagic)
+	b[4] = wireVersion
+	b[5] = byte(h.Type)
+	binary.LittleEndian.PutUint16(b[6:], h.Code)
+	binary.LittleEndian.PutUint64(b[8:], h.Seq)
+	binary.LittleEndian.PutUint64(b[16:], h.Key)
+	binary.LittleEndian.PutUint64(b[24:], h.Offset)
+	binary.LittleEndian.PutUint64(b[32:], h.Length)
+	binary.LittleEndian.PutUint64(b[40:], uint64(h.Deadline))
+}
+
+// wireError is a malformed frame: the connection cannot be resynchronised
+// and is closed; the process stays up.
+type wireError struct{ msg string }
+
+func (e *wireError) Error() string { return "tcp wire: " + e.msg }
+
+func wireErrorf(format string, args ...any) error {
+	return &wireError{msg: fmt.Sprintf(format, args...)}
+}
+
+// decodeHeader parses and validates a header from an untrusted peer.
+// maxWrite bounds a WRITE's payload (so a peer cannot make us read forever
+// into a window); it is capped at maxWireBytes.
+func decodeHeader(b []byte, maxWrite uint64) (header, error) {
+	var h header
+	if len(b) < headerSize {
+		return h, wireErrorf("short header: %d bytes", len(b))
+	}
+	if m := binary.LittleEndian.Uint32(b[0:]); m != wireMagic {
+		return h, wireErrorf("bad magic %#x", m)
+	}
+	if v := b[4]; v != wireVersion {
+		return h, wireErrorf("unsupported version %d", v)
+	}
+	h.Type = frameType(b[5])
+	h.Code = binary.LittleEndian.Uint16(b[6:])
+	h.Seq = binary.LittleEndian.Uint64(b[8:])
+	h.Key = binary.LittleEndian.Uint64(b[16:])
+	h.Offset = binary.LittleEndian.Uint64(b[24:])
+	h.Length = binary.LittleEndian.Uint64(b[32:])
+	h.Deadline = int64(binary.LittleEndian.Uint64(b[40:]))
+	if maxWrite == 0 || maxWrite > maxWireBytes {
+		maxWrite = maxWireBytes
+	}
+	switch h.Type {
+	case frameWrite:
+		if h.Code != 0 {
+			return h, wireErrorf("write with code %d", h.Code)
+		}
+		if h.Length == 0 {
+			return h, wireErrorf("zero-length write")
+		}
+		if h.Length > maxWrite {
+			return h, wireErrorf("write of %d bytes exceeds %d", h.Length, maxWrite)
+		}
+		if h.Deadline <= 0 {
+			return h, wireErrorf("write without deadline")
+		}
+	case frameAck:
+		if h.Code > uint16(ackExpired) {
+			return h, wireErrorf("unknown ack code %d", h.Code)
+		}
+	case frameQuiesced:
+		if h.Code > quiescedUnknownInstance {
+			return h, wireErrorf("unknown quiesced code %d", h.Code)
+		}
+	case frameHello, frameHelloAck, frameQuiesce:
+		if h.Code != 0 || h.Length != 0 {
+			return h, wireErrorf("frame type %d with code/length set", h.Type)
+		}
+	default:
+		return h, wireErrorf("unknown frame type %d", h.Type)
+	}
+	return h, nil
+}

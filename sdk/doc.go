@@ -1,0 +1,16 @@
+// Package sdk is what a kvfence transport plugin author imports, and what a
+// host (the engine's agent) uses to load such a plugin.
+//
+// It owns: the transport contract (Transport and its optional capability
+// interfaces, in the database/sql/driver style), the completion statuses and
+// quiescence evidence, the error classes and their gRPC mapping, the plugin
+// protocol kvfence.transport.v1 over hashicorp/go-plugin (Serve for plugins,
+// Open for hosts), the host's crash semantics (a dead plugin's batches become
+// InDoubt, then are covered by process-exited evidence once it is reaped),
+// and the helpers that share memory between host and plugin without copies.
+//
+// It must never: import core (plugins and core are independent), move
+// payload bytes through gRPC, invent Succeeded or FailedDefinite on behalf of
+// a plugin it cannot hear from, or emit more than one terminal completion per
+// batch to its caller.
+package sdk

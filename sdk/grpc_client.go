@@ -1,0 +1,363 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// remote is the host's view of a plugin: a Transport over gRPC that also
+// enforces, on the host's side, what a plugin may get wrong or be unable to
+// say because it died: exactly one completion per batch, and InDoubt for
+// every batch a lost plugin still owed.
+type remote struct {
+	rpc  pb.TransportClient
+	info Info
+
+	cancelStream context.CancelFunc
+	streamDone   chan struct{}
+
+	mu          sync.Mutex
+	outstanding map[BatchID]struct{} // accepted (or maybe accepted), no completion yet
+	inDoubt     map[BatchID]struct{} // completed InDoubt and not since quiesced
+	lost        error                // set once the completion stream ended
+	processGone chan struct{}        // closed when the plugin process is reaped; nil in-process
+
+	sendMu sync.Mutex // serialises sends on out with its close
+	closed bool
+	out    chan Completion
+
+	events     chan Event
+	violations atomic.Uint64
+	onLost     func() // Open's hook: make sure the process dies and is reaped
+}
+
+const (
+	completionBuffer = 4096
+	eventBuffer      = 256
+	closeGrace       = 5 * time.Second
+)
+
+// newRemote asks the plugin for its Info and opens the completion stream.
+func newRemote(ctx context.Context, conn grpc.ClientConnInterface, processGone chan struct{}) (*remote, error) {
+	rpc := pb.NewTransportClient(conn)
+	ir, err := rpc.Info(ctx, &pb.InfoRequest{})
+	if err != nil {
+		return nil, fromStatusError(err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	stream, err := rpc.Completions(sctx, &pb.CompletionsRequest{})
+	if err != nil {
+		cancel()
+		return nil, fromStatusError(err)
+	}
+	r := &remote{
+		rpc:          rpc,
+		info:         infoFromPB(ir),
+		cancelStream: cancel,
+		streamDone:   make(chan struct{}),
+		outstanding:  map[BatchID]struct{}{},
+		inDoubt:      map[BatchID]struct{}{},
+		processGone:  processGone,
+		out:          make(chan Completion, completionBuffer),
+		events:       make(chan Event, eventBuffer),
+	}
+	go r.receive(stream)
+	return r, nil
+}
+
+// asTransport exposes Granter only when the plugin declared Revoke, so that a
+// type assertion on the host side means what it means in process.
+func (r *remote) asTransport() Transport {
+	if r.info.Capabilities.Revoke {
+		return &remoteGranter{r}
+	}
+	return r
+}
+
+func (r *remote) receive(stream pb.Transport_CompletionsClient) {
+	defer close(r.streamDone)
+	for {
+		c, err := stream.Recv()
+		if err != nil {
+			r.lose(err)
+			return
+		}
+		r.deliver(completionFromPB(c))
+	}
+}
+
+// deliver passes on a plugin's completion if it is the first for its batch.
+func (r *remote) deliver(c Completion) {
+	r.mu.Lock()
+	if _, ok := r.outstanding[c.Batch]; !ok {
+		r.mu.Unlock()
+		r.violations.Add(1)
+		r.event(Event{Kind: EventProtocolViolation, Batches: []BatchID{c.Batch},
+			Detail: "completion for a batch that is not outstanding (duplicate or unknown): dropped"})
+		return
+	}
+	delete(r.outstanding, c.Batch)
+	if c.Status == InDoubt {
+		r.inDoubt[c.Batch] = struct{}{}
+	}
+	r.mu.Unlock()
+	r.emit(c)
+}
+
+// lose runs once when the stream ends: a clean end after Close or a dead
+// plugin look the same to us, and either way every batch still owed a
+// completion is now InDoubt — nothing proves it stopped.
+func (r *remote) lose(err error) {
+	if err == nil || errors.Is(err, io.EOF) {
+		err = Errorf(ClassUnavailable, "completion stream closed")
+	}
+	r.mu.Lock()
+	r.lost = err
+	ids := make([]BatchID, 0, len(r.outstanding))
+	for id := range r.outstanding {
+		ids = append(ids, id)
+		r.inDoubt[id] = struct{}{}
+	}
+	r.outstanding = map[BatchID]struct{}{}
+	r.mu.Unlock()
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		r.emit(Completion{Batch: id, Status: InDoubt, Class: ClassUnavailable, Detail: "plugin lost: " + err.Error()})
+	}
+	r.sendMu.Lock()
+	r.closed = true
+	close(r.out)
+	r.sendMu.Unlock()
+	r.event(Event{Kind: EventPluginLost, Batches: ids, Detail: err.Error()})
+	if r.onLost != nil {
+		r.onLost()
+	}
+}
+
+// processExited is called by Open's watcher once the process is reaped.
+func (r *remote) processExited() {
+	r.mu.Lock()
+	ids := make([]BatchID, 0, len(r.inDoubt))
+	for id := range r.inDoubt {
+		ids = append(ids, id)
+	}
+	r.inDoubt = map[BatchID]struct{}{}
+	r.mu.Unlock()
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	r.event(Event{Kind: EventPluginExited, Batches: ids, Evidence: EvidenceProcessExited,
+		Detail: "plugin process reaped: its sockets and queue pairs are gone"})
+}
+
+func (r *remote) emit(c Completion) {
+	r.sendMu.Lock()
+	defer r.sendMu.Unlock()
+	if !r.closed {
+		r.out <- c
+	}
+}
+
+// event never blocks the host: a caller that does not read events loses
+// them (they are also visible through the completions and Quiesce).
+func (r *remote) event(e Event) {
+	select {
+	case r.events <- e:
+	default:
+	}
+}
+
+func (r *remote) gone() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lost != nil {
+		return Errorf(ClassUnavailable, "plugin lost: %v", r.lost)
+	}
+	return nil
+}
+
+func (r *remote) Info(ctx context.Context) (Info, error) {
+	if err := r.gone(); err != nil {
+		return Info{}, err
+	}
+	return r.info, nil
+}
+
+func (r *remote) RegisterMemory(ctx context.Context, desc MemoryDesc) (RegionID, error) {
+	res, err := r.rpc.RegisterMemory(ctx, &pb.RegisterMemoryRequest{Memory: memoryDescToPB(desc)})
+	if err != nil {
+		return 0, fromStatusError(err)
+	}
+	return RegionID(res.GetRegion()), nil
+}
+
+func (r *remote) DeregisterMemory(ctx context.Context, region RegionID) error {
+	_, err := r.rpc.DeregisterMemory(ctx, &pb.DeregisterMemoryRequest{Region: uint64(region)})
+	return fromStatusError(err)
+}
+
+func (r *remote) LocalEndpoint(ctx context.Context) (Endpoint, error) {
+	ep, err := r.rpc.LocalEndpoint(ctx, &pb.LocalEndpointRequest{})
+	if err != nil {
+		return Endpoint{}, fromStatusError(err)
+	}
+	return endpointFromPB(ep), nil
+}
+
+func (r *remote) Connect(ctx context.Context, ep Endpoint) (PeerID, error) {
+	res, err := r.rpc.Connect(ctx, &pb.ConnectRequest{Endpoint: endpointToPB(ep)})
+	if err != nil {
+		return "", fromStatusError(err)
+	}
+	return PeerID(res.GetPeer()), nil
+}
+
+func (r *remote) Disconnect(ctx context.Context, peer PeerID) error {
+	_, err := r.rpc.Disconnect(ctx, &pb.DisconnectRequest{Peer: string(peer)})
+	return fromStatusError(err)
+}
+
+// Post registers the batch as outstanding before the call, so a completion
+// racing the reply is never mistaken for an unknown batch. If the call fails
+// in the gRPC machinery (no classified trailer), we cannot know whether the
+// plugin accepted it; we then accept it ourselves and complete it InDoubt.
+func (r *remote) Post(ctx context.Context, b Batch) error {
+	r.mu.Lock()
+	if r.lost != nil {
+		r.mu.Unlock()
+		return Errorf(ClassUnavailable, "Post: plugin lost: %v", r.lost)
+	}
+	if _, dup := r.outstanding[b.ID]; dup {
+		r.mu.Unlock()
+		return Errorf(ClassAlreadyExists, "Post: batch %d is outstanding", b.ID)
+	}
+	r.outstanding[b.ID] = struct{}{}
+	r.mu.Unlock()
+
+	var trailer metadata.MD
+	_, err := r.rpc.Post(ctx, batchToPB(b), grpc.Trailer(&trailer))
+	if err == nil {
+		return nil
+	}
+	if len(trailer.Get(trailerClassified)) > 0 {
+		r.mu.Lock()
+		delete(r.outstanding, b.ID)
+		r.mu.Unlock()
+		return fromStatusError(err)
+	}
+	r.mu.Lock()
+	_, still := r.outstanding[b.ID]
+	delete(r.outstanding, b.ID)
+	if still {
+		r.inDoubt[b.ID] = struct{}{}
+	}
+	r.mu.Unlock()
+	if still {
+		r.emit(Completion{Batch: b.ID, Status: InDoubt, Class: ClassUnavailable,
+			Detail: "Post outcome unknown: " + err.Error()})
+	}
+	return nil
+}
+
+func (r *remote) Completions() <-chan Completion { return r.out }
+
+// Quiesce asks the plugin, unless the plugin process is already reaped:
+// then process exit is the evidence for every batch it ever had.
+func (r *remote) Quiesce(ctx context.Context, peer PeerID, batches []BatchID) (QuiesceResult, error) {
+	if r.processGone != nil {
+		select {
+		case <-r.processGone:
+			return r.quiesced(QuiesceResult{Evidence: EvidenceProcessExited, Batches: batches,
+				Detail: "plugin process exited"}), nil
+		default:
+		}
+		if r.gone() != nil {
+			// Lost but not yet reaped: Open's watcher kills and reaps it.
+			select {
+			case <-r.processGone:
+				return r.quiesced(QuiesceResult{Evidence: EvidenceProcessExited, Batches: batches,
+					Detail: "plugin process exited"}), nil
+			case <-ctx.Done():
+				return QuiesceResult{}, Errorf(ClassUnavailable, "Quiesce: plugin lost and not yet reaped: %v", ctx.Err())
+			}
+		}
+	} else if err := r.gone(); err != nil {
+		return QuiesceResult{}, err
+	}
+	res, err := r.rpc.Quiesce(ctx, &pb.QuiesceRequest{Peer: string(peer), Batches: batchIDsToPB(batches)})
+	if err != nil {
+		return QuiesceResult{}, fromStatusError(err)
+	}
+	return r.quiesced(QuiesceResult{Evidence: Evidence(res.GetEvidence()), Batches: batchIDsFromPB(res.GetBatches()),
+		Detail: res.GetDetail()}), nil
+}
+
+func (r *remote) quiesced(res QuiesceResult) QuiesceResult {
+	r.mu.Lock()
+	for _, id := range res.Batches {
+		delete(r.inDoubt, id)
+	}
+	r.mu.Unlock()
+	return res
+}
+
+func (r *remote) Stats(ctx context.Context) (map[string]uint64, error) {
+	res, err := r.rpc.Stats(ctx, &pb.StatsRequest{})
+	if err != nil {
+		return nil, fromStatusError(err)
+	}
+	m := res.GetCounters()
+	if m == nil {
+		m = map[string]uint64{}
+	}
+	m["host.protocol_violations"] = r.violations.Load()
+	return m, nil
+}
+
+// Close asks the plugin to stop (it completes pending batches InDoubt and
+// ends the stream), then waits for the stream to end.
+func (r *remote) Close() error {
+	var err error
+	if r.gone() == nil {
+		_, err = r.rpc.Close(context.Background(), &pb.CloseRequest{})
+		err = fromStatusError(err)
+	}
+	if err != nil {
+		r.cancelStream()
+	}
+	select {
+	case <-r.streamDone:
+	case <-time.After(closeGrace):
+		// A plugin that does not end its stream on Close is not waited for.
+		r.cancelStream()
+		<-r.streamDone
+	}
+	r.cancelStream()
+	return err
+}
+
+// remoteGranter is a remote whose plugin declared Revoke.
+type remoteGranter struct{ *remote }
+
+func (r *remoteGranter) Grant(ctx context.Context, w Window) (Key, error) {
+	res, err := r.rpc.Grant(ctx, &pb.GrantRequest{Region: uint64(w.Region), Offset: w.Offset, Length: w.Length})
+	if err != nil {
+		return 0, fromStatusError(err)
+	}
+	return Key(res.GetKey()), nil
+}
+
+func (r *remoteGranter) Revoke(ctx context.Context, key Key) (RevokeResult, error) {
+	res, err := r.rpc.Revoke(ctx, &pb.RevokeRequest{Key: uint64(key)})
+	if err != nil {
+		return RevokeResult{}, fromStatusError(err)
+	}
+	return RevokeResult{WritesApplied: res.GetWritesApplied(), WritesDropped: res.GetWritesDropped()}, nil
+}

@@ -1,0 +1,176 @@
+package sdk
+
+import (
+	"context"
+	"sync"
+
+	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// trailerClassified marks an error the transport itself returned (as opposed
+// to one the gRPC machinery produced). The host needs the difference for
+// Post: a transport error means "not accepted", a machinery error means "we
+// do not know whether the plugin accepted it".
+const trailerClassified = "kvfence-classified"
+
+// grpcServer serves one Transport as kvfence.transport.v1.
+type grpcServer struct {
+	pb.UnimplementedTransportServer
+	impl Transport
+
+	streamMu sync.Mutex
+	streamOn bool // one completion stream at a time: two would split completions
+}
+
+func newGRPCServer(impl Transport) *grpcServer { return &grpcServer{impl: impl} }
+
+// fail returns err as a status error and marks it as the transport's own.
+func fail(ctx context.Context, err error) error {
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(trailerClassified, "1"))
+	return toStatusError(err)
+}
+
+func (s *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {
+	i, err := s.impl.Info(ctx)
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	return infoToPB(i), nil
+}
+
+func (s *grpcServer) RegisterMemory(ctx context.Context, r *pb.RegisterMemoryRequest) (*pb.RegisterMemoryResponse, error) {
+	if r.GetMemory() == nil {
+		return nil, fail(ctx, Errorf(ClassInvalidArgument, "RegisterMemory: no memory described"))
+	}
+	id, err := s.impl.RegisterMemory(ctx, memoryDescFromPB(r.GetMemory()))
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &pb.RegisterMemoryResponse{Region: uint64(id)}, nil
+}
+
+func (s *grpcServer) DeregisterMemory(ctx context.Context, r *pb.DeregisterMemoryRequest) (*pb.DeregisterMemoryResponse, error) {
+	if err := s.impl.DeregisterMemory(ctx, RegionID(r.GetRegion())); err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &pb.DeregisterMemoryResponse{}, nil
+}
+
+func (s *grpcServer) LocalEndpoint(ctx context.Context, _ *pb.LocalEndpointRequest) (*pb.Endpoint, error) {
+	ep, err := s.impl.LocalEndpoint(ctx)
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	return endpointToPB(ep), nil
+}
+
+func (s *grpcServer) Connect(ctx context.Context, r *pb.ConnectRequest) (*pb.ConnectResponse, error) {
+	if r.GetEndpoint() == nil {
+		return nil, fail(ctx, Errorf(ClassInvalidArgument, "Connect: no endpoint"))
+	}
+	peer, err := s.impl.Connect(ctx, endpointFromPB(r.GetEndpoint()))
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &pb.ConnectResponse{Peer: string(peer)}, nil
+}
+
+func (s *grpcServer) Disconnect(ctx context.Context, r *pb.DisconnectRequest) (*pb.DisconnectResponse, error) {
+	if err := s.impl.Disconnect(ctx, PeerID(r.GetPeer())); err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &pb.DisconnectResponse{}, nil
+}
+
+func (s *grpcServer) Post(ctx context.Context, r *pb.PostRequest) (*pb.PostResponse, error) {
+	if err := s.impl.Post(ctx, batchFromPB(r)); err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &pb.PostResponse{}, nil
+}
+
+// Completions forwards the transport's completion channel until it closes
+// (Close) or the host goes away.
+func (s *grpcServer) Completions(_ *pb.CompletionsRequest, stream pb.Transport_CompletionsServer) error {
+	s.streamMu.Lock()
+	if s.streamOn {
+		s.streamMu.Unlock()
+		return fail(stream.Context(), Errorf(ClassFailedPrecondition, "Completions: a stream is already open"))
+	}
+	s.streamOn = true
+	s.streamMu.Unlock()
+	defer func() {
+		s.streamMu.Lock()
+		s.streamOn = false
+		s.streamMu.Unlock()
+	}()
+	ch := s.impl.Completions()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case c, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			if err := stream.Send(completionToPB(c)); err != nil {
+				// The host is gone; a completion lost here is recovered by
+				// the host's crash semantics (its batches become InDoubt).
+				return err
+			}
+		}
+	}
+}
+
+func (s *grpcServer) Quiesce(ctx context.Context, r *pb.QuiesceRequest) (*pb.QuiesceResponse, error) {
+	res, err := s.impl.Quiesce(ctx, PeerID(r.GetPeer()), batchIDsFromPB(r.GetBatches()))
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &pb.QuiesceResponse{Evidence: string(res.Evidence), Batches: batchIDsToPB(res.Batches), Detail: res.Detail}, nil
+}
+
+func (s *grpcServer) Grant(ctx context.Context, r *pb.GrantRequest) (*pb.GrantResponse, error) {
+	g, ok := s.impl.(Granter)
+	if !ok {
+		return nil, fail(ctx, Errorf(ClassUnimplemented, "Grant: transport cannot revoke"))
+	}
+	k, err := g.Grant(ctx, Window{Region: RegionID(r.GetRegion()), Offset: r.GetOffset(), Length: r.GetLength()})
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &pb.GrantResponse{Key: uint64(k)}, nil
+}
+
+func (s *grpcServer) Revoke(ctx context.Context, r *pb.RevokeRequest) (*pb.RevokeResponse, error) {
+	g, ok := s.impl.(Granter)
+	if !ok {
+		return nil, fail(ctx, Errorf(ClassUnimplemented, "Revoke: transport cannot revoke"))
+	}
+	res, err := g.Revoke(ctx, Key(r.GetKey()))
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &pb.RevokeResponse{WritesApplied: res.WritesApplied, WritesDropped: res.WritesDropped}, nil
+}
+
+func (s *grpcServer) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsResponse, error) {
+	sr, ok := s.impl.(StatsReporter)
+	if !ok {
+		return nil, fail(ctx, Errorf(ClassUnimplemented, "Stats: not reported"))
+	}
+	m, err := sr.Stats(ctx)
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &pb.StatsResponse{Counters: m}, nil
+}
+
+func (s *grpcServer) Close(ctx context.Context, _ *pb.CloseRequest) (*pb.CloseResponse, error) {
+	if err := s.impl.Close(); err != nil {
+		return nil, fail(ctx, err)
+	}
+	return &pb.CloseResponse{}, nil
+}

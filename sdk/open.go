@@ -1,0 +1,212 @@
+package sdk
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+)
+
+// OpenOptions tune Open.
+type OpenOptions struct {
+	// Args are passed to the plugin binary.
+	Args []string
+	// Env is added to the plugin's environment (which otherwise is the host's).
+	Env []string
+	// SHA256, when set, pins the binary: Open refuses to start a binary whose
+	// sha256 differs (go-plugin SecureConfig).
+	SHA256 []byte
+	// Logger receives the host-side log and the plugin's forwarded JSON log.
+	Logger hclog.Logger
+	// SocketDir is where the plugin creates its unix socket. Default: a fresh
+	// directory under /tmp, because a long TMPDIR makes the socket path exceed
+	// the kernel's 108-byte limit and go-plugin then fails to start.
+	SocketDir string
+	// StartTimeout bounds the handshake. Default 30s.
+	StartTimeout time.Duration
+	// Stderr, if set, gets the plugin's raw stderr as well.
+	Stderr io.Writer
+}
+
+// Plugin is a plugin process loaded by a host.
+type Plugin struct {
+	client    *plugin.Client
+	remote    *remote
+	transport Transport
+	socketDir string
+	ownDir    bool
+	gone      chan struct{} // closed once the process is reaped
+	pid       int
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open starts the plugin binary at path and connects to it: gRPC only,
+// protocol versions negotiated (VersionedPlugins), AutoMTLS on the plugin
+// socket, optional sha256 pinning, and managed by go-plugin (CleanupClients
+// kills it). The plugin is killed by the kernel if the host dies (Pdeathsig)
+// and exits by itself if its parent changes.
+func Open(path string, opts OpenOptions) (*Plugin, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = hclog.New(&hclog.LoggerOptions{Name: "kvfence-host", Level: hclog.Error, Output: os.Stderr})
+	}
+	dir, own := opts.SocketDir, false
+	if dir == "" {
+		d, err := os.MkdirTemp("/tmp", "kvf")
+		if err != nil {
+			return nil, Errorf(ClassUnavailable, "Open: socket dir: %v", err)
+		}
+		dir, own = d, true
+	}
+	cmd := exec.Command(path, opts.Args...)
+	cmd.Env = pluginEnv(opts.Env, dir)
+	// SIGKILL the plugin if the host dies; the plugin's own parent watch
+	// covers the case where the kernel does not deliver it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+
+	cfg := &plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		VersionedPlugins: versionedPlugins(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		Managed:          true,
+		SkipHostEnv:      true, // pluginEnv already copied it, minus what we own
+		Logger:           logger,
+		StartTimeout:     opts.StartTimeout,
+		Stderr:           opts.Stderr,
+		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: dir},
+		GRPCDialOptions:  []grpc.DialOption{},
+	}
+	if len(opts.SHA256) > 0 {
+		cfg.SecureConfig = &plugin.SecureConfig{Checksum: opts.SHA256, Hash: sha256.New()}
+	}
+	client := plugin.NewClient(cfg)
+	p := &Plugin{client: client, socketDir: dir, ownDir: own, gone: make(chan struct{})}
+	fail := func(class Class, format string, args ...any) (*Plugin, error) {
+		client.Kill()
+		p.removeDir()
+		return nil, Errorf(class, format, args...)
+	}
+	proto, err := client.Client()
+	if err != nil {
+		if strings.Contains(err.Error(), "checksum") {
+			return fail(ClassFailedPrecondition, "Open %s: %v", path, err)
+		}
+		return fail(ClassUnavailable, "Open %s: %v", path, err)
+	}
+	raw, err := proto.Dispense(pluginName)
+	if err != nil {
+		return fail(ClassUnimplemented, "Open %s: %v", path, err)
+	}
+	conn, ok := raw.(*grpc.ClientConn)
+	if !ok {
+		return fail(ClassInternal, "Open %s: unexpected client %T", path, raw)
+	}
+	if rc := client.ReattachConfig(); rc != nil {
+		p.pid = rc.Pid
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := newRemote(ctx, conn, p.gone)
+	if err != nil {
+		return fail(ClassOf(err), "Open %s: %v", path, err)
+	}
+	r.onLost = func() { go p.reap() }
+	p.remote, p.transport = r, r.asTransport()
+	go p.watchExit()
+	return p, nil
+}
+
+// pluginEnv is the host's environment without the keys we set, plus ours.
+// (exec keeps the last of duplicate keys, so order matters less than
+// removing them: a host that is itself a plugin must not leak its own.)
+func pluginEnv(extra []string, socketDir string) []string {
+	own := []string{
+		plugin.EnvUnixSocketDir + "=" + socketDir,
+		envHostPID + "=" + strconv.Itoa(os.Getpid()),
+	}
+	skip := map[string]bool{plugin.EnvUnixSocketDir: true, envHostPID: true}
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !skip[k] {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, extra...)
+	return append(env, own...)
+}
+
+// watchExit turns the reaping of the process into process-exited evidence.
+// go-plugin reaps the child in its own goroutine and exposes only Exited().
+func (p *Plugin) watchExit() {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for range t.C {
+		if p.client.Exited() {
+			close(p.gone)
+			p.remote.processExited()
+			return
+		}
+	}
+}
+
+// reap kills a plugin whose stream we lost: we no longer trust it, and only
+// its death turns its in-doubt batches into quiesced ones.
+func (p *Plugin) reap() { p.client.Kill() }
+
+// Transport is the plugin's transport. It implements Granter iff the plugin
+// declared Capabilities.Revoke, and StatsReporter always.
+func (p *Plugin) Transport() Transport { return p.transport }
+
+// Events reports plugin loss, exit (with process-exited evidence) and
+// protocol violations. Restarting a lost plugin is the caller's decision.
+func (p *Plugin) Events() <-chan Event { return p.remote.events }
+
+// Exited is closed once the plugin process has been reaped.
+func (p *Plugin) Exited() <-chan struct{} { return p.gone }
+
+// Pid is the plugin's process id.
+func (p *Plugin) Pid() int { return p.pid }
+
+// NegotiatedVersion is the protocol version host and plugin agreed on.
+func (p *Plugin) NegotiatedVersion() int { return p.client.NegotiatedVersion() }
+
+// Close stops the transport (pending batches complete InDoubt), kills the
+// process, and waits for it to be reaped.
+func (p *Plugin) Close() error {
+	p.closeOnce.Do(func() {
+		p.closeErr = p.remote.Close()
+		p.client.Kill()
+		<-p.gone
+		p.removeDir()
+	})
+	return p.closeErr
+}
+
+func (p *Plugin) removeDir() {
+	if p.ownDir {
+		_ = os.RemoveAll(p.socketDir)
+	}
+}
+
+// FileSHA256 is a helper for pinning: the sha256 of the file at path.
+func FileSHA256(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, Errorf(ClassNotFound, "FileSHA256: %v", err)
+	}
+	sum := sha256.Sum256(b)
+	return sum[:], nil
+}

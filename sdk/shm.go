@@ -1,0 +1,163 @@
+package sdk
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// How memory gets from host to plugin without a copy: the host creates a
+// memfd (anonymous shared memory) and keeps the descriptor open; the
+// MemoryDesc it sends names /proc/<host pid>/fd/<fd>. Opening that path in
+// the plugin reopens the same memfd (it is a magic link, not a copy), and
+// both processes map it MAP_SHARED, so bytes a plugin receives into its
+// mapping are in the engine's buffer. This needs the plugin to run as the
+// same user as the host (the kernel checks ptrace-read access to /proc/<pid>/fd),
+// which is always the case for go-plugin children. We chose it over passing
+// descriptors with SCM_RIGHTS because go-plugin gives us no side channel for
+// that after start, and the path works unchanged in-process (sdktest).
+
+// SharedMemory is host memory that a plugin can map: a memfd mapped
+// MAP_SHARED into the host. Keep it open while any plugin has it registered.
+type SharedMemory struct {
+	mu   sync.Mutex
+	fd   int
+	mem  []byte
+	name string
+}
+
+// NewSharedMemory creates size bytes of shared memory, zero-filled.
+func NewSharedMemory(name string, size uint64) (*SharedMemory, error) {
+	if size == 0 {
+		return nil, Errorf(ClassInvalidArgument, "shared memory %q: zero size", name)
+	}
+	fd, err := unix.MemfdCreate("kvfence-"+name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, Errorf(ClassResourceExhausted, "memfd_create: %v", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return nil, Errorf(ClassResourceExhausted, "ftruncate memfd to %d: %v", size, err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, Errorf(ClassResourceExhausted, "mmap memfd: %v", err)
+	}
+	return &SharedMemory{fd: fd, mem: mem, name: name}, nil
+}
+
+// Bytes is the host's view of the memory.
+func (s *SharedMemory) Bytes() []byte { return s.mem }
+
+// Desc describes the memory for RegisterMemory.
+func (s *SharedMemory) Desc() MemoryDesc {
+	return MemoryDesc{
+		Kind: MemoryHostShared,
+		Path: fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), s.fd),
+		Size: uint64(len(s.mem)),
+	}
+}
+
+// Close unmaps and closes the memory. Deregister it from every plugin first:
+// a plugin's own mapping stays valid, but new registrations fail.
+func (s *SharedMemory) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(s.mem)
+	s.mem = nil
+	if cerr := unix.Close(s.fd); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Mapping is a plugin's view of host shared memory.
+type Mapping struct {
+	mu   sync.Mutex
+	full []byte // the whole page-aligned mapping (what munmap needs)
+	view []byte // the described region within it
+}
+
+// MapMemory maps host-shared memory described by desc into this process
+// (MAP_SHARED, read-write). Plugins call it from RegisterMemory.
+func MapMemory(desc MemoryDesc) (*Mapping, error) {
+	if desc.Kind != MemoryHostShared {
+		return nil, Errorf(ClassUnimplemented, "MapMemory: %v memory is not CPU-mappable", desc.Kind)
+	}
+	if desc.Size == 0 {
+		return nil, Errorf(ClassInvalidArgument, "MapMemory: zero size")
+	}
+	if desc.Path == "" {
+		return nil, Errorf(ClassInvalidArgument, "MapMemory: empty path")
+	}
+	f, err := os.OpenFile(desc.Path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, Errorf(ClassNotFound, "MapMemory: open %s: %v", desc.Path, err)
+	}
+	defer f.Close() // the mapping outlives the descriptor
+	st, err := f.Stat()
+	if err != nil {
+		return nil, Errorf(ClassInternal, "MapMemory: stat: %v", err)
+	}
+	if desc.Offset+desc.Size < desc.Offset || uint64(st.Size()) < desc.Offset+desc.Size {
+		return nil, Errorf(ClassInvalidArgument, "MapMemory: [%d,+%d) beyond file size %d", desc.Offset, desc.Size, st.Size())
+	}
+	page := uint64(os.Getpagesize())
+	base := desc.Offset &^ (page - 1)
+	skip := desc.Offset - base
+	full, err := unix.Mmap(int(f.Fd()), int64(base), int(skip+desc.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, Errorf(ClassResourceExhausted, "MapMemory: mmap: %v", err)
+	}
+	return &Mapping{full: full, view: full[skip : skip+desc.Size]}, nil
+}
+
+// Bytes is the mapped region.
+func (m *Mapping) Bytes() []byte { return m.view }
+
+// Close unmaps the region. The caller must ensure nothing still writes into it.
+func (m *Mapping) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.full == nil {
+		return nil
+	}
+	err := unix.Munmap(m.full)
+	m.full, m.view = nil, nil
+	return err
+}
+
+// OpenDMABuf is the typed hook for GPU memory: it opens the dma-buf described
+// by desc and returns its file, for the plugin to import into its backend
+// (ibv_reg_dmabuf_mr with desc.Offset and desc.Size). The host creates the
+// descriptor (cuMemGetHandleForAddressRange with the DMA_BUF_FD handle type)
+// and describes it with the same /proc/<pid>/fd/<fd> path scheme. The SDK
+// never maps a dma-buf into CPU memory.
+func OpenDMABuf(desc MemoryDesc) (*os.File, error) {
+	if desc.Kind != MemoryDMABuf {
+		return nil, Errorf(ClassInvalidArgument, "OpenDMABuf: %v is not a dma-buf", desc.Kind)
+	}
+	f, err := os.OpenFile(desc.Path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, Errorf(ClassNotFound, "OpenDMABuf: open %s: %v", desc.Path, err)
+	}
+	return f, nil
+}
+
+// DescribeDMABuf describes a dma-buf file descriptor that this (host) process
+// holds, for RegisterMemory. The descriptor must stay open while registered.
+func DescribeDMABuf(fd int, offset, size uint64, device string) MemoryDesc {
+	return MemoryDesc{
+		Kind:   MemoryDMABuf,
+		Path:   fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd),
+		Offset: offset,
+		Size:   size,
+		Device: device,
+	}
+}
