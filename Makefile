@@ -5,8 +5,13 @@ GO        ?= go
 SIM_SEEDS ?= 10000
 FUZZTIME  ?= 15s
 BIN       := bin
+TEST_STEPS :=
+ROOT_STEPS :=
 
-.PHONY: all build plugins run vet unit fuzz sim model test soak deps clean
+# Feature makefiles (conformance, agent, rxe VM, ...) add targets and steps.
+include $(wildcard mk/*.mk)
+
+.PHONY: all build plugins run vet unit fuzz sim model test ci-root soak deps clean
 
 all: build
 
@@ -44,7 +49,11 @@ sim:
 model: deps
 	./model/check.sh quick
 
-test: deps vet unit fuzz sim model
+test: deps vet unit fuzz sim model $(TEST_STEPS)
+
+# Jobs that need root (network namespaces, the RDMA VM); CI runs them as root.
+ci-root: $(ROOT_STEPS)
+	@echo "root-only jobs done: $(ROOT_STEPS)"
 
 soak: deps
 	$(MAKE) sim SIM_SEEDS=200000

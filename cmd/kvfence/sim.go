@@ -36,6 +36,8 @@ type simReport struct {
 	Variants  []simVariantResult `json:"variants"`
 }
 
+func init() { register(newSimCommand) }
+
 func newSimCommand() *cobra.Command {
 	var (
 		seeds    int
