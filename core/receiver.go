@@ -430,18 +430,18 @@ func (r *Receiver) startAbort(e *exposure, reason Reason, reject bool, now Time)
 			e.ranks[i].acked = true // Commit implies drained
 		}
 	}
-	switch {
-	case r.cfg.Unsafe == knownunsafe.ReleaseOnAbort && (reason == ReasonClientAbort || reason == ReasonDecodeAbort || reason == ReasonLeaseLapsed):
-		r.release(e, PathUnsafe, now)
-		return true
-	case r.cfg.Unsafe == knownunsafe.ReleaseOnRemoteFailure && (reason == ReasonSendFailed || reason == ReasonPeerDead || reason == ReasonRejected):
-		r.release(e, PathUnsafe, now)
-		return true
-	}
 	for i := range e.ranks {
 		if t := &e.ranks[i]; !t.acked {
 			r.sendAbort(e, t, now)
 		}
+	}
+	switch {
+	case r.cfg.Unsafe == knownunsafe.ReleaseOnAbort && (reason == ReasonClientAbort || reason == ReasonDecodeAbort || reason == ReasonLeaseLapsed):
+		r.release(e, PathUnsafe, now) // the bug: ranks are told, but nobody waits for them
+		return true
+	case r.cfg.Unsafe == knownunsafe.ReleaseOnRemoteFailure && (reason == ReasonSendFailed || reason == ReasonPeerDead || reason == ReasonRejected):
+		r.release(e, PathUnsafe, now)
+		return true
 	}
 	if r.cfg.CanRevoke && r.cfg.EagerRevoke {
 		r.requestRevoke(e, now)

@@ -1,0 +1,281 @@
+package core
+
+import "github.com/kvfence/kvfence/internal/knownunsafe"
+
+// This file: posting batches, their completions and quiescence, and the
+// rank's timers.
+
+// Completed takes a batch's one terminal completion. Anything but Succeeded
+// is not completion: the stream fails, and an in-doubt batch must be
+// quiesced before the rank may ever say DrainAck.
+func (s *Sender) Completed(id BatchID, status BatchStatus, now Time) error {
+	s.out.reset()
+	b := s.batches[id]
+	if b == nil {
+		return errorf(ErrNotFound, "batch %d is unknown", id)
+	}
+	if b.done {
+		return errorf(ErrFailedPrecondition, "batch %d already completed", id)
+	}
+	if status < Succeeded || status > InDoubt {
+		return errorf(ErrInvalidArgument, "batch %d: status %d", id, status)
+	}
+	b.done = true
+	b.status = status
+	switch status {
+	case Succeeded:
+		s.metrics.Succeeded++
+	case FailedDefinite:
+		s.metrics.FailedDefinite++
+	case InDoubt:
+		s.metrics.InDoubt++
+	}
+	st := b.st
+	if st == nil { // its stream is a tombstone: the batch was quiesced
+		s.forget(b)
+		return nil
+	}
+	switch status {
+	case Succeeded:
+		st.succeeded += b.pages
+		s.settle(b)
+	case FailedDefinite:
+		s.settle(b)
+		s.failIfSending(st, ReasonSendFailed)
+	case InDoubt:
+		if s.cfg.Unsafe == knownunsafe.AckAfterFailedSend {
+			s.settle(b) // the bug: an error taken as "it stopped"
+		}
+		s.failIfSending(st, ReasonSendFailed) // quiesces the whole stream
+		if !b.settled && !b.asked {
+			b.asked = true
+			s.out.Quiesces = append(s.out.Quiesces, Quiesce{Decode: st.key.decode, Batches: []BatchID{b.id}})
+		}
+	}
+	req := st.req
+	s.forget(b)
+	s.maybeCommit(st)
+	s.maybeAck(st)
+	if req != nil {
+		s.settleRequest(req)
+	}
+	s.pump(now)
+	return nil
+}
+
+// Quiesced takes the transport's evidence that these batches can no longer
+// move bytes.
+func (s *Sender) Quiesced(ids []BatchID, ev Evidence, now Time) {
+	s.out.reset()
+	for _, id := range ids {
+		b := s.batches[id]
+		if b == nil || b.settled {
+			continue
+		}
+		b.quiesced = true
+		s.metrics.Quiesced++
+		st := b.st
+		s.settle(b)
+		s.forget(b)
+		if st != nil {
+			st.anyQuiesced = true
+			req := st.req
+			s.maybeAck(st)
+			if req != nil {
+				s.settleRequest(req)
+			}
+		}
+	}
+	s.pump(now)
+}
+
+func (s *Sender) settle(b *batch) {
+	if b.settled {
+		return
+	}
+	b.settled = true
+	s.unsettled--
+	if b.st != nil {
+		b.st.unsettled--
+	}
+}
+
+// forget drops a batch once it is both completed and settled, and reuses it.
+func (s *Sender) forget(b *batch) {
+	if !b.done || !b.settled {
+		return
+	}
+	delete(s.batches, b.id)
+	if st := b.st; st != nil {
+		bs := st.batches
+		for i, x := range bs {
+			if x == b {
+				bs[i] = bs[len(bs)-1]
+				st.batches = bs[:len(bs)-1]
+				break
+			}
+		}
+	}
+	*b = batch{}
+	s.freeBatches = append(s.freeBatches, b)
+}
+
+// Tick advances the rank's timers: lapsed leases stop their streams,
+// requests no decode ever assigned end, heartbeats go out, tombstones
+// expire.
+func (s *Sender) Tick(now Time) {
+	s.out.reset()
+	for i := 0; i < len(s.list); i++ {
+		st := s.list[i]
+		if (st.state == StreamWaiting || st.state == StreamSending) &&
+			now >= st.lease.Add(-s.cfg.SkewMargin) && (st.req == nil || !st.req.finished || !s.donePosting(st)) {
+			s.metrics.LeaseLapses++
+			req := st.req
+			n := len(s.list)
+			s.fail(st, ReasonLeaseLapsed)
+			s.maybeAck(st)
+			if req != nil {
+				s.settleRequest(req)
+			}
+			if len(s.list) < n {
+				i-- // it became a tombstone; another stream moved here
+			}
+		}
+	}
+	for i := 0; i < len(s.reqList); i++ {
+		req := s.reqList[i]
+		if !req.ended && len(req.streams) == 0 && now.Sub(req.openedAt) >= s.cfg.BootstrapTimeout {
+			n := len(s.reqList)
+			s.cancel(req, ReasonBootstrapTimeout, now)
+			if len(s.reqList) < n {
+				i--
+			}
+		}
+	}
+	// Deletes only: map order cannot change any output.
+	for k, tb := range s.tombs {
+		if now >= tb.until {
+			delete(s.tombs, k)
+		}
+	}
+	for k, until := range s.reqTombs {
+		if now >= until {
+			delete(s.reqTombs, k)
+		}
+	}
+	if !s.hbStarted || now.Sub(s.lastHB) >= s.cfg.Heartbeat {
+		s.hbStarted = true
+		s.lastHB = now
+		s.heartbeats(now)
+	}
+	s.pump(now)
+}
+
+func (s *Sender) heartbeats(now Time) {
+	s.peers = s.peers[:0]
+	for _, st := range s.list {
+		seen := false
+		for _, p := range s.peers {
+			if p == st.key.decode {
+				seen = true
+			}
+		}
+		if !seen {
+			s.peers = append(s.peers, st.key.decode)
+		}
+	}
+	for _, p := range s.peers {
+		m := Message{Kind: KindHeartbeat, Rank: s.cfg.Rank, Decode: p}
+		for _, st := range s.list {
+			if st.key.decode != p {
+				continue
+			}
+			m.Tags = append(m.Tags, st.key.tag)
+			m.Outstanding += uint32(st.unsettled)
+			if s.cfg.Unsafe == knownunsafe.SelfRenewedLease && st.state == StreamSending {
+				st.lease = now.Add(s.cfg.SelfLease) // the bug: a lease nobody granted
+			}
+		}
+		s.metrics.Heartbeats++
+		s.out.Messages = append(s.out.Messages, Envelope{To: p, Msg: m})
+	}
+}
+
+// pump posts what may be posted: round robin over queued streams, one batch
+// each per turn, within the rank's in-flight bound and each stream's lease.
+func (s *Sender) pump(now Time) {
+	for s.runHead < len(s.runq) && s.unsettled < s.cfg.MaxInflight {
+		st := s.runq[s.runHead]
+		s.runq[s.runHead] = nil
+		s.runHead++
+		st.queued = false
+		if st.state == StreamCommitted || st.state == StreamAcked {
+			s.freeStreams = append(s.freeStreams, st) // a tombstone's leftover
+			continue
+		}
+		if n := s.sendable(st, now); n > 0 {
+			s.post(st, n)
+			s.enqueue(st) // round robin: back of the queue
+		}
+	}
+	if s.runHead == len(s.runq) {
+		s.runq, s.runHead = s.runq[:0], 0
+	} else if s.runHead > 1024 && s.runHead*2 > len(s.runq) {
+		n := copy(s.runq, s.runq[s.runHead:])
+		s.runq, s.runHead = s.runq[:n], 0
+	}
+}
+
+// enqueue marks a stream as possibly having pages to post. pump looks only
+// at queued streams, so an input costs the same with 10 or 100,000 streams.
+func (s *Sender) enqueue(st *stream) {
+	if !st.queued && st.state == StreamSending {
+		st.queued = true
+		s.runq = append(s.runq, st)
+	}
+}
+
+// sendable is how many pages the stream may post now, in one batch.
+func (s *Sender) sendable(st *stream, now Time) uint32 {
+	if st.state != StreamSending || now >= st.lease.Add(-s.cfg.SkewMargin) {
+		return 0
+	}
+	limit := st.req.ready
+	if n := uint32(len(st.slots)); limit > n {
+		limit = n
+	}
+	if st.req.finished && limit > st.req.total {
+		limit = st.req.total
+	}
+	if st.posted >= limit {
+		return 0
+	}
+	n := limit - st.posted
+	if n > uint32(s.cfg.MaxBatchPages) {
+		n = uint32(s.cfg.MaxBatchPages)
+	}
+	return n
+}
+
+func (s *Sender) post(st *stream, n uint32) {
+	s.nextBatch++
+	var b *batch
+	if k := len(s.freeBatches); k > 0 {
+		b = s.freeBatches[k-1]
+		s.freeBatches = s.freeBatches[:k-1]
+	} else {
+		b = &batch{}
+	}
+	b.id, b.st, b.pages = s.nextBatch, st, n
+	s.batches[b.id] = b
+	st.batches = append(st.batches, b)
+	st.unsettled++
+	s.unsettled++
+	st.everPosted = true
+	s.metrics.Posted++
+	s.out.Posts = append(s.out.Posts, Post{
+		Batch: b.id, Tag: st.key.tag, Decode: st.key.decode,
+		FirstPage: st.posted, Slots: st.slots[st.posted : st.posted+n],
+	})
+	st.posted += n
+}
