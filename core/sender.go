@@ -134,6 +134,7 @@ type Sender struct {
 	freeStreams []*stream
 	freeBatches []*batch
 	freeReqs    []*request
+	spareWaits  [][]*stream
 }
 
 // NewSender makes the core of one prefill rank.

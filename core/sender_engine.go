@@ -26,6 +26,7 @@ func (s *Sender) Open(key RequestKey, pages int, now Time) error {
 			s.bind(st, req)
 		}
 		delete(s.waiting, key)
+		s.spareWaits = append(s.spareWaits, ws[:0])
 	}
 	s.pump(now)
 	return nil

@@ -69,7 +69,13 @@ func (s *Sender) onAssign(key streamKey, st *stream, m Message, now Time) {
 		s.bind(st, req)
 		return
 	}
-	s.waiting[key.tag.Key()] = append(s.waiting[key.tag.Key()], st)
+	k := key.tag.Key()
+	ws, ok := s.waiting[k]
+	if !ok && len(s.spareWaits) > 0 {
+		ws = s.spareWaits[len(s.spareWaits)-1]
+		s.spareWaits = s.spareWaits[:len(s.spareWaits)-1]
+	}
+	s.waiting[k] = append(ws, st)
 }
 
 func (s *Sender) onAbort(key streamKey, st *stream, m Message, now Time) {
