@@ -42,7 +42,12 @@ func (c *cluster) deliver(d *decodeNode, p *prefillNode, toDecode bool, m core.M
 			}
 			if toDecode {
 				c.tracef("decode %d <- %s", d.id, m)
+				_, live := d.tagReq[m.Tag]
+				stale := m.Kind != core.KindHeartbeat && (m.Tag.Instance != d.inst || !live)
 				d.r.Step(m, c.dnow(d))
+				if out := d.r.Ready(); stale && len(out.Handoffs)+len(out.Releases)+len(out.Failures)+len(out.Revokes)+len(out.Messages) > 0 {
+					c.violate("I4", "decode %d changed state on a stale message %s", d.id, m)
+				}
 				c.decodeOut(d)
 			} else if p.alive {
 				c.tracef("prefill %d <- %s", p.id, m)
