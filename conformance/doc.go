@@ -1,7 +1,22 @@
-// Package conformance will hold the certification suite that every transport
-// plugin runs: it checks that a plugin tells the truth about when its writes
-// stop. It drives plugins only through the sdk contract and must never import
-// the core.
+// Package conformance is the certification suite for kvfence transport
+// plugins: it checks that a plugin tells the truth about its writes — that
+// Succeeded means the bytes are there and nothing more moves, that
+// FailedDefinite and a Quiesce return mean nothing more moves, that Revoke
+// revokes, that every batch gets exactly one completion, and that errors
+// carry their exact class.
 //
-// Not built yet: a later issue fills this package.
+// It drives two real plugin processes (an initiator and a target, loaded with
+// sdk.Open) over a real link — loopback, optionally through an in-path TCP
+// fault proxy, or a veth pair between two network namespaces with tc netem —
+// and injects real faults (proxy stall/delay/drop/reset, SIGSTOP/SIGCONT/
+// SIGKILL, netem delay and loss). A plugin is certified without any test hook
+// of its own. Run(t, cfg) runs it as named Go subtests; Certify(ctx, cfg)
+// runs it without a testing.T (the CLI) and returns a Report, which Write
+// turns into JUnit XML, JSON, Markdown and a certificate.
+//
+// It owns the checks, the fault injectors and the report formats. It must
+// never import the core, never reach into a plugin's internals (only the sdk
+// contract, signals and the link), never touch a network other than loopback
+// and the namespaces it creates, never weaken a check to let a plugin pass,
+// and never assert on speed (the performance group is information only).
 package conformance

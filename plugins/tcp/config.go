@@ -74,10 +74,34 @@ const (
 	unsafeSucceedBeforeAck
 	// unsafeApplyAfterRevoke: the receiver ignores revocation.
 	unsafeApplyAfterRevoke
+	// unsafeAckBeforeApply: the receiver acknowledges a write when its
+	// header arrives and applies a large payload later (a NIC that acks on
+	// receipt and DMAs afterwards).
+	unsafeAckBeforeApply
+	// unsafeFailedOnTimeout: an ack timeout is reported FailedDefinite
+	// although the bytes may still be on their way (the "timeout is a
+	// label" behaviour of several RDMA libraries).
+	unsafeFailedOnTimeout
+	// unsafeQuiesceEarly: Quiesce claims receiver-confirmed evidence
+	// without asking the receiver.
+	unsafeQuiesceEarly
+	// unsafeDuplicateCompletion: every completion is sent twice.
+	unsafeDuplicateCompletion
+	// unsafeLoseCompletion: every fifth completion is never sent.
+	unsafeLoseCompletion
+	// unsafeWrongErrorClass: Post's refusals lose their class (they cross
+	// the wire as Internal instead of invalid-argument, not-found, ...).
+	unsafeWrongErrorClass
 )
 
 // unsafeModeByName is how the kvfenceunsafe build of the binary picks one.
 var unsafeModeByName = map[string]unsafeMode{
-	"succeed-before-ack": unsafeSucceedBeforeAck,
-	"apply-after-revoke": unsafeApplyAfterRevoke,
+	"succeed-before-ack":   unsafeSucceedBeforeAck,
+	"apply-after-revoke":   unsafeApplyAfterRevoke,
+	"ack-before-apply":     unsafeAckBeforeApply,
+	"failed-on-timeout":    unsafeFailedOnTimeout,
+	"quiesce-early":        unsafeQuiesceEarly,
+	"duplicate-completion": unsafeDuplicateCompletion,
+	"lose-completion":      unsafeLoseCompletion,
+	"wrong-error-class":    unsafeWrongErrorClass,
 }

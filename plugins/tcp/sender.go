@@ -317,7 +317,11 @@ func (s *sendSession) timeout(b *batchState) {
 		return
 	}
 	b.completed = true
-	s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: sdk.ClassUnavailable,
+	status := sdk.InDoubt
+	if s.t.cfg.unsafe == unsafeFailedOnTimeout {
+		status = sdk.FailedDefinite // KNOWN-UNSAFE: a timeout proves nothing
+	}
+	s.t.complete(sdk.Completion{Batch: b.id, Status: status, BytesLanded: b.landed, Class: sdk.ClassUnavailable,
 		Detail: "no acknowledgement within the ack timeout"})
 }
 

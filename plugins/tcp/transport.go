@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -44,6 +45,7 @@ type Transport struct {
 	compMu   sync.Mutex
 	compCond *sync.Cond
 	compQ    []sdk.Completion
+	compSent uint64 // completions produced (the lose-completion variant counts them)
 	compDone bool
 	out      chan sdk.Completion
 	pumpEnd  chan struct{}
@@ -105,6 +107,14 @@ func (t *Transport) complete(c sdk.Completion) {
 		t.stats.add(statBatchesDoubt, 1)
 	}
 	t.compMu.Lock()
+	t.compSent++
+	switch {
+	case t.cfg.unsafe == unsafeDuplicateCompletion:
+		t.compQ = append(t.compQ, c) // KNOWN-UNSAFE: a second completion
+	case t.cfg.unsafe == unsafeLoseCompletion && t.compSent%5 == 0:
+		t.compMu.Unlock() // KNOWN-UNSAFE: the completion is never sent
+		return
+	}
 	t.compQ = append(t.compQ, c)
 	t.compCond.Signal()
 	t.compMu.Unlock()
@@ -244,7 +254,17 @@ func (t *Transport) Disconnect(_ context.Context, id sdk.PeerID) error {
 
 // Post validates the whole batch before accepting any of it, then queues it
 // on the peer's current session. It never blocks on the network.
-func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
+func (t *Transport) Post(ctx context.Context, b sdk.Batch) error {
+	err := t.post(ctx, b)
+	if err != nil && t.cfg.unsafe == unsafeWrongErrorClass {
+		// KNOWN-UNSAFE: an unclassified error (it crosses the wire as
+		// Internal), so the caller cannot tell a bad argument from a bug.
+		return errors.New(err.Error())
+	}
+	return err
+}
+
+func (t *Transport) post(_ context.Context, b sdk.Batch) error {
 	if b.ID == 0 {
 		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: batch id 0")
 	}
@@ -345,6 +365,10 @@ func (t *Transport) Completions() <-chan sdk.Completion { return t.out }
 // receiver confirmed. Unknown batch ids were never accepted, so they cannot
 // move: they are covered vacuously.
 func (t *Transport) Quiesce(ctx context.Context, peerID sdk.PeerID, ids []sdk.BatchID) (sdk.QuiesceResult, error) {
+	if t.cfg.unsafe == unsafeQuiesceEarly {
+		// KNOWN-UNSAFE: claims evidence it never obtained.
+		return sdk.QuiesceResult{Evidence: sdk.EvidenceReceiverConfirmed, Batches: ids}, nil
+	}
 	t.mu.Lock()
 	p := t.peers[peerID]
 	t.mu.Unlock()

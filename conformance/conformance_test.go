@@ -1,0 +1,124 @@
+package conformance_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/conformance"
+	"github.com/kvfence/kvfence/sdk/sdktest"
+)
+
+// The TCP plugin built from the current source, normally and with the
+// kvfenceunsafe tag (which lets KVFENCE_TCP_UNSAFE pick a broken variant).
+var pluginBin, unsafeBin string
+
+const pluginPkg = "github.com/kvfence/kvfence/plugins/tcp/cmd/kvfence-plugin-tcp"
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kvfence-conformance-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := 1
+	if pluginBin, err = sdktest.BuildPlugin(dir, pluginPkg); err != nil {
+		fmt.Fprintln(os.Stderr, "build plugin:", err)
+	} else if unsafeBin, err = sdktest.BuildPlugin(dir, pluginPkg, "kvfenceunsafe"); err != nil {
+		fmt.Fprintln(os.Stderr, "build unsafe plugin:", err)
+	} else {
+		code = m.Run()
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// testConfig keeps the suite small and its windows short: the TCP plugin's
+// write deadline is cut to 1.5 s (MaxTail 2.5 s) and its ack timeout to
+// 600 ms, so an unacknowledged write is reported long before its deadline —
+// which is what lets a dishonest FailedDefinite be seen. Generous enough
+// that a loaded CI machine does not turn healthy writes into InDoubt.
+func testConfig(plugin string, env ...string) conformance.Config {
+	return conformance.Config{
+		Plugin:            plugin,
+		Env:               append([]string{"KVFENCE_TCP_WRITE_TTL=1500ms", "KVFENCE_TCP_ACK_TIMEOUT=600ms"}, env...),
+		MaxWriteSize:      1 << 20,
+		GuardWindow:       400 * time.Millisecond,
+		CompletionTimeout: 5 * time.Second,
+		Repeat:            5,
+		PerfBytes:         8 << 20,
+	}
+}
+
+// The reference plugin passes every group that applies on loopback.
+func TestTCPPluginPasses(t *testing.T) {
+	r := conformance.Run(t, testConfig(pluginBin))
+	if !r.Passed {
+		t.Fatalf("the reference TCP plugin failed:\n%s", strings.Join(r.Failures(), "\n"))
+	}
+	dir := t.TempDir()
+	if err := conformance.Write(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{conformance.FileJUnit, conformance.FileJSON, conformance.FileMarkdown, conformance.FileCertificate} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("output %s missing or empty: %v", f, err)
+		}
+	}
+	c := r.Certificate()
+	if !c.Certified || c.Plugin.SHA256 == "" || c.Plugin.Name != "kvfence-tcp" || c.Groups["failure-honesty"] != "pass" {
+		t.Errorf("certificate: %+v", c)
+	}
+}
+
+// Each deliberately broken variant of the TCP plugin must FAIL certification,
+// with a report that names the promise it broke: a suite that cannot fail
+// proves nothing.
+func TestBrokenVariantsFail(t *testing.T) {
+	variants := []struct{ name, promise string }{
+		{"succeed-before-ack", conformance.PromiseSucceeded},
+		{"ack-before-apply", conformance.PromiseSucceeded},
+		{"failed-on-timeout", conformance.PromiseFailed},
+		{"quiesce-early", conformance.PromiseQuiesce},
+		{"apply-after-revoke", conformance.PromiseRevoke},
+		{"duplicate-completion", conformance.PromiseOneCompletion},
+		{"lose-completion", conformance.PromiseOneCompletion},
+		{"wrong-error-class", conformance.PromiseErrorClass},
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			cfg := testConfig(unsafeBin, "KVFENCE_TCP_UNSAFE="+v.name)
+			cfg.Groups = variantGroups
+			cfg.FailFast = true // one broken promise is enough to refuse a certificate
+			r := conformance.Certify(context.Background(), cfg)
+			if r.Passed {
+				t.Fatalf("variant %s passed certification:\n%s", v.name, r.Markdown())
+			}
+			if !r.BrokenPromises()[v.promise] {
+				t.Fatalf("variant %s failed, but not for %q:\n%s", v.name, v.promise, strings.Join(r.Failures(), "\n"))
+			}
+			if !strings.Contains(r.Markdown(), v.promise) {
+				t.Errorf("the summary does not name the broken promise %q", v.promise)
+			}
+			for _, f := range r.Failures() {
+				t.Log(f)
+			}
+		})
+	}
+}
+
+// variantGroups: every group except the performance profile (information
+// only) — the variants run the same checks the reference plugin passes.
+var variantGroups = func() []string {
+	var out []string
+	for _, g := range conformance.GroupNames() {
+		if g != "performance" {
+			out = append(out, g)
+		}
+	}
+	return out
+}()

@@ -1,0 +1,114 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+func handshakeGroup() group {
+	return group{name: "handshake", checks: []check{
+		{"protocol-version", PromiseHandshake, checkProtocolVersion},
+		{"info-declares-limits", PromiseCapabilities, checkInfoLimits},
+		{"revoke-claim-matches-granter", PromiseCapabilities, checkRevokeClaim},
+		{"read-claim-matches-behaviour", PromiseCapabilities, checkReadClaim},
+		{"max-batch-is-accepted", PromiseCapabilities, checkMaxBatch},
+	}}
+}
+
+func checkProtocolVersion(_ context.Context, s *suite, _ *Result) error {
+	if s.neg != sdk.ProtocolVersion {
+		return fmt.Errorf("negotiated protocol version %d, this suite speaks %d", s.neg, sdk.ProtocolVersion)
+	}
+	if s.info.ProtocolVersion != s.neg {
+		return fmt.Errorf("Info says protocol version %d, but %d was negotiated", s.info.ProtocolVersion, s.neg)
+	}
+	return nil
+}
+
+func checkInfoLimits(_ context.Context, s *suite, _ *Result) error {
+	i, c := s.info, s.info.Capabilities
+	switch {
+	case i.Name == "" || i.Version == "":
+		return fmt.Errorf("Info: empty name or version (%q, %q)", i.Name, i.Version)
+	case c.MaxTail <= 0:
+		return fmt.Errorf("MaxTail %v: every transport has a tail; the core's timeout release depends on it", c.MaxTail)
+	case c.MaxBatch <= 0:
+		return fmt.Errorf("MaxBatch %d", c.MaxBatch)
+	case c.MaxOpBytes == 0:
+		return fmt.Errorf("MaxOpBytes 0")
+	}
+	for _, k := range c.MemoryKinds {
+		if k == sdk.MemoryHostShared {
+			return nil
+		}
+	}
+	return fmt.Errorf("memory kinds %v lack host-shared, which this suite needs to watch target memory", c.MemoryKinds)
+}
+
+// checkRevokeClaim: a plugin that claims Revoke must grant and revoke.
+func checkRevokeClaim(ctx context.Context, s *suite, _ *Result) error {
+	if !s.info.Capabilities.Revoke {
+		return errSkip("Revoke not declared")
+	}
+	se := s.main
+	k, err := se.tgt.g.Grant(ctx, sdk.Window{Region: se.dstID, Length: 4096})
+	if err != nil {
+		return fmt.Errorf("claims Revoke, but Grant fails: %w", err)
+	}
+	if _, err := se.tgt.g.Revoke(ctx, k); err != nil {
+		return fmt.Errorf("claims Revoke, but Revoke fails: %w", err)
+	}
+	return nil
+}
+
+// checkReadClaim: without the Read capability, a read must be refused as
+// unimplemented, not accepted.
+func checkReadClaim(ctx context.Context, s *suite, r *Result) error {
+	if s.main == nil {
+		return errSkip("no session (Revoke not declared)")
+	}
+	if s.info.Capabilities.Read {
+		r.Notes = append(r.Notes, "Read is declared; this suite version does not certify read correctness")
+		return errSkip("Read declared: read correctness is not certified by suite %s", SuiteVersion)
+	}
+	se := s.main
+	b := se.write(sdk.Key(1), 0, 0, 64)
+	b.Ops[0].Kind = sdk.OpRead
+	err := se.ini.t.Post(ctx, b)
+	if err == nil {
+		_, _ = se.wait(b.ID, s.cfg.CompletionTimeout)
+		return fmt.Errorf("Read not declared, but a read batch was accepted")
+	}
+	if sdk.ClassOf(err) != sdk.ClassUnimplemented {
+		r.Promise = PromiseErrorClass
+		return fmt.Errorf("read without the Read capability refused with class %v (%v), want unimplemented", sdk.ClassOf(err), err)
+	}
+	return nil
+}
+
+// checkMaxBatch: a batch of MaxBatch operations (at most 1024 here) is
+// accepted and lands.
+func checkMaxBatch(ctx context.Context, s *suite, _ *Result) error {
+	if s.main == nil {
+		return errSkip("no session (Revoke not declared)")
+	}
+	se := s.main
+	n := min(s.info.Capabilities.MaxBatch, 1024)
+	const each = 16
+	k, err := se.grant(ctx, 8192, uint64(n*each), 0xE1)
+	if err != nil {
+		return err
+	}
+	defer se.tgt.g.Revoke(ctx, k)
+	b := se.split(k, 100, 0, uint64(n*each), each)
+	c, err := se.postWait(ctx, b)
+	if err != nil {
+		return fmt.Errorf("batch of %d ops (MaxBatch %d): %w", n, s.info.Capabilities.MaxBatch, err)
+	}
+	if c.Status != sdk.Succeeded {
+		return fmt.Errorf("batch of %d ops on a healthy link: %v (%s)", n, c.Status, c.Detail)
+	}
+	return broke(PromiseSucceeded, mismatch(se.dst.Bytes()[8192:8192+n*each], se.src.Bytes()[100:100+n*each]))
+}

@@ -1,0 +1,105 @@
+package conformance
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// netnsPair is two network namespaces made for one run, joined by a veth
+// pair: the initiator runs in one, the target in the other. Nothing is
+// created, addressed or changed in the host's own namespace, and the only
+// addresses used are link-local (169.254.213.0/30) inside these namespaces.
+// tc netem on the initiator's veth end shapes the data path.
+type netnsPair struct {
+	ini, tgt     string // namespace names
+	iniIf, tgtIf string
+	cleanup      []string
+	netemErr     error // why tc netem cannot be used here (nil: it can)
+}
+
+const (
+	nsIniAddr = "169.254.213.1"
+	nsTgtAddr = "169.254.213.2"
+)
+
+func newNetnsPair() (*netnsPair, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("--netns needs root (ip netns add)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, fmt.Errorf("--netns needs iproute2 (ip, tc): apt-get install iproute2")
+	}
+	id := os.Getpid() % 100000
+	n := &netnsPair{ini: fmt.Sprintf("kvfc-i-%d", id), tgt: fmt.Sprintf("kvfc-t-%d", id),
+		iniIf: fmt.Sprintf("kvfi%d", id), tgtIf: fmt.Sprintf("kvft%d", id)}
+	steps := [][]string{
+		{"netns", "add", n.ini},
+		{"netns", "add", n.tgt},
+		{"-n", n.ini, "link", "add", n.iniIf, "type", "veth", "peer", "name", n.tgtIf, "netns", n.tgt},
+		{"-n", n.ini, "addr", "add", nsIniAddr + "/30", "dev", n.iniIf},
+		{"-n", n.tgt, "addr", "add", nsTgtAddr + "/30", "dev", n.tgtIf},
+		{"-n", n.ini, "link", "set", "lo", "up"},
+		{"-n", n.tgt, "link", "set", "lo", "up"},
+		{"-n", n.ini, "link", "set", n.iniIf, "up"},
+		{"-n", n.tgt, "link", "set", n.tgtIf, "up"},
+	}
+	for i, st := range steps {
+		if out, err := exec.Command("ip", st...).CombinedOutput(); err != nil {
+			n.close()
+			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(st, " "), err, out)
+		}
+		if i < 2 {
+			n.cleanup = append(n.cleanup, st[2])
+		}
+	}
+	// netem is a kernel module (sch_netem) some kernels lack: probe it, so
+	// the report never claims a fault that was not injected.
+	if n.netemErr = n.netem("delay 1ms"); n.netemErr == nil {
+		n.netemErr = n.netem("")
+	}
+	return n, nil
+}
+
+func (n *netnsPair) nsFor(role string) string {
+	if role == "target" {
+		return n.tgt
+	}
+	return n.ini
+}
+
+func (n *netnsPair) addrFor(role string) string {
+	if role == "target" {
+		return nsTgtAddr
+	}
+	return nsIniAddr
+}
+
+func (n *netnsPair) describe() string {
+	return fmt.Sprintf("veth %s (%s, netns %s) <-> %s (%s, netns %s)", n.iniIf, nsIniAddr, n.ini, n.tgtIf, nsTgtAddr, n.tgt)
+}
+
+// netem shapes the initiator's egress (the data path to the target):
+// spec is netem's arguments ("delay 20ms loss 5%"); "" removes it.
+func (n *netnsPair) netem(spec string) error {
+	args := []string{"netns", "exec", n.ini, "tc", "qdisc"}
+	if spec == "" {
+		args = append(args, "del", "dev", n.iniIf, "root")
+	} else {
+		args = append(args, "replace", "dev", n.iniIf, "root", "netem")
+		args = append(args, strings.Fields(spec)...)
+	}
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// close deletes the namespaces (which destroys the veth pair).
+func (n *netnsPair) close() {
+	for _, ns := range n.cleanup {
+		_ = exec.Command("ip", "netns", "del", ns).Run()
+	}
+	n.cleanup = nil
+}

@@ -1,0 +1,108 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// proc is one plugin process as the suite sees it: only through the sdk
+// host (sdk.Open) and through signals to its pid.
+type proc struct {
+	role string
+	p    *sdk.Plugin
+	t    sdk.Transport
+	g    sdk.Granter // nil unless the plugin declared Revoke
+	info sdk.Info
+}
+
+// open starts one plugin process. In a network namespace the binary is
+// started through `ip netns exec NS`, which execs it in place (same pid,
+// same parent), so go-plugin's unix socket and the shared-memory paths under
+// /proc still work; sha256 pinning then cannot apply (go-plugin would hash
+// `ip`), so the suite checks the hash itself before starting.
+func (s *suite) open(ctx context.Context, role string, env []string) (*proc, error) {
+	path, opts := s.cfg.Plugin, sdk.OpenOptions{
+		Env:          append(append([]string(nil), s.cfg.Env...), env...),
+		Logger:       hclog.NewNullLogger(),
+		StartTimeout: 30 * time.Second,
+		Stderr:       prefixed(s.cfg.Log, role),
+	}
+	if s.cfg.Device != "" {
+		opts.Env = append(opts.Env, "KVFENCE_DEVICE="+s.cfg.Device)
+	}
+	if ns := s.nsFor(role); ns != "" {
+		path, opts.Args = "ip", []string{"netns", "exec", ns, s.cfg.Plugin}
+		opts.Env = append(opts.Env, "KVFENCE_TCP_LISTEN="+s.net.addrFor(role)+":0")
+	} else {
+		opts.SHA256 = s.sum
+	}
+	p, err := sdk.Open(path, opts)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", role, err)
+	}
+	pr := &proc{role: role, p: p, t: p.Transport()}
+	pr.g, _ = pr.t.(sdk.Granter)
+	if pr.info, err = pr.t.Info(ctx); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("%s Info: %w", role, err)
+	}
+	return pr, nil
+}
+
+func (p *proc) signal(sig syscall.Signal) error { return syscall.Kill(p.p.Pid(), sig) }
+
+// kill SIGKILLs the process and waits for the reap (process-exited).
+func (p *proc) kill(timeout time.Duration) error {
+	if err := p.signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	select {
+	case <-p.p.Exited():
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("%s not reaped %v after SIGKILL", p.role, timeout)
+	}
+}
+
+func (p *proc) close() {
+	if p != nil {
+		_ = p.signal(syscall.SIGCONT) // a stopped process cannot die cleanly
+		_ = p.p.Close()
+	}
+}
+
+// alive reports whether the process answers and has not exited.
+func (p *proc) alive(ctx context.Context) error {
+	select {
+	case <-p.p.Exited():
+		return fmt.Errorf("%s plugin process exited", p.role)
+	default:
+	}
+	if _, err := p.t.Info(ctx); err != nil {
+		return fmt.Errorf("%s plugin does not answer: %w", p.role, err)
+	}
+	return nil
+}
+
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	_, err := fmt.Fprintf(p.w, "[%s] %s", p.prefix, b)
+	return len(b), err
+}
+
+func prefixed(w io.Writer, prefix string) io.Writer {
+	if w == io.Discard {
+		return nil
+	}
+	return prefixWriter{w, prefix}
+}

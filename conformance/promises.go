@@ -1,0 +1,20 @@
+package conformance
+
+// The promises a plugin makes (sdk/contract.go, DESIGN §5). Every check
+// names the one it tests, so a failed report says which promise was broken.
+const (
+	PromiseHandshake     = "the plugin handshakes and negotiates the protocol version"
+	PromiseCapabilities  = "declared capabilities are true"
+	PromiseRegistration  = "memory registration enforces bounds and is repeatable"
+	PromiseDeregister    = "deregistering memory revokes every key on it first"
+	PromiseSucceeded     = "Succeeded means every byte landed and nothing more moves"
+	PromiseOneCompletion = "exactly one terminal completion per accepted batch"
+	PromiseFailed        = "FailedDefinite means nothing more of the batch moves"
+	PromiseQuiesce       = "Quiesce returns only when none of the batches can move a byte"
+	PromiseRevoke        = "after Revoke returns, no byte lands under the key"
+	PromiseCrash         = "after a dead initiator is reaped, target memory is stable"
+	PromiseErrorClass    = "refusals carry their exact error class and the plugin survives them"
+	PromiseCleanup       = "every resource the suite created is released"
+	PromiseContract      = "the sdk contract checks hold"
+	PromiseInfoOnly      = "information only (not pass/fail)"
+)

@@ -1,0 +1,183 @@
+package conformance
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// Proxy is an in-path TCP proxy on loopback that injects real link faults
+// between initiator and target, without the plugin's cooperation: Delay
+// (every chunk waits), Stall (existing connections stop moving bytes in both
+// directions; bytes wait in the proxy and in the kernels' buffers),
+// Drop (existing connections silently lose what the initiator sends) and
+// Reset (existing connections are torn down with RST). New connections are
+// not affected by Stall and Drop, as a stuck queue pair does not stop a new
+// one: this lets a plugin's control path (Quiesce) reach the target.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cond  *sync.Cond
+	delay time.Duration
+	links map[*link]struct{}
+	done  bool
+	wg    sync.WaitGroup
+}
+
+type link struct {
+	a, b    net.Conn // a: from the initiator, b: to the target
+	stalled bool
+	drop    bool
+	closed  bool
+}
+
+// NewProxy listens on 127.0.0.1 and forwards every connection to target.
+func NewProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, links: map[*link]struct{}{}}
+	p.cond = sync.NewCond(&p.mu)
+	p.wg.Add(1)
+	go p.serve()
+	return p, nil
+}
+
+// Addr is the address to dial instead of the target's.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *Proxy) serve() {
+	defer p.wg.Done()
+	for {
+		a, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		b, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+		if err != nil {
+			_ = a.Close()
+			continue
+		}
+		l := &link{a: a, b: b}
+		p.mu.Lock()
+		if p.done {
+			p.mu.Unlock()
+			_, _ = a.Close(), b.Close()
+			return
+		}
+		p.links[l] = struct{}{}
+		p.wg.Add(2)
+		p.mu.Unlock()
+		go p.pump(l, a, b, true)
+		go p.pump(l, b, a, false)
+	}
+}
+
+// pump copies src to dst chunk by chunk, obeying the faults set at the time
+// each chunk is forwarded. A read error ends the whole link.
+func (p *Proxy) pump(l *link, src, dst net.Conn, toTarget bool) {
+	defer p.wg.Done()
+	defer p.closeLink(l)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for l.stalled && !l.closed {
+				p.cond.Wait()
+			}
+			closed, drop, delay := l.closed, l.drop && toTarget, p.delay
+			p.mu.Unlock()
+			if closed {
+				return
+			}
+			if delay > 0 {
+				time.Sleep(delay)
+			}
+			if !drop {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil { // EOF or error: the link ends, as a proxy's would
+			return
+		}
+	}
+}
+
+func (p *Proxy) closeLink(l *link) {
+	p.mu.Lock()
+	if !l.closed {
+		l.closed = true
+		delete(p.links, l)
+		p.cond.Broadcast()
+	}
+	p.mu.Unlock()
+	_, _ = l.a.Close(), l.b.Close()
+}
+
+// SetDelay delays every forwarded chunk by d (0: none).
+func (p *Proxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
+}
+
+// Stall freezes every existing connection until Release.
+func (p *Proxy) Stall() { p.each(func(l *link) { l.stalled = true }) }
+
+// Drop makes every existing connection lose what the initiator sends.
+func (p *Proxy) Drop() { p.each(func(l *link) { l.drop = true }) }
+
+// Release ends Stall and Drop on every connection.
+func (p *Proxy) Release() {
+	p.each(func(l *link) { l.stalled, l.drop = false, false })
+}
+
+func (p *Proxy) each(f func(*link)) {
+	p.mu.Lock()
+	for l := range p.links {
+		f(l)
+	}
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// Reset tears every existing connection down with a RST on both sides.
+func (p *Proxy) Reset() {
+	p.mu.Lock()
+	ls := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		ls = append(ls, l)
+	}
+	p.mu.Unlock()
+	for _, l := range ls {
+		for _, c := range []net.Conn{l.a, l.b} {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+		}
+		p.closeLink(l)
+	}
+}
+
+// Links is how many connections pass through the proxy now.
+func (p *Proxy) Links() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.links)
+}
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.done = true
+	p.mu.Unlock()
+	_ = p.ln.Close()
+	p.Reset()
+	p.wg.Wait()
+}

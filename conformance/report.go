@@ -1,0 +1,129 @@
+package conformance
+
+import (
+	"fmt"
+	"time"
+)
+
+// Outcome of one check.
+type Outcome string
+
+const (
+	Pass Outcome = "pass"
+	Fail Outcome = "fail"
+	Skip Outcome = "skip"
+)
+
+// Result is one check's outcome. Promise names the contract promise the
+// check tests, so a failure says which promise the plugin broke.
+type Result struct {
+	Group    string             `json:"group"`
+	Check    string             `json:"check"`
+	Promise  string             `json:"promise"`
+	Outcome  Outcome            `json:"outcome"`
+	Reason   string             `json:"reason,omitempty"`
+	Notes    []string           `json:"notes,omitempty"`
+	Metrics  map[string]float64 `json:"metrics,omitempty"`
+	Duration time.Duration      `json:"duration_ns"`
+}
+
+// GroupResult is a group's checks; a group skipped as a whole has Skipped set.
+type GroupResult struct {
+	Name    string   `json:"name"`
+	Outcome Outcome  `json:"outcome"`
+	Skipped string   `json:"skipped,omitempty"`
+	Results []Result `json:"results"`
+}
+
+// PluginInfo identifies the certified plugin.
+type PluginInfo struct {
+	Path            string   `json:"path"`
+	SHA256          string   `json:"sha256"`
+	Name            string   `json:"name"`
+	Version         string   `json:"version"`
+	ProtocolVersion int      `json:"protocol_version"`
+	Negotiated      int      `json:"negotiated_version"`
+	Capabilities    CapsJSON `json:"capabilities"`
+}
+
+// CapsJSON is sdk.Capabilities in report form.
+type CapsJSON struct {
+	Revoke      bool     `json:"revoke"`
+	Read        bool     `json:"read"`
+	MaxTail     string   `json:"max_tail"`
+	MaxBatch    int      `json:"max_batch"`
+	MaxOpBytes  uint64   `json:"max_op_bytes"`
+	MemoryKinds []string `json:"memory_kinds"`
+}
+
+// LinkInfo describes the link and the faults the run could inject.
+type LinkInfo struct {
+	Kind       string   `json:"kind"` // loopback, loopback+proxy, veth-netns
+	Device     string   `json:"device,omitempty"`
+	TargetAddr string   `json:"target_addr,omitempty"`
+	Faults     []string `json:"faults"`
+	Detail     string   `json:"detail,omitempty"`
+}
+
+// Report is the whole run.
+type Report struct {
+	SuiteVersion string        `json:"suite_version"`
+	Date         time.Time     `json:"date"`
+	Kernel       string        `json:"kernel"`
+	Plugin       PluginInfo    `json:"plugin"`
+	Link         LinkInfo      `json:"link"`
+	GuardWindow  string        `json:"guard_window"`
+	GuardTails   float64       `json:"guard_window_in_max_tails"`
+	MaxWriteSize uint64        `json:"max_write_size"`
+	Groups       []GroupResult `json:"groups"`
+	Passed       bool          `json:"passed"`
+	Setup        string        `json:"setup_error,omitempty"`
+	Duration     time.Duration `json:"duration_ns"`
+}
+
+// Failures lists every failed check as "group/check: promise: reason".
+func (r *Report) Failures() []string {
+	var out []string
+	if r.Setup != "" {
+		out = append(out, "setup: "+r.Setup)
+	}
+	for _, g := range r.Groups {
+		for _, c := range g.Results {
+			if c.Outcome == Fail {
+				out = append(out, fmt.Sprintf("%s/%s: broke %q: %s", g.Name, c.Check, c.Promise, c.Reason))
+			}
+		}
+	}
+	return out
+}
+
+// BrokenPromises is the set of promises some failed check names.
+func (r *Report) BrokenPromises() map[string]bool {
+	m := map[string]bool{}
+	for _, g := range r.Groups {
+		for _, c := range g.Results {
+			if c.Outcome == Fail {
+				m[c.Promise] = true
+			}
+		}
+	}
+	return m
+}
+
+func (r *Report) finish() {
+	r.Passed = r.Setup == ""
+	for i := range r.Groups {
+		g := &r.Groups[i]
+		if g.Skipped != "" {
+			g.Outcome = Skip
+			continue
+		}
+		g.Outcome = Pass
+		for _, c := range g.Results {
+			if c.Outcome == Fail {
+				g.Outcome = Fail
+				r.Passed = false
+			}
+		}
+	}
+}

@@ -1,0 +1,350 @@
+package conformance
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// group is a named set of checks that share a precondition. needs returns
+// why the group cannot run against this plugin (csi-sanity style: the skip
+// and its reason go into the report), or "".
+type group struct {
+	name   string
+	needs  func(s *suite) string
+	checks []check
+}
+
+// check is one named check; run returns nil when the plugin keeps promise.
+// A check that can only be skipped returns errSkip(reason).
+type check struct {
+	name    string
+	promise string
+	run     func(ctx context.Context, s *suite, r *Result) error
+}
+
+// brokeError attributes a failure to a promise other than the check's own
+// (a check about registration that finds a Succeeded write without its
+// bytes reports the Succeeded promise as broken).
+type brokeError struct {
+	promise string
+	err     error
+}
+
+func (e brokeError) Error() string { return e.err.Error() }
+func (e brokeError) Unwrap() error { return e.err }
+
+func broke(promise string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return brokeError{promise, err}
+}
+
+type skipError struct{ reason string }
+
+func (e skipError) Error() string { return "skipped: " + e.reason }
+
+func errSkip(format string, args ...any) error { return skipError{fmt.Sprintf(format, args...)} }
+
+// groups is the suite, in order. The main session is shared by the groups
+// that do not break their link; the others start pairs of their own.
+func groups() []group {
+	return []group{
+		handshakeGroup(),
+		registrationGroup(),
+		writeGroup(),
+		accountingGroup(),
+		honestyGroup(),
+		revocationGroup(),
+		crashGroup(),
+		badInputGroup(),
+		contractGroup(),
+		perfGroup(),
+	}
+}
+
+// GroupNames lists the groups in run order.
+func GroupNames() []string {
+	var out []string
+	for _, g := range groups() {
+		out = append(out, g.name)
+	}
+	return out
+}
+
+// suite is one run: the configuration, the plugin's identity, the link,
+// and the shared session.
+type suite struct {
+	cfg      Config
+	sum      []byte
+	info     sdk.Info
+	neg      int
+	guard    time.Duration
+	proxyOK  bool
+	net      *netnsPair
+	main     *session
+	contract *contractPair
+	stopped  string // set by FailFast after the first failure
+	report   *Report
+}
+
+func needsGranter(s *suite) string {
+	if !s.info.Capabilities.Revoke {
+		return "the plugin does not declare Revoke (Granter): the suite has no way to obtain a key to write under"
+	}
+	return ""
+}
+
+func needsProxy(s *suite) string {
+	if !s.proxyOK {
+		return "no in-path TCP proxy on this link (the endpoint address is not host:port, or the target is in a namespace)"
+	}
+	return ""
+}
+
+// setup prepares the run: identity, link, the shared session.
+func setup(ctx context.Context, cfg Config) (*suite, error) {
+	cfg = cfg.withDefaults()
+	s := &suite{cfg: cfg, report: &Report{SuiteVersion: SuiteVersion, Date: time.Now().UTC(), Kernel: kernel(), MaxWriteSize: cfg.MaxWriteSize}}
+	s.report.Plugin.Path = cfg.Plugin
+	sum, err := sdk.FileSHA256(cfg.Plugin)
+	if err != nil {
+		return s, err
+	}
+	s.sum = sum
+	s.report.Plugin.SHA256 = hex.EncodeToString(sum)
+	if cfg.NetNS {
+		if s.net, err = newNetnsPair(); err != nil {
+			return s, fmt.Errorf("netns: %w", err)
+		}
+	}
+	// One pair first, to learn what the plugin claims.
+	probe, err := s.open(ctx, "target", cfg.TargetEnv)
+	if err != nil {
+		return s, err
+	}
+	s.info, s.neg = probe.info, probe.p.NegotiatedVersion()
+	ep, eperr := probe.t.LocalEndpoint(ctx)
+	probe.close()
+	if eperr != nil {
+		return s, fmt.Errorf("LocalEndpoint: %w", eperr)
+	}
+	_, _, splitErr := net.SplitHostPort(ep.Address)
+	switch cfg.Proxy {
+	case "on":
+		if splitErr != nil {
+			return s, fmt.Errorf("--proxy on, but the endpoint address %q is not host:port", ep.Address)
+		}
+		s.proxyOK = true
+	case "auto":
+		s.proxyOK = splitErr == nil && !cfg.NetNS
+	}
+	s.guard = cfg.GuardWindow
+	if s.guard <= 0 {
+		s.guard = time.Duration(cfg.GuardTails) * s.info.Capabilities.MaxTail
+	}
+	s.describe()
+	if needsGranter(s) == "" {
+		if s.main, err = s.newSession(ctx, true); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+func (s *suite) describe() {
+	r, c := s.report, s.info.Capabilities
+	r.Plugin.Name, r.Plugin.Version, r.Plugin.ProtocolVersion, r.Plugin.Negotiated = s.info.Name, s.info.Version, s.info.ProtocolVersion, s.neg
+	r.Plugin.Capabilities = CapsJSON{Revoke: c.Revoke, Read: c.Read, MaxTail: c.MaxTail.String(), MaxBatch: c.MaxBatch, MaxOpBytes: c.MaxOpBytes}
+	for _, k := range c.MemoryKinds {
+		r.Plugin.Capabilities.MemoryKinds = append(r.Plugin.Capabilities.MemoryKinds, k.String())
+	}
+	r.GuardWindow = s.guard.String()
+	if c.MaxTail > 0 {
+		r.GuardTails = float64(s.guard) / float64(c.MaxTail)
+	}
+	l := &r.Link
+	l.Device, l.TargetAddr = s.cfg.Device, s.cfg.TargetAddr
+	l.Faults = []string{"SIGSTOP/SIGCONT target", "SIGKILL initiator", "SIGKILL target", "target memory deregistered"}
+	switch {
+	case s.net != nil:
+		l.Kind = "veth-netns"
+		l.Detail = s.net.describe()
+		if s.net.netemErr == nil {
+			l.Faults = append(l.Faults, "netem delay", "netem loss")
+		} else {
+			l.Detail += "; tc netem unavailable: " + s.net.netemErr.Error()
+		}
+	case s.proxyOK:
+		l.Kind = "loopback+proxy"
+		l.Faults = append(l.Faults, "proxy delay", "proxy stall", "proxy drop", "proxy reset")
+	default:
+		l.Kind = "loopback"
+	}
+}
+
+func (s *suite) nsFor(role string) string {
+	if s.net == nil {
+		return ""
+	}
+	return s.net.nsFor(role)
+}
+
+func (s *suite) close() {
+	s.main.close()
+	s.contract.close()
+	if s.net != nil {
+		s.net.close()
+	}
+}
+
+func (s *suite) logf(format string, args ...any) {
+	fmt.Fprintf(s.cfg.Log, "conformance: "+format+"\n", args...)
+}
+
+// runCheck runs one check with a bound and turns its error into a Result.
+func (s *suite) runCheck(ctx context.Context, g group, c check) Result {
+	r := Result{Group: g.name, Check: c.name, Promise: c.promise}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	err := c.run(ctx, s, &r)
+	r.Duration = time.Since(start)
+	var sk skipError
+	switch {
+	case err == nil:
+		r.Outcome = Pass
+	case asSkip(err, &sk):
+		r.Outcome, r.Reason = Skip, sk.reason
+	default:
+		r.Outcome, r.Reason = Fail, err.Error()
+		var b brokeError
+		if errors.As(err, &b) {
+			r.Promise = b.promise
+		}
+	}
+	s.logf("%s/%s: %s %s (%v)", g.name, c.name, r.Outcome, r.Reason, r.Duration.Round(time.Millisecond))
+	return r
+}
+
+func asSkip(err error, sk *skipError) bool {
+	if e, ok := err.(skipError); ok {
+		*sk = e
+		return true
+	}
+	return false
+}
+
+func (s *suite) groupSkip(g group) string {
+	if g.needs == nil {
+		return ""
+	}
+	return g.needs(s)
+}
+
+// Certify runs the suite without a testing.T and returns its report. The
+// report says Passed=false on any failure (setup included); the error is
+// only for a run that could not produce a report.
+func Certify(ctx context.Context, cfg Config) *Report {
+	start := time.Now()
+	s, err := setup(ctx, cfg)
+	defer s.close()
+	if err != nil {
+		s.report.Setup = err.Error()
+		s.report.finish()
+		return s.report
+	}
+	for _, g := range groups() {
+		if !s.cfg.wants(g.name) {
+			continue
+		}
+		gr := GroupResult{Name: g.name}
+		if why := s.groupSkip(g); why != "" {
+			gr.Skipped = why
+			s.logf("%s: skipped: %s", g.name, why)
+		} else if s.stopped != "" {
+			gr.Skipped = "not run: " + s.stopped
+		} else {
+			for _, c := range g.checks {
+				if s.stopped != "" {
+					break
+				}
+				res := s.runCheck(ctx, g, c)
+				gr.Results = append(gr.Results, res)
+				if res.Outcome == Fail && s.cfg.FailFast {
+					s.stopped = "fail-fast after " + g.name + "/" + c.name
+				}
+			}
+		}
+		s.report.Groups = append(s.report.Groups, gr)
+	}
+	s.report.Duration = time.Since(start)
+	s.report.finish()
+	return s.report
+}
+
+// Run runs the suite as named subtests of t (one per group, one per check
+// inside it), skipping by declared capability with the reason, and returns
+// the report.
+func Run(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	start := time.Now()
+	ctx := context.Background()
+	s, err := setup(ctx, cfg)
+	t.Cleanup(s.close)
+	if err != nil {
+		s.report.Setup = err.Error()
+		s.report.finish()
+		t.Fatalf("conformance setup: %v", err)
+		return s.report
+	}
+	for _, g := range groups() {
+		if !s.cfg.wants(g.name) {
+			continue
+		}
+		gr := GroupResult{Name: g.name}
+		t.Run(g.name, func(t *testing.T) {
+			if why := s.groupSkip(g); why != "" {
+				gr.Skipped = why
+				t.Skip(why)
+			}
+			for _, c := range g.checks {
+				t.Run(c.name, func(t *testing.T) {
+					r := s.runCheck(ctx, g, c)
+					gr.Results = append(gr.Results, r)
+					switch r.Outcome {
+					case Fail:
+						t.Errorf("broke %q: %s", r.Promise, r.Reason)
+					case Skip:
+						t.Skip(r.Reason)
+					}
+					for _, n := range r.Notes {
+						t.Log(n)
+					}
+				})
+			}
+		})
+		s.report.Groups = append(s.report.Groups, gr)
+	}
+	s.report.Duration = time.Since(start)
+	s.report.finish()
+	return s.report
+}
+
+func kernel() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	v, _ := os.ReadFile("/proc/sys/kernel/version")
+	if err != nil {
+		return "unknown"
+	}
+	return "Linux " + strings.TrimSpace(string(b)) + " " + strings.TrimSpace(string(v))
+}
