@@ -1,0 +1,599 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// DecodeConfig configures a decode-rank agent.
+type DecodeConfig struct {
+	Rank     core.RankID
+	Instance uint64 // this incarnation; zero picks one from the clock
+	Slots    int    // KV slots in the shared-memory pool
+	// ShardBytes is what one prefill rank writes per page; a slot holds one
+	// shard per tensor-parallel rank (Shards of them).
+	ShardBytes int64
+	Shards     int
+
+	Lease, MaxHold, ClockMargin time.Duration
+	Tick                        time.Duration // core timer resolution; default 10ms
+	PeerDeadAfter               time.Duration // a rank whose link stays down this long is dead; default 1s
+
+	// Fence: grant one key per page per exposure and let the core revoke
+	// them (a receiver-side fence). Without it the whole pool is exposed
+	// under one key and only drained and timeout release memory.
+	Fence       bool
+	EagerRevoke bool
+	// Verify checks every page against the content oracle at handoff and
+	// at finish (the demo and the tests; a real engine's bytes are its own).
+	Verify bool
+	Unsafe knownunsafe.Variant
+
+	ControlAddr string      // where prefill ranks and the router connect
+	TLS         *tls.Config // mutual TLS for the control plane; nil = plaintext
+	// AdvertiseData rewrites the data endpoint prefill ranks are told into
+	// one or more addresses, so proxies can sit on the data path (the
+	// demo's delaying proxy, one per lane).
+	AdvertiseData func(sdk.Endpoint) []sdk.Endpoint
+	Logger        hclog.Logger
+}
+
+// Decode is one decode rank's agent.
+type Decode struct {
+	cfg     DecodeConfig
+	log     hclog.Logger
+	tr      sdk.Transport
+	granter sdk.Granter
+	info    sdk.Info
+	mem     *sdk.SharedMemory
+	region  sdk.RegionID
+	poolKey sdk.Key
+	data    sdk.Endpoint
+	slotB   int64
+	hello   Hello
+	fence   bool
+
+	core    *core.Receiver
+	lp      *loop
+	srv     *server
+	Metrics *Metrics
+	snap    atomic.Pointer[core.ReceiverMetrics]
+	revokes sync.WaitGroup
+
+	// loop-owned
+	links    map[core.RankID]*link
+	routers  map[*link]bool
+	tags     map[core.RequestKey]*decTag
+	deadline map[core.RankID]time.Time // link lost at; PeerDead once PeerDeadAfter passed
+	stats    DecodeStats
+	started  time.Time
+	lastSamp time.Time
+}
+
+// decTag is the agent's side of one exposure.
+type decTag struct {
+	tag      core.Tag
+	ranks    []core.RankID
+	slots    []uint32
+	keys     []KeyRef
+	granted  []sdk.Key // per-exposure keys still to revoke
+	state    PollState
+	reason   string
+	corrupt  map[int]bool
+	verified int
+	recv     *KVReceiver
+}
+
+// NewDecode starts a decode agent on an opened transport: it maps the KV
+// pool into shared memory, registers it, and listens for links.
+func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode, error) {
+	if cfg.Tick <= 0 {
+		cfg.Tick = 10 * time.Millisecond
+	}
+	if cfg.PeerDeadAfter <= 0 {
+		cfg.PeerDeadAfter = time.Second
+	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = 1
+	}
+	if cfg.Instance == 0 {
+		cfg.Instance = uint64(time.Now().UnixNano())
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	d := &Decode{cfg: cfg, log: log, tr: tr, links: map[core.RankID]*link{}, routers: map[*link]bool{},
+		tags: map[core.RequestKey]*decTag{}, deadline: map[core.RankID]time.Time{}, lp: newLoop(), started: time.Now()}
+	d.slotB = cfg.ShardBytes * int64(cfg.Shards)
+	info, err := tr.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("decode: transport info: %w", err)
+	}
+	d.info = info
+	g, ok := tr.(sdk.Granter)
+	if !ok {
+		return nil, errors.New("decode: the transport cannot grant keys, so it cannot expose memory to writers")
+	}
+	d.granter = g
+	d.fence = cfg.Fence && info.Capabilities.Revoke
+	if d.mem, err = sdk.NewSharedMemory(fmt.Sprintf("decode-%d-pool", cfg.Rank), uint64(int64(cfg.Slots)*d.slotB)); err != nil {
+		return nil, err
+	}
+	if d.region, err = tr.RegisterMemory(ctx, d.mem.Desc()); err != nil {
+		d.mem.Close()
+		return nil, fmt.Errorf("decode: register pool: %w", err)
+	}
+	if !d.fence {
+		if d.poolKey, err = g.Grant(ctx, sdk.Window{Region: d.region, Length: uint64(int64(cfg.Slots) * d.slotB)}); err != nil {
+			return nil, fmt.Errorf("decode: grant pool key: %w", err)
+		}
+	}
+	if d.data, err = tr.LocalEndpoint(ctx); err != nil {
+		return nil, err
+	}
+	var lanes []string
+	if cfg.AdvertiseData != nil {
+		eps := cfg.AdvertiseData(d.data)
+		for _, ep := range eps {
+			lanes = append(lanes, ep.Address)
+		}
+		if len(eps) > 0 {
+			d.data = eps[0]
+		}
+	}
+	d.core, err = core.NewReceiver(core.ReceiverConfig{
+		Instance: cfg.Instance, Self: cfg.Rank, Slots: cfg.Slots, SlotBytes: d.slotB,
+		Lease: cfg.Lease, MaxHold: cfg.MaxHold, MaxTail: info.Capabilities.MaxTail, ClockMargin: cfg.ClockMargin,
+		CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, Unsafe: cfg.Unsafe,
+	}, now())
+	if err != nil {
+		return nil, err
+	}
+	d.hello = Hello{Role: RoleDecode, Rank: uint32(cfg.Rank), Version: ProtocolVersion, Instance: cfg.Instance,
+		Caps:          Caps{Revoke: info.Capabilities.Revoke, MaxTail: int64(info.Capabilities.MaxTail)},
+		DataTransport: d.data.Transport, DataAddress: d.data.Address, DataAddresses: lanes, SlotBytes: d.slotB, ShardBytes: cfg.ShardBytes}
+	d.Metrics = NewMetrics("decode", uint32(cfg.Rank), d.snapshot)
+	d.publish()
+	d.srv, err = newServer(cfg.ControlAddr, cfg.TLS, d.accept, d.serveLink)
+	if err != nil {
+		return nil, err
+	}
+	go d.lp.run(cfg.Tick, d.tick)
+	log.Info("decode agent up", "rank", cfg.Rank, "instance", cfg.Instance, "control", d.srv.Addr(),
+		"data", d.data.Address, "slots", cfg.Slots, "slot_bytes", d.slotB, "fence", d.fence, "max_tail", info.Capabilities.MaxTail,
+		"variant", cfg.Unsafe.Name())
+	return d, nil
+}
+
+// Addr is the control-plane address.
+func (d *Decode) Addr() string { return d.srv.Addr() }
+
+// Instance is this decode incarnation.
+func (d *Decode) Instance() uint64 { return d.cfg.Instance }
+
+func (d *Decode) snapshot() Snapshot { return Snapshot{Receiver: d.snap.Load()} }
+
+func (d *Decode) publish() {
+	m := d.core.Metrics()
+	d.snap.Store(&m)
+}
+
+// Close stops the agent. Exposed memory is not released by it: the process
+// is going away, and a restarted instance quarantines what this one exposed.
+func (d *Decode) Close() {
+	d.srv.Stop()
+	d.lp.shutdown()
+	for l := range d.routers {
+		l.close()
+	}
+	for _, l := range d.links {
+		l.close()
+	}
+	d.revokes.Wait()
+}
+
+// accept decides about a Hello on the control port.
+func (d *Decode) accept(h Hello) (Hello, error) {
+	switch h.Role {
+	case RoleRouter:
+		if h.Version != ProtocolVersion {
+			return Hello{}, fmt.Errorf("incompatible router: speaks control protocol v%d, decode speaks v%d", h.Version, ProtocolVersion)
+		}
+		return d.hello, nil
+	case RolePrefill:
+		if err := compatible(h, d.hello); err != nil {
+			d.log.Error("refusing prefill rank", "rank", h.Rank, "error", err)
+			return Hello{}, err
+		}
+		return d.hello, nil
+	}
+	return Hello{}, fmt.Errorf("decode accepts prefill ranks and routers, not %q", h.Role)
+}
+
+func (d *Decode) serveLink(l *link) {
+	if l.peer.Role == RoleRouter {
+		d.lp.post(func() { d.routers[l] = true })
+		defer d.lp.post(func() { delete(d.routers, l) })
+		for {
+			f, err := l.recv(nil)
+			if err != nil {
+				return
+			}
+			if f.Type == FrameCommand && f.Command != nil {
+				c := *f.Command
+				d.lp.post(func() { d.command(l, c) })
+			}
+		}
+	}
+	rank := core.RankID(l.peer.Rank)
+	d.lp.post(func() {
+		if old := d.links[rank]; old != nil && old != l {
+			old.close()
+		}
+		d.links[rank] = l
+		delete(d.deadline, rank)
+		d.log.Info("prefill rank linked", "rank", rank)
+	})
+	defer d.lp.post(func() {
+		if d.links[rank] == l {
+			delete(d.links, rank)
+			d.deadline[rank] = time.Now()
+			d.log.Warn("prefill rank link lost", "rank", rank)
+		}
+	})
+	for {
+		f, err := l.recv(func() { d.Metrics.reject("replayed") })
+		if err != nil {
+			return
+		}
+		if f.Type != FrameCore {
+			d.Metrics.reject("wrong-kind")
+			continue
+		}
+		m, err := core.DecodeMessage(f.Core)
+		if err != nil {
+			d.Metrics.reject("malformed")
+			continue
+		}
+		d.lp.post(func() { d.step(l, m) })
+	}
+}
+
+// step checks a control message at the agent before the core sees it: it
+// must come from the rank it names, be addressed to us, be of a kind a rank
+// sends, and — for a tag we hold — come from a rank the assignment names.
+func (d *Decode) step(l *link, m core.Message) {
+	switch {
+	case m.Decode != d.cfg.Rank:
+		d.Metrics.reject("misaddressed")
+		return
+	case m.Rank != core.RankID(l.peer.Rank):
+		d.Metrics.reject("forged")
+		d.log.Warn("forged message refused", "link_rank", l.peer.Rank, "claims", m.Rank, "msg", m.String())
+		return
+	}
+	switch m.Kind {
+	case core.KindHeartbeat:
+		for _, t := range m.Tags {
+			if dt := d.tags[t.Key()]; dt != nil && dt.tag == t && dt.state == PollWaitingForInput {
+				dt.state = PollTransferring
+			}
+		}
+	case core.KindCommit, core.KindFail, core.KindDrainAck:
+		if dt := d.tags[m.Tag.Key()]; dt != nil && dt.tag == m.Tag && !hasRank(dt.ranks, m.Rank) {
+			d.Metrics.reject("foreign")
+			return
+		}
+	default:
+		d.Metrics.reject("wrong-kind")
+		return
+	}
+	d.core.Step(m, now())
+	d.act()
+}
+
+func hasRank(rs []core.RankID, r core.RankID) bool {
+	for _, x := range rs {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Decode) tick() {
+	t := now()
+	for rank, since := range d.deadline {
+		if time.Since(since) >= d.cfg.PeerDeadAfter {
+			delete(d.deadline, rank)
+			d.log.Warn("prefill rank declared dead", "rank", rank)
+			d.core.PeerDead(rank, t)
+			d.act()
+		}
+	}
+	d.core.Tick(t)
+	d.act()
+	if time.Since(d.lastSamp) >= 100*time.Millisecond {
+		d.lastSamp = time.Now()
+		m := d.core.Metrics()
+		d.stats.Series = append(d.stats.Series, HeldSample{
+			T: time.Since(d.started).Seconds(), Held: m.HeldSlots, Assigned: m.AssignedSlots, Handed: m.HandedSlots,
+		})
+	}
+}
+
+// admit exposes slots for a request (loop only).
+func (d *Decode) admit(key core.RequestKey, pages int, ranks []core.RankID, rv *KVReceiver) (core.Tag, error) {
+	tag, err := d.core.Admit(key, ranks, pages, now())
+	if err != nil {
+		return core.Tag{}, err
+	}
+	out := d.core.Ready()
+	dt := &decTag{tag: tag, ranks: append([]core.RankID(nil), ranks...), state: PollWaitingForInput, recv: rv}
+	for _, env := range out.Messages {
+		if env.Msg.Kind == core.KindAssign {
+			dt.slots = append(dt.slots[:0], env.Msg.Slots...)
+			break
+		}
+	}
+	d.tags[key] = dt
+	if err := d.grant(dt); err != nil {
+		d.log.Error("grant failed: aborting the exposure", "tag", tag, "error", err)
+		d.act() // the Assigns go out without keys: nothing can be written
+		_ = d.core.Abort(tag, core.ReasonDecodeAbort, now())
+	}
+	d.act()
+	return tag, nil
+}
+
+// grant makes the keys an Assign carries: one per page with a fence, else
+// the pool key at the slot's offset.
+func (d *Decode) grant(dt *decTag) error {
+	dt.keys = make([]KeyRef, len(dt.slots))
+	if !d.fence {
+		for i, s := range dt.slots {
+			dt.keys[i] = KeyRef{Key: uint64(d.poolKey), Base: uint64(int64(s) * d.slotB)}
+		}
+		return nil
+	}
+	keys := make([]sdk.Key, len(dt.slots))
+	errs := make([]error, len(dt.slots))
+	var wg sync.WaitGroup
+	for i, s := range dt.slots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			keys[i], errs[i] = d.granter.Grant(ctx, sdk.Window{Region: d.region, Offset: uint64(int64(s) * d.slotB), Length: uint64(d.slotB)})
+		}()
+	}
+	wg.Wait()
+	for i, k := range keys {
+		if errs[i] == nil {
+			dt.granted = append(dt.granted, k)
+			dt.keys[i] = KeyRef{Key: uint64(k)}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// act carries out what the core's last input asked for (loop only).
+func (d *Decode) act() {
+	out := d.core.Ready()
+	t := now()
+	for _, env := range out.Messages {
+		f := &Frame{Type: FrameCore, Core: core.AppendMessage(nil, &env.Msg)}
+		if env.Msg.Kind == core.KindAssign {
+			if dt := d.tags[env.Msg.Tag.Key()]; dt != nil && dt.tag == env.Msg.Tag {
+				f.Keys = dt.keys
+			}
+		}
+		l := d.links[env.To]
+		if l == nil || !l.send(f) {
+			d.Metrics.failedSend("control")
+		}
+	}
+	// Copy what later inputs need: Output slices die with the next input.
+	revokes := append([]core.Revoke(nil), out.Revokes...)
+	handoffs := make([]core.Handoff, len(out.Handoffs))
+	copy(handoffs, out.Handoffs)
+	failures := append([]core.Failure(nil), out.Failures...)
+	releases := make([]core.Release, len(out.Releases))
+	copy(releases, out.Releases)
+	for _, rv := range revokes {
+		d.revoke(rv)
+	}
+	for _, h := range handoffs {
+		d.handoff(h)
+	}
+	for _, f := range failures {
+		if dt := d.tags[f.Tag.Key()]; dt != nil && dt.tag == f.Tag && dt.state != PollFailed {
+			dt.state, dt.reason = PollFailed, f.Reason.String()
+			d.log.Debug("request failed", "tag", f.Tag, "reason", f.Reason)
+			d.finishRequest(dt, false)
+		}
+	}
+	for _, rel := range releases {
+		d.release(rel, t)
+	}
+	d.publish()
+}
+
+func (d *Decode) revoke(rv core.Revoke) {
+	if rv.All {
+		// Our pool is fresh memory of this process, registered under new
+		// keys: nothing an earlier instance granted can reach it.
+		d.core.RevokedAll(now())
+		d.act()
+		return
+	}
+	dt := d.tags[rv.Tag.Key()]
+	if dt == nil || dt.tag != rv.Tag {
+		return
+	}
+	keys := dt.granted
+	dt.granted = nil
+	tag := rv.Tag
+	d.revokes.Add(1)
+	go func() {
+		defer d.revokes.Done()
+		start := time.Now()
+		if err := d.revokeKeys(keys); err != nil {
+			d.log.Error("revoke failed; the exposure stays held until its timeout bound", "tag", tag, "error", err)
+			return
+		}
+		d.Metrics.revoked(time.Since(start))
+		d.lp.post(func() {
+			d.core.Revoked(tag, now())
+			d.act()
+		})
+	}()
+}
+
+func (d *Decode) revokeKeys(keys []sdk.Key) error {
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := d.granter.Revoke(ctx, k); err != nil && !sdk.IsClass(err, sdk.ClassNotFound) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (d *Decode) handoff(h core.Handoff) {
+	dt := d.tags[h.Tag.Key()]
+	if dt == nil || dt.tag != h.Tag {
+		return
+	}
+	dt.state = PollSuccess
+	d.verify(dt)
+	d.stats.Handoffs++
+	if dt.recv != nil && dt.recv.decodeFor >= 0 {
+		tag := dt.tag
+		time.AfterFunc(dt.recv.decodeFor, func() {
+			d.lp.post(func() { d.finish(tag) })
+		})
+	}
+}
+
+// finish ends a handed-off request: the decode loop read its pages (they
+// are verified once more, which catches late writes that landed during
+// decoding) and its slots go back.
+func (d *Decode) finish(tag core.Tag) {
+	dt := d.tags[tag.Key()]
+	if dt == nil || dt.tag != tag || dt.state != PollSuccess {
+		return
+	}
+	d.verify(dt)
+	if err := d.core.Finish(tag, now()); err != nil {
+		d.log.Error("finish refused", "tag", tag, "error", err)
+		return
+	}
+	d.finishRequest(dt, true)
+	d.act()
+}
+
+// verify checks every shard of every page against the oracle.
+func (d *Decode) verify(dt *decTag) {
+	if !d.cfg.Verify {
+		return
+	}
+	mem := d.mem.Bytes()
+	for p, s := range dt.slots {
+		base := int64(s) * d.slotB
+		d.stats.PagesVerified++
+		d.Metrics.verified.Inc()
+		dt.verified++
+		for r, rank := range dt.ranks {
+			shard := mem[base+int64(r)*d.cfg.ShardBytes : base+int64(r+1)*d.cfg.ShardBytes]
+			want := PageIdentity{Room: dt.tag.Room, Gen: dt.tag.Gen, Page: uint32(p), Rank: uint32(rank)}
+			if ok, owner := VerifyShard(shard, want); !ok {
+				if dt.corrupt == nil {
+					dt.corrupt = map[int]bool{}
+				}
+				if !dt.corrupt[p] {
+					dt.corrupt[p] = true
+					d.stats.CorruptPages++
+					d.Metrics.corrupt.Inc()
+					d.log.Error("CORRUPT PAGE: holds another request's bytes", "tag", dt.tag, "page", p, "slot", s,
+						"shard_rank", rank, "holds_room", owner.Room, "holds_gen", owner.Gen, "holds_page", owner.Page)
+				}
+			}
+		}
+	}
+}
+
+func (d *Decode) finishRequest(dt *decTag, handed bool) {
+	if dt.recv == nil || dt.recv.reported {
+		return
+	}
+	dt.recv.reported = true
+	if dt.recv.onDone != nil {
+		dt.recv.onDone(RequestOutcome{Handed: handed, Reason: dt.reason, PagesVerified: dt.verified, CorruptPages: len(dt.corrupt)})
+	}
+}
+
+func (d *Decode) release(rel core.Release, t core.Time) {
+	d.Metrics.observeRelease(rel)
+	d.stats.addRelease(rel)
+	if rel.Tag == (core.Tag{}) {
+		return // the restart quarantine
+	}
+	dt := d.tags[rel.Tag.Key()]
+	if dt == nil || dt.tag != rel.Tag {
+		return
+	}
+	delete(d.tags, rel.Tag.Key())
+	if len(dt.granted) > 0 {
+		// Hygiene, and a second line of defence: nothing should still
+		// write under these keys (drained, or handed off), so revoking
+		// them only frees the plugin's state.
+		keys := dt.granted
+		d.revokes.Add(1)
+		go func() {
+			defer d.revokes.Done()
+			_ = d.revokeKeys(keys)
+		}()
+	}
+	if dt.recv != nil {
+		dt.recv.released.Store(true)
+	}
+}
+
+// Stats returns the figures the demo reports (safe from any goroutine).
+func (d *Decode) Stats() DecodeStats {
+	var s DecodeStats
+	d.lp.call(func() {
+		s = d.stats.clone()
+		s.Core = d.core.Metrics()
+		s.LiveTags = len(d.tags)
+		for _, l := range d.links {
+			s.ReplaysRefused += l.replays.Load()
+		}
+	})
+	return s
+}

@@ -1,0 +1,295 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
+)
+
+// The control plane is one bidirectional gRPC stream per pair of agents
+// (and one from the router to each agent). Every link starts with Hello;
+// the acceptor checks version, capabilities and — with mutual TLS — that
+// the certificate names the role and rank the Hello claims.
+
+const linkMethod = "/kvfence.agent.v1.Control/Link"
+
+type linkService interface{ acceptLink(grpc.ServerStream) error }
+
+var controlDesc = grpc.ServiceDesc{
+	ServiceName: "kvfence.agent.v1.Control",
+	HandlerType: (*linkService)(nil),
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Link",
+		ServerStreams: true,
+		ClientStreams: true,
+		Handler: func(srv any, stream grpc.ServerStream) error {
+			return srv.(linkService).acceptLink(stream)
+		},
+	}},
+}
+
+var linkStreamDesc = &controlDesc.Streams[0]
+
+// stream is what a link needs of a gRPC stream, client or server side.
+type stream interface {
+	SendMsg(any) error
+	RecvMsg(any) error
+	Context() context.Context
+}
+
+// link is one established control-plane stream. Sends go through a queue
+// and one writer goroutine, so that a slow peer never blocks an event loop:
+// when the queue is full the frame is dropped and counted (the core
+// retransmits what matters).
+type link struct {
+	s      stream
+	peer   Hello
+	out    chan *Frame
+	done   chan struct{}
+	once   sync.Once
+	cancel func()
+
+	sendSeq atomic.Uint64
+	recvSeq uint64 // only the reader touches it
+	dropped atomic.Uint64
+	replays atomic.Uint64
+}
+
+func newLink(s stream, peer Hello, cancel func()) *link {
+	l := &link{s: s, peer: peer, out: make(chan *Frame, 1<<14), done: make(chan struct{}), cancel: cancel}
+	go l.writer()
+	return l
+}
+
+func (l *link) writer() {
+	for {
+		select {
+		case f := <-l.out:
+			if err := l.s.SendMsg(f); err != nil {
+				l.close()
+				return
+			}
+		case <-l.done:
+			return
+		}
+	}
+}
+
+// send queues a frame; false means it was dropped (link closed or full).
+func (l *link) send(f *Frame) bool {
+	select {
+	case <-l.done:
+		l.dropped.Add(1)
+		return false
+	default:
+	}
+	f.Seq = l.sendSeq.Add(1)
+	select {
+	case l.out <- f:
+		return true
+	default:
+		l.dropped.Add(1)
+		return false
+	}
+}
+
+// recv returns the next frame in sequence. Frames whose sequence number does
+// not advance (a replay, or a duplicate injected on the path) are refused
+// and counted, never handed up.
+func (l *link) recv(onReplay func()) (*Frame, error) {
+	for {
+		f := new(Frame)
+		if err := l.s.RecvMsg(f); err != nil {
+			l.close()
+			return nil, err
+		}
+		if f.Seq <= l.recvSeq {
+			l.replays.Add(1)
+			if onReplay != nil {
+				onReplay()
+			}
+			continue
+		}
+		l.recvSeq = f.Seq
+		return f, nil
+	}
+}
+
+func (l *link) close() {
+	l.once.Do(func() {
+		close(l.done)
+		if l.cancel != nil {
+			l.cancel()
+		}
+	})
+}
+
+func (l *link) closed() <-chan struct{} { return l.done }
+
+// server accepts links. accept decides about a Hello: it returns the Welcome
+// to send, or an error that is sent as Refuse.
+type server struct {
+	grpc   *grpc.Server
+	lis    net.Listener
+	tls    bool
+	accept func(h Hello) (Hello, error)
+	serve  func(l *link) // runs the accepted link until it ends
+}
+
+func newServer(addr string, tlsCfg *tls.Config, accept func(Hello) (Hello, error), serve func(*link)) (*server, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	var opts []grpc.ServerOption
+	opts = append(opts, grpc.ForceServerCodec(frameCodec{}))
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	s := &server{lis: lis, tls: tlsCfg != nil, accept: accept, serve: serve}
+	s.grpc = grpc.NewServer(opts...)
+	s.grpc.RegisterService(&controlDesc, s)
+	go func() { _ = s.grpc.Serve(lis) }()
+	return s, nil
+}
+
+func (s *server) Addr() string { return s.lis.Addr().String() }
+
+func (s *server) Stop() { s.grpc.Stop() }
+
+func (s *server) acceptLink(st grpc.ServerStream) error {
+	first := new(Frame)
+	if err := st.RecvMsg(first); err != nil {
+		return err
+	}
+	if first.Type != FrameHello || first.Hello == nil {
+		_ = st.SendMsg(&Frame{Type: FrameRefuse, Seq: 1, Refusal: "the first frame of a link must be Hello"})
+		return nil
+	}
+	h := *first.Hello
+	if err := s.checkIdentity(st.Context(), h); err != nil {
+		_ = st.SendMsg(&Frame{Type: FrameRefuse, Seq: 1, Refusal: err.Error()})
+		return nil
+	}
+	welcome, err := s.accept(h)
+	if err != nil {
+		_ = st.SendMsg(&Frame{Type: FrameRefuse, Seq: 1, Refusal: err.Error()})
+		return nil
+	}
+	ctx, cancel := context.WithCancel(st.Context())
+	defer cancel()
+	l := newLink(st, h, cancel)
+	l.recvSeq = first.Seq
+	l.send(&Frame{Type: FrameWelcome, Hello: &welcome})
+	s.serve(l)
+	l.close()
+	<-ctx.Done()
+	return nil
+}
+
+// checkIdentity: with mutual TLS, the client certificate's common name must
+// be "<role>-<rank>" (or "router") and match the Hello.
+func (s *server) checkIdentity(ctx context.Context, h Hello) error {
+	if !s.tls {
+		return nil
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return errors.New("no peer information")
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.PeerCertificates) == 0 {
+		return errors.New("mutual TLS required: no client certificate")
+	}
+	cn := ti.State.PeerCertificates[0].Subject.CommonName
+	if want := IdentityName(h.Role, h.Rank); cn != want {
+		return fmt.Errorf("certificate names %q but Hello claims %q", cn, want)
+	}
+	return nil
+}
+
+// IdentityName is the certificate common name of a role and rank.
+func IdentityName(role Role, rank uint32) string {
+	if role == RoleRouter {
+		return "router"
+	}
+	return fmt.Sprintf("%s-%d", role, rank)
+}
+
+// dial opens a link to addr and exchanges Hello/Welcome. A Refuse comes back
+// as an error carrying the acceptor's words.
+func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello Hello) (*link, *grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(frameCodec{})))
+	if err != nil {
+		return nil, nil, err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	st, err := cc.NewStream(sctx, linkStreamDesc, linkMethod)
+	if err != nil {
+		cancel()
+		cc.Close()
+		return nil, nil, err
+	}
+	if err := st.SendMsg(&Frame{Type: FrameHello, Seq: 1, Hello: &hello}); err != nil {
+		cancel()
+		cc.Close()
+		return nil, nil, err
+	}
+	type res struct {
+		f   *Frame
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		f := new(Frame)
+		err := st.RecvMsg(f)
+		ch <- res{f, err}
+	}()
+	var r res
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		r.err = ctx.Err()
+	}
+	if r.err == nil && r.f.Type == FrameRefuse {
+		r.err = &RefusedError{Reason: r.f.Refusal}
+	} else if r.err == nil && (r.f.Type != FrameWelcome || r.f.Hello == nil) {
+		r.err = fmt.Errorf("link to %s: expected Welcome, got frame type %d", addr, r.f.Type)
+	}
+	if r.err != nil {
+		cancel()
+		cc.Close()
+		return nil, nil, r.err
+	}
+	l := newLink(st, *r.f.Hello, cancel)
+	l.sendSeq.Store(1)
+	l.recvSeq = r.f.Seq
+	go func() { <-l.closed(); cc.Close() }()
+	return l, cc, nil
+}
+
+// RefusedError is a peer's refusal of our Hello.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "refused by peer: " + e.Reason }
+
+// IsRefused reports whether err is a peer's refusal (not worth retrying).
+func IsRefused(err error) bool {
+	var r *RefusedError
+	return errors.As(err, &r) || (err != nil && strings.Contains(err.Error(), "refused by peer"))
+}

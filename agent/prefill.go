@@ -1,0 +1,497 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"hash/fnv"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// PrefillConfig configures a prefill-rank agent.
+type PrefillConfig struct {
+	Rank        core.RankID
+	DecodeAddr  string // control address of the decode rank
+	SourcePages int    // source pages (one shard each) in shared memory
+	ShardBytes  int64
+	// Lanes is how many transport connections to open per decode rank (as
+	// an RDMA engine spreads a request's writes over several QPs or NICs);
+	// a request's batches all use one lane, picked by its room.
+	Lanes int
+
+	MaxInflight, MaxBatchPages               int
+	Heartbeat, SkewMargin                    time.Duration
+	RequestTombstone, BootstrapTimeout, Tick time.Duration
+	Unsafe                                   knownunsafe.Variant
+
+	ControlAddr string      // where the router connects
+	TLS         *tls.Config // mutual TLS (server and client side); nil = plaintext
+	Logger      hclog.Logger
+	// Events, when set, is the plugin's event stream (sdk.Plugin.Events):
+	// a reaped plugin is quiescence evidence for its batches.
+	Events <-chan sdk.Event
+}
+
+// Prefill is one prefill rank's agent.
+type Prefill struct {
+	cfg     PrefillConfig
+	log     hclog.Logger
+	tr      sdk.Transport
+	info    sdk.Info
+	src     *sdk.SharedMemory
+	region  sdk.RegionID
+	core    *core.Sender
+	lp      *loop
+	srv     *server
+	Metrics *Metrics
+	snap    atomic.Pointer[core.SenderMetrics]
+	hello   Hello
+	quit    chan struct{}
+
+	// loop-owned
+	link      *link
+	decode    Hello
+	lanes     []sdk.PeerID
+	batchPeer map[core.BatchID]sdk.PeerID
+	keys      map[core.Tag]tagKeys
+	reqs      map[core.RequestKey]*preReq
+	free      []int
+}
+
+type tagKeys struct {
+	keys []KeyRef
+	pos  int // this rank's shard in each slot
+}
+
+type preReq struct {
+	key    core.RequestKey
+	src    []int
+	state  PollState
+	closed bool
+	snd    *KVSender
+}
+
+// NewPrefill starts a prefill agent on an opened transport.
+func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Prefill, error) {
+	if cfg.Tick <= 0 {
+		cfg.Tick = 10 * time.Millisecond
+	}
+	if cfg.Lanes <= 0 {
+		cfg.Lanes = 1
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	p := &Prefill{cfg: cfg, log: log, tr: tr, lp: newLoop(), quit: make(chan struct{}),
+		batchPeer: map[core.BatchID]sdk.PeerID{}, keys: map[core.Tag]tagKeys{}, reqs: map[core.RequestKey]*preReq{}}
+	var err error
+	if p.info, err = tr.Info(ctx); err != nil {
+		return nil, err
+	}
+	if p.src, err = sdk.NewSharedMemory(fmt.Sprintf("prefill-%d-src", cfg.Rank), uint64(int64(cfg.SourcePages)*cfg.ShardBytes)); err != nil {
+		return nil, err
+	}
+	if p.region, err = tr.RegisterMemory(ctx, p.src.Desc()); err != nil {
+		return nil, err
+	}
+	for i := cfg.SourcePages - 1; i >= 0; i-- {
+		p.free = append(p.free, i)
+	}
+	p.core, err = core.NewSender(core.SenderConfig{Rank: cfg.Rank, SkewMargin: cfg.SkewMargin, MaxInflight: cfg.MaxInflight,
+		MaxBatchPages: cfg.MaxBatchPages, Heartbeat: cfg.Heartbeat, RequestTombstone: cfg.RequestTombstone,
+		BootstrapTimeout: cfg.BootstrapTimeout, Unsafe: cfg.Unsafe})
+	if err != nil {
+		return nil, err
+	}
+	// Every sdk transport can quiesce: Quiesce is part of the required
+	// contract, and the plugin host turns a reaped process into evidence.
+	p.hello = Hello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ProtocolVersion,
+		Caps: Caps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)}}
+	p.Metrics = NewMetrics("prefill", uint32(cfg.Rank), func() Snapshot { return Snapshot{Sender: p.snap.Load()} })
+	p.publish()
+	if cfg.ControlAddr != "" {
+		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, p.accept, p.serveRouter)
+		if err != nil {
+			return nil, err
+		}
+	}
+	go p.lp.run(cfg.Tick, p.tick)
+	go p.completions()
+	if cfg.Events != nil {
+		go p.events()
+	}
+	go p.connectLoop()
+	log.Info("prefill agent up", "rank", cfg.Rank, "decode", cfg.DecodeAddr, "lanes", cfg.Lanes, "variant", cfg.Unsafe.Name())
+	return p, nil
+}
+
+// Addr is the router-facing control address ("" if none).
+func (p *Prefill) Addr() string {
+	if p.srv == nil {
+		return ""
+	}
+	return p.srv.Addr()
+}
+
+func (p *Prefill) publish() {
+	m := p.core.Metrics()
+	p.snap.Store(&m)
+}
+
+// Close stops the agent. Nothing it holds is released by it: the transport
+// is closed by its owner, which completes what is left InDoubt.
+func (p *Prefill) Close() {
+	close(p.quit)
+	if p.srv != nil {
+		p.srv.Stop()
+	}
+	p.lp.shutdown()
+	if p.link != nil {
+		p.link.close()
+	}
+}
+
+// Linked reports whether the decode link is up (for tests).
+func (p *Prefill) Linked() bool {
+	up := false
+	p.lp.call(func() { up = p.link != nil })
+	return up
+}
+
+// connectLoop keeps a link to decode, reconnecting (a restarted decode is a
+// new instance; the core sorts out old tags by their instance).
+func (p *Prefill) connectLoop() {
+	backoff := 50 * time.Millisecond
+	for {
+		select {
+		case <-p.quit:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		l, _, err := dial(ctx, p.cfg.DecodeAddr, clientTLS(p.cfg.TLS), p.hello)
+		cancel()
+		if err != nil {
+			if IsRefused(err) {
+				p.log.Error("decode refused this rank", "error", err)
+			}
+			select {
+			case <-p.quit:
+				return
+			case <-time.After(backoff):
+			}
+			if backoff < time.Second {
+				backoff *= 2
+			}
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if !p.lp.call(func() { p.linked(l) }) {
+			l.close()
+			return
+		}
+		p.readDecode(l)
+		p.lp.post(func() {
+			if p.link == l {
+				p.link = nil
+			}
+		})
+	}
+}
+
+// linked installs a new decode link and, for a new data endpoint, new lanes.
+func (p *Prefill) linked(l *link) {
+	if p.link != nil {
+		p.link.close()
+	}
+	p.link = l
+	old := p.decode
+	p.decode = l.peer
+	if old.DataAddress != l.peer.DataAddress || len(p.lanes) == 0 {
+		addrs := l.peer.DataAddresses
+		if len(addrs) == 0 {
+			addrs = []string{l.peer.DataAddress}
+		}
+		p.lanes = p.lanes[:0]
+		for i := 0; i < p.cfg.Lanes; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			id, err := p.tr.Connect(ctx, sdk.Endpoint{Transport: l.peer.DataTransport, Address: addrs[i%len(addrs)]})
+			cancel()
+			if err != nil {
+				p.log.Error("connect data lane", "error", err)
+				continue
+			}
+			p.lanes = append(p.lanes, id)
+		}
+	}
+	p.log.Info("linked to decode", "decode", l.peer.Rank, "instance", l.peer.Instance, "data", l.peer.DataAddress)
+}
+
+func (p *Prefill) readDecode(l *link) {
+	for {
+		f, err := l.recv(func() { p.Metrics.reject("replayed") })
+		if err != nil {
+			return
+		}
+		if f.Type != FrameCore {
+			p.Metrics.reject("wrong-kind")
+			continue
+		}
+		m, err := core.DecodeMessage(f.Core)
+		if err != nil {
+			p.Metrics.reject("malformed")
+			continue
+		}
+		keys := f.Keys
+		p.lp.post(func() { p.step(l, m, keys) })
+	}
+}
+
+// step checks a message from decode before the core sees it.
+func (p *Prefill) step(l *link, m core.Message, keys []KeyRef) {
+	switch {
+	case m.Rank != p.cfg.Rank:
+		p.Metrics.reject("misaddressed")
+		return
+	case m.Decode != core.RankID(l.peer.Rank):
+		p.Metrics.reject("forged")
+		return
+	}
+	switch m.Kind {
+	case core.KindAssign:
+		pos := -1
+		for i, r := range m.Ranks {
+			if r == p.cfg.Rank {
+				pos = i
+			}
+		}
+		if pos < 0 {
+			p.Metrics.reject("foreign")
+			return
+		}
+		if _, seen := p.keys[m.Tag]; !seen && len(keys) == len(m.Slots) {
+			p.keys[m.Tag] = tagKeys{keys: keys, pos: pos}
+		}
+	case core.KindGrant, core.KindAbort, core.KindReject:
+	default:
+		p.Metrics.reject("wrong-kind")
+		return
+	}
+	p.core.Step(m, now())
+	p.act()
+}
+
+func (p *Prefill) tick() {
+	p.core.Tick(now())
+	p.act()
+}
+
+// act carries out the core's last output (loop only). Follow-up inputs
+// (a refused post) are queued, never fed back while the output is read.
+func (p *Prefill) act() {
+	out := p.core.Ready()
+	for _, env := range out.Messages {
+		if p.link == nil || core.RankID(p.decode.Rank) != env.To || !p.link.send(&Frame{Type: FrameCore, Core: core.AppendMessage(nil, &env.Msg)}) {
+			p.Metrics.failedSend("control")
+		}
+	}
+	for _, post := range out.Posts {
+		p.post(post)
+	}
+	for _, q := range out.Quiesces {
+		p.quiesce(q)
+	}
+	for _, sr := range out.SourceReleases {
+		if r := p.reqs[sr.Key]; r != nil {
+			p.free = append(p.free, r.src...)
+			r.src = nil
+			delete(p.reqs, sr.Key)
+			for tag := range p.keys {
+				if tag.Key() == sr.Key {
+					delete(p.keys, tag)
+				}
+			}
+		}
+	}
+	var closes []core.RequestKey
+	for _, f := range out.Failures {
+		if r := p.reqs[f.Tag.Key()]; r != nil && r.state != PollFailed {
+			r.state = PollFailed
+			closes = append(closes, r.key)
+		}
+	}
+	for _, s := range out.Sent {
+		if r := p.reqs[s.Key]; r != nil && r.state != PollFailed {
+			r.state = PollSuccess
+			closes = append(closes, r.key)
+		}
+	}
+	p.publish()
+	for _, k := range closes {
+		// The simulated engine drops a finished or failed request at once;
+		// the core keeps what must stay held.
+		if r := p.reqs[k]; r != nil && !r.closed && (r.snd == nil || r.snd.autoClose) {
+			r.closed = true
+			p.lp.later(func() {
+				if p.core.Close(k, now()) == nil {
+					p.act()
+				}
+			})
+		}
+	}
+}
+
+// post maps a core Post to one sdk batch: page i of the request goes from
+// its source page to the slot's shard for this rank, under the key decode
+// granted for that page.
+func (p *Prefill) post(post core.Post) {
+	id := post.Batch
+	fail := func(why string) {
+		p.Metrics.failedSend("post")
+		p.log.Warn("batch not posted", "batch", id, "tag", post.Tag, "why", why)
+		p.lp.later(func() {
+			if p.core.Completed(id, core.FailedDefinite, now()) == nil {
+				p.act()
+			}
+		})
+	}
+	tk, ok := p.keys[post.Tag]
+	r := p.reqs[post.Tag.Key()]
+	switch {
+	case !ok || int(post.FirstPage)+len(post.Slots) > len(tk.keys):
+		fail("no keys for these pages")
+		return
+	case r == nil || int(post.FirstPage)+len(post.Slots) > len(r.src):
+		fail("no source pages")
+		return
+	case len(p.lanes) == 0:
+		fail("no data lane to decode")
+		return
+	}
+	shard := uint64(p.cfg.ShardBytes)
+	ops := make([]sdk.Op, len(post.Slots))
+	for i := range post.Slots {
+		page := int(post.FirstPage) + i
+		k := tk.keys[page]
+		ops[i] = sdk.Op{Kind: sdk.OpWrite, LocalRegion: p.region, LocalOffset: uint64(r.src[page]) * shard,
+			RemoteKey: sdk.Key(k.Key), RemoteOffset: k.Base + uint64(tk.pos)*shard, Length: shard}
+	}
+	peer := p.lanes[lane(post.Tag, len(p.lanes))]
+	p.batchPeer[id] = peer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := p.tr.Post(ctx, sdk.Batch{ID: sdk.BatchID(id), Peer: peer, Ops: ops})
+	cancel()
+	if err != nil {
+		delete(p.batchPeer, id)
+		fail(err.Error()) // a refused Post was never accepted: nothing moves
+	}
+}
+
+func lane(tag core.Tag, n int) int {
+	h := fnv.New64a()
+	var b [16]byte
+	for i := 0; i < 8; i++ {
+		b[i] = byte(tag.Room >> (8 * i))
+		b[8+i] = byte(tag.Gen >> (8 * i))
+	}
+	h.Write(b[:])
+	return int(h.Sum64() % uint64(n))
+}
+
+// quiesce asks the transport for evidence, per lane, retrying until it has
+// some: a batch stays in doubt (and its tag un-acked) until then.
+func (p *Prefill) quiesce(q core.Quiesce) {
+	byPeer := map[sdk.PeerID][]sdk.BatchID{}
+	for _, id := range q.Batches {
+		peer, ok := p.batchPeer[id]
+		if !ok {
+			continue // never posted: its refusal is already queued
+		}
+		byPeer[peer] = append(byPeer[peer], sdk.BatchID(id))
+	}
+	for peer, ids := range byPeer {
+		go func() {
+			for attempt := 0; ; attempt++ {
+				start := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				res, err := p.tr.Quiesce(ctx, peer, ids)
+				cancel()
+				if err == nil {
+					p.Metrics.quiesced(time.Since(start))
+					ev := core.EvidenceQuiesced
+					if res.Evidence == sdk.EvidenceProcessExited {
+						ev = core.EvidenceProcessExited
+					}
+					p.lp.post(func() { p.quiesced(ids, ev) })
+					return
+				}
+				if attempt == 0 || attempt%20 == 0 {
+					p.log.Warn("quiesce gave no evidence yet; batches stay in doubt", "peer", peer, "batches", len(ids), "error", err)
+				}
+				select {
+				case <-p.quit:
+					return
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+		}()
+	}
+}
+
+func (p *Prefill) quiesced(ids []sdk.BatchID, ev core.Evidence) {
+	cids := make([]core.BatchID, len(ids))
+	for i, id := range ids {
+		cids[i] = core.BatchID(id)
+	}
+	p.core.Quiesced(cids, ev, now())
+	p.act()
+}
+
+func (p *Prefill) completions() {
+	for c := range p.tr.Completions() {
+		id := core.BatchID(c.Batch)
+		var st core.BatchStatus
+		switch c.Status {
+		case sdk.Succeeded:
+			st = core.Succeeded
+		case sdk.FailedDefinite:
+			st = core.FailedDefinite
+		default:
+			st = core.InDoubt // anything unknown is in doubt
+			p.Metrics.inDoubt.Inc()
+		}
+		p.lp.post(func() {
+			if p.core.Completed(id, st, now()) == nil {
+				p.act()
+			}
+			if st != core.InDoubt {
+				delete(p.batchPeer, id)
+			}
+		})
+	}
+}
+
+func (p *Prefill) events() {
+	for ev := range p.cfg.Events {
+		if ev.Kind == sdk.EventPluginExited && len(ev.Batches) > 0 {
+			ids := ev.Batches
+			p.log.Warn("transport plugin exited: its batches can no longer move", "batches", len(ids))
+			p.lp.post(func() { p.quiesced(ids, core.EvidenceProcessExited) })
+		}
+	}
+}
+
+// Stats returns the core's figures.
+func (p *Prefill) Stats() core.SenderMetrics {
+	var m core.SenderMetrics
+	p.lp.call(func() { m = p.core.Metrics() })
+	return m
+}

@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"github.com/kvfence/kvfence/core"
+)
+
+// DecodeStats are what a decode agent reports to the router at the end of a
+// run: the core's counters, hold durations by release path, the content
+// oracle's findings, and held capacity over time.
+type DecodeStats struct {
+	Core           core.ReceiverMetrics `json:"core"`
+	Handoffs       int                  `json:"handoffs"`
+	PagesVerified  int                  `json:"pages_verified"`
+	CorruptPages   int                  `json:"corrupt_pages"`
+	HoldsMs        map[string][]float64 `json:"holds_ms"` // by path, aborted/rejected exposures only
+	Released       map[string]int       `json:"released"`
+	HoldSlotSec    map[string]float64   `json:"hold_slot_seconds"` // by path: held slots × seconds
+	Series         []HeldSample         `json:"series"`
+	LiveTags       int                  `json:"live_tags"`
+	ReplaysRefused uint64               `json:"replays_refused"`
+}
+
+// HeldSample is decode's slot usage at one moment (seconds since start).
+type HeldSample struct {
+	T        float64 `json:"t"`
+	Held     int     `json:"held"`
+	Assigned int     `json:"assigned"`
+	Handed   int     `json:"handed"`
+}
+
+func (s *DecodeStats) addRelease(rel core.Release) {
+	if s.Released == nil {
+		s.Released = map[string]int{}
+		s.HoldsMs = map[string][]float64{}
+		s.HoldSlotSec = map[string]float64{}
+	}
+	p := rel.Path.String()
+	s.Released[p]++
+	if rel.Path != core.PathCompleted {
+		s.HoldsMs[p] = append(s.HoldsMs[p], float64(rel.Held.Microseconds())/1000)
+		s.HoldSlotSec[p] += rel.Held.Seconds() * float64(len(rel.Slots))
+	}
+}
+
+func (s DecodeStats) clone() DecodeStats {
+	c := s
+	c.HoldsMs = map[string][]float64{}
+	for k, v := range s.HoldsMs {
+		c.HoldsMs[k] = append([]float64(nil), v...)
+	}
+	c.HoldSlotSec = map[string]float64{}
+	for k, v := range s.HoldSlotSec {
+		c.HoldSlotSec[k] = v
+	}
+	c.Released = map[string]int{}
+	for k, v := range s.Released {
+		c.Released[k] = v
+	}
+	c.Series = append([]HeldSample(nil), s.Series...)
+	return c
+}

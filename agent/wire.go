@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// ProtocolVersion is the control-plane protocol this agent speaks. A peer
+// with another version is refused at connect (no silent downgrade).
+const ProtocolVersion = 1
+
+// FrameType is what a control-plane frame carries.
+type FrameType uint8
+
+const (
+	FrameHello   FrameType = 1 // first frame of every link: who, which version, what the transport can prove
+	FrameWelcome FrameType = 2 // the answer to Hello: accepted, with what the acceptor offers
+	FrameRefuse  FrameType = 3 // the answer to Hello: refused, and why (then the link closes)
+	FrameCore    FrameType = 4 // one core-encoded message (core.AppendMessage)
+	FrameCommand FrameType = 5 // router → agent
+	FrameEvent   FrameType = 6 // agent → router
+)
+
+// Frame is one control-plane frame. Seq grows by one per frame on a link in
+// each direction: a replayed or reordered frame is refused and counted.
+type Frame struct {
+	Type    FrameType `json:"t"`
+	Seq     uint64    `json:"s"`
+	Core    []byte    `json:"c,omitempty"`
+	Keys    []KeyRef  `json:"k,omitempty"` // with an Assign: where each page may be written
+	Hello   *Hello    `json:"h,omitempty"`
+	Refusal string    `json:"r,omitempty"`
+	Command *Command  `json:"cmd,omitempty"`
+	Event   *Event    `json:"ev,omitempty"`
+}
+
+// KeyRef is where one page of an exposure may be written: the key decode's
+// transport granted for it and the window's base offset under that key.
+type KeyRef struct {
+	Key  uint64 `json:"k"`
+	Base uint64 `json:"b"`
+}
+
+// Role is what the far end of a link is.
+type Role string
+
+const (
+	RolePrefill Role = "prefill"
+	RoleDecode  Role = "decode"
+	RoleRouter  Role = "router"
+)
+
+// Caps is what a side's transport can prove (DESIGN §5): quiescence evidence
+// on the sending side, revocation on the receiving side.
+type Caps struct {
+	Quiesce bool  `json:"quiesce"`
+	Revoke  bool  `json:"revoke"`
+	MaxTail int64 `json:"max_tail_ns"`
+}
+
+// Hello opens a link; the acceptor answers Welcome with its own Hello, or
+// Refuse.
+type Hello struct {
+	Role     Role   `json:"role"`
+	Rank     uint32 `json:"rank"`
+	Version  int    `json:"version"`
+	Caps     Caps   `json:"caps"`
+	Instance uint64 `json:"instance,omitempty"` // decode incarnation
+	// Data is the decode data endpoint prefill connects its transport to.
+	DataTransport string `json:"data_transport,omitempty"`
+	DataAddress   string `json:"data_address,omitempty"`
+	// DataAddresses, when set, are several ways to the same data endpoint
+	// (NICs, proxies): lane i of a prefill rank uses DataAddresses[i % n].
+	DataAddresses []string `json:"data_addresses,omitempty"`
+	SlotBytes     int64    `json:"slot_bytes,omitempty"`
+	ShardBytes    int64    `json:"shard_bytes,omitempty"`
+}
+
+// compatible says whether a prefill rank (p) and a decode rank (d) may run
+// together, and if not, why in words an operator can act on.
+func compatible(p, d Hello) error {
+	if p.Version != d.Version {
+		return fmt.Errorf("incompatible peers: %s rank %d speaks control protocol v%d, %s rank %d speaks v%d",
+			p.Role, p.Rank, p.Version, d.Role, d.Rank, d.Version)
+	}
+	if !p.Caps.Quiesce {
+		return fmt.Errorf("incompatible peers: prefill rank %d's transport cannot prove quiescence; decode rank %d would have to release in-doubt writes on timeout only — refusing to run with weaker guarantees",
+			p.Rank, d.Rank)
+	}
+	return nil
+}
+
+// Command is a router instruction to an agent. ID pairs it with its reply.
+type Command struct {
+	ID    uint64   `json:"id"`
+	Op    string   `json:"op"` // admit, open, cancel, stats
+	Room  uint64   `json:"room,omitempty"`
+	Gen   uint64   `json:"gen,omitempty"`
+	Pages int      `json:"pages,omitempty"`
+	Ranks []uint32 `json:"ranks,omitempty"`
+	// DecodeFor is how long the (simulated) decode loop keeps a handed-off
+	// request before finishing it; nanoseconds.
+	DecodeFor int64 `json:"decode_for,omitempty"`
+	// PageEvery paces the (simulated) prefill compute; nanoseconds per page.
+	PageEvery int64 `json:"page_every,omitempty"`
+}
+
+// Event is an agent's reply or report to the router.
+type Event struct {
+	ID    uint64          `json:"id,omitempty"` // the command it answers; 0 for unsolicited
+	Kind  string          `json:"kind"`         // ok, error, done, stats
+	Room  uint64          `json:"room,omitempty"`
+	Gen   uint64          `json:"gen,omitempty"`
+	Error string          `json:"error,omitempty"`
+	Class string          `json:"class,omitempty"` // resource-exhausted, ...
+	Done  *RequestOutcome `json:"done,omitempty"`
+	Stats json.RawMessage `json:"stats,omitempty"`
+}
+
+// RequestOutcome is how a request ended on decode, as the router sees it.
+type RequestOutcome struct {
+	Handed        bool   `json:"handed"`
+	Reason        string `json:"reason,omitempty"`
+	PagesVerified int    `json:"pages_verified"`
+	CorruptPages  int    `json:"corrupt_pages"`
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/kvfence/kvfence/agent"
+	"github.com/kvfence/kvfence/agent/delayproxy"
+	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/plugins/tcp"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// The kvfence binary carries its embedded default transport: run as
+// "kvfence __plugin-tcp" it is the TCP reference plugin, so an agent loads
+// it with sdk.Open on its own executable — out of process, as any plugin.
+func init() { register(newPluginTCPCommand); register(newAgentCommand) }
+
+func newPluginTCPCommand() *cobra.Command {
+	return &cobra.Command{
+		Use: "__plugin-tcp", Hidden: true, Args: cobra.NoArgs,
+		Short: "serve the embedded TCP transport plugin (started by an agent through sdk.Open)",
+		RunE: func(*cobra.Command, []string) error {
+			log := sdk.NewPluginLogger("kvfence-plugin-tcp")
+			cfg, err := tcp.ConfigFromEnv(os.Getenv)
+			if err != nil {
+				return err
+			}
+			t, err := tcp.New(cfg, log)
+			if err != nil {
+				return err
+			}
+			sdk.Serve(t, sdk.ServeOptions{Logger: log})
+			return nil
+		},
+	}
+}
+
+type agentFlags struct {
+	role, control, decodeAddr, pki, unsafe, logFile, metrics string
+	rank, slots, shards, lanes, sourcePages                  int
+	shardBytes                                               int64
+	fence, eager                                             bool
+	delays                                                   []time.Duration
+}
+
+// newAgentCommand is one rank as its own process (the demo starts three).
+// It prints "READY <control address> <metrics address>" once it can serve.
+func newAgentCommand() *cobra.Command {
+	var f agentFlags
+	cmd := &cobra.Command{
+		Use: "__agent", Hidden: true, Args: cobra.NoArgs,
+		Short: "run one decode or prefill rank agent (started by kvfence demo)",
+		RunE:  func(*cobra.Command, []string) error { return runAgent(f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.role, "role", "decode", "decode or prefill")
+	fl.IntVar(&f.rank, "rank", 0, "rank id")
+	fl.StringVar(&f.control, "control", "127.0.0.1:0", "control-plane listen address")
+	fl.StringVar(&f.decodeAddr, "decode", "", "decode control address (prefill)")
+	fl.StringVar(&f.pki, "pki", "", "directory with throwaway certificates (mutual TLS); empty = plaintext")
+	fl.StringVar(&f.unsafe, "unsafe", "", "known-unsafe core variant (demo only)")
+	fl.StringVar(&f.logFile, "log", "", "log file (default stderr)")
+	fl.StringVar(&f.metrics, "metrics", "127.0.0.1:0", "Prometheus /metrics listen address")
+	fl.IntVar(&f.slots, "slots", 4096, "decode KV slots")
+	fl.IntVar(&f.shards, "shards", 2, "tensor-parallel prefill ranks per request (shards per slot)")
+	fl.Int64Var(&f.shardBytes, "shard-bytes", 8192, "bytes one rank writes per page")
+	fl.IntVar(&f.lanes, "lanes", 4, "transport connections per decode rank (prefill)")
+	fl.IntVar(&f.sourcePages, "source-pages", 8192, "source pages in shared memory (prefill)")
+	fl.BoolVar(&f.fence, "fence", true, "per-exposure keys with revocation (decode)")
+	fl.BoolVar(&f.eager, "eager-revoke", false, "revoke as soon as a request aborts (decode)")
+	fl.DurationSliceVar(&f.delays, "data-delay", nil, "put a delaying proxy on the data path; connection k is delayed by the k-th value, cyclically (decode)")
+	return cmd
+}
+
+func runAgent(f agentFlags) error {
+	variant, ok := knownunsafe.Parse(f.unsafe)
+	if !ok {
+		return fmt.Errorf("unknown variant %q", f.unsafe)
+	}
+	out := os.Stderr
+	if f.logFile != "" {
+		lf, err := os.Create(f.logFile)
+		if err != nil {
+			return err
+		}
+		defer lf.Close()
+		out = lf
+	}
+	name := agent.IdentityName(agent.Role(f.role), uint32(f.rank))
+	log := hclog.New(&hclog.LoggerOptions{Name: name, Output: out, Level: hclog.Info, JSONFormat: true})
+	var tlsCfg *tls.Config
+	if f.pki != "" {
+		c, err := agent.LoadTLS(f.pki, name)
+		if err != nil {
+			return err
+		}
+		tlsCfg = c
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	plug, err := sdk.Open(exe, sdk.OpenOptions{Args: []string{"__plugin-tcp"}, Logger: log.Named("plugin"),
+		Env: []string{"KVFENCE_LOG_LEVEL=warn"}})
+	if err != nil {
+		return fmt.Errorf("open the TCP plugin: %w", err)
+	}
+	defer plug.Close()
+	ctx := context.Background()
+	var control string
+	var metrics *agent.Metrics
+	var stop func()
+	switch f.role {
+	case "decode":
+		cfg := agent.DecodeConfig{Rank: core.RankID(f.rank), Slots: f.slots, ShardBytes: f.shardBytes, Shards: f.shards,
+			Lease: 2 * time.Second, MaxHold: 10 * time.Second, ClockMargin: 100 * time.Millisecond,
+			Fence: f.fence, EagerRevoke: f.eager, Verify: true, Unsafe: variant,
+			ControlAddr: f.control, TLS: tlsCfg, Logger: log}
+		var proxies []*delayproxy.Proxy
+		if len(f.delays) > 0 {
+			// One proxy per delay, and lane i of every prefill rank goes
+			// through proxy i % n: requests on a slow lane are overtaken by
+			// requests on a fast one, as on a multi-NIC fabric.
+			cfg.AdvertiseData = func(ep sdk.Endpoint) []sdk.Endpoint {
+				var eps []sdk.Endpoint
+				for _, d := range f.delays {
+					px := &delayproxy.Proxy{Target: ep.Address, Delays: []time.Duration{d}}
+					addr, err := px.Start("127.0.0.1:0")
+					if err != nil {
+						log.Error("delaying proxy", "error", err)
+						continue
+					}
+					proxies = append(proxies, px)
+					log.Info("delaying proxy on the data path", "listen", addr, "target", ep.Address, "delay", d)
+					e := ep
+					e.Address = addr
+					eps = append(eps, e)
+				}
+				return eps
+			}
+		}
+		d, err := agent.NewDecode(ctx, cfg, plug.Transport())
+		if err != nil {
+			return err
+		}
+		control, metrics = d.Addr(), d.Metrics
+		stop = func() {
+			d.Close()
+			for _, px := range proxies {
+				px.Close()
+			}
+		}
+	case "prefill":
+		p, err := agent.NewPrefill(ctx, agent.PrefillConfig{Rank: core.RankID(f.rank), DecodeAddr: f.decodeAddr,
+			SourcePages: f.sourcePages, ShardBytes: f.shardBytes, Lanes: f.lanes,
+			MaxInflight: 256, MaxBatchPages: 4, Heartbeat: 200 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
+			RequestTombstone: 15 * time.Second, BootstrapTimeout: 10 * time.Second, Unsafe: variant,
+			ControlAddr: f.control, TLS: tlsCfg, Logger: log, Events: plug.Events()}, plug.Transport())
+		if err != nil {
+			return err
+		}
+		for deadline := time.Now().Add(30 * time.Second); !p.Linked(); {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("prefill rank %d: no link to decode at %s", f.rank, f.decodeAddr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		control, metrics, stop = p.Addr(), p.Metrics, p.Close
+	default:
+		return fmt.Errorf("--role must be decode or prefill")
+	}
+	maddr, closeMetrics, err := agent.ServeMetrics(f.metrics, metrics.Registry)
+	if err != nil {
+		return err
+	}
+	defer closeMetrics()
+	fmt.Printf("READY %s %s\n", control, maddr)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	stop()
+	return nil
+}
+
+func pkiNames(prefills int) []string {
+	names := []string{"router", "decode-0"}
+	for i := 1; i <= prefills; i++ {
+		names = append(names, fmt.Sprintf("prefill-%d", i))
+	}
+	return names
+}
+
+func joinPath(dir, name string) string { return filepath.Join(dir, strings.TrimSpace(name)) }

@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/kvfence/kvfence/agent"
+)
+
+// agentExe is the kvfence binary the rank processes run (default: this
+// executable; tests point it at a freshly built binary).
+var agentExe string
+
+// demoOptions size one run of the demo (and of each bench repetition).
+type demoOptions struct {
+	Requests, Concurrency, MinPages, MaxPages int
+	AbortShare                                float64
+	PageEvery, DecodeFor                      time.Duration
+	Delays                                    []time.Duration
+	Unsafe                                    string
+	Fence                                     bool
+	TLS                                       bool
+	Progress                                  io.Writer // nil: no progress bar
+	Dir                                       string    // run directory (logs, certs); created if empty
+	Seed                                      uint64
+}
+
+// demoSummary is what the demo prints (and --json emits).
+type demoSummary struct {
+	Variant         string             `json:"variant"`
+	Fence           bool               `json:"fence"`
+	Requests        int                `json:"requests"`
+	Handoffs        int                `json:"handoffs"`
+	Aborts          int                `json:"aborts"`
+	CancelsSent     int                `json:"cancels_sent"`
+	Failed          int                `json:"failed"`
+	ReleasedDrained int                `json:"released_drained"`
+	ReleasedFenced  int                `json:"released_fenced"`
+	ReleasedTimeout int                `json:"released_timeout"`
+	ReleasedDone    int                `json:"released_completed"`
+	ReleasedUnsafe  int                `json:"released_unsafe"`
+	HoldP50Ms       map[string]float64 `json:"hold_p50_ms"`
+	HoldP99Ms       map[string]float64 `json:"hold_p99_ms"`
+	HoldSlotSec     map[string]float64 `json:"hold_slot_seconds"`
+	PagesVerified   int                `json:"pages_verified"`
+	CorruptPages    int                `json:"corrupt_pages"`
+	StaleMessages   uint64             `json:"stale_messages"`
+	Unreleased      int                `json:"unreleased_exposures"`
+	Seconds         float64            `json:"seconds"`
+	RequestsPerSec  float64            `json:"requests_per_second"`
+	Dir             string             `json:"run_dir"`
+	Report          string             `json:"report,omitempty"`
+
+	holds  map[string][]float64
+	series []agent.HeldSample
+}
+
+type child struct {
+	cmd     *exec.Cmd
+	control string
+	metrics string
+}
+
+func startChild(ctx context.Context, exe string, args []string, logName string, dir string) (*child, error) {
+	cmd := exec.CommandContext(ctx, exe, append([]string{"__agent", "--log", filepath.Join(dir, logName)}, args...)...)
+	cmd.Stderr = nil
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	lines := bufio.NewScanner(out)
+	ready := make(chan []string, 1)
+	go func() {
+		for lines.Scan() {
+			if f := strings.Fields(lines.Text()); len(f) == 3 && f[0] == "READY" {
+				ready <- f
+			}
+		}
+		close(ready)
+	}()
+	select {
+	case f, ok := <-ready:
+		if !ok {
+			_ = cmd.Wait()
+			return nil, fmt.Errorf("%s exited before it was ready (see %s)", logName, filepath.Join(dir, logName))
+		}
+		return &child{cmd: cmd, control: f[1], metrics: f[2]}, nil
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("%s not ready after 60s", logName)
+	}
+}
+
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// runDemo starts one decode and two prefill rank processes, each with its
+// own TCP plugin process, plus a delaying proxy on the data path, and
+// drives the workload from this process (the router).
+func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
+	if o.Dir == "" {
+		d, err := os.MkdirTemp("", "kvfence-demo-")
+		if err != nil {
+			return nil, err
+		}
+		o.Dir = d
+	}
+	exe := agentExe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	common := []string{"--unsafe", o.Unsafe}
+	var tlsArgs []string
+	if o.TLS {
+		pki := filepath.Join(o.Dir, "pki")
+		if err := os.MkdirAll(pki, 0o700); err != nil {
+			return nil, err
+		}
+		if err := agent.WriteThrowawayPKI(pki, pkiNames(2)); err != nil {
+			return nil, err
+		}
+		tlsArgs = []string{"--pki", pki}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var delays []string
+	for _, d := range o.Delays {
+		delays = append(delays, d.String())
+	}
+	dargs := append(append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence)}, common...), tlsArgs...)
+	if len(delays) > 0 {
+		dargs = append(dargs, "--data-delay", strings.Join(delays, ","))
+	}
+	dec, err := startChild(cctx, exe, dargs, "decode-0.log", o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer dec.stop()
+	var pre []*child
+	for r := 1; r <= 2; r++ {
+		c, err := startChild(cctx, exe, append(append([]string{"--role", "prefill", "--rank", fmt.Sprint(r), "--decode", dec.control}, common...), tlsArgs...),
+			fmt.Sprintf("prefill-%d.log", r), o.Dir)
+		if err != nil {
+			return nil, err
+		}
+		defer c.stop()
+		pre = append(pre, c)
+	}
+	routerTLS, err := maybeTLS(o.TLS, o.Dir, "router")
+	if err != nil {
+		return nil, err
+	}
+	router, err := agent.DialRouter(cctx, dec.control, []string{pre[0].control, pre[1].control}, routerTLS)
+	if err != nil {
+		return nil, err
+	}
+	defer router.Close()
+	return drive(cctx, o, router)
+}
+
+func maybeTLS(on bool, dir, name string) (*tls.Config, error) {
+	if !on {
+		return nil, nil
+	}
+	return agent.LoadTLS(filepath.Join(dir, "pki"), name)
+}
+
+// drive runs the workload: Requests at Concurrency, a share cancelled at a
+// random moment while it transfers, then waits until decode holds nothing.
+func drive(ctx context.Context, o demoOptions, router *agent.Router) (*demoSummary, error) {
+	start := time.Now()
+	var mu sync.Mutex
+	waiters := map[uint64]chan agent.Event{}
+	go func() {
+		for ev := range router.Done {
+			mu.Lock()
+			ch := waiters[ev.Room]
+			mu.Unlock()
+			if ch != nil {
+				ch <- ev
+			}
+		}
+	}()
+	var done, handed, failed, cancels atomic.Int64
+	jobs := make(chan uint64)
+	var wg sync.WaitGroup
+	rng := rand.New(rand.NewPCG(o.Seed, 7))
+	type plan struct {
+		pages   int
+		abortAt time.Duration // <0: never
+	}
+	plans := make([]plan, o.Requests+1)
+	for i := 1; i <= o.Requests; i++ {
+		p := plan{pages: o.MinPages + rng.IntN(o.MaxPages-o.MinPages+1), abortAt: -1}
+		if rng.Float64() < o.AbortShare {
+			// Mid-transfer: while pages are still being produced or are in
+			// flight on the (delayed) data path.
+			span := time.Duration(p.pages)*o.PageEvery + maxDelay(o.Delays)
+			p.abortAt = time.Duration(rng.Int64N(int64(span) + 1))
+		}
+		plans[i] = p
+	}
+	stopBar := make(chan struct{})
+	barDone := make(chan struct{})
+	go func() {
+		defer close(barDone)
+		if o.Progress == nil {
+			<-stopBar
+			return
+		}
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				progressBar(o.Progress, int(done.Load()), o.Requests, int(handed.Load()), int(cancels.Load()), time.Since(start))
+			case <-stopBar:
+				progressBar(o.Progress, int(done.Load()), o.Requests, int(handed.Load()), int(cancels.Load()), time.Since(start))
+				fmt.Fprintln(o.Progress)
+				return
+			}
+		}
+	}()
+	for w := 0; w < o.Concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for room := range jobs {
+				p := plans[room]
+				ch := make(chan agent.Event, 1)
+				mu.Lock()
+				waiters[room] = ch
+				mu.Unlock()
+				ok := admitWithRetry(ctx, router, room, p.pages, o)
+				if ok {
+					if err := router.Open(ctx, room, 1, p.pages, o.PageEvery); err != nil {
+						router.Cancel(ctx, room, 1)
+					}
+					var timer <-chan time.Time
+					if p.abortAt >= 0 {
+						timer = time.After(p.abortAt)
+					}
+				wait:
+					for {
+						select {
+						case ev := <-ch:
+							if ev.Done != nil && ev.Done.Handed {
+								handed.Add(1)
+							} else {
+								failed.Add(1)
+							}
+							break wait
+						case <-timer:
+							timer = nil
+							cancels.Add(1)
+							router.Cancel(ctx, room, 1)
+						case <-time.After(60 * time.Second):
+							failed.Add(1)
+							break wait
+						case <-ctx.Done():
+							return
+						}
+					}
+				} else {
+					failed.Add(1)
+				}
+				mu.Lock()
+				delete(waiters, room)
+				mu.Unlock()
+				done.Add(1)
+			}
+		}()
+	}
+	for i := 1; i <= o.Requests; i++ {
+		select {
+		case jobs <- uint64(i):
+		case <-ctx.Done():
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	elapsed := time.Since(start)
+	// Holds outlive requests: wait (bounded) until decode released them all.
+	var st agent.DecodeStats
+	var err error
+	for deadline := time.Now().Add(45 * time.Second); ; {
+		st, err = router.DecodeStats(ctx)
+		if err != nil {
+			close(stopBar)
+			<-barDone
+			return nil, err
+		}
+		if st.LiveTags == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stopBar)
+	<-barDone
+	s := &demoSummary{Variant: orSafe(o.Unsafe), Fence: o.Fence, Requests: o.Requests, Handoffs: int(handed.Load()),
+		Aborts: int(st.Core.Aborts), CancelsSent: int(cancels.Load()), Failed: int(failed.Load()),
+		ReleasedDrained: st.Released["drained"], ReleasedFenced: st.Released["fenced"], ReleasedTimeout: st.Released["timeout"],
+		ReleasedDone: st.Released["completed"], ReleasedUnsafe: st.Released["unsafe"],
+		HoldP50Ms: map[string]float64{}, HoldP99Ms: map[string]float64{}, HoldSlotSec: st.HoldSlotSec,
+		PagesVerified: st.PagesVerified, CorruptPages: st.CorruptPages, StaleMessages: st.Core.StaleMessages,
+		Unreleased: st.LiveTags, Seconds: elapsed.Seconds(), RequestsPerSec: float64(o.Requests) / elapsed.Seconds(),
+		Dir: o.Dir, holds: st.HoldsMs, series: st.Series}
+	for path, v := range st.HoldsMs {
+		s.HoldP50Ms[path] = quantile(v, 0.50)
+		s.HoldP99Ms[path] = quantile(v, 0.99)
+	}
+	return s, nil
+}
+
+func admitWithRetry(ctx context.Context, router *agent.Router, room uint64, pages int, o demoOptions) bool {
+	for attempt := 0; attempt < 2000; attempt++ {
+		ev := router.Admit(ctx, room, 1, pages, o.DecodeFor)
+		switch {
+		case ev.Kind == "ok":
+			return true
+		case ev.Class != "resource-exhausted":
+			return false
+		}
+		select {
+		case <-time.After(5 * time.Millisecond): // decode is full (holds count): wait like a router queue
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return false
+}
+
+func maxDelay(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
+}
+
+func quantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	i := int(q * float64(len(s)-1))
+	return s[i]
+}
+
+func orSafe(v string) string {
+	if v == "" {
+		return "safe"
+	}
+	return v
+}
+
+func progressBar(w io.Writer, done, total, handed, cancels int, el time.Duration) {
+	const width = 40
+	n := done * width / max(total, 1)
+	fmt.Fprintf(w, "\r[%s%s] %4d/%d requests  handoffs %4d  cancels %4d  %5.1fs",
+		strings.Repeat("=", n), strings.Repeat(" ", width-n), done, total, handed, cancels, el.Seconds())
+}
