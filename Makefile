@@ -21,10 +21,9 @@ build: plugins
 plugins:
 	$(GO) build -o $(BIN)/kvfence-plugin-tcp ./plugins/tcp/cmd/kvfence-plugin-tcp
 
-# The main job (today: the abort-storm simulation of the real core and every
-# known-unsafe variant).
+# The main job: the demo on the embedded TCP transport.
 run:
-	$(GO) run ./cmd/kvfence sim
+	$(GO) run ./cmd/kvfence demo
 
 # Installs what a fresh Debian machine lacks for the tests (spin, a C compiler).
 deps:
