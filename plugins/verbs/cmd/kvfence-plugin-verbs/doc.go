@@ -1,0 +1,13 @@
+// Command kvfence-plugin-verbs is the libibverbs transport as a kvfence
+// plugin binary (build with -tags rdma; without it the binary starts but
+// its transport cannot open a device). A host starts it with sdk.Open.
+//
+// Settings come from the environment (see verbs.ConfigFromEnv):
+// KVFENCE_VERBS_DEVICE, KVFENCE_VERBS_GID, KVFENCE_VERBS_LISTEN,
+// KVFENCE_VERBS_TIMEOUT, KVFENCE_VERBS_RETRY_CNT, KVFENCE_VERBS_QUEUE_DEPTH,
+// KVFENCE_VERBS_MAX_BATCH, KVFENCE_VERBS_REVOKE (auto|mw1|mr),
+// KVFENCE_VERBS_TAIL_MARGIN, KVFENCE_LOG_LEVEL.
+//
+// It owns only wiring (environment to verbs.Config, sdk.Serve); it must
+// never hold transfer logic of its own.
+package main

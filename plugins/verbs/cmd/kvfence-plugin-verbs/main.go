@@ -1,0 +1,24 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/kvfence/kvfence/plugins/verbs"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+func main() {
+	log := sdk.NewPluginLogger("kvfence-plugin-verbs")
+	cfg, err := verbs.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	t, err := verbs.New(cfg, log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sdk.Serve(t, sdk.ServeOptions{Logger: log})
+}

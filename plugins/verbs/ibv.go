@@ -1,0 +1,400 @@
+//go:build rdma
+
+package verbs
+
+/*
+#cgo LDFLAGS: -libverbs
+#include <infiniband/verbs.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+_Static_assert(IBV_WC_SUCCESS == 0 && IBV_WC_WR_FLUSH_ERR == 5 && IBV_WC_REM_ACCESS_ERR == 10 &&
+	IBV_WC_RETRY_EXC_ERR == 12 && IBV_WC_GENERAL_ERR == 21, "ibv_wc_status values moved");
+_Static_assert(IBV_ACCESS_LOCAL_WRITE == 1 && IBV_ACCESS_REMOTE_WRITE == 2 &&
+	IBV_ACCESS_REMOTE_READ == 4 && IBV_ACCESS_MW_BIND == 16, "ibv_access_flags values moved");
+
+struct kvf_dev {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;       // every data QP
+	struct ibv_cq *bcq;      // the memory-window bind QP pair
+	struct ibv_qp *bqp[2];
+	int gidx, mtu, max_rd_atom, mw1, mw2a, mw2b;
+	uint8_t gid[16];
+	char name[64];
+};
+
+static const uint8_t v4pfx[12] = {0,0,0,0,0,0,0,0,0,0,0xff,0xff};
+
+// kvf_open opens the device called name (any if empty) holding gid (the
+// first IPv4-mapped GID of port 1 if use_gid is 0). Returns 0 or -errno.
+static int kvf_open(struct kvf_dev *d, const char *name, const uint8_t *want, int use_gid) {
+	int n = 0, rc = -ENODEV;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	if (!l) return -(errno ? errno : ENODEV);
+	for (int i = 0; i < n && rc; i++) {
+		const char *dn = ibv_get_device_name(l[i]);
+		if (name[0] && strcmp(dn, name)) continue;
+		struct ibv_context *ctx = ibv_open_device(l[i]);
+		if (!ctx) continue;
+		struct ibv_port_attr pa;
+		struct ibv_device_attr da;
+		if (ibv_query_port(ctx, 1, &pa) || ibv_query_device(ctx, &da)) { ibv_close_device(ctx); continue; }
+		for (int j = 0; j < pa.gid_tbl_len && j < 1024; j++) {
+			union ibv_gid g;
+			if (ibv_query_gid(ctx, 1, j, &g)) continue;
+			if (use_gid ? memcmp(g.raw, want, 16) : memcmp(g.raw, v4pfx, 12)) continue;
+			d->ctx = ctx; d->gidx = j; memcpy(d->gid, g.raw, 16);
+			strncpy(d->name, dn, sizeof d->name - 1);
+			d->mtu = pa.active_mtu; d->max_rd_atom = da.max_qp_rd_atom;
+			d->mw1 = !!(da.device_cap_flags & IBV_DEVICE_MEM_WINDOW);
+			d->mw2a = !!(da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2A);
+			d->mw2b = !!(da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B);
+			rc = 0;
+			break;
+		}
+		if (rc) ibv_close_device(ctx);
+	}
+	ibv_free_device_list(l);
+	if (rc) return rc;
+	d->pd = ibv_alloc_pd(d->ctx);
+	d->cq = ibv_create_cq(d->ctx, 16384, NULL, NULL, 0);
+	if (!d->cq) d->cq = ibv_create_cq(d->ctx, 4096, NULL, NULL, 0);
+	d->bcq = ibv_create_cq(d->ctx, 64, NULL, NULL, 0);
+	if (!d->pd || !d->cq || !d->bcq) return -ENOMEM;
+	return 0;
+}
+
+static void kvf_close(struct kvf_dev *d) {
+	for (int i = 0; i < 2; i++) if (d->bqp[i]) ibv_destroy_qp(d->bqp[i]);
+	if (d->bcq) ibv_destroy_cq(d->bcq);
+	if (d->cq) ibv_destroy_cq(d->cq);
+	if (d->pd) ibv_dealloc_pd(d->pd);
+	if (d->ctx) ibv_close_device(d->ctx);
+	memset(d, 0, sizeof *d);
+}
+
+static struct ibv_mr *kvf_reg(struct kvf_dev *d, uintptr_t addr, size_t n, uint64_t iova, int acc, int *err) {
+	struct ibv_mr *m = ibv_reg_mr_iova(d->pd, (void *)addr, n, iova, acc);
+	if (!m) *err = errno;
+	return m;
+}
+
+static struct ibv_mr *kvf_reg_dmabuf(struct kvf_dev *d, int fd, uint64_t off, size_t n, uint64_t iova, int acc, int *err) {
+	struct ibv_mr *m = ibv_reg_dmabuf_mr(d->pd, off, n, iova, fd, acc);
+	if (!m) *err = errno;
+	return m;
+}
+
+static struct ibv_qp *kvf_qp(struct kvf_dev *d, struct ibv_cq *cq, int depth, int *err) {
+	struct ibv_qp_init_attr ia;
+	memset(&ia, 0, sizeof ia);
+	ia.send_cq = cq; ia.recv_cq = cq; ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = depth; ia.cap.max_recv_wr = 1;
+	ia.cap.max_send_sge = 1; ia.cap.max_recv_sge = 1;
+	struct ibv_qp *qp = ibv_create_qp(d->pd, &ia);
+	if (!qp) { *err = errno; return NULL; }
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_INIT; a.port_num = 1; a.pkey_index = 0;
+	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	if ((*err = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))) {
+		ibv_destroy_qp(qp);
+		return NULL;
+	}
+	return qp;
+}
+
+static int kvf_connect(struct kvf_dev *d, struct ibv_qp *qp, uint32_t dqpn, uint32_t rpsn, const uint8_t *dgid,
+		uint32_t spsn, int timeout, int retry) {
+	int rd = d->max_rd_atom < 1 ? 1 : (d->max_rd_atom > 16 ? 16 : d->max_rd_atom);
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR; a.path_mtu = d->mtu; a.dest_qp_num = dqpn; a.rq_psn = rpsn;
+	a.max_dest_rd_atomic = rd; a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1; memcpy(a.ah_attr.grh.dgid.raw, dgid, 16);
+	a.ah_attr.grh.sgid_index = d->gidx; a.ah_attr.grh.hop_limit = 64; a.ah_attr.port_num = 1;
+	int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+		IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	if (rc) return rc;
+	memset(&a, 0, sizeof a);
+	// rnr_retry 0: RDMA WRITE/READ never meet RNR, and 7 would mean forever.
+	a.qp_state = IBV_QPS_RTS; a.timeout = timeout; a.retry_cnt = retry; a.rnr_retry = 0;
+	a.sq_psn = spsn; a.max_rd_atomic = rd;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+		IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static int kvf_to_error(struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_ERR;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE);
+}
+
+struct kvf_wr { uint64_t laddr, raddr, id; uint32_t len, lkey, rkey, read; };
+
+// kvf_post posts n work requests as one chain; returns how many were
+// posted (all of them, or those before the one ibv_post_send refused) and
+// the error in *err.
+static int kvf_post(struct ibv_qp *qp, struct kvf_wr *w, int n, int *err) {
+	struct ibv_send_wr *wrs = calloc(n, sizeof *wrs);
+	struct ibv_sge *sg = calloc(n, sizeof *sg);
+	if (!wrs || !sg) { free(wrs); free(sg); *err = ENOMEM; return 0; }
+	for (int i = 0; i < n; i++) {
+		sg[i].addr = w[i].laddr; sg[i].length = w[i].len; sg[i].lkey = w[i].lkey;
+		wrs[i].wr_id = w[i].id; wrs[i].sg_list = &sg[i]; wrs[i].num_sge = 1;
+		wrs[i].opcode = w[i].read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+		wrs[i].send_flags = IBV_SEND_SIGNALED;
+		wrs[i].wr.rdma.remote_addr = w[i].raddr; wrs[i].wr.rdma.rkey = w[i].rkey;
+		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
+	}
+	struct ibv_send_wr *bad = NULL;
+	int rc = ibv_post_send(qp, wrs, &bad), posted = n;
+	if (rc) { *err = rc; posted = bad ? (int)(bad - wrs) : 0; }
+	free(wrs); free(sg);
+	return posted;
+}
+
+struct kvf_wc { uint64_t id; uint32_t status, qpn; };
+
+static int kvf_poll(struct ibv_cq *cq, struct kvf_wc *out, int n) {
+	struct ibv_wc wc[64];
+	if (n > 64) n = 64;
+	int k = ibv_poll_cq(cq, n, wc);
+	for (int i = 0; i < k; i++) { out[i].id = wc[i].wr_id; out[i].status = wc[i].status; out[i].qpn = wc[i].qp_num; }
+	return k;
+}
+
+// Type-1 memory windows are bound with ibv_bind_mw, a work request on some
+// QP of the PD: a private pair of QPs connected to each other serves that.
+static int kvf_bind_pair(struct kvf_dev *d, int timeout, int retry) {
+	if (d->bqp[0]) return 0;
+	int err = 0;
+	for (int i = 0; i < 2; i++) if (!(d->bqp[i] = kvf_qp(d, d->bcq, 16, &err))) return err ? err : EIO;
+	if ((err = kvf_connect(d, d->bqp[0], d->bqp[1]->qp_num, 0, d->gid, 0, timeout, retry))) return err;
+	return kvf_connect(d, d->bqp[1], d->bqp[0]->qp_num, 0, d->gid, 0, timeout, retry);
+}
+
+// kvf_bind1 binds (n > 0) or unbinds (n == 0) a type-1 window and waits for
+// the bind's completion; returns its ibv_wc_status, or -errno.
+static int kvf_bind1(struct kvf_dev *d, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, uint64_t n, int acc) {
+	struct ibv_mw_bind mb;
+	memset(&mb, 0, sizeof mb);
+	mb.wr_id = 0xb1d; mb.send_flags = IBV_SEND_SIGNALED;
+	mb.bind_info.mr = mr; mb.bind_info.addr = addr; mb.bind_info.length = n; mb.bind_info.mw_access_flags = acc;
+	int rc = ibv_bind_mw(d->bqp[0], mw, &mb);
+	if (rc) return -rc;
+	struct ibv_wc wc;
+	for (int i = 0; i < 200000; i++) {     // 20 s
+		int k = ibv_poll_cq(d->bcq, 1, &wc);
+		if (k < 0) return -EIO;
+		if (k == 1) return wc.status;
+		usleep(100);
+	}
+	return -ETIMEDOUT;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+const haveVerbs = true
+
+type dev struct {
+	c    *C.struct_kvf_dev
+	bind sync.Mutex // the bind QP pair
+	inf  devInfo
+}
+type mr struct{ c *C.struct_ibv_mr }
+type qp struct {
+	c *C.struct_ibv_qp
+	d *dev
+}
+type mw struct{ c *C.struct_ibv_mw }
+
+func errnoErr(class sdk.Class, what string, e C.int) error {
+	if e < 0 {
+		e = -e
+	}
+	return sdk.Errorf(class, "verbs: %s: %v", what, syscall.Errno(e))
+}
+
+func openDevice(name string, gid *[16]byte) (*dev, error) {
+	d := &dev{c: (*C.struct_kvf_dev)(C.calloc(1, C.sizeof_struct_kvf_dev))}
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var want [16]C.uint8_t
+	use := C.int(0)
+	if gid != nil {
+		use = 1
+		for i, b := range gid {
+			want[i] = C.uint8_t(b)
+		}
+	}
+	if rc := C.kvf_open(d.c, cname, &want[0], use); rc != 0 {
+		C.kvf_close(d.c)
+		C.free(unsafe.Pointer(d.c))
+		return nil, errnoErr(sdk.ClassUnavailable, fmt.Sprintf("open device %q", name), rc)
+	}
+	d.inf = devInfo{Name: C.GoString(&d.c.name[0]), GIDIndex: int(d.c.gidx), MW1: d.c.mw1 != 0,
+		MW2A: d.c.mw2a != 0, MW2B: d.c.mw2b != 0, MaxRdAtom: int(d.c.max_rd_atom), MTU: int(d.c.mtu)}
+	for i := range d.inf.GID {
+		d.inf.GID[i] = byte(d.c.gid[i])
+	}
+	return d, nil
+}
+
+func (d *dev) info() devInfo { return d.inf }
+
+func (d *dev) regMR(addr uintptr, n, iova uint64, access int) (*mr, error) {
+	var e C.int
+	m := C.kvf_reg(d.c, C.uintptr_t(addr), C.size_t(n), C.uint64_t(iova), C.int(access), &e)
+	if m == nil {
+		return nil, errnoErr(sdk.ClassResourceExhausted, "ibv_reg_mr_iova", e)
+	}
+	return &mr{c: m}, nil
+}
+
+func (d *dev) regDMABuf(fd int, off, n, iova uint64, access int) (*mr, error) {
+	var e C.int
+	m := C.kvf_reg_dmabuf(d.c, C.int(fd), C.uint64_t(off), C.size_t(n), C.uint64_t(iova), C.int(access), &e)
+	if m == nil {
+		return nil, errnoErr(sdk.ClassUnavailable, "ibv_reg_dmabuf_mr", e)
+	}
+	return &mr{c: m}, nil
+}
+
+func (d *dev) newQP(depth int) (*qp, error) {
+	var e C.int
+	q := C.kvf_qp(d.c, d.c.cq, C.int(depth), &e)
+	if q == nil {
+		return nil, errnoErr(sdk.ClassResourceExhausted, "ibv_create_qp", e)
+	}
+	return &qp{c: q, d: d}, nil
+}
+
+func (d *dev) poll(buf []wc) (int, error) {
+	var out [64]C.struct_kvf_wc
+	n := len(buf)
+	if n > 64 {
+		n = 64
+	}
+	k := int(C.kvf_poll(d.c.cq, &out[0], C.int(n)))
+	if k < 0 {
+		return 0, sdk.Errorf(sdk.ClassInternal, "verbs: ibv_poll_cq failed")
+	}
+	for i := 0; i < k; i++ {
+		buf[i] = wc{ID: uint64(out[i].id), Status: WCStatus(out[i].status), QPN: uint32(out[i].qpn)}
+	}
+	return k, nil
+}
+
+func (d *dev) allocMW1() (*mw, error) {
+	m, err := C.ibv_alloc_mw(d.c.pd, C.IBV_MW_TYPE_1)
+	if m == nil {
+		return nil, sdk.Errorf(sdk.ClassResourceExhausted, "verbs: ibv_alloc_mw(type 1): %v", err)
+	}
+	return &mw{c: m}, nil
+}
+
+// bindMW1 binds m over [addr, addr+n) of on (n == 0 unbinds) and returns the
+// window's rkey once the bind completed.
+func (d *dev) bindMW1(m *mw, on *mr, addr, n uint64, access int) (uint32, error) {
+	d.bind.Lock()
+	defer d.bind.Unlock()
+	if rc := C.kvf_bind_pair(d.c, defaultTimeout, defaultRetryCnt); rc != 0 {
+		return 0, errnoErr(sdk.ClassInternal, "memory-window bind QP pair", rc)
+	}
+	st := C.kvf_bind1(d.c, m.c, on.c, C.uint64_t(addr), C.uint64_t(n), C.int(access))
+	if st < 0 {
+		return 0, errnoErr(sdk.ClassInternal, "ibv_bind_mw", st)
+	}
+	if st != 0 {
+		return 0, sdk.Errorf(sdk.ClassInternal, "verbs: ibv_bind_mw completed with %v", WCStatus(st))
+	}
+	return uint32(m.c.rkey), nil
+}
+
+func (d *dev) close() {
+	if d.c != nil {
+		C.kvf_close(d.c)
+		C.free(unsafe.Pointer(d.c))
+		d.c = nil
+	}
+}
+
+func (m *mr) lkey() uint32 { return uint32(m.c.lkey) }
+func (m *mr) rkey() uint32 { return uint32(m.c.rkey) }
+func (m *mr) dereg() error {
+	if rc := C.ibv_dereg_mr(m.c); rc != 0 {
+		return errnoErr(sdk.ClassInternal, "ibv_dereg_mr", rc)
+	}
+	return nil
+}
+
+func (q *qp) num() uint32 { return uint32(q.c.qp_num) }
+
+func (q *qp) connect(r qpAttrs, psn uint32, timeout, retry uint8) error {
+	var g [16]C.uint8_t
+	for i, b := range r.GID {
+		g[i] = C.uint8_t(b)
+	}
+	if rc := C.kvf_connect(q.d.c, q.c, C.uint32_t(r.QPN), C.uint32_t(r.PSN), &g[0], C.uint32_t(psn), C.int(timeout), C.int(retry)); rc != 0 {
+		return errnoErr(sdk.ClassUnavailable, "connect QP (RTR/RTS)", rc)
+	}
+	return nil
+}
+
+func (q *qp) post(wrs []wr) (int, error) {
+	if len(wrs) == 0 {
+		return 0, nil
+	}
+	cw := (*C.struct_kvf_wr)(C.calloc(C.size_t(len(wrs)), C.sizeof_struct_kvf_wr))
+	defer C.free(unsafe.Pointer(cw))
+	arr := unsafe.Slice(cw, len(wrs))
+	for i, w := range wrs {
+		arr[i] = C.struct_kvf_wr{laddr: C.uint64_t(w.LAddr), raddr: C.uint64_t(w.RAddr), id: C.uint64_t(w.ID),
+			len: C.uint32_t(w.Len), lkey: C.uint32_t(w.LKey), rkey: C.uint32_t(w.RKey)}
+		if w.Read {
+			arr[i].read = 1
+		}
+	}
+	var e C.int
+	n := int(C.kvf_post(q.c, cw, C.int(len(wrs)), &e))
+	if e != 0 {
+		return n, errnoErr(sdk.ClassResourceExhausted, "ibv_post_send", e)
+	}
+	return n, nil
+}
+
+func (q *qp) toError() error {
+	if rc := C.kvf_to_error(q.c); rc != 0 {
+		return errnoErr(sdk.ClassInternal, "modify QP to ERROR", rc)
+	}
+	return nil
+}
+
+func (q *qp) destroy() error {
+	if rc := C.ibv_destroy_qp(q.c); rc != 0 {
+		return errnoErr(sdk.ClassInternal, "ibv_destroy_qp", rc)
+	}
+	return nil
+}
+
+func (m *mw) dealloc() error {
+	if rc := C.ibv_dealloc_mw(m.c); rc != 0 {
+		return errnoErr(sdk.ClassInternal, "ibv_dealloc_mw", rc)
+	}
+	return nil
+}
