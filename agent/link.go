@@ -59,6 +59,7 @@ type link struct {
 	once   sync.Once
 	cancel func()
 
+	sendMu  sync.Mutex // numbers and queues a frame as one step
 	sendSeq atomic.Uint64
 	recvSeq uint64 // only the reader touches it
 	dropped atomic.Uint64
@@ -93,11 +94,18 @@ func (l *link) send(f *Frame) bool {
 		return false
 	default:
 	}
+	// Numbering and queueing are one step: with several senders (the
+	// router's workers share a link), a frame numbered earlier but queued
+	// later would reach the peer out of sequence and be refused as a replay
+	// (the request then waited out the router's 30 s reply timeout).
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
 	f.Seq = l.sendSeq.Add(1)
 	select {
 	case l.out <- f:
 		return true
 	default:
+		l.sendSeq.Add(^uint64(0)) // not sent: give the number back
 		l.dropped.Add(1)
 		return false
 	}

@@ -26,6 +26,14 @@ type PrefillConfig struct {
 	// a request's batches all use one lane, picked by its room.
 	Lanes int
 
+	// QuiesceGrace: before asking the transport to quiesce (the TCP plugin
+	// cuts the connection, and with it every other request's writes in
+	// flight on that lane), wait up to this long for the batches to
+	// complete on their own. A definite completion (Succeeded or
+	// FailedDefinite: every op acknowledged or refused) is itself proof
+	// that the batch moves no more. Zero: quiesce at once.
+	QuiesceGrace time.Duration
+
 	MaxInflight, MaxBatchPages               int
 	Heartbeat, SkewMargin                    time.Duration
 	RequestTombstone, BootstrapTimeout, Tick time.Duration
@@ -419,6 +427,11 @@ func (p *Prefill) quiesce(q core.Quiesce) {
 	}
 	for peer, ids := range byPeer {
 		go func() {
+			if p.cfg.QuiesceGrace > 0 {
+				if ids = p.awaitSettled(ids, p.cfg.QuiesceGrace); len(ids) == 0 {
+					return // all completed definitely: the core has settled them
+				}
+			}
 			for attempt := 0; ; attempt++ {
 				start := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -443,6 +456,34 @@ func (p *Prefill) quiesce(q core.Quiesce) {
 				}
 			}
 		}()
+	}
+}
+
+// awaitSettled waits up to grace for batches to complete definitely and
+// returns those that did not (still pending, or completed InDoubt).
+func (p *Prefill) awaitSettled(ids []sdk.BatchID, grace time.Duration) []sdk.BatchID {
+	deadline := time.Now().Add(grace)
+	for {
+		var left []sdk.BatchID
+		if !p.lp.call(func() {
+			for _, id := range ids {
+				// batchPeer keeps a batch until a definite completion.
+				if _, ok := p.batchPeer[core.BatchID(id)]; ok {
+					left = append(left, id)
+				}
+			}
+		}) {
+			return nil // agent closed
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		ids = left
+		select {
+		case <-p.quit:
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 

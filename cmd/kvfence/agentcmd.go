@@ -49,9 +49,10 @@ func newPluginTCPCommand() *cobra.Command {
 
 type agentFlags struct {
 	role, control, decodeAddr, pki, unsafe, logFile, metrics string
-	rank, slots, shards, lanes, sourcePages                  int
+	rank, slots, shards, lanes, sourcePages, maxInflight     int
 	shardBytes                                               int64
 	fence, eager                                             bool
+	quiesceGrace                                             time.Duration
 	delays                                                   []time.Duration
 }
 
@@ -78,6 +79,13 @@ func newAgentCommand() *cobra.Command {
 	fl.Int64Var(&f.shardBytes, "shard-bytes", 8192, "bytes one rank writes per page")
 	fl.IntVar(&f.lanes, "lanes", 4, "transport connections per decode rank (prefill)")
 	fl.IntVar(&f.sourcePages, "source-pages", 8192, "source pages in shared memory (prefill)")
+	// The core's in-flight bound is per rank, across all lanes. If slow-lane
+	// batches fill it, fast-lane writes of later requests queue behind
+	// them and land only after the slow ones: the lanes collapse into one
+	// FIFO, unlike a real multi-QP/NIC fabric. 2048 unsettled batches is
+	// more than the demo's 256 requests × 16 pages / 4 pages per batch.
+	fl.IntVar(&f.maxInflight, "max-inflight", 2048, "unsettled batches per prefill rank, all lanes together (prefill)")
+	fl.DurationVar(&f.quiesceGrace, "quiesce-grace", 2*time.Second, "wait this long for in-flight batches to complete before cutting a data lane to quiesce them (prefill)")
 	fl.BoolVar(&f.fence, "fence", true, "per-exposure keys with revocation (decode)")
 	fl.BoolVar(&f.eager, "eager-revoke", false, "revoke as soon as a request aborts (decode)")
 	fl.DurationSliceVar(&f.delays, "data-delay", nil, "put a delaying proxy on the data path; connection k is delayed by the k-th value, cyclically (decode)")
@@ -165,7 +173,7 @@ func runAgent(f agentFlags) error {
 	case "prefill":
 		p, err := agent.NewPrefill(ctx, agent.PrefillConfig{Rank: core.RankID(f.rank), DecodeAddr: f.decodeAddr,
 			SourcePages: f.sourcePages, ShardBytes: f.shardBytes, Lanes: f.lanes,
-			MaxInflight: 256, MaxBatchPages: 4, Heartbeat: 200 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
+			MaxInflight: f.maxInflight, MaxBatchPages: 4, QuiesceGrace: f.quiesceGrace, Heartbeat: 200 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
 			RequestTombstone: 15 * time.Second, BootstrapTimeout: 10 * time.Second, Unsafe: variant,
 			ControlAddr: f.control, TLS: tlsCfg, Logger: log, Events: plug.Events()}, plug.Transport())
 		if err != nil {

@@ -89,7 +89,7 @@ func newBenchCommand() *cobra.Command {
 	fl.IntVar(&o.MinPages, "min-pages", 4, "fewest pages per request")
 	fl.IntVar(&o.MaxPages, "max-pages", 16, "most pages per request")
 	fl.DurationVar(&o.PageEvery, "page-every", 8*time.Millisecond, "simulated prefill compute per page")
-	fl.DurationVar(&o.DecodeFor, "decode-for", 150*time.Millisecond, "decode loop time per request")
+	fl.DurationVar(&o.DecodeFor, "decode-for", time.Second, "decode loop time per request (as the demo)")
 	fl.DurationSliceVar(&o.Delays, "data-delay", []time.Duration{600 * time.Millisecond, time.Millisecond}, "delaying proxy delays")
 	fl.BoolVar(&o.TLS, "tls", true, "mutual TLS on the control plane")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object")

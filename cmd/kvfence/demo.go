@@ -84,7 +84,7 @@ request's pages and corrupt_pages goes above zero.`,
 	fl.IntVar(&o.MaxPages, "max-pages", 16, "most pages per request")
 	fl.Float64Var(&o.AbortShare, "abort-share", 0.25, "share of requests cancelled mid-transfer")
 	fl.DurationVar(&o.PageEvery, "page-every", 8*time.Millisecond, "simulated prefill compute per page")
-	fl.DurationVar(&o.DecodeFor, "decode-for", 150*time.Millisecond, "how long the decode loop keeps a request before finishing it")
+	fl.DurationVar(&o.DecodeFor, "decode-for", time.Second, "how long the decode loop keeps a request before finishing it (it is verified again then: a late write that lands meanwhile is caught)")
 	fl.DurationSliceVar(&o.Delays, "data-delay", []time.Duration{600 * time.Millisecond, time.Millisecond}, "delaying proxy: delay of data connection k (cyclic)")
 	fl.StringVar(&o.Unsafe, "unsafe", "", "run one known-unsafe core variant (e.g. release-on-abort)")
 	fl.StringVar(&fence, "fence", "auto", "per-exposure keys with revocation: auto (on when safe), on, off")

@@ -32,7 +32,7 @@ func smallDemo(t *testing.T, unsafe string, fence bool, seed uint64) *demoSummar
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, err := runDemo(ctx, demoOptions{Requests: 96, Concurrency: 32, MinPages: 4, MaxPages: 12, AbortShare: 0.4,
-		PageEvery: 5 * time.Millisecond, DecodeFor: 100 * time.Millisecond,
+		PageEvery: 5 * time.Millisecond, DecodeFor: 500 * time.Millisecond,
 		Delays: []time.Duration{400 * time.Millisecond, time.Millisecond}, Unsafe: unsafe, Fence: fence, TLS: true,
 		Dir: t.TempDir(), Seed: seed})
 	if err != nil {
