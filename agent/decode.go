@@ -348,6 +348,7 @@ func (d *Decode) admit(key core.RequestKey, pages int, ranks []core.RankID, rv *
 			break
 		}
 	}
+	d.checkFree(dt)
 	d.tags[key] = dt
 	if err := d.grant(dt); err != nil {
 		d.log.Error("grant failed: aborting the exposure", "tag", tag, "error", err)
@@ -517,6 +518,47 @@ func (d *Decode) finish(tag core.Tag) {
 	d.act()
 }
 
+// scrub clears the oracle header of every shard of a released exposure, so
+// that any byte a late write puts there while the memory is free is seen at
+// the next admission (checkFree). The safe core never lets that happen.
+func (d *Decode) scrub(dt *decTag) {
+	if !d.cfg.Verify {
+		return
+	}
+	mem := d.mem.Bytes()
+	for _, s := range dt.slots {
+		base := int64(s) * d.slotB
+		for r := 0; r < d.cfg.Shards; r++ {
+			clear(mem[base+int64(r)*d.cfg.ShardBytes:][:oracleHeader])
+		}
+	}
+}
+
+// checkFree looks at the slots a new exposure was given before any rank
+// can write them: a shard that carries an identity was written while the
+// memory was free (I1), by a request that no longer owned it.
+func (d *Decode) checkFree(dt *decTag) {
+	if !d.cfg.Verify {
+		return
+	}
+	mem := d.mem.Bytes()
+	for p, s := range dt.slots {
+		base := int64(s) * d.slotB
+		for r := 0; r < d.cfg.Shards; r++ {
+			hdr := mem[base+int64(r)*d.cfg.ShardBytes:][:oracleHeader]
+			if owner := ReadIdentity(hdr); owner != (PageIdentity{}) {
+				d.stats.FreeWrites++
+				d.stats.CorruptPages++
+				d.Metrics.corrupt.Inc()
+				d.log.Error("WRITE INTO FREE MEMORY: a late write landed after its slot was released", "slot", s,
+					"new_tag", dt.tag, "new_page", p, "holds_room", owner.Room, "holds_gen", owner.Gen, "holds_page", owner.Page)
+				clear(hdr)
+				break
+			}
+		}
+	}
+}
+
 // verify checks every shard of every page against the oracle.
 func (d *Decode) verify(dt *decTag) {
 	if !d.cfg.Verify {
@@ -568,6 +610,7 @@ func (d *Decode) release(rel core.Release, t core.Time) {
 		return
 	}
 	delete(d.tags, rel.Tag.Key())
+	d.scrub(dt)
 	if len(dt.granted) > 0 {
 		// Hygiene, and a second line of defence: nothing should still
 		// write under these keys (drained, or handed off), so revoking

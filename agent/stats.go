@@ -8,10 +8,13 @@ import (
 // run: the core's counters, hold durations by release path, the content
 // oracle's findings, and held capacity over time.
 type DecodeStats struct {
-	Core           core.ReceiverMetrics `json:"core"`
-	Handoffs       int                  `json:"handoffs"`
-	PagesVerified  int                  `json:"pages_verified"`
-	CorruptPages   int                  `json:"corrupt_pages"`
+	Core          core.ReceiverMetrics `json:"core"`
+	Handoffs      int                  `json:"handoffs"`
+	PagesVerified int                  `json:"pages_verified"`
+	CorruptPages  int                  `json:"corrupt_pages"`
+	// FreeWrites counts pages found written while they were free (I1: a
+	// late write into released memory); each is also a corrupt page.
+	FreeWrites     int                  `json:"free_writes"`
 	HoldsMs        map[string][]float64 `json:"holds_ms"` // by path, aborted/rejected exposures only
 	Released       map[string]int       `json:"released"`
 	HoldSlotSec    map[string]float64   `json:"hold_slot_seconds"` // by path: held slots × seconds

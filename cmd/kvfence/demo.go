@@ -110,7 +110,7 @@ func printSummary(w io.Writer, s *demoSummary) {
 	for _, p := range paths {
 		fmt.Fprintf(w, "  hold %-9s  p50 %7.1f ms  p99 %7.1f ms  (%d)\n", p, s.HoldP50Ms[p], s.HoldP99Ms[p], len(s.holds[p]))
 	}
-	fmt.Fprintf(w, "  pages verified  %d\n  corrupt pages   %d\n", s.PagesVerified, s.CorruptPages)
+	fmt.Fprintf(w, "  pages verified  %d\n  corrupt pages   %d (of which written while free: %d)\n", s.PagesVerified, s.CorruptPages, s.FreeWrites)
 	if s.Unreleased > 0 {
 		fmt.Fprintf(w, "  STILL HELD      %d exposures at the end of the run\n", s.Unreleased)
 	}

@@ -57,6 +57,7 @@ type demoSummary struct {
 	HoldSlotSec     map[string]float64 `json:"hold_slot_seconds"`
 	PagesVerified   int                `json:"pages_verified"`
 	CorruptPages    int                `json:"corrupt_pages"`
+	FreeWrites      int                `json:"free_writes"` // of corrupt_pages: late writes found in released memory
 	StaleMessages   uint64             `json:"stale_messages"`
 	Unreleased      int                `json:"unreleased_exposures"`
 	Seconds         float64            `json:"seconds"`
@@ -331,7 +332,7 @@ func drive(ctx context.Context, o demoOptions, router *agent.Router) (*demoSumma
 		ReleasedDrained: st.Released["drained"], ReleasedFenced: st.Released["fenced"], ReleasedTimeout: st.Released["timeout"],
 		ReleasedDone: st.Released["completed"], ReleasedUnsafe: st.Released["unsafe"],
 		HoldP50Ms: map[string]float64{}, HoldP99Ms: map[string]float64{}, HoldSlotSec: st.HoldSlotSec,
-		PagesVerified: st.PagesVerified, CorruptPages: st.CorruptPages, StaleMessages: st.Core.StaleMessages,
+		PagesVerified: st.PagesVerified, CorruptPages: st.CorruptPages, FreeWrites: st.FreeWrites, StaleMessages: st.Core.StaleMessages,
 		Unreleased: st.LiveTags, Seconds: elapsed.Seconds(), RequestsPerSec: float64(o.Requests) / elapsed.Seconds(),
 		Dir: o.Dir, holds: st.HoldsMs, series: st.Series}
 	for path, v := range st.HoldsMs {
