@@ -94,6 +94,8 @@ request's pages and corrupt_pages goes above zero.`,
 	fl.StringVar(&report, "report", "", "HTML report path (default: in the run directory; none to skip)")
 	fl.StringVar(&o.Dir, "dir", "", "run directory for logs and certificates (default: a new temp dir)")
 	fl.Uint64Var(&o.Seed, "seed", 1, "workload seed")
+	fl.DurationVar(&o.KillPrefillAfter, "kill-prefill-after", 0, "kill -9 prefill rank 2 this long into the run (crash test)")
+	_ = fl.MarkHidden("kill-prefill-after")
 	return cmd
 }
 

@@ -36,6 +36,9 @@ type demoOptions struct {
 	Progress                                  io.Writer // nil: no progress bar
 	Dir                                       string    // run directory (logs, certs); created if empty
 	Seed                                      uint64
+	// KillPrefillAfter, when positive, kill -9s prefill rank 2 that long
+	// into the run (the crash test).
+	KillPrefillAfter time.Duration
 }
 
 // demoSummary is what the demo prints (and --json emits).
@@ -185,6 +188,11 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 		return nil, err
 	}
 	defer router.Close()
+	if o.KillPrefillAfter > 0 {
+		victim := pre[1].cmd.Process
+		t := time.AfterFunc(o.KillPrefillAfter, func() { _ = victim.Kill() })
+		defer t.Stop()
+	}
 	return drive(cctx, o, router)
 }
 

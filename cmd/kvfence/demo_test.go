@@ -75,3 +75,35 @@ func TestDemoUnsafeReleaseOnAbortCorrupts(t *testing.T) {
 	}
 	t.Fatalf("release-on-abort gave corrupt_pages = 0 in three runs; the demo cannot see the hazard")
 }
+
+// A prefill rank is killed with kill -9 mid-run (its plugin process dies
+// with it). Decode declares it dead and aborts what it was writing; a dead
+// rank never drains, so those holds end by fence (or timeout), nothing is
+// left held, and no page ever holds another request's bytes.
+func TestDemoPrefillRankCrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := runDemo(ctx, demoOptions{Requests: 64, Concurrency: 32, MinPages: 4, MaxPages: 12, AbortShare: 0,
+		PageEvery: 5 * time.Millisecond, DecodeFor: 300 * time.Millisecond,
+		Delays: []time.Duration{400 * time.Millisecond, time.Millisecond}, Fence: true, TLS: true,
+		Dir: t.TempDir(), Seed: 5, KillPrefillAfter: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", *s)
+	if s.Aborts == 0 {
+		t.Fatalf("no request was cut by the crash: the run proves nothing")
+	}
+	if s.CorruptPages != 0 {
+		t.Fatalf("corrupt_pages = %d after a rank crash, want 0", s.CorruptPages)
+	}
+	if s.ReleasedFenced+s.ReleasedTimeout == 0 {
+		t.Fatalf("no hold ended by fence or timeout: a dead rank cannot have drained them all: %+v", *s)
+	}
+	if s.Unreleased != 0 {
+		t.Fatalf("%d exposures still held at the end", s.Unreleased)
+	}
+	if s.ReleasedDrained+s.ReleasedFenced+s.ReleasedTimeout != s.Aborts {
+		t.Fatalf("aborted exposures %d, released by drained/fenced/timeout %d", s.Aborts, s.ReleasedDrained+s.ReleasedFenced+s.ReleasedTimeout)
+	}
+}
