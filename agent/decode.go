@@ -38,7 +38,10 @@ type DecodeConfig struct {
 	// Verify checks every page against the content oracle at handoff and
 	// at finish (the demo and the tests; a real engine's bytes are its own).
 	Verify bool
-	Unsafe knownunsafe.Variant
+	// Checksums: require a checksum in every Commit and check it against
+	// the slots before the core sees the Commit (checksum.go). Off by default.
+	Checksums bool
+	Unsafe    knownunsafe.Variant
 
 	ControlAddr string      // where prefill ranks and the router connect
 	TLS         *tls.Config // mutual TLS for the control plane; nil = plaintext
@@ -93,6 +96,7 @@ type decTag struct {
 	corrupt  map[int]bool
 	verified int
 	recv     *KVReceiver
+	hold     holdTrack // the hold log (holdlog.go)
 }
 
 // NewDecode starts a decode agent on an opened transport: it maps the KV
@@ -163,7 +167,8 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	}
 	d.hello = Hello{Role: RoleDecode, Rank: uint32(cfg.Rank), Version: ProtocolVersion, Instance: cfg.Instance,
 		Caps:          Caps{Revoke: info.Capabilities.Revoke, MaxTail: int64(info.Capabilities.MaxTail)},
-		DataTransport: d.data.Transport, DataAddress: d.data.Address, DataAddresses: lanes, SlotBytes: d.slotB, ShardBytes: cfg.ShardBytes}
+		DataTransport: d.data.Transport, DataAddress: d.data.Address, DataAddresses: lanes, SlotBytes: d.slotB, ShardBytes: cfg.ShardBytes,
+		Checksums: cfg.Checksums}
 	d.Metrics = NewMetrics("decode", uint32(cfg.Rank), d.snapshot)
 	d.publish()
 	d.srv, err = newServer(cfg.ControlAddr, cfg.TLS, d.accept, d.serveLink)
@@ -296,6 +301,12 @@ func (d *Decode) step(l *link, m core.Message) {
 			d.Metrics.reject("foreign")
 			return
 		}
+		if m.Kind == core.KindCommit && d.cfg.Checksums && !d.checkCommit(m) {
+			return
+		}
+		if dt := d.tags[m.Tag.Key()]; dt != nil && dt.tag == m.Tag && m.Kind != core.KindFail {
+			d.noteEvidence(dt, m)
+		}
 	default:
 		d.Metrics.reject("wrong-kind")
 		return
@@ -369,23 +380,39 @@ func (d *Decode) grant(dt *decTag) error {
 		}
 		return nil
 	}
-	keys := make([]sdk.Key, len(dt.slots))
-	errs := make([]error, len(dt.slots))
+	// One key per run of consecutive slots (pages i..j-1 in slots s..s+j-i-1):
+	// the pool hands out runs, so an admission costs a few Grants, not one
+	// per page; every key still covers this exposure only.
+	type run struct{ first, n int }
+	var runs []run
+	for i := range dt.slots {
+		if k := len(runs) - 1; k >= 0 && dt.slots[i] == dt.slots[runs[k].first]+uint32(runs[k].n) {
+			runs[k].n++
+			continue
+		}
+		runs = append(runs, run{first: i, n: 1})
+	}
+	keys := make([]sdk.Key, len(runs))
+	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
-	for i, s := range dt.slots {
+	for i, r := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			keys[i], errs[i] = d.granter.Grant(ctx, sdk.Window{Region: d.region, Offset: uint64(int64(s) * d.slotB), Length: uint64(d.slotB)})
+			keys[i], errs[i] = d.granter.Grant(ctx, sdk.Window{Region: d.region,
+				Offset: uint64(int64(dt.slots[r.first]) * d.slotB), Length: uint64(int64(r.n) * d.slotB)})
 		}()
 	}
 	wg.Wait()
 	for i, k := range keys {
-		if errs[i] == nil {
-			dt.granted = append(dt.granted, k)
-			dt.keys[i] = KeyRef{Key: uint64(k)}
+		if errs[i] != nil {
+			continue
+		}
+		dt.granted = append(dt.granted, k)
+		for p := 0; p < runs[i].n; p++ {
+			dt.keys[runs[i].first+p] = KeyRef{Key: uint64(k), Base: uint64(int64(p) * d.slotB)}
 		}
 	}
 	return errors.Join(errs...)
@@ -422,6 +449,7 @@ func (d *Decode) act() {
 	}
 	for _, f := range failures {
 		if dt := d.tags[f.Tag.Key()]; dt != nil && dt.tag == f.Tag && dt.state != PollFailed {
+			d.logHoldStart(dt, f.Reason)
 			dt.state, dt.reason = PollFailed, f.Reason.String()
 			d.log.Debug("request failed", "tag", f.Tag, "reason", f.Reason)
 			d.finishRequest(dt, false)
@@ -458,6 +486,9 @@ func (d *Decode) revoke(rv core.Revoke) {
 		}
 		d.Metrics.revoked(time.Since(start))
 		d.lp.post(func() {
+			if dt := d.tags[tag.Key()]; dt != nil && dt.tag == tag {
+				d.logHoldFence(dt)
+			}
 			d.core.Revoked(tag, now())
 			d.act()
 		})
@@ -593,7 +624,7 @@ func (d *Decode) finishRequest(dt *decTag, handed bool) {
 	if dt.recv == nil || dt.recv.reported {
 		return
 	}
-	dt.recv.reported = true
+	dt.recv.reported, dt.recv.handed = true, handed
 	if dt.recv.onDone != nil {
 		dt.recv.onDone(RequestOutcome{Handed: handed, Reason: dt.reason, PagesVerified: dt.verified, CorruptPages: len(dt.corrupt)})
 	}
@@ -610,6 +641,7 @@ func (d *Decode) release(rel core.Release, t core.Time) {
 		return
 	}
 	delete(d.tags, rel.Tag.Key())
+	d.logHoldRelease(dt, rel)
 	d.scrub(dt)
 	if len(dt.granted) > 0 {
 		// Hygiene, and a second line of defence: nothing should still

@@ -34,6 +34,7 @@ type KVReceiver struct {
 	decodeFor time.Duration // <0: the engine calls Finish itself
 	onDone    func(RequestOutcome)
 	reported  bool // loop-owned
+	handed    bool // loop-owned: how it was reported
 	released  atomic.Bool
 }
 
@@ -59,7 +60,7 @@ func (r *KVReceiver) Poll() PollState {
 			st = dt.state
 		} else if r.tag != (core.Tag{}) {
 			st = PollFailed // released without handoff, or finished: nothing to read
-			if r.reported {
+			if r.handed {
 				st = PollSuccess
 			}
 		}

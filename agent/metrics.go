@@ -23,8 +23,10 @@ type Metrics struct {
 	failedSends *prometheus.CounterVec   // what: control, post
 	inDoubt     prometheus.Counter
 	quiesceSecs prometheus.Histogram
+	quiesceEv   *prometheus.CounterVec // evidence
 	verified    prometheus.Counter
 	corrupt     prometheus.Counter
+	checksumBad prometheus.Counter
 	revokeSecs  prometheus.Histogram
 }
 
@@ -49,13 +51,17 @@ func NewMetrics(role string, rank uint32, snap func() Snapshot) *Metrics {
 		Help: "Transport batches that completed InDoubt (bytes may still move until quiesced).", ConstLabels: labels})
 	m.quiesceSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvfence_quiesce_duration_seconds",
 		Help: "How long Transport.Quiesce took to give evidence.", ConstLabels: labels, Buckets: holdBuckets})
+	m.quiesceEv = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvfence_quiesced_batches_total",
+		Help: "In-doubt batches settled by quiescence evidence, by the transport's evidence (receiver-confirmed, receiver-closed, endpoint-flushed, process-exited, ...).", ConstLabels: labels}, []string{"evidence"})
 	m.revokeSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvfence_revoke_duration_seconds",
 		Help: "How long revoking an exposure's keys took.", ConstLabels: labels, Buckets: holdBuckets})
 	m.verified = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvfence_pages_verified_total",
 		Help: "Pages checked against the content oracle at handoff and at finish.", ConstLabels: labels})
 	m.corrupt = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvfence_corrupt_pages_total",
 		Help: "Pages that held bytes other than their own request's. Must stay 0.", ConstLabels: labels})
-	reg.MustRegister(m.releases, m.holdSeconds, m.rejected, m.failedSends, m.inDoubt, m.quiesceSecs, m.revokeSecs, m.verified, m.corrupt)
+	m.checksumBad = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvfence_checksum_mismatches_total",
+		Help: "Commits whose checksum did not match the pages decode holds (the request was aborted, not handed off).", ConstLabels: labels})
+	reg.MustRegister(m.releases, m.holdSeconds, m.rejected, m.failedSends, m.inDoubt, m.quiesceSecs, m.quiesceEv, m.revokeSecs, m.verified, m.corrupt, m.checksumBad)
 	reg.MustRegister(&snapshotCollector{snap: snap, labels: labels})
 	return m
 }
@@ -71,6 +77,11 @@ func (m *Metrics) reject(reason string)     { m.rejected.WithLabelValues(reason)
 func (m *Metrics) failedSend(what string)   { m.failedSends.WithLabelValues(what).Inc() }
 func (m *Metrics) quiesced(d time.Duration) { m.quiesceSecs.Observe(d.Seconds()) }
 func (m *Metrics) revoked(d time.Duration)  { m.revokeSecs.Observe(d.Seconds()) }
+
+// evidence counts batches settled by quiescence evidence of one kind.
+func (m *Metrics) evidence(ev string, batches int) {
+	m.quiesceEv.WithLabelValues(ev).Add(float64(batches))
+}
 
 // Snapshot is the gauges and core counters read at scrape time.
 type Snapshot struct {

@@ -38,6 +38,9 @@ type PrefillConfig struct {
 	Heartbeat, SkewMargin                    time.Duration
 	RequestTombstone, BootstrapTimeout, Tick time.Duration
 	Unsafe                                   knownunsafe.Variant
+	// Checksums: put a checksum of the written shards in every Commit
+	// (checksum.go). Off by default.
+	Checksums bool
 
 	ControlAddr string      // where the router connects
 	TLS         *tls.Config // mutual TLS (server and client side); nil = plaintext
@@ -122,7 +125,7 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	// Every sdk transport can quiesce: Quiesce is part of the required
 	// contract, and the plugin host turns a reaped process into evidence.
 	p.hello = Hello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ProtocolVersion,
-		Caps: Caps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)}}
+		Caps: Caps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)}, Checksums: cfg.Checksums}
 	p.Metrics = NewMetrics("prefill", uint32(cfg.Rank), func() Snapshot { return Snapshot{Sender: p.snap.Load()} })
 	p.publish()
 	if cfg.ControlAddr != "" {
@@ -307,6 +310,9 @@ func (p *Prefill) tick() {
 func (p *Prefill) act() {
 	out := p.core.Ready()
 	for _, env := range out.Messages {
+		if env.Msg.Kind == core.KindCommit && p.cfg.Checksums {
+			env.Msg.Checksum = p.commitChecksum(env.Msg.Tag, int(env.Msg.Coverage))
+		}
 		if p.link == nil || core.RankID(p.decode.Rank) != env.To || !p.link.send(&Frame{Type: FrameCore, Core: core.AppendMessage(nil, &env.Msg)}) {
 			p.Metrics.failedSend("control")
 		}
@@ -439,9 +445,17 @@ func (p *Prefill) quiesce(q core.Quiesce) {
 				cancel()
 				if err == nil {
 					p.Metrics.quiesced(time.Since(start))
+					p.Metrics.evidence(string(res.Evidence), len(ids))
+					// Every transport evidence but a reaped plugin
+					// (completions harvested, receiver confirmed,
+					// receiver closed, endpoint flushed) is the core's
+					// "quiesced"; the kind is kept in the metric and log.
 					ev := core.EvidenceQuiesced
 					if res.Evidence == sdk.EvidenceProcessExited {
 						ev = core.EvidenceProcessExited
+					}
+					if res.Evidence == sdk.EvidenceReceiverClosed {
+						p.log.Info("in-doubt batches quiesced: the receiver closed their connection (it is gone)", "peer", peer, "batches", len(ids), "detail", res.Detail)
 					}
 					p.lp.post(func() { p.quiesced(ids, ev) })
 					return
@@ -525,6 +539,7 @@ func (p *Prefill) events() {
 		if ev.Kind == sdk.EventPluginExited && len(ev.Batches) > 0 {
 			ids := ev.Batches
 			p.log.Warn("transport plugin exited: its batches can no longer move", "batches", len(ids))
+			p.Metrics.evidence(string(sdk.EvidenceProcessExited), len(ids))
 			p.lp.post(func() { p.quiesced(ids, core.EvidenceProcessExited) })
 		}
 	}

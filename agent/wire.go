@@ -74,6 +74,9 @@ type Hello struct {
 	DataAddresses []string `json:"data_addresses,omitempty"`
 	SlotBytes     int64    `json:"slot_bytes,omitempty"`
 	ShardBytes    int64    `json:"shard_bytes,omitempty"`
+	// Checksums: a prefill rank puts checksums in its Commits; a decode
+	// rank requires them (and refuses a prefill rank that sends none).
+	Checksums bool `json:"checksums,omitempty"`
 }
 
 // compatible says whether a prefill rank (p) and a decode rank (d) may run
@@ -82,6 +85,10 @@ func compatible(p, d Hello) error {
 	if p.Version != d.Version {
 		return fmt.Errorf("incompatible peers: %s rank %d speaks control protocol v%d, %s rank %d speaks v%d",
 			p.Role, p.Rank, p.Version, d.Role, d.Rank, d.Version)
+	}
+	if d.Checksums && !p.Checksums {
+		return fmt.Errorf("incompatible peers: decode rank %d requires checksums at commit and prefill rank %d does not compute them (enable checksums on the prefill rank)",
+			d.Rank, p.Rank)
 	}
 	if !p.Caps.Quiesce {
 		return fmt.Errorf("incompatible peers: prefill rank %d's transport cannot prove quiescence; decode rank %d would have to release in-doubt writes on timeout only — refusing to run with weaker guarantees",

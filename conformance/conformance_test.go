@@ -88,6 +88,9 @@ func TestBrokenVariantsFail(t *testing.T) {
 		{"duplicate-completion", conformance.PromiseOneCompletion},
 		{"lose-completion", conformance.PromiseOneCompletion},
 		{"wrong-error-class", conformance.PromiseErrorClass},
+		// Its own close taken for the receiver's (receiver-closed evidence
+		// while the target still reads what the stalled link delivers).
+		{"own-close-is-receiver-closed", conformance.PromiseQuiesce},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {

@@ -40,10 +40,11 @@ const (
 	ReasonPeerDead                // a rank was declared dead
 	ReasonDecodeRestart           // the decode instance that assigned is gone
 	ReasonBootstrapTimeout        // prefill never heard from decode for this request
-	reasonMax              = ReasonBootstrapTimeout
+	ReasonChecksumMismatch        // a rank's committed checksum did not match the pages decode holds
+	reasonMax              = ReasonChecksumMismatch
 )
 
-var reasonNames = [...]string{"none", "client-abort", "decode-abort", "rejected", "send-failed", "lease-lapsed", "short-coverage", "peer-dead", "decode-restart", "bootstrap-timeout"}
+var reasonNames = [...]string{"none", "client-abort", "decode-abort", "rejected", "send-failed", "lease-lapsed", "short-coverage", "peer-dead", "decode-restart", "bootstrap-timeout", "checksum-mismatch"}
 
 func (r Reason) String() string {
 	if r > reasonMax {

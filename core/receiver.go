@@ -35,6 +35,7 @@ type rankTrack struct {
 	committed bool
 	acked     bool
 	failed    bool
+	dead      bool // declared dead (PeerDead): it will never drain
 	coverage  uint32
 }
 
@@ -217,7 +218,7 @@ func (r *Receiver) PeerDead(rank RankID, now Time) {
 		if t == nil {
 			continue
 		}
-		t.failed = true
+		t.failed, t.dead = true, true
 		if e.state == StateAssigned {
 			if r.startAbort(e, ReasonPeerDead, false, now) {
 				i--
@@ -473,7 +474,7 @@ func (r *Receiver) checkRelease(e *exposure, now Time) bool {
 	if e.state != StateAborting {
 		return false
 	}
-	allAcked := true
+	allAcked, deadWriter := true, false
 	bound := Time(0) // the latest deadline among ranks that did not drain
 	for i := range e.ranks {
 		t := &e.ranks[i]
@@ -481,6 +482,7 @@ func (r *Receiver) checkRelease(e *exposure, now Time) bool {
 			continue
 		}
 		allAcked = false
+		deadWriter = deadWriter || t.dead
 		d := t.lease.Add(r.cfg.MaxTail + r.cfg.ClockMargin)
 		if r.cfg.Unsafe == knownunsafe.UnboundedTimeout {
 			d = e.stopped.Add(r.cfg.Lease / 8) // "a short fixed timeout"
@@ -493,6 +495,11 @@ func (r *Receiver) checkRelease(e *exposure, now Time) bool {
 	case allAcked:
 		r.release(e, PathDrained, now)
 		return true
+	case r.cfg.CanRevoke && !e.revoking && deadWriter:
+		// A dead rank never drains: waiting for the bound only keeps the
+		// memory held. Fence now (a fence is safe at any time).
+		r.requestRevoke(e, now)
+		return false
 	case now < bound:
 		return false
 	case r.cfg.CanRevoke && !e.revoking:

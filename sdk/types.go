@@ -146,6 +146,25 @@ const (
 	// EvidenceReceiverConfirmed: the receiving side confirmed that it applies
 	// nothing more from the torn-down connection.
 	EvidenceReceiverConfirmed Evidence = "receiver-confirmed"
+	// EvidenceReceiverClosed: the receiving end closed the connection that
+	// carried the batches before the sender did — the sender read an
+	// orderly end of stream (FIN) or a reset (RST) from it, and its own
+	// kernel had not given up on the connection — so the receiving process,
+	// which is the only reader of that connection and applies what it reads
+	// straight into the target memory, can read and apply no more of it
+	// (a closed socket's unread bytes are discarded by its kernel; a dead
+	// process's sockets are closed by the kernel). It is what a sender
+	// still has when the receiver is gone and cannot confirm anything.
+	//
+	// It holds only if (a) the receiving transport never closes a
+	// connection while a byte it already read is still to be applied, and
+	// never half-closes one it still reads; (b) the connection is end to
+	// end: a TCP-terminating proxy that closes its side says nothing about
+	// the receiver behind it; and (c) no middlebox forges FIN or RST
+	// segments. A sender's own close, a timeout, or an unreachable peer is
+	// never this evidence: the receiver may still be reading bytes that sit
+	// in its socket buffer.
+	EvidenceReceiverClosed Evidence = "receiver-closed"
 	// EvidenceProcessExited: the plugin process was reaped; the kernel has
 	// closed its sockets and destroyed its queue pairs. Emitted by the host.
 	EvidenceProcessExited Evidence = "process-exited"

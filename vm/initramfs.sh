@@ -20,7 +20,7 @@ put() {  # put FILE DEST-DIR: a binary and the shared libraries it needs
   done
 }
 for b in /usr/sbin/ip /usr/sbin/tc; do put $b /usr/sbin; done
-for b in /usr/bin/rdma /usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/ib_write_bw "$OUT"/bin/*; do put "$b" /usr/bin; done
+for b in /usr/bin/rdma /usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/ib_write_bw /usr/bin/ib_write_lat "$OUT"/bin/*; do put "$b" /usr/bin; done
 mkdir -p "$L/libibverbs" "$S/etc/libibverbs.d"
 cp -L /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so "$L/libibverbs/"
 put "$(ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so | head -1)" ""
@@ -39,5 +39,6 @@ for m in virtio_pci virtio_blk veth sch_netem crc32_generic crc32-pclmul rdma_rx
 done
 install -m 755 "$HERE/init" "$S/init"
 install -m 755 "$HERE/guest.sh" "$S/guest.sh"
+install -m 755 "$HERE/late-arrival.sh" "$S/late-arrival.sh"
 (cd "$S" && find . -print0 | cpio --null -o -H newc --quiet) | gzip -1 > "$OUT/initrd.gz"
 echo "initramfs: $(du -h "$OUT/initrd.gz" | cut -f1) kernel $KVER"

@@ -29,7 +29,8 @@ t1=$(date +%s)
 # 3. Go binaries (cgo against libibverbs: -tags rdma)
 B=$OUT/bin; rm -rf "$B"; mkdir -p "$B"
 (cd "$ROOT" && CGO_ENABLED=1 $GO build -tags rdma -o "$B/kvfence-plugin-verbs" ./plugins/verbs/cmd/kvfence-plugin-verbs \
-  && CGO_ENABLED=1 $GO test -c -tags rdma -o "$B/verbs.test" ./plugins/verbs)
+  && CGO_ENABLED=1 $GO test -c -tags rdma -o "$B/verbs.test" ./plugins/verbs \
+  && $GO build -o "$B/kvfence" ./cmd/kvfence)  # the agents of the late-arrival step
 if (cd "$ROOT" && $GO build -o "$B/kvfence-certify" ./vm/certify) 2>"$OUT/certify-build.log"; then :; else
   echo "note: conformance does not build yet; certification step skipped (see $OUT/certify-build.log)"; fi
 t2=$(date +%s)
@@ -43,7 +44,7 @@ rm -rf "$OUT/results"; mkdir -p "$OUT/results"
 truncate -s 0 "$OUT/results.img"; truncate -s 64M "$OUT/results.img"
 ACCEL=tcg; [ -w /dev/kvm ] && ACCEL=kvm
 set +e
-timeout "${VM_TIMEOUT:-1080}" qemu-system-x86_64 -accel $ACCEL -machine q35 -cpu max -smp "${SMP:-2}" -m "${MEM:-2048}" \
+timeout "${VM_TIMEOUT:-1500}" qemu-system-x86_64 -accel $ACCEL -machine q35 -cpu max -smp "${SMP:-2}" -m "${MEM:-2048}" \
   -nographic -no-reboot -kernel "$OUT/vmlinuz" -initrd "$OUT/initrd.gz" \
   -append "console=ttyS0 quiet loglevel=4 panic=-1 ${GUEST_ARGS:-}" \
   -drive file="$OUT/results.img",format=raw,if=virtio \
@@ -54,6 +55,7 @@ t4=$(date +%s)
 tar -xf "$OUT/results.img" -C "$OUT/results" 2>/dev/null || true
 grep -E '^(KVF|=====|--- (PASS|FAIL|SKIP)|ok |FAIL|PASS)' "$OUT/console.log" | grep -v '^=== RUN' | tail -80 || true
 [ -f "$OUT/results/bw.txt" ] && cat "$OUT/results/bw.txt"
+[ -f "$OUT/results/lat.txt" ] && cat "$OUT/results/lat.txt"
 echo "timings: packages+kernel=$((t1-t0))s go=$((t2-t1))s initramfs=$((t3-t2))s vm=$((t4-t3))s total=$((t4-t0))s (accel=$ACCEL)"
 # isa-debug-exit: qemu status = (guest status << 1) | 1
 if [ $((q & 1)) = 1 ]; then rc=$((q >> 1)); echo "GUEST STATUS: $rc (0 = pass)"; exit $rc; fi

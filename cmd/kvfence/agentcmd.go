@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -49,10 +50,12 @@ func newPluginTCPCommand() *cobra.Command {
 
 type agentFlags struct {
 	role, control, decodeAddr, pki, unsafe, logFile, metrics string
+	plugin                                                   string
+	pluginEnv, advertiseHosts                                []string
 	rank, slots, shards, lanes, sourcePages, maxInflight     int
 	shardBytes                                               int64
-	fence, eager                                             bool
-	quiesceGrace                                             time.Duration
+	fence, eager, checksums                                  bool
+	quiesceGrace, lease, maxHold                             time.Duration
 	delays                                                   []time.Duration
 }
 
@@ -86,9 +89,18 @@ func newAgentCommand() *cobra.Command {
 	// more than the demo's 256 requests × 16 pages / 4 pages per batch.
 	fl.IntVar(&f.maxInflight, "max-inflight", 2048, "unsettled batches per prefill rank, all lanes together (prefill)")
 	fl.DurationVar(&f.quiesceGrace, "quiesce-grace", 2*time.Second, "wait this long for in-flight batches to complete before cutting a data lane to quiesce them (prefill)")
+	fl.DurationVar(&f.lease, "lease", 2*time.Second, "lease decode grants per Assign and per heartbeat (decode)")
+	fl.DurationVar(&f.maxHold, "max-hold", 10*time.Second, "no lease past admission + this (decode)")
 	fl.BoolVar(&f.fence, "fence", true, "per-exposure keys with revocation (decode)")
 	fl.BoolVar(&f.eager, "eager-revoke", false, "revoke as soon as a request aborts (decode)")
+	fl.BoolVar(&f.checksums, "checksums", false, "checksums at commit: computed by prefill, required and checked by decode")
 	fl.DurationSliceVar(&f.delays, "data-delay", nil, "put a delaying proxy on the data path; connection k is delayed by the k-th value, cyclically (decode)")
+	// Advanced: an external transport plugin instead of the embedded TCP one
+	// (e.g. kvfence-plugin-verbs in the Soft-RoCE VM), configured through
+	// its environment.
+	fl.StringVar(&f.plugin, "plugin", "", "transport plugin binary (default: the embedded TCP plugin)")
+	fl.StringArrayVar(&f.pluginEnv, "plugin-env", nil, "K=V added to the plugin's environment (repeatable)")
+	fl.StringSliceVar(&f.advertiseHosts, "advertise-hosts", nil, "advertise the data endpoint once per host, same port (the plugin must listen on a wildcard address): one connection per lane for plugins that key peers by address (decode)")
 	return cmd
 }
 
@@ -120,10 +132,14 @@ func runAgent(f agentFlags) error {
 	if err != nil {
 		return err
 	}
-	plug, err := sdk.Open(exe, sdk.OpenOptions{Args: []string{"__plugin-tcp"}, Logger: log.Named("plugin"),
-		Env: []string{"KVFENCE_LOG_LEVEL=warn"}})
+	popts := sdk.OpenOptions{Args: []string{"__plugin-tcp"}, Logger: log.Named("plugin"),
+		Env: append([]string{"KVFENCE_LOG_LEVEL=warn"}, f.pluginEnv...)}
+	if f.plugin != "" {
+		exe, popts.Args = f.plugin, nil
+	}
+	plug, err := sdk.Open(exe, popts)
 	if err != nil {
-		return fmt.Errorf("open the TCP plugin: %w", err)
+		return fmt.Errorf("open the transport plugin %s: %w", exe, err)
 	}
 	defer plug.Close()
 	ctx := context.Background()
@@ -133,10 +149,13 @@ func runAgent(f agentFlags) error {
 	switch f.role {
 	case "decode":
 		cfg := agent.DecodeConfig{Rank: core.RankID(f.rank), Slots: f.slots, ShardBytes: f.shardBytes, Shards: f.shards,
-			Lease: 2 * time.Second, MaxHold: 10 * time.Second, ClockMargin: 100 * time.Millisecond,
-			Fence: f.fence, EagerRevoke: f.eager, Verify: true, Unsafe: variant,
+			Lease: f.lease, MaxHold: f.maxHold, ClockMargin: 100 * time.Millisecond,
+			Fence: f.fence, EagerRevoke: f.eager, Verify: true, Checksums: f.checksums, Unsafe: variant,
 			ControlAddr: f.control, TLS: tlsCfg, Logger: log}
 		var proxies []*delayproxy.Proxy
+		if len(f.advertiseHosts) > 0 {
+			cfg.AdvertiseData = func(ep sdk.Endpoint) []sdk.Endpoint { return perHost(ep, f.advertiseHosts, log) }
+		}
 		if len(f.delays) > 0 {
 			// One proxy per delay, and lane i of every prefill rank goes
 			// through proxy i % n: requests on a slow lane are overtaken by
@@ -174,7 +193,7 @@ func runAgent(f agentFlags) error {
 		p, err := agent.NewPrefill(ctx, agent.PrefillConfig{Rank: core.RankID(f.rank), DecodeAddr: f.decodeAddr,
 			SourcePages: f.sourcePages, ShardBytes: f.shardBytes, Lanes: f.lanes,
 			MaxInflight: f.maxInflight, MaxBatchPages: 4, QuiesceGrace: f.quiesceGrace, Heartbeat: 200 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
-			RequestTombstone: 15 * time.Second, BootstrapTimeout: 10 * time.Second, Unsafe: variant,
+			RequestTombstone: 15 * time.Second, BootstrapTimeout: 10 * time.Second, Unsafe: variant, Checksums: f.checksums,
 			ControlAddr: f.control, TLS: tlsCfg, Logger: log, Events: plug.Events()}, plug.Transport())
 		if err != nil {
 			return err
@@ -200,6 +219,23 @@ func runAgent(f agentFlags) error {
 	<-sig
 	stop()
 	return nil
+}
+
+// perHost advertises ep once per host, on ep's port.
+func perHost(ep sdk.Endpoint, hosts []string, log hclog.Logger) []sdk.Endpoint {
+	_, port, err := net.SplitHostPort(ep.Address)
+	if err != nil {
+		log.Error("advertise-hosts: data endpoint is not host:port; advertising it as is", "address", ep.Address)
+		return nil
+	}
+	var eps []sdk.Endpoint
+	for _, h := range hosts {
+		e := ep
+		e.Address = net.JoinHostPort(h, port)
+		eps = append(eps, e)
+	}
+	log.Info("data endpoint advertised per host", "listen", ep.Address, "hosts", hosts)
+	return eps
 }
 
 func pkiNames(prefills int) []string {

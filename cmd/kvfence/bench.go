@@ -19,24 +19,30 @@ func init() { register(newBenchCommand) }
 func newBenchCommand() *cobra.Command {
 	o := demoOptions{}
 	var reps int
-	var asJSON bool
+	var asJSON, checksumArm bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "throughput safe vs unsafe release-on-abort (interleaved, 95% CI), and held slot-seconds under an abort storm",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			type arm struct {
-				name   string
-				unsafe string
-				rates  []float64
+				name      string
+				unsafe    string
+				checksums bool
+				rates     []float64 // steady-state req/s (concurrency / mean latency)
+				wall      []float64 // requests / wall time
 			}
 			arms := []*arm{{name: "safe"}, {name: "release-on-abort", unsafe: "release-on-abort"}}
+			if checksumArm {
+				arms = append(arms, &arm{name: "safe+checksums", checksums: true})
+			}
 			for i := 0; i < reps; i++ {
 				for j := range arms {
-					a := arms[(i+j)%2] // alternate which arm goes first
+					a := arms[(i+j)%len(arms)] // rotate which arm goes first
 					run := o
 					run.AbortShare = 0
 					run.Unsafe = a.unsafe
+					run.Checksums = a.checksums
 					// The arms differ only in the core: the same data path
 					// (no per-exposure keys) for both, so the delta is the
 					// cost of holding, not of fencing.
@@ -46,11 +52,14 @@ func newBenchCommand() *cobra.Command {
 					if err != nil {
 						return err
 					}
-					a.rates = append(a.rates, s.RequestsPerSec)
-					fmt.Fprintf(os.Stderr, "rep %d %-17s %.1f req/s\n", i+1, a.name, s.RequestsPerSec)
+					a.rates = append(a.rates, s.SteadyRequestsPerSec)
+					a.wall = append(a.wall, s.RequestsPerSec)
+					fmt.Fprintf(os.Stderr, "rep %d %-17s %.1f req/s steady (mean latency %.1f ms), %.1f req/s wall\n",
+						i+1, a.name, s.SteadyRequestsPerSec, s.MeanLatencyMs, s.RequestsPerSec)
 				}
 			}
 			delta, lo, hi := pairedDelta(arms[0].rates, arms[1].rates)
+			wdelta, wlo, whi := pairedDelta(arms[0].wall, arms[1].wall)
 			storm := o
 			storm.AbortShare = 1
 			storm.Fence = true
@@ -66,8 +75,17 @@ func newBenchCommand() *cobra.Command {
 				"requests": o.Requests, "concurrency": o.Concurrency, "reps": reps,
 				"safe_req_per_s": arms[0].rates, "unsafe_req_per_s": arms[1].rates,
 				"delta_pct": delta, "ci95_low_pct": lo, "ci95_high_pct": hi,
+				"safe_wall_req_per_s": arms[0].wall, "unsafe_wall_req_per_s": arms[1].wall,
+				"wall_delta_pct": wdelta, "wall_ci95_low_pct": wlo, "wall_ci95_high_pct": whi,
 				"storm_aborts": ss.Aborts, "storm_held_slot_seconds_per_abort": perAbort,
 				"storm_hold_p50_ms": ss.HoldP50Ms, "storm_hold_p99_ms": ss.HoldP99Ms, "storm_corrupt_pages": ss.CorruptPages,
+			}
+			var cdelta, clo, chi float64
+			if checksumArm {
+				// checksums on vs off, both safe: >0 would mean checksums are faster
+				cdelta, clo, chi = pairedDelta(arms[2].rates, arms[0].rates)
+				res["checksums_req_per_s"] = arms[2].rates
+				res["checksums_delta_pct"], res["checksums_ci95_low_pct"], res["checksums_ci95_high_pct"] = cdelta, clo, chi
 			}
 			if asJSON {
 				b, _ := json.Marshal(res)
@@ -76,7 +94,12 @@ func newBenchCommand() *cobra.Command {
 			}
 			fmt.Printf("normal path, %d requests at concurrency %d, %d interleaved reps per arm\n", o.Requests, o.Concurrency, reps)
 			fmt.Printf("  safe              %s req/s\n  release-on-abort  %s req/s\n", fmtRates(arms[0].rates), fmtRates(arms[1].rates))
-			fmt.Printf("  delta (safe vs unsafe) %+.2f%%  95%% CI [%+.2f%%, %+.2f%%]\n", delta, lo, hi)
+			fmt.Printf("  delta (safe vs unsafe) %+.2f%%  95%% CI [%+.2f%%, %+.2f%%]  (steady state: concurrency / mean latency)\n", delta, lo, hi)
+			fmt.Printf("  wall-clock req/s: safe %s, unsafe %s; delta %+.2f%% 95%% CI [%+.2f%%, %+.2f%%]\n",
+				fmtRates(arms[0].wall), fmtRates(arms[1].wall), wdelta, wlo, whi)
+			if checksumArm {
+				fmt.Printf("  safe+checksums    %s req/s; delta vs safe %+.2f%%  95%% CI [%+.2f%%, %+.2f%%]\n", fmtRates(arms[2].rates), cdelta, clo, chi)
+			}
 			fmt.Printf("abort storm (every request cancelled mid-transfer): %d aborts\n", ss.Aborts)
 			for p, v := range perAbort {
 				fmt.Printf("  held slot-seconds per aborted request, %s: %.3f (p50 hold %.1f ms, p99 %.1f ms)\n", p, v, ss.HoldP50Ms[p], ss.HoldP99Ms[p])
@@ -96,6 +119,7 @@ func newBenchCommand() *cobra.Command {
 	fl.DurationSliceVar(&o.Delays, "data-delay", []time.Duration{600 * time.Millisecond, time.Millisecond}, "delaying proxy delays")
 	fl.BoolVar(&o.TLS, "tls", true, "mutual TLS on the control plane")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
+	fl.BoolVar(&checksumArm, "checksums", false, "add a third arm: safe with checksums at commit")
 	return cmd
 }
 

@@ -21,6 +21,7 @@ func newDemoCommand() *cobra.Command {
 	var asJSON, quiet bool
 	var fence string
 	var report string
+	var restartDecodeAfter time.Duration
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "run prefill and decode ranks as processes, abort requests mid-transfer, and check that no page ever holds another request's bytes",
@@ -54,6 +55,9 @@ request's pages and corrupt_pages goes above zero.`,
 			}
 			if !quiet {
 				o.Progress = os.Stderr
+			}
+			if restartDecodeAfter > 0 {
+				return runRestartCommand(cmd.Context(), o, restartDecodeAfter, asJSON) // demo_restart.go
 			}
 			s, err := runDemo(cmd.Context(), o)
 			if err != nil {
@@ -89,6 +93,7 @@ request's pages and corrupt_pages goes above zero.`,
 	fl.StringVar(&o.Unsafe, "unsafe", "", "run one known-unsafe core variant (e.g. release-on-abort)")
 	fl.StringVar(&fence, "fence", "auto", "per-exposure keys with revocation: auto (on when safe), on, off")
 	fl.BoolVar(&o.TLS, "tls", true, "mutual TLS on the control plane (throwaway certificates)")
+	fl.BoolVar(&o.Checksums, "checksums", false, "checksums at commit (prefill computes, decode checks before handoff)")
 	fl.BoolVar(&asJSON, "json", false, "print the summary as one JSON object")
 	fl.BoolVar(&quiet, "quiet", false, "no progress bar")
 	fl.StringVar(&report, "report", "", "HTML report path (default: in the run directory; none to skip)")
@@ -96,6 +101,18 @@ request's pages and corrupt_pages goes above zero.`,
 	fl.Uint64Var(&o.Seed, "seed", 1, "workload seed")
 	fl.DurationVar(&o.KillPrefillAfter, "kill-prefill-after", 0, "kill -9 prefill rank 2 this long into the run (crash test)")
 	_ = fl.MarkHidden("kill-prefill-after")
+	fl.DurationVar(&restartDecodeAfter, "restart-decode-after", 0, "kill -9 the decode rank this long into a first wave of --requests, start a new instance on its control address, then run a second wave (restart test)")
+	_ = fl.MarkHidden("restart-decode-after")
+	// Advanced (the Soft-RoCE VM's late-arrival step, vm/late-arrival.sh):
+	// every rank loads an external transport plugin; no delaying proxy.
+	fl.StringVar(&o.Plugin, "plugin", "", "transport plugin binary for every rank instead of the embedded TCP plugin; no delaying proxy (--data-delay then only widens the abort window)")
+	fl.StringArrayVar(&o.PrefillEnv, "prefill-plugin-env", nil, "K=V for the prefill ranks' plugin environment (repeatable)")
+	fl.StringArrayVar(&o.DecodeEnv, "decode-plugin-env", nil, "K=V for the decode rank's plugin environment (repeatable)")
+	fl.StringSliceVar(&o.DataHosts, "data-hosts", nil, "decode advertises its data endpoint once per host (one QP per lane with the verbs plugin)")
+	fl.StringArrayVar(&o.AgentArgs, "agent-arg", nil, "extra flag for every rank's __agent process, e.g. --agent-arg=--lease=5s (repeatable)")
+	for _, n := range []string{"plugin", "prefill-plugin-env", "decode-plugin-env", "data-hosts", "agent-arg"} {
+		_ = fl.MarkHidden(n)
+	}
 	return cmd
 }
 

@@ -39,6 +39,33 @@ type demoOptions struct {
 	// KillPrefillAfter, when positive, kill -9s prefill rank 2 that long
 	// into the run (the crash test).
 	KillPrefillAfter time.Duration
+	// Checksums: every rank computes (prefill) or checks (decode) a
+	// checksum at commit.
+	Checksums bool
+	// Plugin, when set, is the transport plugin binary every rank loads
+	// instead of the embedded TCP one (the Soft-RoCE VM: the verbs plugin),
+	// with PrefillEnv/DecodeEnv added to its environment; no delaying proxy
+	// is started (the network delays: netem), Delays only widen the window
+	// in which aborts fall. DataHosts: decode advertises its data endpoint
+	// once per host (one connection per lane, see __agent --advertise-hosts).
+	Plugin                string
+	PrefillEnv, DecodeEnv []string
+	DataHosts             []string
+	// AgentArgs are extra __agent flags for every rank (e.g. a longer
+	// --lease on a slow emulated machine).
+	AgentArgs []string
+}
+
+// pluginArgs are the __agent flags that load o.Plugin with env.
+func (o demoOptions) pluginArgs(env []string) []string {
+	if o.Plugin == "" {
+		return nil
+	}
+	a := []string{"--plugin", o.Plugin}
+	for _, kv := range env {
+		a = append(a, "--plugin-env", kv)
+	}
+	return a
 }
 
 // demoSummary is what the demo prints (and --json emits).
@@ -65,8 +92,16 @@ type demoSummary struct {
 	Unreleased      int                `json:"unreleased_exposures"`
 	Seconds         float64            `json:"seconds"`
 	RequestsPerSec  float64            `json:"requests_per_second"`
-	Dir             string             `json:"run_dir"`
-	Report          string             `json:"report,omitempty"`
+	// MeanLatencyMs is the mean time a request took, from the moment a
+	// client slot picked it up (admission retries included) to its end.
+	MeanLatencyMs float64 `json:"mean_latency_ms"`
+	// SteadyRequestsPerSec is concurrency / mean latency (Little's law):
+	// the throughput while every client slot is busy, without the start
+	// and the tail of the run, whose length depends on which slot drew
+	// which requests — the benchmark compares arms on it.
+	SteadyRequestsPerSec float64 `json:"steady_requests_per_second"`
+	Dir                  string  `json:"run_dir"`
+	Report               string  `json:"report,omitempty"`
 
 	holds  map[string][]float64
 	series []agent.HeldSample
@@ -143,6 +178,10 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 		}
 	}
 	common := []string{"--unsafe", o.Unsafe}
+	if o.Checksums {
+		common = append(common, "--checksums")
+	}
+	common = append(common, o.AgentArgs...)
 	var tlsArgs []string
 	if o.TLS {
 		pki := filepath.Join(o.Dir, "pki")
@@ -161,8 +200,12 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 		delays = append(delays, d.String())
 	}
 	dargs := append(append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence)}, common...), tlsArgs...)
-	if len(delays) > 0 {
+	if len(delays) > 0 && o.Plugin == "" {
 		dargs = append(dargs, "--data-delay", strings.Join(delays, ","))
+	}
+	dargs = append(dargs, o.pluginArgs(o.DecodeEnv)...)
+	if len(o.DataHosts) > 0 {
+		dargs = append(dargs, "--advertise-hosts", strings.Join(o.DataHosts, ","))
 	}
 	dec, err := startChild(cctx, exe, dargs, "decode-0.log", o.Dir)
 	if err != nil {
@@ -171,7 +214,7 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 	defer dec.stop()
 	var pre []*child
 	for r := 1; r <= 2; r++ {
-		c, err := startChild(cctx, exe, append(append([]string{"--role", "prefill", "--rank", fmt.Sprint(r), "--decode", dec.control}, common...), tlsArgs...),
+		c, err := startChild(cctx, exe, append(append(append([]string{"--role", "prefill", "--rank", fmt.Sprint(r), "--decode", dec.control}, common...), tlsArgs...), o.pluginArgs(o.PrefillEnv)...),
 			fmt.Sprintf("prefill-%d.log", r), o.Dir)
 		if err != nil {
 			return nil, err
@@ -220,6 +263,7 @@ func drive(ctx context.Context, o demoOptions, router *agent.Router) (*demoSumma
 		}
 	}()
 	var done, handed, failed, cancels atomic.Int64
+	var latSum time.Duration // guarded by mu
 	jobs := make(chan uint64)
 	var wg sync.WaitGroup
 	rng := rand.New(rand.NewPCG(o.Seed, 7))
@@ -264,6 +308,7 @@ func drive(ctx context.Context, o demoOptions, router *agent.Router) (*demoSumma
 		go func() {
 			defer wg.Done()
 			for room := range jobs {
+				began := time.Now()
 				p := plans[room]
 				ch := make(chan agent.Event, 1)
 				mu.Lock()
@@ -305,6 +350,10 @@ func drive(ctx context.Context, o demoOptions, router *agent.Router) (*demoSumma
 				mu.Lock()
 				delete(waiters, room)
 				mu.Unlock()
+				took := time.Since(began)
+				mu.Lock()
+				latSum += took
+				mu.Unlock()
 				done.Add(1)
 			}
 		}()
@@ -342,7 +391,9 @@ func drive(ctx context.Context, o demoOptions, router *agent.Router) (*demoSumma
 		HoldP50Ms: map[string]float64{}, HoldP99Ms: map[string]float64{}, HoldSlotSec: st.HoldSlotSec,
 		PagesVerified: st.PagesVerified, CorruptPages: st.CorruptPages, FreeWrites: st.FreeWrites, StaleMessages: st.Core.StaleMessages,
 		Unreleased: st.LiveTags, Seconds: elapsed.Seconds(), RequestsPerSec: float64(o.Requests) / elapsed.Seconds(),
-		Dir: o.Dir, holds: st.HoldsMs, series: st.Series}
+		MeanLatencyMs:        latSum.Seconds() * 1000 / float64(max(1, o.Requests)),
+		SteadyRequestsPerSec: float64(o.Concurrency) / (latSum.Seconds() / float64(max(1, o.Requests))),
+		Dir:                  o.Dir, holds: st.HoldsMs, series: st.Series}
 	for path, v := range st.HoldsMs {
 		s.HoldP50Ms[path] = quantile(v, 0.50)
 		s.HoldP99Ms[path] = quantile(v, 0.99)

@@ -92,16 +92,22 @@ const (
 	// unsafeWrongErrorClass: Post's refusals lose their class (they cross
 	// the wire as Internal instead of invalid-argument, not-found, ...).
 	unsafeWrongErrorClass
+	// unsafeOwnCloseIsReceiverClosed: Quiesce closes the sender's own side
+	// of the connection and reports receiver-closed evidence, taking its
+	// reader's end for the receiver's close, while the receiver is alive
+	// and may still read and apply what sits in its socket buffer.
+	unsafeOwnCloseIsReceiverClosed
 )
 
 // unsafeModeByName is how the kvfenceunsafe build of the binary picks one.
 var unsafeModeByName = map[string]unsafeMode{
-	"succeed-before-ack":   unsafeSucceedBeforeAck,
-	"apply-after-revoke":   unsafeApplyAfterRevoke,
-	"ack-before-apply":     unsafeAckBeforeApply,
-	"failed-on-timeout":    unsafeFailedOnTimeout,
-	"quiesce-early":        unsafeQuiesceEarly,
-	"duplicate-completion": unsafeDuplicateCompletion,
-	"lose-completion":      unsafeLoseCompletion,
-	"wrong-error-class":    unsafeWrongErrorClass,
+	"succeed-before-ack":           unsafeSucceedBeforeAck,
+	"apply-after-revoke":           unsafeApplyAfterRevoke,
+	"ack-before-apply":             unsafeAckBeforeApply,
+	"failed-on-timeout":            unsafeFailedOnTimeout,
+	"quiesce-early":                unsafeQuiesceEarly,
+	"duplicate-completion":         unsafeDuplicateCompletion,
+	"lose-completion":              unsafeLoseCompletion,
+	"wrong-error-class":            unsafeWrongErrorClass,
+	"own-close-is-receiver-closed": unsafeOwnCloseIsReceiverClosed,
 }

@@ -10,13 +10,16 @@
 // (one writev per operation, straight from the shared mapping), and reports
 // Succeeded only on acknowledgements, InDoubt when one did not arrive in
 // time or the connection broke, and FailedDefinite only with proof (the
-// receiver refused the write, it never left this process, or the receiver
-// confirmed a Quiesce).
+// receiver refused the write, it never left this process, or a Quiesce got
+// evidence: the receiver confirmed it, or — no longer able to answer — it
+// had closed the connection first: closed.go).
 //
 // It must never: apply a byte outside a granted window, apply a byte under a
 // revoked key after Revoke returned, report Succeeded without an
 // acknowledgement, report FailedDefinite on a timeout or a broken connection,
-// or copy payload bytes through gRPC or an intermediate buffer.
+// take its own close of a connection (or a timeout, or an unreachable peer)
+// for the receiver's close, or copy payload bytes through gRPC or an
+// intermediate buffer.
 //
 // The wire format (wire.go) is decoded from untrusted peers; it is fuzzed.
 package tcp

@@ -25,7 +25,12 @@ type receiver struct {
 	wg          sync.WaitGroup
 }
 
-// recvSession is one data connection from a sender.
+// recvSession is one data connection from a sender. Its sender may take
+// the end of the connection, seen from its side, as proof that nothing more
+// of it is applied (sdk.EvidenceReceiverClosed, closed.go), so: a payload is
+// read only straight into its window (never into a buffer to be applied
+// later), and a session is ended only by a full close of its socket (never
+// a half-close), which Go performs after a read in progress returns.
 type recvSession struct {
 	id   uint64
 	conn net.Conn

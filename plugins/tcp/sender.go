@@ -67,6 +67,15 @@ type sendSession struct {
 	stopping  bool
 	dialled   chan struct{} // closed when the dial attempt finished
 	readerEnd chan struct{} // closed when the ack reader returned
+
+	// How the connection ended as its reader and writer saw it (see
+	// observe in closed.go; guarded by mu): peerClosed is the first sign
+	// that the receiver closed it before we did (end of stream, or a
+	// reset); localFault is the first failure that says our own side gave
+	// up (a timeout, an unreachable host) — with one, an end of stream
+	// proves nothing.
+	peerClosed error
+	localFault error
 }
 
 func newSendSession(t *Transport, p *peer) *sendSession {
@@ -194,6 +203,9 @@ func (s *sendSession) write(b *batchState) bool {
 		_, err := bufs.WriteTo(conn)
 		b.regs[i].release()
 		if err != nil {
+			s.mu.Lock()
+			s.observe(err, false)
+			s.mu.Unlock()
 			s.fail(fmt.Errorf("write: %w", err))
 			s.mu.Lock()
 			s.unpinFrom(b, i+1)
@@ -253,6 +265,9 @@ func (s *sendSession) readAcks() {
 	var hb [headerSize]byte
 	for {
 		if _, err := io.ReadFull(s.conn, hb[:]); err != nil {
+			s.mu.Lock()
+			s.observe(err, true)
+			s.mu.Unlock()
 			s.fail(fmt.Errorf("read: %w", err))
 			return
 		}
@@ -340,7 +355,8 @@ func (s *sendSession) fail(err error) {
 	s.halt()
 	if s.stopping {
 		// A Quiesce is in progress: it settles these batches on the
-		// receiver's confirmation, or reports them InDoubt if none comes.
+		// receiver's confirmation (or its close of the connection), or
+		// reports them InDoubt if it gets neither.
 		return
 	}
 	s.doubtWritten(err)
@@ -358,10 +374,14 @@ func (s *sendSession) doubtWritten(err error) {
 	}
 }
 
-// quiesce makes the receiver confirm that this session applies nothing more,
-// then resolves every op still unacknowledged as stopped. Every batch of the
-// session is completed when it returns nil.
-func (s *sendSession) quiesce(ctx context.Context) error {
+// quiesce ends the session and returns once nothing written on it can
+// still be applied, with the evidence: receiver-confirmed when the receiver
+// answered that it ended our session there, receiver-closed when it cannot
+// answer (gone, unreachable, or another incarnation on its address) but had
+// closed our data connection first (see receiverClosed). Without either it
+// returns an error and every written batch stays in doubt. Every batch of
+// the session is completed when it returns nil.
+func (s *sendSession) quiesce(ctx context.Context) (sdk.Evidence, error) {
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
@@ -369,23 +389,38 @@ func (s *sendSession) quiesce(ctx context.Context) error {
 	select {
 	case <-s.dialled:
 	case <-ctx.Done():
-		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: dial still in progress: %v", ctx.Err())
+		return "", sdk.Errorf(sdk.ClassUnavailable, "Quiesce: dial still in progress: %v", ctx.Err())
 	}
 	s.mu.Lock()
 	conn, instance, remoteID := s.conn, s.instance, s.remoteID
 	s.mu.Unlock()
+	ev := sdk.EvidenceReceiverConfirmed
 	if conn != nil {
-		if err := s.askReceiver(ctx, instance, remoteID); err != nil {
-			s.mu.Lock()
-			s.doubtWritten(err)
-			s.mu.Unlock()
-			return err
+		var err error
+		if s.t.cfg.unsafe == unsafeOwnCloseIsReceiverClosed {
+			// KNOWN-UNSAFE: the sender closes its own side and takes the
+			// end of its reader for the receiver's close, while the
+			// receiver may still be reading what sits in its socket buffer.
+			err = sdk.Errorf(sdk.ClassUnavailable, "Quiesce: not asking the receiver")
+			s.fail(fmt.Errorf("closed by the sender to quiesce"))
+		} else {
+			err = s.askReceiver(ctx, instance, remoteID)
 		}
-		// The receiver closed its side; drain the acknowledgements it sent
-		// before that, briefly, then cut our side.
-		select {
-		case <-s.readerEnd:
-		case <-time.After(2 * time.Second):
+		if err != nil {
+			if !s.receiverClosed(ctx) {
+				s.mu.Lock()
+				s.doubtWritten(err)
+				s.mu.Unlock()
+				return "", err
+			}
+			ev = sdk.EvidenceReceiverClosed
+		} else {
+			// The receiver closed its side; drain the acknowledgements it
+			// sent before that, briefly, then cut our side.
+			select {
+			case <-s.readerEnd:
+			case <-time.After(2 * time.Second):
+			}
 		}
 		s.fail(fmt.Errorf("quiesced"))
 		<-s.readerEnd
@@ -399,10 +434,14 @@ func (s *sendSession) quiesce(ctx context.Context) error {
 		p.b.unresolved--
 		p.b.refusedN++
 	}
-	for _, b := range s.batches {
-		s.settle(b, sdk.ClassUnavailable, "quiesced: receiver confirmed it applies nothing more")
+	why := "quiesced: receiver confirmed it applies nothing more"
+	if ev == sdk.EvidenceReceiverClosed {
+		why = "quiesced: the receiver closed the connection; it applies nothing more of it"
 	}
-	return nil
+	for _, b := range s.batches {
+		s.settle(b, sdk.ClassUnavailable, why)
+	}
+	return ev, nil
 }
 
 // askReceiver opens a control connection and asks the receiver to end our

@@ -362,8 +362,10 @@ func (t *Transport) Completions() <-chan sdk.Completion { return t.out }
 // Quiesce returns completions-harvested if every listed batch already
 // resolved each of its operations; otherwise it tears down each session the
 // unresolved ones were posted on and returns receiver-confirmed once every
-// receiver confirmed. Unknown batch ids were never accepted, so they cannot
-// move: they are covered vacuously.
+// receiver confirmed, or receiver-closed if for some session the receiver
+// could not confirm but had closed that connection first (closed.go): a
+// dead receiver ends its senders' doubt. Unknown batch ids were never
+// accepted, so they cannot move: they are covered vacuously.
 func (t *Transport) Quiesce(ctx context.Context, peerID sdk.PeerID, ids []sdk.BatchID) (sdk.QuiesceResult, error) {
 	if t.cfg.unsafe == unsafeQuiesceEarly {
 		// KNOWN-UNSAFE: claims evidence it never obtained.
@@ -398,18 +400,30 @@ func (t *Transport) Quiesce(ctx context.Context, peerID sdk.PeerID, ids []sdk.Ba
 	if len(sessions) == 0 {
 		return sdk.QuiesceResult{Evidence: sdk.EvidenceCompletionsHarvested, Batches: ids}, nil
 	}
+	confirmed, closed := 0, 0
 	for _, s := range sessions {
 		p.mu.Lock()
 		if p.sess == s {
 			p.sess = nil // new Posts go to a new connection
 		}
 		p.mu.Unlock()
-		if err := s.quiesce(ctx); err != nil {
+		ev, err := s.quiesce(ctx)
+		if err != nil {
 			return sdk.QuiesceResult{}, err
 		}
+		if ev == sdk.EvidenceReceiverClosed {
+			closed++
+		} else {
+			confirmed++
+		}
+	}
+	if closed > 0 {
+		// The weaker of the two names the whole result.
+		return sdk.QuiesceResult{Evidence: sdk.EvidenceReceiverClosed, Batches: ids,
+			Detail: fmt.Sprintf("%d connection(s) closed by the receiver first, %d torn down and confirmed by it", closed, confirmed)}, nil
 	}
 	return sdk.QuiesceResult{Evidence: sdk.EvidenceReceiverConfirmed, Batches: ids,
-		Detail: fmt.Sprintf("%d connection(s) torn down and confirmed by the receiver", len(sessions))}, nil
+		Detail: fmt.Sprintf("%d connection(s) torn down and confirmed by the receiver", confirmed)}, nil
 }
 
 // Grant exposes a window of a registered region under a new random key.

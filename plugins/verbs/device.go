@@ -32,15 +32,18 @@ type qpAttrs struct {
 	GID [16]byte `json:"gid"`
 }
 
-// wr is one RDMA WRITE or READ work request (one SGE, always signalled).
+// wr is one RDMA WRITE or READ work request (one SGE). Signal: posted
+// signalled (the transport signals the last request of each batch only;
+// see epoch).
 type wr struct {
-	LAddr uint64
-	Len   uint32
-	LKey  uint32
-	RAddr uint64
-	RKey  uint32
-	Read  bool
-	ID    uint64
+	LAddr  uint64
+	Len    uint32
+	LKey   uint32
+	RAddr  uint64
+	RKey   uint32
+	Read   bool
+	Signal bool
+	ID     uint64
 }
 
 // wc is one work completion.

@@ -6,6 +6,8 @@ package verbs
 #cgo LDFLAGS: -libverbs
 #include <infiniband/verbs.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@ _Static_assert(IBV_ACCESS_LOCAL_WRITE == 1 && IBV_ACCESS_REMOTE_WRITE == 2 &&
 struct kvf_dev {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
+	struct ibv_comp_channel *ch; // completion events of cq
 	struct ibv_cq *cq;       // every data QP
 	struct ibv_cq *bcq;      // the memory-window bind QP pair
 	struct ibv_qp *bqp[2];
@@ -61,8 +64,12 @@ static int kvf_open(struct kvf_dev *d, const char *name, const uint8_t *want, in
 	ibv_free_device_list(l);
 	if (rc) return rc;
 	d->pd = ibv_alloc_pd(d->ctx);
-	d->cq = ibv_create_cq(d->ctx, 16384, NULL, NULL, 0);
-	if (!d->cq) d->cq = ibv_create_cq(d->ctx, 4096, NULL, NULL, 0);
+	d->ch = ibv_create_comp_channel(d->ctx);
+	if (!d->ch) return -(errno ? errno : ENOMEM);
+	int fl = fcntl(d->ch->fd, F_GETFL);
+	if (fl < 0 || fcntl(d->ch->fd, F_SETFL, fl | O_NONBLOCK) < 0) return -(errno ? errno : EIO);
+	d->cq = ibv_create_cq(d->ctx, 16384, NULL, d->ch, 0);
+	if (!d->cq) d->cq = ibv_create_cq(d->ctx, 4096, NULL, d->ch, 0);
 	d->bcq = ibv_create_cq(d->ctx, 64, NULL, NULL, 0);
 	if (!d->pd || !d->cq || !d->bcq) return -ENOMEM;
 	return 0;
@@ -71,7 +78,8 @@ static int kvf_open(struct kvf_dev *d, const char *name, const uint8_t *want, in
 static void kvf_close(struct kvf_dev *d) {
 	for (int i = 0; i < 2; i++) if (d->bqp[i]) ibv_destroy_qp(d->bqp[i]);
 	if (d->bcq) ibv_destroy_cq(d->bcq);
-	if (d->cq) ibv_destroy_cq(d->cq);
+	if (d->cq) ibv_destroy_cq(d->cq);   // every event was acknowledged (kvf_wait)
+	if (d->ch) ibv_destroy_comp_channel(d->ch);
 	if (d->pd) ibv_dealloc_pd(d->pd);
 	if (d->ctx) ibv_close_device(d->ctx);
 	memset(d, 0, sizeof *d);
@@ -135,27 +143,44 @@ static int kvf_to_error(struct ibv_qp *qp) {
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE);
 }
 
-struct kvf_wr { uint64_t laddr, raddr, id; uint32_t len, lkey, rkey, read; };
+struct kvf_wr { uint64_t laddr, raddr, id; uint32_t len, lkey, rkey, read, sig; };
 
-// kvf_post posts n work requests as one chain; returns how many were
-// posted (all of them, or those before the one ibv_post_send refused) and
-// the error in *err.
-static int kvf_post(struct ibv_qp *qp, struct kvf_wr *w, int n, int *err) {
-	struct ibv_send_wr *wrs = calloc(n, sizeof *wrs);
-	struct ibv_sge *sg = calloc(n, sizeof *sg);
-	if (!wrs || !sg) { free(wrs); free(sg); *err = ENOMEM; return 0; }
+// kvf_post posts n work requests as one chain (only those with sig set are
+// signalled); returns how many were posted (all of them, or those before the
+// one ibv_post_send refused) and the error in *err. When the chain was cut
+// after an unsignalled request, the last posted request is posted once more,
+// signalled, with wr_id close_id (an idempotent copy: same bytes, same
+// place), so the posted part still ends with a completion; *closed says
+// whether that worked.
+static int kvf_post(struct ibv_qp *qp, struct kvf_wr *w, int n, uint64_t close_id, int *err, int *closed) {
+	struct ibv_send_wr stwr[32], *wrs = stwr;
+	struct ibv_sge stsg[32], *sg = stsg;
+	*closed = 0;
+	if (n > 32) {
+		wrs = calloc(n, sizeof *wrs);
+		sg = calloc(n, sizeof *sg);
+		if (!wrs || !sg) { free(wrs); free(sg); *err = ENOMEM; return 0; }
+	}
+	memset(wrs, 0, n * sizeof *wrs);
 	for (int i = 0; i < n; i++) {
 		sg[i].addr = w[i].laddr; sg[i].length = w[i].len; sg[i].lkey = w[i].lkey;
 		wrs[i].wr_id = w[i].id; wrs[i].sg_list = &sg[i]; wrs[i].num_sge = 1;
 		wrs[i].opcode = w[i].read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
-		wrs[i].send_flags = IBV_SEND_SIGNALED;
+		wrs[i].send_flags = w[i].sig ? IBV_SEND_SIGNALED : 0;
 		wrs[i].wr.rdma.remote_addr = w[i].raddr; wrs[i].wr.rdma.rkey = w[i].rkey;
 		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
 	}
 	struct ibv_send_wr *bad = NULL;
 	int rc = ibv_post_send(qp, wrs, &bad), posted = n;
-	if (rc) { *err = rc; posted = bad ? (int)(bad - wrs) : 0; }
-	free(wrs); free(sg);
+	if (rc) {
+		*err = rc; posted = bad ? (int)(bad - wrs) : 0;
+		if (posted > 0 && !w[posted - 1].sig) {
+			struct ibv_send_wr c = wrs[posted - 1];
+			c.wr_id = close_id; c.send_flags = IBV_SEND_SIGNALED; c.next = NULL;
+			*closed = ibv_post_send(qp, &c, &bad) == 0;
+		}
+	}
+	if (wrs != stwr) { free(wrs); free(sg); }
 	return posted;
 }
 
@@ -167,6 +192,24 @@ static int kvf_poll(struct ibv_cq *cq, struct kvf_wc *out, int n) {
 	int k = ibv_poll_cq(cq, n, wc);
 	for (int i = 0; i < k; i++) { out[i].id = wc[i].wr_id; out[i].status = wc[i].status; out[i].qpn = wc[i].qp_num; }
 	return k;
+}
+
+// kvf_arm asks for an event at the next completion of the data CQ.
+static int kvf_arm(struct kvf_dev *d) { return ibv_req_notify_cq(d->cq, 0); }
+
+// kvf_wait waits up to ms milliseconds for a completion event of the data CQ
+// (armed by kvf_arm) and acknowledges it. Returns 1 (event), 0 (timeout) or
+// -errno.
+static int kvf_wait(struct kvf_dev *d, int ms) {
+	struct pollfd p = { .fd = d->ch->fd, .events = POLLIN };
+	int r = poll(&p, 1, ms);
+	if (r < 0) return errno == EINTR ? 0 : -errno;
+	if (r == 0) return 0;
+	struct ibv_cq *cq;
+	void *cctx;
+	if (ibv_get_cq_event(d->ch, &cq, &cctx)) return errno == EAGAIN ? 0 : -(errno ? errno : EIO);
+	ibv_ack_cq_events(cq, 1);
+	return 1;
 }
 
 // Type-1 memory windows are bound with ibv_bind_mw, a work request on some
@@ -300,6 +343,24 @@ func (d *dev) poll(buf []wc) (int, error) {
 	return k, nil
 }
 
+// arm requests a completion event for the next completion of the data CQ;
+// wait blocks (in C, off the Go scheduler's P) until that event or ms
+// milliseconds. Poll once more after arm: a completion may have come first.
+func (d *dev) arm() error {
+	if rc := C.kvf_arm(d.c); rc != 0 {
+		return errnoErr(sdk.ClassInternal, "ibv_req_notify_cq", rc)
+	}
+	return nil
+}
+
+func (d *dev) wait(ms int) (bool, error) {
+	r := C.kvf_wait(d.c, C.int(ms))
+	if r < 0 {
+		return false, errnoErr(sdk.ClassInternal, "completion channel", r)
+	}
+	return r == 1, nil
+}
+
 func (d *dev) allocMW1() (*mw, error) {
 	m, err := C.ibv_alloc_mw(d.c.pd, C.IBV_MW_TYPE_1)
 	if m == nil {
@@ -356,26 +417,27 @@ func (q *qp) connect(r qpAttrs, psn uint32, timeout, retry uint8) error {
 	return nil
 }
 
-func (q *qp) post(wrs []wr) (int, error) {
+func (q *qp) post(wrs []wr, closeID uint64) (int, bool, error) {
 	if len(wrs) == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
-	cw := (*C.struct_kvf_wr)(C.calloc(C.size_t(len(wrs)), C.sizeof_struct_kvf_wr))
-	defer C.free(unsafe.Pointer(cw))
-	arr := unsafe.Slice(cw, len(wrs))
+	arr := make([]C.struct_kvf_wr, len(wrs)) // no Go pointers inside: may be passed to C
 	for i, w := range wrs {
 		arr[i] = C.struct_kvf_wr{laddr: C.uint64_t(w.LAddr), raddr: C.uint64_t(w.RAddr), id: C.uint64_t(w.ID),
 			len: C.uint32_t(w.Len), lkey: C.uint32_t(w.LKey), rkey: C.uint32_t(w.RKey)}
 		if w.Read {
 			arr[i].read = 1
 		}
+		if w.Signal {
+			arr[i].sig = 1
+		}
 	}
-	var e C.int
-	n := int(C.kvf_post(q.c, cw, C.int(len(wrs)), &e))
+	var e, closed C.int
+	n := int(C.kvf_post(q.c, &arr[0], C.int(len(wrs)), C.uint64_t(closeID), &e, &closed))
 	if e != 0 {
-		return n, errnoErr(sdk.ClassResourceExhausted, "ibv_post_send", e)
+		return n, closed != 0, errnoErr(sdk.ClassResourceExhausted, "ibv_post_send", e)
 	}
-	return n, nil
+	return n, false, nil
 }
 
 func (q *qp) toError() error {

@@ -27,6 +27,8 @@ func (d *dev) regDMABuf(fd int, off, n, iova uint64, access int) (*mr, error) {
 func (d *dev) newQP(depth int) (*qp, error) { return nil, errNoVerbs }
 func (d *dev) poll(buf []wc) (int, error)   { return 0, errNoVerbs }
 func (d *dev) allocMW1() (*mw, error)       { return nil, errNoVerbs }
+func (d *dev) arm() error                   { return errNoVerbs }
+func (d *dev) wait(ms int) (bool, error)    { return false, errNoVerbs }
 func (d *dev) bindMW1(m *mw, on *mr, addr, n uint64, access int) (uint32, error) {
 	return 0, errNoVerbs
 }
@@ -36,7 +38,7 @@ func (m *mr) rkey() uint32                                              { return
 func (m *mr) dereg() error                                              { return errNoVerbs }
 func (q *qp) num() uint32                                               { return 0 }
 func (q *qp) connect(r qpAttrs, psn uint32, timeout, retry uint8) error { return errNoVerbs }
-func (q *qp) post(wrs []wr) (int, error)                                { return 0, errNoVerbs }
+func (q *qp) post(wrs []wr, closeID uint64) (int, bool, error)          { return 0, false, errNoVerbs }
 func (q *qp) toError() error                                            { return errNoVerbs }
 func (q *qp) destroy() error                                            { return errNoVerbs }
 func (m *mw) dealloc() error                                            { return errNoVerbs }

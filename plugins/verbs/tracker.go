@@ -12,8 +12,27 @@ import (
 // logic (no cgo, no locking: the transport holds its lock around calls), so
 // the mapping of work completions onto the contract is unit-tested on any
 // machine.
+//
+// Selective signalling: only the last work request of a batch is posted
+// signalled. The send queue of an RC QP completes in order, so a work
+// completion for request X retires every request posted on the QP before X
+// that is not yet retired, whether or not it produced a completion itself:
+//
+//   - X succeeded, or X failed with a non-flush error: the requests before X
+//     all succeeded (an error completion is always generated, signalled or
+//     not, and it is the first failure of the queue);
+//   - X was flushed: the requests before X with no completion of their own
+//     either succeeded silently or were flushed silently (devices differ on
+//     whether unsignalled flushed requests report): their fate is unknown,
+//     so they count as flushed and their bytes are not counted as landed.
+//
+// Because each batch's last request is signalled and completions come in
+// order, the requests retired this way always belong to the batch of X, and
+// the send-queue slots they held are free again: outstanding counts posted
+// requests not yet retired, which is what the send queue holds.
 type epoch struct {
-	outstanding int // work requests posted and not harvested
+	outstanding int      // work requests posted and not retired
+	order       []uint64 // ids of posted, not retired work requests, in post (= completion) order
 	wrs         map[uint64]wrRef
 	batches     map[sdk.BatchID]*batchAcct
 	// hwError: a non-success, non-flush completion arrived: the device moved
@@ -43,14 +62,18 @@ func newEpoch() *epoch {
 }
 
 // add records a batch whose work requests wrIDs (with their byte counts) were
-// posted. partial says that the batch had more operations that were never
-// posted (ibv_post_send refused the rest of the chain): they cannot move.
+// posted, in that order, after every request added before. partial says
+// that the batch had more operations that were never posted (ibv_post_send
+// refused the rest of the chain): they cannot move. The last of wrIDs must
+// be signalled (or be followed by signalled requests), or the batch waits
+// for a later completion or a flush.
 func (e *epoch) add(id sdk.BatchID, wrIDs []uint64, bytes []uint64, total uint64, partial bool) {
 	b := &batchAcct{pending: len(wrIDs), total: total, partial: partial}
 	e.batches[id] = b
 	for i, w := range wrIDs {
 		e.wrs[w] = wrRef{batch: id, bytes: bytes[i]}
 	}
+	e.order = append(e.order, wrIDs...)
 	e.outstanding += len(wrIDs)
 }
 
@@ -66,14 +89,37 @@ func (e *epoch) pendingIDs() []sdk.BatchID {
 	return ids
 }
 
-// harvest applies one work completion and returns the completions that are
-// now terminal. Unknown work request ids (already harvested, or from another
-// epoch) are ignored and reported by ok=false.
+// harvest applies one work completion, for wrID and (see epoch) for every
+// request posted before it and not yet retired, and returns the completions
+// that are now terminal. Unknown work request ids (already retired, or from
+// another epoch) are ignored and reported by ok=false.
 func (e *epoch) harvest(wrID uint64, st WCStatus) (out []sdk.Completion, ok bool) {
-	ref, found := e.wrs[wrID]
-	if !found {
+	if _, found := e.wrs[wrID]; !found {
 		return nil, false
 	}
+	implied := WCSuccess
+	if st == WCWRFlushErr {
+		implied = WCWRFlushErr // succeeded or flushed silently: not known to have landed
+	}
+	for len(e.order) > 0 {
+		w := e.order[0]
+		e.order = e.order[1:]
+		if w == wrID {
+			break
+		}
+		if _, live := e.wrs[w]; live {
+			out = append(out, e.retire(w, implied)...)
+		}
+	}
+	if len(e.order) == 0 {
+		e.order = nil // let the backing array go
+	}
+	return append(out, e.retire(wrID, st)...), true
+}
+
+// retire applies status st to the live work request wrID.
+func (e *epoch) retire(wrID uint64, st WCStatus) (out []sdk.Completion) {
+	ref := e.wrs[wrID]
 	delete(e.wrs, wrID)
 	e.outstanding--
 	b := e.batches[ref.batch]
@@ -96,7 +142,7 @@ func (e *epoch) harvest(wrID uint64, st WCStatus) (out []sdk.Completion, ok bool
 	if e.flushing && e.outstanding == 0 {
 		out = append(out, e.releaseHeld()...)
 	}
-	return out, true
+	return out
 }
 
 // decide maps a batch whose work requests are all harvested onto the
@@ -160,6 +206,7 @@ func (e *epoch) abandon(why string) []sdk.Completion {
 			Class: sdk.ClassUnavailable, Detail: why})
 	}
 	e.wrs = map[uint64]wrRef{}
+	e.order = nil
 	e.outstanding = 0
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -53,6 +54,7 @@ type Transport struct {
 	accepts map[net.Conn]*qp // one responder QP per connected sender
 
 	comps    chan sdk.Completion
+	wake     chan struct{} // a Post (poll mode spin: the idle loop starts spinning)
 	stop     chan struct{}
 	pollDone chan struct{}
 }
@@ -131,7 +133,7 @@ func New(cfg Config, log hclog.Logger) (*Transport, error) {
 		regions: map[sdk.RegionID]*region{}, grants: map[sdk.Key]*grant{}, peers: map[sdk.PeerID]*peer{},
 		byQPN: map[uint32]*conn{}, owner: map[sdk.BatchID]*conn{}, regUse: map[sdk.BatchID][]sdk.RegionID{},
 		used: map[sdk.BatchID]bool{}, accepts: map[net.Conn]*qp{}, stats: map[string]uint64{},
-		comps: make(chan sdk.Completion, 1<<16), stop: make(chan struct{}), pollDone: make(chan struct{})}
+		comps: make(chan sdk.Completion, 1<<16), wake: make(chan struct{}, 1), stop: make(chan struct{}), pollDone: make(chan struct{})}
 	t.changed = sync.NewCond(&t.mu)
 	go t.acceptLoop()
 	go t.pollLoop()
@@ -149,7 +151,7 @@ func (t *Transport) Device() string { return t.inf.Name }
 func (t *Transport) Info(ctx context.Context) (sdk.Info, error) {
 	return sdk.Info{
 		Name:            "verbs",
-		Version:         fmt.Sprintf("%s device=%s revoke=%s timeout=%d retry_cnt=%d", Version, t.inf.Name, t.mode, t.cfg.Timeout, t.cfg.RetryCnt),
+		Version:         fmt.Sprintf("%s device=%s revoke=%s timeout=%d retry_cnt=%d poll=%s signal=last-of-batch", Version, t.inf.Name, t.mode, t.cfg.Timeout, t.cfg.RetryCnt, t.cfg.Poll),
 		ProtocolVersion: sdk.ProtocolVersion,
 		Capabilities: sdk.Capabilities{
 			Revoke:      true,
@@ -436,7 +438,7 @@ func (t *Transport) dialLocked(p *peer) (*conn, error) {
 	if err != nil {
 		return nil, sdk.Errorf(sdk.ClassUnavailable, "verbs: dial %s: %v", p.addr, err)
 	}
-	q, err := t.d.newQP(t.cfg.QueueDepth)
+	q, err := t.d.newQP(t.cfg.QueueDepth + 1)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -542,11 +544,16 @@ func (t *Transport) Post(ctx context.Context, b sdk.Batch) error {
 		p.cur = c
 		t.stats["reconnects"]++
 	}
+	// One chain per batch, only its last request signalled: the send queue
+	// completes in order, so that one completion settles the batch (see
+	// epoch); the others cost no completion-queue entry. (The QP holds one
+	// request more than QueueDepth: room for the closing request of a cut
+	// chain.)
 	if c.ep.outstanding+len(wrs) > t.cfg.QueueDepth {
 		return sdk.Errorf(sdk.ClassResourceExhausted, "verbs: send queue to %s full (%d in flight)", p.id, c.ep.outstanding)
 	}
-	ids := make([]uint64, len(wrs))
-	sizes := make([]uint64, len(wrs))
+	ids := make([]uint64, len(wrs), len(wrs)+1)
+	sizes := make([]uint64, len(wrs), len(wrs)+1)
 	var total uint64
 	for i := range wrs {
 		t.nextWR++
@@ -555,12 +562,28 @@ func (t *Transport) Post(ctx context.Context, b sdk.Batch) error {
 		sizes[i] = uint64(wrs[i].Len)
 		total += sizes[i]
 	}
-	n, err := c.qp.post(wrs)
+	wrs[len(wrs)-1].Signal = true
+	t.nextWR++
+	closeID := t.nextWR
+	n, closed, err := c.qp.post(wrs, closeID)
 	if n == 0 {
 		if err == nil {
 			err = sdk.Errorf(sdk.ClassInternal, "verbs: nothing posted")
 		}
 		return err // nothing of the batch was posted: nothing moves
+	}
+	ids, sizes = ids[:n], sizes[:n]
+	if n < len(wrs) {
+		t.log.Warn("ibv_post_send cut a batch's chain", "batch", b.ID, "posted", n, "of", len(wrs), "err", err, "closed", closed)
+		if closed {
+			// The posted part ends with a signalled copy of its last request.
+			ids, sizes = append(ids, closeID), append(sizes, 0)
+		} else if !wrs[n-1].Signal {
+			// Nothing signalled ends the posted part: no completion is due
+			// for it. Post nothing more on this QP; a Quiesce (QP to ERROR,
+			// flush) settles the batch, or leaves it in doubt.
+			c.broken = true
+		}
 	}
 	t.used[b.ID] = true
 	t.owner[b.ID] = c
@@ -568,8 +591,13 @@ func (t *Transport) Post(ctx context.Context, b sdk.Batch) error {
 	for _, id := range regs {
 		t.regions[id].inUse++
 	}
-	c.ep.add(b.ID, ids[:n], sizes[:n], total, n < len(wrs))
+	c.ep.add(b.ID, ids, sizes, total, n < len(wrs))
 	t.stats["batches_posted"]++
+	t.stats["wrs_posted"] += uint64(len(ids))
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -594,11 +622,38 @@ func (t *Transport) emitLocked(cs ...sdk.Completion) {
 	}
 }
 
+// Polling policy (Config.Poll). The loop polls the CQ until pollSpin polls
+// in a row found nothing, then, by mode: nap (default) sleeps 50 µs doubling
+// to 1 ms between polls; event arms the CQ's completion event, polls once
+// more (a completion may have come first) and blocks on the completion
+// channel (pollWaitMS at most, to see Close); spin keeps polling while any
+// work request is outstanding (as perftest does) and waits for the next
+// Post when none is.
+const (
+	pollSpin   = 64
+	pollWaitMS = 10
+)
+
+// busy: some sender QP has work requests outstanding.
+func (t *Transport) busy() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.byQPN {
+		if c.ep.outstanding > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // pollLoop harvests the CQ shared by every sender QP.
 func (t *Transport) pollLoop() {
 	defer close(t.pollDone)
 	buf := make([]wc, 64)
-	idle, nap := 0, 50*time.Microsecond
+	idle, armed := 0, false
+	nap := 50 * time.Microsecond
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		select {
 		case <-t.stop:
@@ -610,20 +665,56 @@ func (t *Transport) pollLoop() {
 			t.log.Error("poll CQ", "err", err)
 		}
 		if n == 0 {
-			// Spin briefly, then back off (50 µs doubling to 1 ms): an idle
-			// poller must not take the CPU that a software device (rxe)
-			// needs to move the very bytes it is waiting for.
-			idle++
-			if idle > 64 {
+			if t.cfg.Poll == PollSpin {
+				// Spin while work is outstanding (as perftest does); with
+				// none, wait for a Post.
+				if idle++; idle&63 != 0 {
+					continue
+				}
+				runtime.Gosched()
+				if t.busy() {
+					continue
+				}
+				timer.Reset(pollWaitMS * time.Millisecond)
+				select {
+				case <-t.stop:
+					timer.Stop()
+					return
+				case <-t.wake:
+					timer.Stop() // Go ≥ 1.23: no stale value after Stop
+				case <-timer.C:
+				}
+				continue
+			}
+			if idle++; idle < pollSpin {
+				continue
+			}
+			if t.cfg.Poll == PollNap {
 				time.Sleep(nap)
 				if nap < time.Millisecond {
 					nap *= 2
 				}
+				continue
 			}
+			if !armed {
+				if err := t.d.arm(); err != nil {
+					t.log.Error("arm CQ", "err", err)
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				armed = true
+				continue
+			}
+			if _, err := t.d.wait(pollWaitMS); err != nil {
+				t.log.Error("wait for a completion event", "err", err)
+				time.Sleep(time.Millisecond)
+			}
+			armed = false // an event disarms the CQ; re-arming after a timeout is harmless
 			continue
 		}
 		idle, nap = 0, 50*time.Microsecond
 		t.mu.Lock()
+		t.stats["cqes"] += uint64(n)
 		for _, w := range buf[:n] {
 			c, ok := t.byQPN[w.QPN]
 			if !ok {

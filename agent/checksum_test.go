@@ -1,0 +1,190 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// misdirectingTransport is a transport that lies: it reads the first op of
+// the first batch it posts from the wrong source page and still reports
+// success — what an optional checksum at commit exists to catch.
+type misdirectingTransport struct {
+	sdk.Transport
+	once  sync.Once
+	shard uint64
+}
+
+func (t *misdirectingTransport) Post(ctx context.Context, b sdk.Batch) error {
+	t.once.Do(func() {
+		ops := append([]sdk.Op(nil), b.Ops...)
+		ops[0].LocalOffset += t.shard // the next source page: someone else's bytes
+		b.Ops = ops
+	})
+	return t.Transport.Post(ctx, b)
+}
+
+type checksumRun struct {
+	state        PollState
+	mismatches   float64
+	corrupt      int
+	handoffs     int
+	releasedPath map[string]int
+}
+
+// runChecksummed moves one 4-page request from a prefill rank (whose
+// transport misdirects one write when lie is set) to a decode rank, with
+// checksums on or off on each side.
+func runChecksummed(t *testing.T, decodeSums, prefillSums, lie bool) checksumRun {
+	t.Helper()
+	ctx := context.Background()
+	dp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dp.Close() })
+	const shard = 4096
+	d, err := NewDecode(ctx, DecodeConfig{Rank: 0, Slots: 16, ShardBytes: shard, Shards: 1, Lease: 2 * time.Second,
+		MaxHold: 10 * time.Second, Fence: true, Verify: true, Checksums: decodeSums, ControlAddr: "127.0.0.1:0"}, dp.Transport())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	pp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pp.Close() })
+	var tr sdk.Transport = pp.Transport()
+	if lie {
+		tr = &misdirectingTransport{Transport: tr, shard: shard}
+	}
+	p, err := NewPrefill(ctx, PrefillConfig{Rank: 1, DecodeAddr: d.Addr(), SourcePages: 16, ShardBytes: shard, Lanes: 1,
+		MaxInflight: 16, MaxBatchPages: 4, Heartbeat: 100 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
+		RequestTombstone: 5 * time.Second, BootstrapTimeout: 5 * time.Second, Checksums: prefillSums, Events: pp.Events()}, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	waitFor(t, "prefill linked", p.Linked)
+
+	key := core.RequestKey{Room: 7, Gen: 1}
+	rv := d.NewReceiver(key)
+	if _, err := rv.Init(4, []core.RankID{1}); err != nil {
+		t.Fatal(err)
+	}
+	snd := p.NewSender(key)
+	if err := snd.Init(4); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		FillShard(snd.Page(i), PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(i), Rank: 1})
+	}
+	if err := snd.Send(4); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Finish(4); err != nil {
+		t.Fatal(err)
+	}
+	var run checksumRun
+	waitFor(t, "request to end", func() bool {
+		run.state = rv.Poll()
+		return run.state == PollSuccess || run.state == PollFailed
+	})
+	if run.state == PollFailed {
+		waitFor(t, "the failed request's memory to be released", rv.Released)
+	}
+	st := d.Stats()
+	run.corrupt, run.handoffs, run.releasedPath = st.CorruptPages, st.Handoffs, st.Released
+	mfs, err := d.Metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "kvfence_checksum_mismatches_total" {
+			run.mismatches = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return run
+}
+
+// With checksums, a write the transport misdirected (and reported as a
+// success) is caught at commit: the request is aborted and never handed
+// off, and its memory goes back only once the rank drained. Without them
+// (the unsafe arm) the same run hands off a page holding another page's
+// bytes — which only the demo's content oracle sees.
+func TestChecksumAtCommitCatchesMisdirectedWrite(t *testing.T) {
+	t.Run("checksums", func(t *testing.T) {
+		r := runChecksummed(t, true, true, true)
+		if r.state != PollFailed || r.handoffs != 0 || r.mismatches != 1 {
+			t.Fatalf("want an aborted request and one mismatch, got state %v handoffs %d mismatches %v", r.state, r.handoffs, r.mismatches)
+		}
+		if r.releasedPath["drained"] != 1 {
+			t.Fatalf("the aborted request should be released by drained, got %v", r.releasedPath)
+		}
+	})
+	t.Run("unsafe-no-checksums", func(t *testing.T) {
+		r := runChecksummed(t, false, false, true)
+		if r.state != PollSuccess || r.corrupt == 0 {
+			t.Fatalf("without checksums the misdirected page should be handed off and seen by the oracle: state %v corrupt %d", r.state, r.corrupt)
+		}
+	})
+	t.Run("clean", func(t *testing.T) {
+		r := runChecksummed(t, true, true, false)
+		if r.state != PollSuccess || r.mismatches != 0 || r.corrupt != 0 {
+			t.Fatalf("a clean transfer must hand off: state %v mismatches %v corrupt %d", r.state, r.mismatches, r.corrupt)
+		}
+	})
+}
+
+// A decode rank that requires checksums refuses a prefill rank that does
+// not compute them, with a reason an operator can act on.
+func TestChecksumRequiredRefusesPrefillWithout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	d, err := NewDecode(ctx, DecodeConfig{Rank: 0, Slots: 4, ShardBytes: 4096, Shards: 1, Lease: time.Second, MaxHold: 5 * time.Second,
+		Checksums: true, ControlAddr: "127.0.0.1:0"}, dp.Transport())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	_, _, err = dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 1, Version: ProtocolVersion, Caps: Caps{Quiesce: true}})
+	if !IsRefused(err) || !strings.Contains(err.Error(), "requires checksums") {
+		t.Fatalf("want a refusal naming checksums, got %v", err)
+	}
+}
+
+func BenchmarkCommitChecksum(b *testing.B) {
+	// 16 pages × 64 KiB: a request's shard on one rank. The baseline is a
+	// copy of the same bytes, the least any transfer costs in memory traffic.
+	shards := make([][]byte, 16)
+	for i := range shards {
+		shards[i] = make([]byte, 64<<10)
+		FillShard(shards[i], PageIdentity{Room: 1, Gen: 1, Page: uint32(i)})
+	}
+	dst := make([]byte, 64<<10)
+	b.Run("copy", func(b *testing.B) {
+		b.SetBytes(16 << 16)
+		for b.Loop() {
+			for _, s := range shards {
+				copy(dst, s)
+			}
+		}
+	})
+	b.Run("crc32c", func(b *testing.B) {
+		b.SetBytes(16 << 16)
+		for b.Loop() {
+			_ = commitChecksum(shards)
+		}
+	})
+}

@@ -1,0 +1,542 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/kvfence/kvfence/agent"
+	"github.com/kvfence/kvfence/core"
+)
+
+// The decode-restart run (kvfence demo --restart-decode-after D, hidden; the
+// test TestDemoDecodeRestart): the demo's processes, a first wave of
+// requests, and D into it — once later requests of the wave are under way —
+// a kill -9 of the decode agent (its TCP plugin dies with it) while their
+// writes are on the delayed data path. A new decode process — a new
+// instance — is started at once on the same control address; the prefill
+// ranks stay up and relink. The run then waits until no prefill rank holds
+// a request (source pages) or a batch in doubt, and runs a second wave of
+// requests on the new instance.
+
+// restartSummary is what the decode-restart run reports.
+type restartSummary struct {
+	Before          int `json:"requests_before"`      // first-wave requests started before the crash
+	HandedBefore    int `json:"handed_before"`        // of those, handed off (and finished) before the crash
+	FailedBefore    int `json:"failed_before"`        // refused or failed before the crash, or admission cut by it
+	InFlightAtCrash int `json:"in_flight_at_crash"`   // admitted, not finished when decode died: reported failed
+	OrphanHanded    int `json:"orphan_handed_events"` // handed outcomes received for requests already counted cut (must be 0)
+
+	After       int `json:"requests_after"` // second-wave requests, on the new instance
+	HandedAfter int `json:"handed_after"`
+	FailedAfter int `json:"failed_after"`
+
+	// Prefill, summed over the ranks.
+	PrefillAlive          bool                 `json:"prefill_alive"`         // both rank processes still running at the end
+	InDoubtAtPrefill      float64              `json:"prefill_in_doubt"`      // batches completed InDoubt
+	QuiescedByEvidence    map[string]float64   `json:"prefill_quiesced"`      // batches settled by evidence, by kind
+	UnsettledClearedSec   float64              `json:"unsettled_cleared_s"`   // kill → no batch in doubt on any rank
+	SourceReleasedSec     float64              `json:"source_released_s"`     // kill → no rank holds a request's source pages
+	PrefillHeldAtEnd      int                  `json:"prefill_requests_held"` // requests holding source pages at the end
+	PrefillUnsettledAtEnd int                  `json:"prefill_unsettled"`     // batches that may still move, at the end
+	PrefillCore           []core.SenderMetrics `json:"prefill_core"`          // each rank's core counters at the end
+
+	// The new decode instance.
+	Stale          uint64  `json:"stale_messages"`
+	Handoffs       int     `json:"handoffs"`
+	PagesVerified  int     `json:"pages_verified"`
+	CorruptPages   int     `json:"corrupt_pages"`
+	FreeWrites     int     `json:"free_writes"`
+	Unreleased     int     `json:"unreleased_exposures"`
+	RestartSeconds float64 `json:"restart_s"` // kill → new decode ready
+	AtKill         string  `json:"at_kill"`   // prefill's holds when the kill was decided
+
+	// The killed agent's child processes (its TCP plugin), and when the
+	// last of them was gone (-1: still running 30 s after the kill).
+	OldPlugins        int     `json:"old_plugins"`
+	OldPluginsGoneSec float64 `json:"old_plugins_gone_s"`
+	// Decode instances, from the agents' logs.
+	OldInstance uint64  `json:"old_instance"`
+	NewInstance uint64  `json:"new_instance"`
+	Seconds     float64 `json:"seconds"`
+	Dir         string  `json:"run_dir"`
+}
+
+// runDecodeRestart is the decode-restart run: o.Requests is the size of
+// each wave; in the first, the decode agent is killed once after has passed
+// and new requests started after earlier ones finished (see below).
+// It runs the embedded TCP plugin (o.Plugin is not used).
+func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (*restartSummary, error) {
+	start := time.Now()
+	if o.Dir == "" {
+		d, err := os.MkdirTemp("", "kvfence-restart-")
+		if err != nil {
+			return nil, err
+		}
+		o.Dir = d
+	}
+	exe := agentExe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	common := []string{"--unsafe", o.Unsafe}
+	if o.TLS {
+		pki := filepath.Join(o.Dir, "pki")
+		if err := os.MkdirAll(pki, 0o700); err != nil {
+			return nil, err
+		}
+		if err := agent.WriteThrowawayPKI(pki, pkiNames(2)); err != nil {
+			return nil, err
+		}
+		common = append(common, "--pki", pki)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dargs := append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence)}, common...)
+	if len(o.Delays) > 0 {
+		var ds []string
+		for _, d := range o.Delays {
+			ds = append(ds, d.String())
+		}
+		dargs = append(dargs, "--data-delay", strings.Join(ds, ","))
+	}
+	dec, err := startChild(cctx, exe, dargs, "decode-0.log", o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { dec.stop() }()
+	var pre []*child
+	for r := 1; r <= 2; r++ {
+		c, err := startChild(cctx, exe, append([]string{"--role", "prefill", "--rank", fmt.Sprint(r), "--decode", dec.control}, common...),
+			fmt.Sprintf("prefill-%d.log", r), o.Dir)
+		if err != nil {
+			return nil, err
+		}
+		defer c.stop()
+		pre = append(pre, c)
+	}
+	routerTLS, err := maybeTLS(o.TLS, o.Dir, "router")
+	if err != nil {
+		return nil, err
+	}
+	prefillAddrs := []string{pre[0].control, pre[1].control}
+	router1, err := agent.DialRouter(cctx, dec.control, prefillAddrs, routerTLS)
+	if err != nil {
+		return nil, err
+	}
+	defer router1.Close()
+
+	s := &restartSummary{Dir: o.Dir, QuiescedByEvidence: map[string]float64{}}
+	rng := rand.New(rand.NewPCG(o.Seed, 11))
+
+	// First wave, cut by the crash.
+	crashed := make(chan struct{})
+	var killedAt time.Time
+	var orphans []int // the dead agent's children: its TCP plugin
+	var killNote string
+	var started atomic.Int64 // first-wave requests started
+	victim := dec
+	go func() {
+		// After `after`, and once requests started after others finished
+		// (so the data lanes are up: a batch queued behind a connection
+		// still being set up is never sent and fails definitely), a
+		// little later: their pages are then written and on the delayed
+		// data path, however slow the machine.
+		select {
+		case <-time.After(after):
+		case <-cctx.Done():
+			return
+		}
+		for deadline := time.Now().Add(60 * time.Second); started.Load() < int64(o.Concurrency+4) && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(150 * time.Millisecond)
+		if held, unsettled, err := prefillHolds(cctx, router1); err == nil {
+			killNote = fmt.Sprintf("%d requests started; prefill: %d requests held, %d batches unsettled", started.Load(), held, unsettled)
+		}
+		orphans = childrenOf(victim.cmd.Process.Pid)
+		killedAt = time.Now()
+		_ = victim.cmd.Process.Kill()
+		close(crashed)
+	}()
+	w1 := runWave(cctx, router1, o, rng, 1, o.Requests, crashed, &started)
+	select {
+	case <-crashed:
+	case <-cctx.Done():
+		return nil, cctx.Err()
+	}
+	s.AtKill = killNote
+	s.Before, s.HandedBefore, s.FailedBefore, s.InFlightAtCrash, s.OrphanHanded = w1.started, w1.handed, w1.failed, w1.cut, w1.orphanHanded
+	if w1.waitErr != nil {
+		return nil, w1.waitErr
+	}
+
+	// The old process is reaped; a new instance takes its control address.
+	_ = dec.cmd.Wait()
+	s.OldPlugins = len(orphans)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n := 0
+		for _, pid := range orphans {
+			if running(pid) {
+				n++
+			}
+		}
+		if n == 0 {
+			s.OldPluginsGoneSec = time.Since(killedAt).Seconds()
+			break
+		}
+		if time.Now().After(deadline) {
+			s.OldPluginsGoneSec = -1
+			break
+		}
+	}
+	dargs2 := append(append([]string(nil), dargs...), "--control", dec.control)
+	dec2, err := startChild(cctx, exe, dargs2, "decode-0-restarted.log", o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("restart decode on %s: %w", dec.control, err)
+	}
+	dec = dec2
+	s.RestartSeconds = time.Since(killedAt).Seconds()
+
+	// The prefill ranks must let go of everything the dead instance had
+	// them write: no batch in doubt (quiescence evidence), no request
+	// holding source pages.
+	var cleared bool
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		held, unsettled, err := prefillHolds(cctx, router1)
+		if err != nil {
+			return nil, err
+		}
+		if unsettled == 0 && s.UnsettledClearedSec == 0 {
+			s.UnsettledClearedSec = time.Since(killedAt).Seconds()
+		}
+		if held == 0 && unsettled == 0 {
+			s.SourceReleasedSec = time.Since(killedAt).Seconds()
+			cleared = true
+			break
+		}
+	}
+	if !cleared {
+		s.SourceReleasedSec = -1
+	}
+
+	// Second wave, on the new instance.
+	router2, err := agent.DialRouter(cctx, dec.control, prefillAddrs, routerTLS)
+	if err != nil {
+		return nil, fmt.Errorf("router to the restarted decode: %w", err)
+	}
+	defer router2.Close()
+	w2 := runWave(cctx, router2, o, rng, uint64(o.Requests)+1, o.Requests, nil, nil)
+	if w2.waitErr != nil {
+		return nil, w2.waitErr
+	}
+	s.After, s.HandedAfter, s.FailedAfter = w2.started, w2.handed, w2.failed+w2.cut
+
+	var st agent.DecodeStats
+	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if st, err = router2.DecodeStats(cctx); err != nil {
+			return nil, err
+		}
+		if st.LiveTags == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	s.Stale, s.Handoffs, s.PagesVerified, s.CorruptPages, s.FreeWrites, s.Unreleased =
+		st.Core.StaleMessages, st.Handoffs, st.PagesVerified, st.CorruptPages, st.FreeWrites, st.LiveTags
+	if s.PrefillHeldAtEnd, s.PrefillUnsettledAtEnd, err = prefillHolds(cctx, router2); err != nil {
+		return nil, err
+	}
+	for _, raw := range router2.PrefillStats(cctx) {
+		var m core.SenderMetrics
+		if json.Unmarshal(raw, &m) == nil {
+			s.PrefillCore = append(s.PrefillCore, m)
+		}
+	}
+	s.PrefillAlive = true
+	for _, c := range pre {
+		if c.cmd.ProcessState != nil || c.cmd.Process.Signal(syscall.Signal(0)) != nil {
+			s.PrefillAlive = false
+		}
+		m, err := scrapeMetrics(cctx, c.metrics)
+		if err != nil {
+			return nil, err
+		}
+		s.InDoubtAtPrefill += m["kvfence_in_doubt_completions_total"]
+		for k, v := range m {
+			if ev, ok := strings.CutPrefix(k, "kvfence_quiesced_batches_total/"); ok {
+				s.QuiescedByEvidence[ev] += v
+			}
+		}
+	}
+	s.OldInstance = logInstance(filepath.Join(o.Dir, "decode-0.log"))
+	s.NewInstance = logInstance(filepath.Join(o.Dir, "decode-0-restarted.log"))
+	s.Seconds = time.Since(start).Seconds()
+	return s, nil
+}
+
+// childrenOf lists the processes whose parent is pid (from /proc).
+func childrenOf(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if _, ppid, ok := procStat(c); ok && ppid == pid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// running: the process exists and is not a zombie (a container without an
+// init may leave a re-parented child unreaped).
+func running(pid int) bool {
+	st, _, ok := procStat(pid)
+	return ok && st != 'Z' && st != 'X'
+}
+
+// procStat reads a process's state letter and parent pid.
+func procStat(pid int) (state byte, ppid int, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return f[0][0], ppid, err == nil
+}
+
+// logInstance is the instance a decode agent logged when it came up (0 if
+// the log does not say).
+func logInstance(path string) uint64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Message  string `json:"@message"`
+			Instance uint64 `json:"instance"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Message == "decode agent up" {
+			return line.Instance
+		}
+	}
+	return 0
+}
+
+// waveResult counts one wave's requests as the router saw them.
+type waveResult struct {
+	started, handed, failed int
+	cut                     int // admitted, not finished when the wave was cut
+	orphanHanded            int // handed outcomes for requests already counted cut
+	waitErr                 error
+}
+
+// runWave runs n requests (rooms first, first+1, ...) at o.Concurrency and
+// returns when they all ended, or — once cut closes — when every worker has
+// stopped (requests admitted and not finished then are counted cut).
+func runWave(ctx context.Context, router *agent.Router, o demoOptions, rng *rand.Rand, first uint64, n int, cut <-chan struct{}, started *atomic.Int64) waveResult {
+	var mu sync.Mutex
+	var res waveResult
+	waiters := map[uint64]chan agent.Event{}
+	cutRooms := map[uint64]bool{}
+	go func() {
+		for ev := range router.Done {
+			mu.Lock()
+			ch := waiters[ev.Room]
+			if ch == nil && cutRooms[ev.Room] && ev.Done != nil && ev.Done.Handed {
+				res.orphanHanded++
+			}
+			mu.Unlock()
+			if ch != nil {
+				ch <- ev
+			}
+		}
+	}()
+	pages := make([]int, n)
+	for i := range pages {
+		pages[i] = o.MinPages + rng.IntN(o.MaxPages-o.MinPages+1)
+	}
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < o.Concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				room := first + uint64(i)
+				ch := make(chan agent.Event, 1)
+				mu.Lock()
+				waiters[room] = ch
+				res.started++
+				mu.Unlock()
+				if started != nil {
+					started.Add(1)
+				}
+				outcome := "failed"
+				if admitWithRetry(ctx, router, room, pages[i], o) {
+					if err := router.Open(ctx, room, 1, pages[i], o.PageEvery); err != nil {
+						router.Cancel(ctx, room, 1)
+					}
+					select {
+					case ev := <-ch:
+						if ev.Done != nil && ev.Done.Handed {
+							outcome = "handed"
+						}
+					case <-cut:
+						outcome = "cut"
+					case <-time.After(60 * time.Second):
+					case <-ctx.Done():
+					}
+				}
+				mu.Lock()
+				delete(waiters, room)
+				switch outcome {
+				case "handed":
+					res.handed++
+				case "cut":
+					res.cut++
+					cutRooms[room] = true
+				default:
+					res.failed++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for i := 0; i < n; i++ {
+		select {
+		case jobs <- i:
+		case <-cut:
+			break feed
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if ctx.Err() != nil {
+		res.waitErr = ctx.Err()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return res
+}
+
+// prefillHolds sums, over the prefill ranks, the requests whose source pages
+// are held and the batches that may still move.
+func prefillHolds(ctx context.Context, r *agent.Router) (held, unsettled int, err error) {
+	raws := r.PrefillStats(ctx)
+	for i, raw := range raws {
+		var m core.SenderMetrics
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return 0, 0, fmt.Errorf("prefill rank %d stats: %w (%q)", i+1, err, raw)
+		}
+		held += m.Requests
+		unsettled += m.Unsettled
+	}
+	return held, unsettled, nil
+}
+
+// scrapeMetrics reads an agent's /metrics: counters and gauges summed by
+// name, and by name/label-value for the quiescence evidence.
+func scrapeMetrics(ctx context.Context, addr string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return parseMetrics(resp.Body)
+}
+
+func parseMetrics(r io.Reader) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		series := line[:i]
+		name, labels, _ := strings.Cut(series, "{")
+		out[name] += v
+		if _, rest, ok := strings.Cut(labels, `evidence="`); ok {
+			if ev, _, ok := strings.Cut(rest, `"`); ok {
+				out[name+"/"+ev] += v
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+func printRestartSummary(w io.Writer, s *restartSummary) {
+	fmt.Fprintf(w, "kvfence demo — decode restart, %.1fs\n", s.Seconds)
+	fmt.Fprintf(w, "  before the crash  %d requests: handed %d, failed %d, in flight at the crash %d (all failed)\n",
+		s.Before, s.HandedBefore, s.FailedBefore, s.InFlightAtCrash)
+	fmt.Fprintf(w, "  killed instance   %d; its %d child process(es) gone %.2fs after the kill\n", s.OldInstance, s.OldPlugins, s.OldPluginsGoneSec)
+	fmt.Fprintf(w, "  new instance      %d, ready %.2fs after the kill\n", s.NewInstance, s.RestartSeconds)
+	fmt.Fprintf(w, "  prefill           in doubt %.0f batches; quiesced by evidence %v\n", s.InDoubtAtPrefill, s.QuiescedByEvidence)
+	fmt.Fprintf(w, "                    no batch in doubt %.2fs, no source page held %.2fs after the kill; at the end: %d requests held, %d batches unsettled\n",
+		s.UnsettledClearedSec, s.SourceReleasedSec, s.PrefillHeldAtEnd, s.PrefillUnsettledAtEnd)
+	fmt.Fprintf(w, "  after the restart %d requests: handed %d, failed %d\n", s.After, s.HandedAfter, s.FailedAfter)
+	fmt.Fprintf(w, "  new instance      stale messages %d, pages verified %d, corrupt pages %d (written while free: %d), still held %d\n",
+		s.Stale, s.PagesVerified, s.CorruptPages, s.FreeWrites, s.Unreleased)
+	fmt.Fprintf(w, "  logs              %s\n", s.Dir)
+}
+
+// runRestartCommand is kvfence demo --restart-decode-after: it runs the
+// decode-restart run and prints its summary.
+func runRestartCommand(ctx context.Context, o demoOptions, after time.Duration, asJSON bool) error {
+	s, err := runDecodeRestart(ctx, o, after)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		b, _ := json.Marshal(s)
+		fmt.Println(string(b))
+		return nil
+	}
+	printRestartSummary(os.Stdout, s)
+	return nil
+}

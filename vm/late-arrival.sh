@@ -1,0 +1,107 @@
+#!/bin/sh
+# late-arrival (run by guest.sh after the topology is up): the real
+# late-arrival experiment. One decode rank (verbs plugin on rxe1) shared by
+# two prefill ranks (verbs plugin on rxe0), every byte over Soft-RoCE and
+# the veth pair, with netem (delay, jitter, loss) on both veths so RC
+# retransmissions really make writes arrive late; decode advertises its
+# handshake address on four loopback hosts, so each prefill rank opens four
+# QPs (lanes) and a later request's writes overtake an earlier one's.
+# A share of the requests is aborted while their writes are in flight.
+#
+#   unsafe arm: --unsafe release-on-abort (fence off, as the demo runs unsafe
+#               variants): a late write lands in another request's pages or
+#               in free memory; the content oracle must report corrupt_pages > 0.
+#   safe arm:   kvfence as shipped (fence on): corrupt_pages 0, aborts > 0,
+#               and kvfence __holds-check on the decode log: every aborted tag
+#               went hold start → drain acknowledgement (or fence) → release,
+#               none by timeout.
+# Results: /results/late-arrival/ (JSON summaries, holds checks, decode logs).
+# Exit status: number of failed checks.
+K=/usr/bin/kvfence
+P=/usr/bin/kvfence-plugin-verbs
+R=/results/late-arrival
+mkdir -p "$R"
+up() { cut -d' ' -f1 /proc/uptime; }
+tc() { /usr/sbin/tc "$@"; }
+# Sized for a 2-vCPU TCG VM, where the six agent and plugin processes keep
+# both vCPUs busy (a few requests/s): at higher concurrency a request waits
+# for CPU past its lease and ends lease-lapsed instead of aborted, so the
+# decode lease is stretched for emulation (5 s, at most 30 s per request)
+# and the pools are cut to 16 MiB (registration is slow under TCG).
+# netem: jitter without reordering (rate keeps netem's queue in order;
+# reordering, or a long delay with loss, makes go-back-N crawl), 1% loss per
+# packet: an 8 KiB page is 8 RoCE packets, so many batches need a
+# retransmission, and a write queued behind it on its QP lands late.
+NETEM="delay 4ms 2ms loss 1% rate 1gbit"
+REQ=96 CONC=12
+ARMS="unsafe safe" EXTRA=""
+# Tuning without a rebuild: kernel args kvf.la.req=N kvf.la.conc=N
+# kvf.la.arms=unsafe,safe kvf.la.netem=delay,4ms,... kvf.la.demo=--flag=v,...
+# (commas stand for spaces).
+for a in $(cat /proc/cmdline); do
+  v=$(echo "${a#*=}" | tr , ' ')
+  case $a in
+    kvf.la.req=*) REQ=$v;; kvf.la.conc=*) CONC=$v;; kvf.la.arms=*) ARMS=$v;;
+    kvf.la.netem=*) NETEM=$v;; kvf.la.demo=*) EXTRA=$v;;
+  esac
+done
+FAILS=0
+fail() { echo "KVF late-arrival FAIL: $*"; FAILS=$((FAILS + 1)); }
+num() { grep -o "\"$1\":[0-9.]*" "$2" | head -1 | cut -d: -f2; }
+
+arm() {  # arm NAME DEMO-FLAGS...: one demo run, summary in $R/NAME.json
+  n=$1; shift
+  s=$(up)
+  rm -rf "/tmp/la-$n"
+  ( sleep 15; top -b -n 1 | head -14 > "$R/$n-top.txt" ) &
+  timeout 240 "$K" demo --plugin "$P" \
+    --prefill-plugin-env KVFENCE_VERBS_DEVICE=rxe0 \
+    --decode-plugin-env KVFENCE_VERBS_DEVICE=rxe1 --decode-plugin-env KVFENCE_VERBS_LISTEN=0.0.0.0:0 \
+    --data-hosts 127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4 \
+    --requests $REQ --concurrency $CONC --abort-share 0.4 --data-delay 600ms \
+    --agent-arg=--lease=5s --agent-arg=--max-hold=30s --agent-arg=--slots=1024 --agent-arg=--source-pages=2048 \
+    --json --quiet --report none --dir "/tmp/la-$n" $EXTRA "$@" > "$R/$n.json" 2> "$R/$n.err"
+  rc=$?
+  echo "KVF late-arrival $n: demo rc=$rc wall=$(echo "$(up) $s" | awk '{printf "%.1f", $1-$2}')s"
+  cat "$R/$n.json"
+  tail -5 "$R/$n.err"
+  [ -f "/tmp/la-$n/decode-0.log" ] && {
+    { grep -E '"hold (start|evidence|fence|release)"' "/tmp/la-$n/decode-0.log" | head -40
+      grep -E 'CORRUPT|FREE MEMORY' "/tmp/la-$n/decode-0.log" | head -40; } > "$R/$n-decode-excerpt.log"
+    for f in /tmp/la-$n/*.log; do gzip -c "$f" > "$R/$n-$(basename "$f").gz"; done
+  }
+  return $rc
+}
+
+# netem must not outlive this step (the bandwidth step follows), even when
+# guest.sh's timeout stops it.
+trap 'tc qdisc del dev veth0 root 2>/dev/null; tc qdisc del dev veth1 root 2>/dev/null' EXIT
+trap 'exit 99' TERM INT
+echo "netem on veth0 and veth1: $NETEM"
+tc qdisc add dev veth0 root netem $NETEM
+tc qdisc add dev veth1 root netem $NETEM
+
+case " $ARMS " in *" unsafe "*)
+  arm unsafe --unsafe release-on-abort || fail "unsafe arm did not finish"
+  c=$(num corrupt_pages "$R/unsafe.json"); a=$(num aborts "$R/unsafe.json")
+  echo "KVF late-arrival unsafe: aborts=${a:-?} corrupt_pages=${c:-?} (want > 0)"
+  [ "${c:-0}" -gt 0 ] || fail "unsafe arm: no corrupt page (the experiment did not make writes arrive late)"
+  "$K" __holds-check --log /tmp/la-unsafe/decode-0.log > "$R/unsafe-holds.txt" 2>&1
+  echo "unsafe arm holds check (expected to fail: released on abort): $(head -3 "$R/unsafe-holds.txt" | tr '\n' ' ')"
+esac
+
+case " $ARMS " in *" safe "*)
+  arm safe || fail "safe arm did not finish"
+  c=$(num corrupt_pages "$R/safe.json"); a=$(num aborts "$R/safe.json")
+  v=$(num pages_verified "$R/safe.json"); u=$(num unreleased_exposures "$R/safe.json")
+  echo "KVF late-arrival safe: aborts=${a:-?} corrupt_pages=${c:-?} pages_verified=${v:-?} unreleased=${u:-?}"
+  [ "${c:-1}" = 0 ] || fail "safe arm: corrupt_pages=${c:-?}"
+  [ "${a:-0}" -gt 0 ] || fail "safe arm: no abort"
+  [ "${u:-1}" = 0 ] || fail "safe arm: exposures still held at the end"
+  "$K" __holds-check --log /tmp/la-safe/decode-0.log --expect "${a:-0}" > "$R/safe-holds.txt" 2>&1 || fail "safe arm: holds check"
+  cat "$R/safe-holds.txt"
+esac
+
+tc -s qdisc show dev veth0 | head -3
+echo "KVF late-arrival: $FAILS failed check(s)"
+exit $FAILS
