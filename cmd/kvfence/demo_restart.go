@@ -80,31 +80,11 @@ type restartSummary struct {
 // It runs the embedded TCP plugin (o.Plugin is not used).
 func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (*restartSummary, error) {
 	start := time.Now()
-	if o.Dir == "" {
-		d, err := os.MkdirTemp("", "kvfence-restart-")
-		if err != nil {
-			return nil, err
-		}
-		o.Dir = d
+	exe, pkiArgs, err := prepareRun(&o, "kvfence-restart-")
+	if err != nil {
+		return nil, err
 	}
-	exe := agentExe
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
-	}
-	common := []string{"--unsafe", o.Unsafe}
-	if o.TLS {
-		pki := filepath.Join(o.Dir, "pki")
-		if err := os.MkdirAll(pki, 0o700); err != nil {
-			return nil, err
-		}
-		if err := agent.WriteThrowawayPKI(pki, pkiNames(2)); err != nil {
-			return nil, err
-		}
-		common = append(common, "--pki", pki)
-	}
+	common := append([]string{"--unsafe", o.Unsafe}, pkiArgs...)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	dargs := append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence)}, common...)

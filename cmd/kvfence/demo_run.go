@@ -450,3 +450,30 @@ func progressBar(w io.Writer, done, total, handed, cancels int, el time.Duration
 	fmt.Fprintf(w, "\r[%s%s] %4d/%d requests  handoffs %4d  cancels %4d  %5.1fs",
 		strings.Repeat("=", n), strings.Repeat(" ", width-n), done, total, handed, cancels, el.Seconds())
 }
+
+// prepareRun fills in the run directory (a new temp dir named after
+// prefix when o.Dir is empty), returns the agent binary, and, with TLS,
+// writes throwaway certificates and returns the --pki flag for the agents.
+func prepareRun(o *demoOptions, prefix string) (exe string, pkiArgs []string, err error) {
+	if o.Dir == "" {
+		if o.Dir, err = os.MkdirTemp("", prefix); err != nil {
+			return "", nil, err
+		}
+	}
+	if exe = agentExe; exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return "", nil, err
+		}
+	}
+	if o.TLS {
+		pki := filepath.Join(o.Dir, "pki")
+		if err := os.MkdirAll(pki, 0o700); err != nil {
+			return "", nil, err
+		}
+		if err := agent.WriteThrowawayPKI(pki, pkiNames(2)); err != nil {
+			return "", nil, err
+		}
+		pkiArgs = []string{"--pki", pki}
+	}
+	return exe, pkiArgs, nil
+}
