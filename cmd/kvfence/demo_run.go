@@ -163,36 +163,15 @@ func (c *child) stop() {
 // own TCP plugin process, plus a delaying proxy on the data path, and
 // drives the workload from this process (the router).
 func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
-	if o.Dir == "" {
-		d, err := os.MkdirTemp("", "kvfence-demo-")
-		if err != nil {
-			return nil, err
-		}
-		o.Dir = d
-	}
-	exe := agentExe
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
+	exe, tlsArgs, err := prepareRun(&o, "kvfence-demo-")
+	if err != nil {
+		return nil, err
 	}
 	common := []string{"--unsafe", o.Unsafe}
 	if o.Checksums {
 		common = append(common, "--checksums")
 	}
 	common = append(common, o.AgentArgs...)
-	var tlsArgs []string
-	if o.TLS {
-		pki := filepath.Join(o.Dir, "pki")
-		if err := os.MkdirAll(pki, 0o700); err != nil {
-			return nil, err
-		}
-		if err := agent.WriteThrowawayPKI(pki, pkiNames(2)); err != nil {
-			return nil, err
-		}
-		tlsArgs = []string{"--pki", pki}
-	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var delays []string
