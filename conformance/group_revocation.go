@@ -17,6 +17,7 @@ func revocationGroup() group {
 	}, checks: []check{
 		{"write-after-revoke-fails", PromiseRevoke, checkRevokeThenWrite},
 		{"revoke-mid-stream", PromiseRevoke, checkRevokeMidStream},
+		{"writer-bound-key", PromiseWriterBound, checkWriterBoundKey},
 	}}
 }
 

@@ -12,6 +12,7 @@ const (
 	PromiseFailed        = "FailedDefinite means nothing more of the batch moves"
 	PromiseQuiesce       = "Quiesce returns only when none of the batches can move a byte"
 	PromiseRevoke        = "after Revoke returns, no byte lands under the key"
+	PromiseWriterBound   = "a key granted to one writer is refused to every other writer"
 	PromiseCrash         = "after a dead initiator is reaped, target memory is stable"
 	PromiseErrorClass    = "refusals carry their exact error class and the plugin survives them"
 	PromiseCleanup       = "every resource the suite created is released"

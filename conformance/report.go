@@ -54,6 +54,7 @@ type CapsJSON struct {
 	MaxBatch    int      `json:"max_batch"`
 	MaxOpBytes  uint64   `json:"max_op_bytes"`
 	MemoryKinds []string `json:"memory_kinds"`
+	WriterBound bool     `json:"writer_bound,omitempty"`
 }
 
 // LinkInfo describes the link and the faults the run could inject.

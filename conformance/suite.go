@@ -164,7 +164,7 @@ func setup(ctx context.Context, cfg Config) (*suite, error) {
 func (s *suite) describe() {
 	r, c := s.report, s.info.Capabilities
 	r.Plugin.Name, r.Plugin.Version, r.Plugin.ProtocolVersion, r.Plugin.Negotiated = s.info.Name, s.info.Version, s.info.ProtocolVersion, s.neg
-	r.Plugin.Capabilities = CapsJSON{Revoke: c.Revoke, Read: c.Read, MaxTail: c.MaxTail.String(), MaxBatch: c.MaxBatch, MaxOpBytes: c.MaxOpBytes}
+	r.Plugin.Capabilities = CapsJSON{Revoke: c.Revoke, Read: c.Read, MaxTail: c.MaxTail.String(), MaxBatch: c.MaxBatch, MaxOpBytes: c.MaxOpBytes, WriterBound: c.WriterBound}
 	for _, k := range c.MemoryKinds {
 		r.Plugin.Capabilities.MemoryKinds = append(r.Plugin.Capabilities.MemoryKinds, k.String())
 	}

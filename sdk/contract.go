@@ -84,6 +84,12 @@ type Transport interface {
 // later are dropped, counted, and reported to their sender as refused, so the
 // sender can report FailedDefinite for them. Revoking an unknown key is
 // NotFound; revoking twice is a no-op.
+//
+// With Capabilities.WriterBound, a Window naming a Writer yields a key that
+// only that writer's connection can use: the same write from any other
+// writer ends at its sender as refused (FailedDefinite or InDoubt, never
+// Succeeded). A Writer that is not connected, or is connected more than
+// once, is FailedPrecondition.
 type Granter interface {
 	Grant(ctx context.Context, w Window) (Key, error)
 	Revoke(ctx context.Context, key Key) (RevokeResult, error)

@@ -64,6 +64,7 @@ func infoToPB(i Info) *pb.InfoResponse {
 		MaxTailNanos:    int64(i.Capabilities.MaxTail),
 		MaxBatch:        uint32(i.Capabilities.MaxBatch),
 		MaxOpBytes:      i.Capabilities.MaxOpBytes,
+		WriterBound:     i.Capabilities.WriterBound,
 	}
 	for _, k := range i.Capabilities.MemoryKinds {
 		r.MemoryKinds = append(r.MemoryKinds, memoryKindToPB(k))
@@ -77,11 +78,12 @@ func infoFromPB(r *pb.InfoResponse) Info {
 		Version:         r.GetVersion(),
 		ProtocolVersion: int(r.GetProtocolVersion()),
 		Capabilities: Capabilities{
-			Revoke:     r.GetRevoke(),
-			Read:       r.GetRead(),
-			MaxTail:    time.Duration(r.GetMaxTailNanos()),
-			MaxBatch:   int(r.GetMaxBatch()),
-			MaxOpBytes: r.GetMaxOpBytes(),
+			Revoke:      r.GetRevoke(),
+			Read:        r.GetRead(),
+			MaxTail:     time.Duration(r.GetMaxTailNanos()),
+			MaxBatch:    int(r.GetMaxBatch()),
+			MaxOpBytes:  r.GetMaxOpBytes(),
+			WriterBound: r.GetWriterBound(),
 		},
 	}
 	for _, k := range r.GetMemoryKinds() {

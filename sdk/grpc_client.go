@@ -248,10 +248,23 @@ func (r *remote) Post(ctx context.Context, b Batch) error {
 	}
 	if len(trailer.Get(trailerClassified)) > 0 {
 		r.mu.Lock()
+		_, still := r.outstanding[b.ID]
 		delete(r.outstanding, b.ID)
 		r.mu.Unlock()
+		if !still {
+			// lose (the plugin died after refusing) already completed it
+			// InDoubt: report it accepted, so it has exactly one outcome.
+			return nil
+		}
 		return fromStatusError(err)
 	}
+	c := Completion{Batch: b.ID, Status: InDoubt, Class: ClassUnavailable,
+		Detail: "Post outcome unknown: " + err.Error()}
+	// Claim and send under sendMu: a lose (the plugin died, which is what
+	// broke this call) that closes out between them would drop the only
+	// completion of a batch we report accepted. Lock order: sendMu, then mu.
+	r.sendMu.Lock()
+	defer r.sendMu.Unlock()
 	r.mu.Lock()
 	_, still := r.outstanding[b.ID]
 	delete(r.outstanding, b.ID)
@@ -259,12 +272,18 @@ func (r *remote) Post(ctx context.Context, b Batch) error {
 		r.inDoubt[b.ID] = struct{}{}
 	}
 	r.mu.Unlock()
-	if still {
-		r.emit(Completion{Batch: b.ID, Status: InDoubt, Class: ClassUnavailable,
-			Detail: "Post outcome unknown: " + err.Error()})
+	if still && !r.closed { // closed implies lose took (and completed) it
+		if postUnknownHook != nil {
+			postUnknownHook(r)
+		}
+		r.out <- c
 	}
 	return nil
 }
+
+// postUnknownHook, set by tests only, runs between Post's claim of a batch
+// whose outcome is unknown and the send of its InDoubt completion.
+var postUnknownHook func(*remote)
 
 func (r *remote) Completions() <-chan Completion { return r.out }
 
@@ -347,7 +366,7 @@ func (r *remote) Close() error {
 type remoteGranter struct{ *remote }
 
 func (r *remoteGranter) Grant(ctx context.Context, w Window) (Key, error) {
-	res, err := r.rpc.Grant(ctx, &pb.GrantRequest{Region: uint64(w.Region), Offset: w.Offset, Length: w.Length})
+	res, err := r.rpc.Grant(ctx, &pb.GrantRequest{Region: uint64(w.Region), Offset: w.Offset, Length: w.Length, Writer: w.Writer})
 	if err != nil {
 		return 0, fromStatusError(err)
 	}

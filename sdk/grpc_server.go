@@ -137,7 +137,7 @@ func (s *grpcServer) Grant(ctx context.Context, r *pb.GrantRequest) (*pb.GrantRe
 	if !ok {
 		return nil, fail(ctx, Errorf(ClassUnimplemented, "Grant: transport cannot revoke"))
 	}
-	k, err := g.Grant(ctx, Window{Region: RegionID(r.GetRegion()), Offset: r.GetOffset(), Length: r.GetLength()})
+	k, err := g.Grant(ctx, Window{Region: RegionID(r.GetRegion()), Offset: r.GetOffset(), Length: r.GetLength(), Writer: r.GetWriter()})
 	if err != nil {
 		return nil, fail(ctx, err)
 	}

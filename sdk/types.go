@@ -186,6 +186,10 @@ type Capabilities struct {
 	MaxBatch    int           // most operations in one batch
 	MaxOpBytes  uint64        // most bytes in one operation
 	MemoryKinds []MemoryKind
+	// WriterBound: Grant honours Window.Writer, and the device itself then
+	// refuses that key to every other writer (verbs: a type-2 memory window
+	// bound on the writer's own queue pair).
+	WriterBound bool
 }
 
 // Info identifies a transport.
@@ -204,10 +208,18 @@ type Endpoint struct {
 }
 
 // Window is what Grant exposes: [Offset, Offset+Length) of Region.
+//
+// Writer, when set, names the only writer that may use the key: the
+// Address of the writing transport's LocalEndpoint. It must already be
+// connected to this transport (once: a writer with several connections here
+// is ambiguous, FailedPrecondition), and the key lives no longer than that
+// connection. A transport without Capabilities.WriterBound ignores Writer;
+// empty Writer: whoever holds the key.
 type Window struct {
 	Region RegionID
 	Offset uint64
 	Length uint64
+	Writer string
 }
 
 // RevokeResult reports what the receiver did under a key.

@@ -236,18 +236,28 @@ func TestDeviceQuiesceMidTransfer(t *testing.T) {
 // write through the old key fails at the sender (remote access error,
 // or retry-exceeded under loss) and lands nowhere.
 func TestDeviceLateWriteAfterRevoke(t *testing.T) {
-	for _, mode := range []RevokeMode{RevokeMW1, RevokeMR} {
-		t.Run(string(mode), func(t *testing.T) {
+	for _, variant := range []string{"mw1", "mr", "mw2"} {
+		t.Run(variant, func(t *testing.T) {
+			mode := RevokeMode(variant)
+			if variant == "mw2" { // type-2 windows: the same test with keys bound to the writer
+				mode = RevokeAuto
+			}
 			s, r := deviceConfigs(t, mode)
 			e, st, rt := newEnv(t, s, r)
-			if rt.RevokeMode() != mode {
+			writer := ""
+			if variant == "mw2" {
+				if !rt.writerBound() {
+					t.Skipf("skipped: device %s has no type-2 memory windows", rt.Device())
+				}
+				writer = st.ln.Addr().String()
+			} else if rt.RevokeMode() != mode {
 				t.Fatalf("mode %s", rt.RevokeMode())
 			}
 			ctx := context.Background()
 			const win, guard = 512 << 10, 64 << 10
 			dst := e.Dst.Bytes()
 			fill(dst, 0x5A)
-			k, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID, Offset: guard, Length: win})
+			k, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID, Offset: guard, Length: win, Writer: writer})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -315,6 +325,12 @@ func TestDeviceLateWriteAfterRevoke(t *testing.T) {
 			}
 			if bytes.Contains(dst, bytes.Repeat([]byte{0xEE}, 64)) {
 				t.Fatal("the late write's bytes are in the target memory")
+			}
+			if variant == "mw2" {
+				stats, _ := rt.Stats(ctx)
+				if stats["verbs.grants_mw2"] != 1 || stats["verbs.revokes_mw2"] != 1 {
+					t.Fatalf("type-2 path not taken: %v", stats)
+				}
 			}
 		})
 	}

@@ -43,11 +43,21 @@
 // latency): BenchmarkDeviceWrite vs ib_write_bw, BenchmarkDeviceBatchLatency
 // vs ib_write_lat.
 //
-// Memory windows: type 1 (ibv_bind_mw on a private QP pair) or MR rotation.
-// Type 2 windows (IBV_WR_BIND_MW / IBV_WR_LOCAL_INV) are not used: a type-2
-// window is bound through, and only valid on, one QP (rxe checks mw->qp),
-// while a Grant is not tied to a sender (sdk.Window has no peer), and each
-// sender reaches the receiver through its own responder QP.
+// Memory windows: unbound keys (sdk.Window without Writer) are type-1
+// windows (ibv_bind_mw on a private QP pair) or MR rotation (Config.Revoke).
+// A key granted to one writer (sdk.Window.Writer = that writer's
+// LocalEndpoint address, which its handshake carries) is a type-2 window,
+// bound by an IBV_WR_BIND_MW work request on the responder QP of that
+// writer's connection, so the device accepts its rkey on that QP only;
+// Revoke posts IBV_WR_LOCAL_INV (on the private QP: any QP of the PD may)
+// and then frees the window and its MR. Capabilities.WriterBound says the
+// device has type-2 windows (rxe: 2B). A type-2 window holds its QP, so when
+// a writer's connection closes every window bound through it is invalidated
+// before the QP is destroyed (the key dies with the connection); bound-ness
+// is tracked per window because invalidating an unbound type-2 window is an
+// error (and dereferences NULL in rxe on Linux 6.1). The agent grants one
+// key per slot run shared by all prefill ranks of a request, so it uses
+// unbound keys.
 //
 // MaxTail is derived from the QP's own timeout and retry_cnt; retry_cnt 7
 // (infinite retry on rxe) is refused.

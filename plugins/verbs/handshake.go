@@ -19,7 +19,10 @@ const handshakeTimeout = 10 * time.Second
 
 type hello struct {
 	qpAttrs
-	Err string `json:"err,omitempty"`
+	// From: the sender's LocalEndpoint address, which a receiver matches
+	// against sdk.Window.Writer to bind a key to this connection.
+	From string `json:"from,omitempty"`
+	Err  string `json:"err,omitempty"`
 }
 
 func writeHello(c net.Conn, h hello) error {

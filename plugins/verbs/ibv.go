@@ -222,23 +222,75 @@ static int kvf_bind_pair(struct kvf_dev *d, int timeout, int retry) {
 	return kvf_connect(d, d->bqp[1], d->bqp[0]->qp_num, 0, d->gid, 0, timeout, retry);
 }
 
-// kvf_bind1 binds (n > 0) or unbinds (n == 0) a type-1 window and waits for
-// the bind's completion; returns its ibv_wc_status, or -errno.
-static int kvf_bind1(struct kvf_dev *d, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, uint64_t n, int acc) {
-	struct ibv_mw_bind mb;
-	memset(&mb, 0, sizeof mb);
-	mb.wr_id = 0xb1d; mb.send_flags = IBV_SEND_SIGNALED;
-	mb.bind_info.mr = mr; mb.bind_info.addr = addr; mb.bind_info.length = n; mb.bind_info.mw_access_flags = acc;
-	int rc = ibv_bind_mw(d->bqp[0], mw, &mb);
-	if (rc) return -rc;
+// kvf_wait_bcq waits (20 s at most) for the completion of work request id on
+// the bind CQ, dropping any other one (a late completion of an earlier call
+// that timed out); returns its ibv_wc_status, or -errno.
+static int kvf_wait_bcq(struct kvf_dev *d, uint64_t id) {
 	struct ibv_wc wc;
 	for (int i = 0; i < 200000; i++) {     // 20 s
 		int k = ibv_poll_cq(d->bcq, 1, &wc);
 		if (k < 0) return -EIO;
-		if (k == 1) return wc.status;
-		usleep(100);
+		if (k == 1 && wc.wr_id == id) return wc.status;
+		if (k == 0) usleep(100);
 	}
 	return -ETIMEDOUT;
+}
+
+// kvf_reset_bind_pair drops the bind QP pair after an operation on it failed
+// (the failure moved it to ERROR); the next bind creates a new pair.
+static void kvf_reset_bind_pair(struct kvf_dev *d) {
+	for (int i = 0; i < 2; i++) if (d->bqp[i]) { ibv_destroy_qp(d->bqp[i]); d->bqp[i] = NULL; }
+}
+
+// kvf_bind1 binds (n > 0) or unbinds (n == 0) a type-1 window and waits for
+// the bind's completion; returns its ibv_wc_status, or -errno.
+static int kvf_bind1(struct kvf_dev *d, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t addr, uint64_t n, int acc, uint64_t id) {
+	struct ibv_mw_bind mb;
+	memset(&mb, 0, sizeof mb);
+	mb.wr_id = id; mb.send_flags = IBV_SEND_SIGNALED;
+	mb.bind_info.mr = mr; mb.bind_info.addr = addr; mb.bind_info.length = n; mb.bind_info.mw_access_flags = acc;
+	int rc = ibv_bind_mw(d->bqp[0], mw, &mb);
+	if (rc) return -rc;
+	int st = kvf_wait_bcq(d, id);
+	if (st) kvf_reset_bind_pair(d);
+	return st;
+}
+
+// kvf_bind2 binds a type-2 window with a BIND_MW work request on qp, the
+// responder QP of the one writer allowed to use it: from then on the device
+// accepts the new rkey on that QP only. Responder QPs complete on bcq.
+// Returns the ibv_wc_status (the new rkey in *rkey), or -errno.
+static int kvf_bind2(struct kvf_dev *d, struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr,
+		uint64_t addr, uint64_t n, int acc, uint64_t id, uint32_t *rkey) {
+	struct ibv_send_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof wr);
+	uint32_t nk = ibv_inc_rkey(mw->rkey);
+	wr.wr_id = id; wr.opcode = IBV_WR_BIND_MW; wr.send_flags = IBV_SEND_SIGNALED;
+	wr.bind_mw.mw = mw; wr.bind_mw.rkey = nk;
+	wr.bind_mw.bind_info.mr = mr; wr.bind_mw.bind_info.addr = addr;
+	wr.bind_mw.bind_info.length = n; wr.bind_mw.bind_info.mw_access_flags = acc;
+	int rc = ibv_post_send(qp, &wr, &bad);
+	if (rc) return -rc;
+	int st = kvf_wait_bcq(d, id);
+	if (st == 0) { mw->rkey = nk; *rkey = nk; }
+	return st;
+}
+
+// kvf_local_inv invalidates the type-2 window holding rkey with a LOCAL_INV
+// work request on the private bind QP (any QP of the PD may post it). On
+// success the window is free again and its QP refuses the rkey. Invalidating
+// a window that is not bound is an error (and on rxe 6.1 a NULL dereference
+// in the kernel): the caller tracks which windows are bound.
+static int kvf_local_inv(struct kvf_dev *d, uint32_t rkey, uint64_t id) {
+	struct ibv_send_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof wr);
+	wr.wr_id = id; wr.opcode = IBV_WR_LOCAL_INV; wr.send_flags = IBV_SEND_SIGNALED;
+	wr.invalidate_rkey = rkey;
+	int rc = ibv_post_send(d->bqp[0], &wr, &bad);
+	if (rc) return -rc;
+	int st = kvf_wait_bcq(d, id);
+	if (st) kvf_reset_bind_pair(d);
+	return st;
 }
 */
 import "C"
@@ -255,9 +307,10 @@ import (
 const haveVerbs = true
 
 type dev struct {
-	c    *C.struct_kvf_dev
-	bind sync.Mutex // the bind QP pair
-	inf  devInfo
+	c      *C.struct_kvf_dev
+	bind   sync.Mutex // the bind QP pair and the bind CQ
+	nextWR uint64     // work request ids on the bind CQ (under bind)
+	inf    devInfo
 }
 type mr struct{ c *C.struct_ibv_mr }
 type qp struct {
@@ -327,6 +380,17 @@ func (d *dev) newQP(depth int) (*qp, error) {
 	return &qp{c: q, d: d}, nil
 }
 
+// newResponderQP creates a QP that only answers a writer: its own work
+// requests (type-2 binds) complete on the bind CQ, never on the data CQ.
+func (d *dev) newResponderQP(depth int) (*qp, error) {
+	var e C.int
+	q := C.kvf_qp(d.c, d.c.bcq, C.int(depth), &e)
+	if q == nil {
+		return nil, errnoErr(sdk.ClassResourceExhausted, "ibv_create_qp", e)
+	}
+	return &qp{c: q, d: d}, nil
+}
+
 func (d *dev) poll(buf []wc) (int, error) {
 	var out [64]C.struct_kvf_wc
 	n := len(buf)
@@ -377,7 +441,8 @@ func (d *dev) bindMW1(m *mw, on *mr, addr, n uint64, access int) (uint32, error)
 	if rc := C.kvf_bind_pair(d.c, defaultTimeout, defaultRetryCnt); rc != 0 {
 		return 0, errnoErr(sdk.ClassInternal, "memory-window bind QP pair", rc)
 	}
-	st := C.kvf_bind1(d.c, m.c, on.c, C.uint64_t(addr), C.uint64_t(n), C.int(access))
+	d.nextWR++
+	st := C.kvf_bind1(d.c, m.c, on.c, C.uint64_t(addr), C.uint64_t(n), C.int(access), C.uint64_t(d.nextWR))
 	if st < 0 {
 		return 0, errnoErr(sdk.ClassInternal, "ibv_bind_mw", st)
 	}
@@ -385,6 +450,52 @@ func (d *dev) bindMW1(m *mw, on *mr, addr, n uint64, access int) (uint32, error)
 		return 0, sdk.Errorf(sdk.ClassInternal, "verbs: ibv_bind_mw completed with %v", WCStatus(st))
 	}
 	return uint32(m.c.rkey), nil
+}
+
+func (d *dev) allocMW2() (*mw, error) {
+	m, err := C.ibv_alloc_mw(d.c.pd, C.IBV_MW_TYPE_2)
+	if m == nil {
+		return nil, sdk.Errorf(sdk.ClassResourceExhausted, "verbs: ibv_alloc_mw(type 2): %v", err)
+	}
+	return &mw{c: m}, nil
+}
+
+// bindMW2 binds the type-2 window m over [addr, addr+n) of on through the
+// responder QP on, and returns its new rkey once the bind completed. A bind
+// that completes with an error leaves on in ERROR (the writer's connection
+// ends).
+func (d *dev) bindMW2(on *qp, m *mw, r *mr, addr, n uint64, access int) (uint32, error) {
+	d.bind.Lock()
+	defer d.bind.Unlock()
+	d.nextWR++
+	var rkey C.uint32_t
+	st := C.kvf_bind2(d.c, on.c, m.c, r.c, C.uint64_t(addr), C.uint64_t(n), C.int(access), C.uint64_t(d.nextWR), &rkey)
+	if st < 0 {
+		return 0, errnoErr(sdk.ClassFailedPrecondition, "post BIND_MW on the writer's QP", st)
+	}
+	if st != 0 {
+		return 0, sdk.Errorf(sdk.ClassFailedPrecondition, "verbs: BIND_MW on the writer's QP completed with %v", WCStatus(st))
+	}
+	return uint32(rkey), nil
+}
+
+// invalidateMW2 posts LOCAL_INV for rkey (a bound type-2 window) and returns
+// once it completed: the device refuses the rkey from then on.
+func (d *dev) invalidateMW2(rkey uint32) error {
+	d.bind.Lock()
+	defer d.bind.Unlock()
+	if rc := C.kvf_bind_pair(d.c, defaultTimeout, defaultRetryCnt); rc != 0 {
+		return errnoErr(sdk.ClassInternal, "memory-window bind QP pair", rc)
+	}
+	d.nextWR++
+	st := C.kvf_local_inv(d.c, C.uint32_t(rkey), C.uint64_t(d.nextWR))
+	if st < 0 {
+		return errnoErr(sdk.ClassInternal, "post LOCAL_INV", st)
+	}
+	if st != 0 {
+		return sdk.Errorf(sdk.ClassInternal, "verbs: LOCAL_INV completed with %v", WCStatus(st))
+	}
+	return nil
 }
 
 func (d *dev) close() {

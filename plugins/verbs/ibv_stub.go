@@ -32,6 +32,12 @@ func (d *dev) wait(ms int) (bool, error)    { return false, errNoVerbs }
 func (d *dev) bindMW1(m *mw, on *mr, addr, n uint64, access int) (uint32, error) {
 	return 0, errNoVerbs
 }
+func (d *dev) newResponderQP(depth int) (*qp, error) { return nil, errNoVerbs }
+func (d *dev) allocMW2() (*mw, error)                { return nil, errNoVerbs }
+func (d *dev) bindMW2(on *qp, m *mw, r *mr, addr, n uint64, access int) (uint32, error) {
+	return 0, errNoVerbs
+}
+func (d *dev) invalidateMW2(rkey uint32) error                          { return errNoVerbs }
 func (d *dev) close()                                                   {}
 func (m *mr) lkey() uint32                                              { return 0 }
 func (m *mr) rkey() uint32                                              { return 0 }

@@ -51,10 +51,10 @@ type Transport struct {
 	// connect to itself).
 	amu     sync.Mutex
 	aclosed bool
-	accepts map[net.Conn]*qp // one responder QP per connected sender
+	accepts map[net.Conn]*responder // one responder QP per connected sender
 
 	comps    chan sdk.Completion
-	wake     chan struct{} // a Post (poll mode spin: the idle loop starts spinning)
+	wake     chan struct{} // a Post (poll mode spin: the idle loop starts spinning; nap: the nap ends)
 	stop     chan struct{}
 	pollDone chan struct{}
 }
@@ -74,7 +74,24 @@ type grant struct {
 	off, n  uint64
 	mr      *mr
 	mw      *mw
+	bound   *binding // type-2 window: bound to one writer's responder QP
 	revoked bool
+}
+
+// responder is the receiving side of one writer's connection.
+type responder struct {
+	q     *qp
+	from  string            // the writer's LocalEndpoint address
+	bound map[*binding]bool // type-2 windows bound through q (under amu)
+}
+
+// binding is a type-2 window bound on a responder QP. live says whether it
+// is still bound: invalidating one that is not is an error (and a kernel
+// NULL dereference on rxe 6.1), so it is tracked here, under amu.
+type binding struct {
+	rkey uint32
+	live bool
+	on   *responder
 }
 
 type peer struct {
@@ -132,7 +149,7 @@ func New(cfg Config, log hclog.Logger) (*Transport, error) {
 	t := &Transport{cfg: cfg, log: log, d: d, inf: inf, mode: mode, ln: ln,
 		regions: map[sdk.RegionID]*region{}, grants: map[sdk.Key]*grant{}, peers: map[sdk.PeerID]*peer{},
 		byQPN: map[uint32]*conn{}, owner: map[sdk.BatchID]*conn{}, regUse: map[sdk.BatchID][]sdk.RegionID{},
-		used: map[sdk.BatchID]bool{}, accepts: map[net.Conn]*qp{}, stats: map[string]uint64{},
+		used: map[sdk.BatchID]bool{}, accepts: map[net.Conn]*responder{}, stats: map[string]uint64{},
 		comps: make(chan sdk.Completion, 1<<16), wake: make(chan struct{}, 1), stop: make(chan struct{}), pollDone: make(chan struct{})}
 	t.changed = sync.NewCond(&t.mu)
 	go t.acceptLoop()
@@ -160,6 +177,7 @@ func (t *Transport) Info(ctx context.Context) (sdk.Info, error) {
 			MaxBatch:    t.cfg.MaxBatch,
 			MaxOpBytes:  maxOpBytes,
 			MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared, sdk.MemoryDMABuf},
+			WriterBound: t.writerBound(),
 		},
 	}, nil
 }
@@ -276,13 +294,26 @@ func (t *Transport) Grant(ctx context.Context, w sdk.Window) (sdk.Key, error) {
 		return t.d.regMR(uintptr(addr), w.Length, iova, acc)
 	}
 	var rkey uint32
-	switch t.mode {
-	case RevokeMR:
+	switch {
+	case w.Writer != "" && t.writerBound():
+		if g.mr, err = register(accLocalWrite | accMWBind); err != nil {
+			return 0, err
+		}
+		if g.mw, err = t.d.allocMW2(); err != nil {
+			_ = g.mr.dereg()
+			return 0, err
+		}
+		if g.bound, rkey, err = t.bindToWriter(w.Writer, g.mw, g.mr, iova, w.Length); err != nil {
+			_ = g.mw.dealloc()
+			_ = g.mr.dereg()
+			return 0, err
+		}
+	case t.mode == RevokeMR:
 		if g.mr, err = register(accLocalWrite | accRemoteWrite | accRemoteRead); err != nil {
 			return 0, err
 		}
 		rkey = g.mr.rkey()
-	case RevokeMW1:
+	case t.mode == RevokeMW1:
 		// The MR itself grants no remote access: only the window does.
 		if g.mr, err = register(accLocalWrite | accMWBind); err != nil {
 			return 0, err
@@ -307,7 +338,42 @@ func (t *Transport) Grant(ctx context.Context, w sdk.Window) (sdk.Key, error) {
 	t.grants[k] = g
 	r.grants[k] = true
 	t.stats["grants"]++
+	if g.bound != nil {
+		t.stats["grants_mw2"]++
+	}
 	return k, nil
+}
+
+// writerBound: keys can be bound to one writer (type-2 windows).
+func (t *Transport) writerBound() bool { return t.inf.MW2A || t.inf.MW2B }
+
+// bindToWriter binds a type-2 window through the responder QP of writer's
+// one connection. It holds amu, so that connection cannot be retired
+// half-way through.
+func (t *Transport) bindToWriter(writer string, m *mw, r *mr, iova, n uint64) (*binding, uint32, error) {
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	var on *responder
+	count := 0
+	for _, a := range t.accepts {
+		if a.from == writer {
+			on = a
+			count++
+		}
+	}
+	switch {
+	case count == 0:
+		return nil, 0, sdk.Errorf(sdk.ClassFailedPrecondition, "verbs: writer %q is not connected", writer)
+	case count > 1:
+		return nil, 0, sdk.Errorf(sdk.ClassFailedPrecondition, "verbs: writer %q has %d connections here; a key binds to one", writer, count)
+	}
+	rkey, err := t.d.bindMW2(on.q, m, r, iova, n, accRemoteWrite|accRemoteRead)
+	if err != nil {
+		return nil, 0, err
+	}
+	b := &binding{rkey: rkey, live: true, on: on}
+	on.bound[b] = true
+	return b, rkey, nil
 }
 
 func (t *Transport) Revoke(ctx context.Context, k sdk.Key) (sdk.RevokeResult, error) {
@@ -328,6 +394,22 @@ func (t *Transport) revokeLocked(k sdk.Key) error {
 	if g.revoked {
 		return nil
 	}
+	if g.bound != nil {
+		// LOCAL_INV, then free the window; if LOCAL_INV fails, freeing the
+		// window (ibv_dealloc_mw) invalidates it all the same.
+		t.amu.Lock()
+		if err := t.invalidateLocked(g.bound); err != nil {
+			t.log.Warn("LOCAL_INV failed; freeing the window instead", "error", err)
+		}
+		if err := g.mw.dealloc(); err != nil {
+			t.amu.Unlock()
+			return err
+		}
+		g.bound.live = false
+		delete(g.bound.on.bound, g.bound)
+		t.amu.Unlock()
+		g.mw = nil
+	}
 	if g.mw != nil {
 		if _, err := t.d.bindMW1(g.mw, g.mr, 0, 0, 0); err != nil {
 			return err
@@ -344,7 +426,11 @@ func (t *Transport) revokeLocked(k sdk.Key) error {
 	if r, ok := t.regions[g.region]; ok {
 		delete(r.grants, k)
 	}
-	t.stats["revokes_"+string(t.mode)]++
+	if g.bound != nil {
+		t.stats["revokes_mw2"]++
+	} else {
+		t.stats["revokes_"+string(t.mode)]++
+	}
 	return nil
 }
 
@@ -371,7 +457,7 @@ func (t *Transport) serveHandshake(c net.Conn) {
 	if err != nil {
 		return
 	}
-	q, err := t.d.newQP(16)
+	q, err := t.d.newResponderQP(16)
 	if err == nil {
 		psn := rand.Uint32() & 0xffffff
 		if err = q.connect(h.qpAttrs, psn, t.cfg.Timeout, t.cfg.RetryCnt); err == nil {
@@ -379,7 +465,7 @@ func (t *Transport) serveHandshake(c net.Conn) {
 			if t.aclosed {
 				err = sdk.Errorf(sdk.ClassUnavailable, "closed")
 			} else {
-				t.accepts[c] = q
+				t.accepts[c] = &responder{q: q, from: h.From, bound: map[*binding]bool{}}
 			}
 			t.amu.Unlock()
 			if err == nil {
@@ -396,11 +482,44 @@ func (t *Transport) serveHandshake(c net.Conn) {
 	}
 	_, _ = io.Copy(io.Discard, br) // until the sender closes (or Close)
 	t.amu.Lock()
-	if q, ok := t.accepts[c]; ok {
+	if r, ok := t.accepts[c]; ok {
 		delete(t.accepts, c)
-		_ = q.destroy()
+		t.retireResponderLocked(r)
 	}
 	t.amu.Unlock()
+}
+
+// retireResponderLocked invalidates the type-2 windows bound through r (a
+// key lives no longer than its writer's connection) and destroys r's QP.
+// If a window cannot be invalidated the QP is left in ERROR, not destroyed:
+// a bound window holds the QP, and the device must never be left with a
+// window pointing at a freed QP. Caller holds amu.
+func (t *Transport) retireResponderLocked(r *responder) {
+	ok := true
+	for b := range r.bound {
+		if err := t.invalidateLocked(b); err != nil {
+			t.log.Error("type-2 window not invalidated; responder QP kept in ERROR", "error", err)
+			ok = false
+		}
+	}
+	if !ok {
+		_ = r.q.toError()
+		return
+	}
+	_ = r.q.destroy()
+}
+
+// invalidateLocked unbinds a live type-2 window (LOCAL_INV). Caller holds amu.
+func (t *Transport) invalidateLocked(b *binding) error {
+	if !b.live {
+		return nil
+	}
+	if err := t.d.invalidateMW2(b.rkey); err != nil {
+		return err
+	}
+	b.live = false
+	delete(b.on.bound, b)
+	return nil
 }
 
 // ---- sending side ----
@@ -449,7 +568,7 @@ func (t *Transport) dialLocked(p *peer) (*conn, error) {
 		return nil, err
 	}
 	psn := rand.Uint32() & 0xffffff
-	if err := writeHello(nc, hello{qpAttrs: qpAttrs{QPN: q.num(), PSN: psn, GID: t.inf.GID}}); err != nil {
+	if err := writeHello(nc, hello{qpAttrs: qpAttrs{QPN: q.num(), PSN: psn, GID: t.inf.GID}, From: t.ln.Addr().String()}); err != nil {
 		return fail(sdk.Errorf(sdk.ClassUnavailable, "verbs: handshake with %s: %v", p.addr, err))
 	}
 	h, err := readHello(bufio.NewReader(nc), nc)
@@ -856,8 +975,8 @@ func (t *Transport) Close() error {
 	}
 	t.amu.Lock()
 	t.aclosed = true
-	for c, q := range t.accepts {
-		_ = q.destroy()
+	for c, r := range t.accepts {
+		t.retireResponderLocked(r)
 		_ = c.Close()
 		delete(t.accepts, c)
 	}

@@ -225,8 +225,10 @@ type InfoResponse struct {
 	MaxBatch        uint32                 `protobuf:"varint,7,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
 	MemoryKinds     []MemoryKind           `protobuf:"varint,8,rep,packed,name=memory_kinds,json=memoryKinds,proto3,enum=kvfence.transport.v1.MemoryKind" json:"memory_kinds,omitempty"`
 	MaxOpBytes      uint64                 `protobuf:"varint,9,opt,name=max_op_bytes,json=maxOpBytes,proto3" json:"max_op_bytes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Grant honours GrantRequest.writer (see sdk.Capabilities.WriterBound).
+	WriterBound   bool `protobuf:"varint,10,opt,name=writer_bound,json=writerBound,proto3" json:"writer_bound,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -320,6 +322,13 @@ func (x *InfoResponse) GetMaxOpBytes() uint64 {
 		return x.MaxOpBytes
 	}
 	return 0
+}
+
+func (x *InfoResponse) GetWriterBound() bool {
+	if x != nil {
+		return x.WriterBound
+	}
+	return false
 }
 
 type MemoryDesc struct {
@@ -1238,10 +1247,13 @@ func (x *QuiesceResponse) GetDetail() string {
 }
 
 type GrantRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Region        uint64                 `protobuf:"varint,1,opt,name=region,proto3" json:"region,omitempty"`
-	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Region uint64                 `protobuf:"varint,1,opt,name=region,proto3" json:"region,omitempty"`
+	Offset uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	// The only writer that may use the key: its transport's LocalEndpoint
+	// address. Empty: whoever holds the key.
+	Writer        string `protobuf:"bytes,4,opt,name=writer,proto3" json:"writer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1295,6 +1307,13 @@ func (x *GrantRequest) GetLength() uint64 {
 		return x.Length
 	}
 	return 0
+}
+
+func (x *GrantRequest) GetWriter() string {
+	if x != nil {
+		return x.Writer
+	}
+	return ""
 }
 
 type GrantResponse struct {
@@ -1594,7 +1613,7 @@ var File_kvfence_transport_v1_transport_proto protoreflect.FileDescriptor
 const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\n" +
 	"$kvfence/transport/v1/transport.proto\x12\x14kvfence.transport.v1\"\r\n" +
-	"\vInfoRequest\"\xbd\x02\n" +
+	"\vInfoRequest\"\xe0\x02\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12)\n" +
@@ -1605,7 +1624,9 @@ const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\tmax_batch\x18\a \x01(\rR\bmaxBatch\x12C\n" +
 	"\fmemory_kinds\x18\b \x03(\x0e2 .kvfence.transport.v1.MemoryKindR\vmemoryKinds\x12 \n" +
 	"\fmax_op_bytes\x18\t \x01(\x04R\n" +
-	"maxOpBytes\"\x9a\x01\n" +
+	"maxOpBytes\x12!\n" +
+	"\fwriter_bound\x18\n" +
+	" \x01(\bR\vwriterBound\"\x9a\x01\n" +
 	"\n" +
 	"MemoryDesc\x124\n" +
 	"\x04kind\x18\x01 \x01(\x0e2 .kvfence.transport.v1.MemoryKindR\x04kind\x12\x12\n" +
@@ -1660,11 +1681,12 @@ const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\x0fQuiesceResponse\x12\x1a\n" +
 	"\bevidence\x18\x01 \x01(\tR\bevidence\x12\x18\n" +
 	"\abatches\x18\x02 \x03(\x04R\abatches\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"V\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"n\n" +
 	"\fGrantRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\x04R\x06region\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
-	"\x06length\x18\x03 \x01(\x04R\x06length\"!\n" +
+	"\x06length\x18\x03 \x01(\x04R\x06length\x12\x16\n" +
+	"\x06writer\x18\x04 \x01(\tR\x06writer\"!\n" +
 	"\rGrantResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\"!\n" +
 	"\rRevokeRequest\x12\x10\n" +
