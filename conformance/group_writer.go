@@ -27,7 +27,19 @@ func checkWriterBoundKey(ctx context.Context, s *suite, r *Result) error {
 		r.Promise = PromiseErrorClass
 		return fmt.Errorf("Grant to a writer that is not connected: %v, want FailedPrecondition", err)
 	}
+	// A refused write in an earlier check may have ended the initiator's
+	// connection (verbs: its responder QP is in ERROR): a write through an
+	// unbound key makes sure the initiator is connected before the Grant.
 	const off, n = 4096, 64 << 10
+	kw, err := se.grant(ctx, off+n+8192, 4096, 0x2B)
+	if err != nil {
+		return err
+	}
+	err = se.warm(ctx, kw)
+	_, _ = se.tgt.g.Revoke(ctx, kw)
+	if err != nil {
+		return err
+	}
 	fill(se.dst.Bytes()[off-4096:off+n+4096], 0x2B)
 	k, err := se.tgt.g.Grant(ctx, sdk.Window{Region: se.dstID, Offset: off, Length: n, Writer: iep.Address})
 	if err != nil {

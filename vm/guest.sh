@@ -51,7 +51,7 @@ tc -s qdisc show dev veth0 | head -3
 tc qdisc del dev veth0 root; tc qdisc del dev veth1 root
 
 # two prefill agents, one decode agent, aborts under netem: vm/late-arrival.sh
-[ -x /usr/bin/kvfence ] && step late-arrival timeout 560 sh /late-arrival.sh
+[ -x /usr/bin/kvfence ] && step late-arrival timeout 780 sh /late-arrival.sh
 
 # (these functions use t0, rc, rnd, try, wall: never s, n, r, which step() owns)
 sec "bandwidth: ib_write_bw vs the plugin, rxe0 -> rxe1, 2048 x 64 KiB writes, 128 in flight"

@@ -19,6 +19,11 @@
 #               fences) are allowed and reported: the gate is that none is
 #               released without drain, fence or the bound, and corrupt_pages 0.
 #               A CI log with timeouts > 0 means the VM ran short of CPU.
+#   fence arm:  the safe arm with prefill rank 2 killed (kill -9) mid-run: a
+#               dead rank never drains, so decode fences its holds at once
+#               with the verbs plugin's Revoke on rxe1 (memory windows) and
+#               releases them fenced; corrupt_pages 0, released_fenced > 0,
+#               nothing held at the end, holds check as in the safe arm.
 # Results: /results/late-arrival/ (JSON summaries, holds checks, decode logs).
 # Exit status: number of failed checks.
 K=/usr/bin/kvfence
@@ -38,15 +43,15 @@ tc() { /usr/sbin/tc "$@"; }
 # retransmission, and a write queued behind it on its QP lands late.
 NETEM="delay 4ms 2ms loss 1% rate 1gbit"
 REQ=96 CONC=12
-ARMS="unsafe safe" EXTRA=""
+ARMS="unsafe safe fence" EXTRA="" KILL=4s
 # Tuning without a rebuild: kernel args kvf.la.req=N kvf.la.conc=N
-# kvf.la.arms=unsafe,safe kvf.la.netem=delay,4ms,... kvf.la.demo=--flag=v,...
-# (commas stand for spaces).
+# kvf.la.arms=unsafe,safe,fence kvf.la.netem=delay,4ms,... kvf.la.demo=--flag=v,...
+# kvf.la.kill=4s (commas stand for spaces).
 for a in $(cat /proc/cmdline); do
   v=$(echo "${a#*=}" | tr , ' ')
   case $a in
     kvf.la.req=*) REQ=$v;; kvf.la.conc=*) CONC=$v;; kvf.la.arms=*) ARMS=$v;;
-    kvf.la.netem=*) NETEM=$v;; kvf.la.demo=*) EXTRA=$v;;
+    kvf.la.netem=*) NETEM=$v;; kvf.la.demo=*) EXTRA=$v;; kvf.la.kill=*) KILL=$v;;
   esac
 done
 FAILS=0
@@ -94,16 +99,28 @@ case " $ARMS " in *" unsafe "*)
   echo "unsafe arm holds check (expected to fail: released on abort): $(head -3 "$R/unsafe-holds.txt" | tr '\n' ' ')"
 esac
 
+# safe_gate NAME HOLDS-CHECK-FLAGS...: the checks both safe arms share.
+safe_gate() {
+  n=$1; shift
+  c=$(num corrupt_pages "$R/$n.json"); a=$(num aborts "$R/$n.json"); u=$(num unreleased_exposures "$R/$n.json")
+  f=$(num released_fenced "$R/$n.json"); v=$(num pages_verified "$R/$n.json")
+  echo "KVF late-arrival $n: aborts=${a:-?} released_fenced=${f:-?} corrupt_pages=${c:-?} pages_verified=${v:-?} unreleased=${u:-?}"
+  [ "${c:-1}" = 0 ] || fail "$n arm: corrupt_pages=${c:-?}"
+  [ "${a:-0}" -gt 0 ] || fail "$n arm: no abort"
+  [ "${u:-1}" = 0 ] || fail "$n arm: exposures still held at the end"
+  "$K" __holds-check --log "/tmp/la-$n/decode-0.log" --allow-timeout "$@" > "$R/$n-holds.txt" 2>&1 || fail "$n arm: holds check"
+  cat "$R/$n-holds.txt"
+}
+
 case " $ARMS " in *" safe "*)
   arm safe || fail "safe arm did not finish"
-  c=$(num corrupt_pages "$R/safe.json"); a=$(num aborts "$R/safe.json")
-  v=$(num pages_verified "$R/safe.json"); u=$(num unreleased_exposures "$R/safe.json")
-  echo "KVF late-arrival safe: aborts=${a:-?} corrupt_pages=${c:-?} pages_verified=${v:-?} unreleased=${u:-?}"
-  [ "${c:-1}" = 0 ] || fail "safe arm: corrupt_pages=${c:-?}"
-  [ "${a:-0}" -gt 0 ] || fail "safe arm: no abort"
-  [ "${u:-1}" = 0 ] || fail "safe arm: exposures still held at the end"
-  "$K" __holds-check --log /tmp/la-safe/decode-0.log --expect "${a:-0}" --allow-timeout > "$R/safe-holds.txt" 2>&1 || fail "safe arm: holds check"
-  cat "$R/safe-holds.txt"
+  a=$(num aborts "$R/safe.json"); safe_gate safe --expect "${a:-0}"
+esac
+
+case " $ARMS " in *" fence "*)
+  arm fence --kill-prefill-after=$KILL || fail "fence arm did not finish"
+  safe_gate fence
+  [ "${f:-0}" -gt 0 ] || fail "fence arm: no hold released by fence (the receiver-side fence was not exercised)"
 esac
 
 tc -s qdisc show dev veth0 | head -3

@@ -136,6 +136,14 @@ static int kvf_connect(struct kvf_dev *d, struct ibv_qp *qp, uint32_t dqpn, uint
 		IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
+// kvf_qp_state returns the QP's current state (enum ibv_qp_state) or -errno.
+static int kvf_qp_state(struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	int rc = ibv_query_qp(qp, &a, IBV_QP_STATE, &ia);
+	return rc ? -rc : (int)a.qp_state;
+}
+
 static int kvf_to_error(struct ibv_qp *qp) {
 	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof a);
@@ -549,6 +557,13 @@ func (q *qp) post(wrs []wr, closeID uint64) (int, bool, error) {
 		return n, closed != 0, errnoErr(sdk.ClassResourceExhausted, "ibv_post_send", e)
 	}
 	return n, false, nil
+}
+
+// broken reports whether the QP is in ERROR (or cannot be queried): a
+// responder QP goes there when it refuses a write (remote access error).
+func (q *qp) broken() bool {
+	st := C.kvf_qp_state(q.c)
+	return st < 0 || st == C.IBV_QPS_ERR
 }
 
 func (q *qp) toError() error {

@@ -45,6 +45,7 @@ func (m *mr) dereg() error                                              { return
 func (q *qp) num() uint32                                               { return 0 }
 func (q *qp) connect(r qpAttrs, psn uint32, timeout, retry uint8) error { return errNoVerbs }
 func (q *qp) post(wrs []wr, closeID uint64) (int, bool, error)          { return 0, false, errNoVerbs }
+func (q *qp) broken() bool                                              { return true }
 func (q *qp) toError() error                                            { return errNoVerbs }
 func (q *qp) destroy() error                                            { return errNoVerbs }
 func (m *mw) dealloc() error                                            { return errNoVerbs }

@@ -354,14 +354,20 @@ func (t *Transport) bindToWriter(writer string, m *mw, r *mr, iova, n uint64) (*
 	t.amu.Lock()
 	defer t.amu.Unlock()
 	var on *responder
-	count := 0
+	count, broken := 0, 0
 	for _, a := range t.accepts {
-		if a.from == writer {
+		switch {
+		case a.from != writer:
+		case a.q.broken(): // it refused a write; the writer reconnects on its next post
+			broken++
+		default:
 			on = a
 			count++
 		}
 	}
 	switch {
+	case count == 0 && broken > 0:
+		return nil, 0, sdk.Errorf(sdk.ClassFailedPrecondition, "verbs: writer %q's connection here is in error (it refused a write); the writer reconnects on its next post", writer)
 	case count == 0:
 		return nil, 0, sdk.Errorf(sdk.ClassFailedPrecondition, "verbs: writer %q is not connected", writer)
 	case count > 1:
