@@ -150,3 +150,48 @@ func TestOracleDetectsForeignBytes(t *testing.T) {
 		t.Fatal("torn content accepted")
 	}
 }
+
+// Decode bounds each prefill rank's writes by the tail that rank's own
+// transport declared in its Hello (when longer than decode's), because a
+// write's tail belongs to the writer's transport; a negative one is refused.
+func TestDecodeUsesWriterDeclaredTail(t *testing.T) {
+	d := startDecode(t)
+	ctx := context.Background()
+	own := d.info.Capabilities.MaxTail
+	for rank, declared := range map[uint32]time.Duration{1: own + 5*time.Second, 2: 0} {
+		l, _, err := dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: rank, Version: ProtocolVersion,
+			Caps: Caps{Quiesce: true, MaxTail: int64(declared)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.close()
+		want := max(declared, own).Seconds()
+		waitFor(t, "the writer tail gauge", func() bool { return writerTail(t, d.Metrics, rank) == want })
+	}
+	_, _, err := dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 3, Version: ProtocolVersion,
+		Caps: Caps{Quiesce: true, MaxTail: -1}})
+	if !IsRefused(err) || !strings.Contains(err.Error(), "negative transport tail") {
+		t.Fatalf("negative tail: err = %v", err)
+	}
+}
+
+func writerTail(t *testing.T, m *Metrics, rank uint32) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kvfence_writer_tail_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			for _, lp := range mt.GetLabel() {
+				if lp.GetName() == "peer_rank" && lp.GetValue() == itoa(int(rank)) {
+					return mt.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}

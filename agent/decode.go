@@ -243,13 +243,18 @@ func (d *Decode) serveLink(l *link) {
 		}
 	}
 	rank := core.RankID(l.peer.Rank)
+	declared := time.Duration(l.peer.Caps.MaxTail)
 	d.lp.post(func() {
 		if old := d.links[rank]; old != nil && old != l {
 			old.close()
 		}
 		d.links[rank] = l
 		delete(d.deadline, rank)
-		d.log.Info("prefill rank linked", "rank", rank)
+		// The rank's writes can land as late as its own transport allows
+		// (accept refused a negative tail, so this cannot fail).
+		_ = d.core.RankTail(rank, declared)
+		d.Metrics.tail(rank, d.core.Tail(rank))
+		d.log.Info("prefill rank linked", "rank", rank, "declared_tail", declared, "tail", d.core.Tail(rank))
 	})
 	defer d.lp.post(func() {
 		if d.links[rank] == l {

@@ -28,6 +28,7 @@ type Metrics struct {
 	corrupt     prometheus.Counter
 	checksumBad prometheus.Counter
 	revokeSecs  prometheus.Histogram
+	writerTail  *prometheus.GaugeVec // peer_rank
 }
 
 var holdBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
@@ -55,13 +56,15 @@ func NewMetrics(role string, rank uint32, snap func() Snapshot) *Metrics {
 		Help: "In-doubt batches settled by quiescence evidence, by the transport's evidence (receiver-confirmed, receiver-closed, endpoint-flushed, process-exited, ...).", ConstLabels: labels}, []string{"evidence"})
 	m.revokeSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvfence_revoke_duration_seconds",
 		Help: "How long revoking an exposure's keys took.", ConstLabels: labels, Buckets: holdBuckets})
+	m.writerTail = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvfence_writer_tail_seconds",
+		Help: "The tail bounding each prefill rank's writes in decode's timeout release: the larger of the tail the rank's transport declared and decode's own.", ConstLabels: labels}, []string{"peer_rank"})
 	m.verified = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvfence_pages_verified_total",
 		Help: "Pages checked against the content oracle at handoff and at finish.", ConstLabels: labels})
 	m.corrupt = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvfence_corrupt_pages_total",
 		Help: "Pages that held bytes other than their own request's. Must stay 0.", ConstLabels: labels})
 	m.checksumBad = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvfence_checksum_mismatches_total",
 		Help: "Commits whose checksum did not match the pages decode holds (the request was aborted, not handed off).", ConstLabels: labels})
-	reg.MustRegister(m.releases, m.holdSeconds, m.rejected, m.failedSends, m.inDoubt, m.quiesceSecs, m.quiesceEv, m.revokeSecs, m.verified, m.corrupt, m.checksumBad)
+	reg.MustRegister(m.releases, m.holdSeconds, m.rejected, m.failedSends, m.inDoubt, m.quiesceSecs, m.quiesceEv, m.revokeSecs, m.verified, m.corrupt, m.checksumBad, m.writerTail)
 	reg.MustRegister(&snapshotCollector{snap: snap, labels: labels})
 	return m
 }
@@ -77,6 +80,10 @@ func (m *Metrics) reject(reason string)     { m.rejected.WithLabelValues(reason)
 func (m *Metrics) failedSend(what string)   { m.failedSends.WithLabelValues(what).Inc() }
 func (m *Metrics) quiesced(d time.Duration) { m.quiesceSecs.Observe(d.Seconds()) }
 func (m *Metrics) revoked(d time.Duration)  { m.revokeSecs.Observe(d.Seconds()) }
+
+func (m *Metrics) tail(rank core.RankID, d time.Duration) {
+	m.writerTail.WithLabelValues(itoa(int(rank))).Set(d.Seconds())
+}
 
 // evidence counts batches settled by quiescence evidence of one kind.
 func (m *Metrics) evidence(ev string, batches int) {

@@ -90,6 +90,9 @@ func compatible(p, d Hello) error {
 		return fmt.Errorf("incompatible peers: decode rank %d requires checksums at commit and prefill rank %d does not compute them (enable checksums on the prefill rank)",
 			d.Rank, p.Rank)
 	}
+	if p.Caps.MaxTail < 0 {
+		return fmt.Errorf("incompatible peers: prefill rank %d declares a negative transport tail (%dns)", p.Rank, p.Caps.MaxTail)
+	}
 	if !p.Caps.Quiesce {
 		return fmt.Errorf("incompatible peers: prefill rank %d's transport cannot prove quiescence; decode rank %d would have to release in-doubt writes on timeout only — refusing to run with weaker guarantees",
 			p.Rank, d.Rank)

@@ -15,7 +15,7 @@ type ReceiverConfig struct {
 
 	Lease       time.Duration // lease granted by Assign and by each Grant
 	MaxHold     time.Duration // no lease reaches past admission + MaxHold
-	MaxTail     time.Duration // the transport's declared tail (Capabilities.MaxTail)
+	MaxTail     time.Duration // this transport's declared tail; a writer's may be longer (RankTail)
 	ClockMargin time.Duration // at least the largest clock skew between peers
 
 	CanRevoke   bool // the transport can revoke keys (receiver-side fence)
@@ -24,7 +24,8 @@ type ReceiverConfig struct {
 	// acknowledged (messages get lost). Zero means Lease/2.
 	AbortRetransmit time.Duration
 	// Restarted says that an earlier instance exposed this memory: it is
-	// quarantined until revoked or until MaxHold + MaxTail + ClockMargin.
+	// quarantined until revoked or until MaxHold + MaxTail + ClockMargin
+	// (longer if a rank declares a longer tail meanwhile: RankTail).
 	Restarted bool
 
 	// Unsafe selects a known-unsafe variant. Only the simulation, the tests

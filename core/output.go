@@ -8,7 +8,7 @@ type ReleasePath uint8
 const (
 	PathDrained   ReleasePath = iota // every rank that may touch it acknowledged a drain
 	PathFenced                       // the transport revoked access (evidence)
-	PathTimeout                      // past lease + MaxTail + margin, nothing else
+	PathTimeout                      // past lease + the writer's tail + margin, nothing else
 	PathCompleted                    // handed off and finished by the decode loop
 	PathUnsafe                       // a known-unsafe variant let it go early
 	numPaths

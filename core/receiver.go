@@ -69,6 +69,8 @@ type Receiver struct {
 	quarantine      []uint32
 	quarantineUntil Time
 	quarantineStart Time
+
+	tails map[RankID]time.Duration // declared by RankTail; only ever grows
 }
 
 // NewReceiver makes the core of one decode rank at time now. With
@@ -86,6 +88,9 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 	if cfg.Restarted && cfg.Unsafe != knownunsafe.RestartReuse {
 		r.quarantine = r.pool.take(nil, r.pool.Free())
 		r.quarantineStart = now
+		// The earlier instance's writers and their tails are unknown here:
+		// the bound starts from our own MaxTail, and RankTail extends it for
+		// every writer that declares a longer one while it lasts.
 		r.quarantineUntil = now.Add(cfg.MaxHold + cfg.MaxTail + cfg.ClockMargin)
 		r.metrics.QuarantinedSlots = len(r.quarantine)
 		if cfg.CanRevoke {
@@ -93,6 +98,49 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 		}
 	}
 	return r, nil
+}
+
+// RankTail records the tail that a prefill rank's transport declared
+// (Capabilities.MaxTail, sent in its Hello): how long after being posted one
+// of its writes may still land. The tail belongs to the writer's transport
+// (an RDMA queue pair keeps retrying on the sender's side), so every timeout
+// bound over that rank's writes uses the larger of it and this receiver's own
+// MaxTail; a rank that never declared one gets MaxTail. A rank's tail never
+// shrinks within an instance: writes posted under an earlier declaration may
+// still be in flight. While the restart quarantine lasts, a longer tail
+// extends it too (the rank may have written to the earlier instance).
+//
+// It changes no state that could release anything, so it produces no output
+// and leaves Ready as it was.
+func (r *Receiver) RankTail(rank RankID, tail time.Duration) error {
+	if tail < 0 {
+		return errorf(ErrInvalidArgument, "rank %d: tail must not be negative, got %v", rank, tail)
+	}
+	if r.tails == nil {
+		r.tails = make(map[RankID]time.Duration)
+	}
+	if tail > r.tails[rank] {
+		r.tails[rank] = tail
+	}
+	if r.quarantine != nil {
+		if until := r.quarantineStart.Add(r.cfg.MaxHold + r.Tail(rank) + r.cfg.ClockMargin); until > r.quarantineUntil {
+			r.quarantineUntil = until
+		}
+	}
+	return nil
+}
+
+// Tail is the tail that bounds a rank's writes: the larger of the tail it
+// declared (RankTail) and this receiver's own MaxTail.
+func (r *Receiver) Tail(rank RankID) time.Duration {
+	tail := r.cfg.MaxTail
+	if r.cfg.Unsafe == knownunsafe.OwnTailOnly {
+		return tail // the bug: only the receiver's transport counts
+	}
+	if t := r.tails[rank]; t > tail {
+		tail = t
+	}
+	return tail
 }
 
 // Ready returns what the last input produced. It stays valid until the next
@@ -475,7 +523,8 @@ func (r *Receiver) checkRelease(e *exposure, now Time) bool {
 		return false
 	}
 	allAcked, deadWriter := true, false
-	bound := Time(0) // the latest deadline among ranks that did not drain
+	bound := Time(0)         // the latest deadline among ranks that did not drain
+	tail := time.Duration(0) // the longest tail among them
 	for i := range e.ranks {
 		t := &e.ranks[i]
 		if t.acked {
@@ -483,7 +532,11 @@ func (r *Receiver) checkRelease(e *exposure, now Time) bool {
 		}
 		allAcked = false
 		deadWriter = deadWriter || t.dead
-		d := t.lease.Add(r.cfg.MaxTail + r.cfg.ClockMargin)
+		rt := r.Tail(t.rank)
+		if rt > tail {
+			tail = rt
+		}
+		d := t.lease.Add(rt + r.cfg.ClockMargin)
 		if r.cfg.Unsafe == knownunsafe.UnboundedTimeout {
 			d = e.stopped.Add(r.cfg.Lease / 8) // "a short fixed timeout"
 		}
@@ -507,7 +560,9 @@ func (r *Receiver) checkRelease(e *exposure, now Time) bool {
 		// sender that ignores its lease.
 		r.requestRevoke(e, now)
 		return false
-	case r.cfg.CanRevoke && now < e.revokeAt.Add(r.cfg.MaxTail+r.cfg.ClockMargin):
+	case r.cfg.CanRevoke && now < e.revokeAt.Add(tail+r.cfg.ClockMargin):
+		// A revoke that was never confirmed: wait out the longest tail of
+		// the writers that did not drain.
 		return false
 	}
 	r.release(e, PathTimeout, now)

@@ -42,6 +42,17 @@ func receiverProperties(variant knownunsafe.Variant) func(*rapid.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Writers' transports may declare tails longer than ours (RankTail).
+		tails := map[RankID]time.Duration{}
+		for _, rk := range []RankID{0, 1} {
+			if tl := time.Duration(rapid.SampledFrom([]int{-1, 100, 300, 600, 1000}).Draw(t, "tail")) * time.Microsecond; tl >= 0 {
+				tails[rk] = tl
+				if err := r.RankTail(rk, tl); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		bound := func(rk RankID) time.Duration { return max(cfg.MaxTail, tails[rk]) + cfg.ClockMargin }
 		shadow := map[Tag]*shadowExposure{}
 		var tags []Tag
 		pickTag := func() Tag {
@@ -50,7 +61,6 @@ func receiverProperties(variant knownunsafe.Variant) func(*rapid.T) {
 			}
 			return rapid.SampledFrom(tags).Draw(t, "tag")
 		}
-		bound := cfg.MaxTail + cfg.ClockMargin
 		check := func(step string) {
 			out := r.Ready()
 			for _, m := range out.Messages {
@@ -99,8 +109,8 @@ func receiverProperties(variant knownunsafe.Variant) func(*rapid.T) {
 					}
 				case PathTimeout:
 					for _, rk := range s.ranks {
-						if _, c := s.committed[rk]; !c && !s.drained[rk] && now < s.lease[rk].Add(bound) {
-							t.Fatalf("%s: timeout release of %s before rank %d's bound (%d < %d)", step, rel.Tag, rk, now, s.lease[rk].Add(bound))
+						if _, c := s.committed[rk]; !c && !s.drained[rk] && now < s.lease[rk].Add(bound(rk)) {
+							t.Fatalf("%s: timeout release of %s before rank %d's bound (%d < %d)", step, rel.Tag, rk, now, s.lease[rk].Add(bound(rk)))
 						}
 					}
 				default:
@@ -241,7 +251,7 @@ func propertyFails(t *testing.T, prop func(*rapid.T)) (failed bool, msg string) 
 // decode-side known-unsafe variant, so they are not a test that cannot fail.
 func TestReceiverPropertiesCatchUnsafe(t *testing.T) {
 	for _, v := range []knownunsafe.Variant{knownunsafe.ReleaseOnAbort, knownunsafe.UnboundedTimeout,
-		knownunsafe.SingleAckTarget, knownunsafe.NoCoverageCheck, knownunsafe.ReleaseOnRemoteFailure} {
+		knownunsafe.SingleAckTarget, knownunsafe.NoCoverageCheck, knownunsafe.ReleaseOnRemoteFailure, knownunsafe.OwnTailOnly} {
 		failed, msg := propertyFails(t, receiverProperties(v))
 		if !failed {
 			t.Errorf("%s: the receiver properties did not catch it", v.Name())

@@ -272,6 +272,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		name, r := h.dec(d)
 		r.RevokedAll(h.now)
 		h.collect(name, r.Ready(), true)
+	case "ranktail":
+		name, r := h.dec(d)
+		h.errorf(r.RankTail(rankOf(arg(d, "rank", "r0")), argDur(d, "tail", "0s")))
+		h.collect(name, r.Ready(), true)
 	case "peerdead":
 		name, r := h.dec(d)
 		r.PeerDead(rankOf(arg(d, "rank", "r0")), h.now)

@@ -179,6 +179,13 @@ func (c *cluster) startDecode(d *decodeNode, restarted bool) {
 	if err != nil {
 		panic(err)
 	}
+	// Every prefill rank declares its transport's tail when it links (its
+	// Hello comes before any Assign can reach it), a restart included.
+	for i, tail := range c.p.Tails {
+		if err := r.RankTail(core.RankID(i), tdur(tail)); err != nil {
+			panic(err)
+		}
+	}
 	d.r = r
 	c.decodeOut(d)
 }

@@ -9,7 +9,8 @@ import (
 
 // Timing of the simulated cluster, in nanoseconds of virtual time.
 const (
-	maxTail     = int64(300 * time.Microsecond)
+	maxTail     = int64(300 * time.Microsecond) // decode's own transport
+	maxRankTail = 4 * maxTail                   // the longest a prefill rank's transport declares
 	lease       = int64(1 * time.Millisecond)
 	maxHold     = int64(8 * time.Millisecond)
 	maxSkew     = int64(40 * time.Microsecond)
@@ -41,6 +42,9 @@ type Profile struct {
 	CrashRank, RestartDecode              bool
 	CanRevoke, EagerRevoke                bool
 	MaxInflight, MaxBatch                 int
+	// Tails is each prefill rank's transport tail (ns), declared to decode
+	// (RankTail): a write's tail is the writer's, and may exceed decode's.
+	Tails []int64
 }
 
 func drawProfile(rng *rand.Rand) Profile {
@@ -71,6 +75,9 @@ func drawProfile(rng *rand.Rand) Profile {
 		MaxBatch:    1 + rng.IntN(2),
 	}
 	p.RestartDecode = rng.IntN(4) == 0
+	for i := 0; i < p.Prefill; i++ {
+		p.Tails = append(p.Tails, int64(pick(rng, 0.5, 1, 2, 4)*float64(maxTail)))
+	}
 	return p
 }
 

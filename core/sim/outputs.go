@@ -5,9 +5,9 @@ import (
 )
 
 // holdBound is the longest any hold may last (I6): the latest lease decode
-// can grant, the tail and margin, once more for a fence that never answers,
-// and tick granularity.
-const holdBound = maxHold + 2*(maxTail+maxSkew) + 2*tickEvery
+// can grant, the longest writer's tail and margin, once more for a fence that
+// never answers, and tick granularity.
+const holdBound = maxHold + 2*(maxRankTail+maxSkew) + 2*tickEvery
 
 func (c *cluster) decodeOut(d *decodeNode) {
 	out := d.r.Ready()

@@ -5,8 +5,8 @@ import (
 )
 
 // post models one batch on a backend like Mooncake, NIXL or MORI: writes
-// land within the transport's tail, but the completion may lie about when
-// they stop. Every landing is scheduled now, so the model knows exactly
+// land within the sending rank's transport tail, but the completion may lie
+// about when they stop. Every landing is scheduled now, so the model knows exactly
 // when a batch can no longer move (that is what honest Quiesce reports).
 func (c *cluster) post(p *prefillNode, post core.Post) {
 	r := c.reqs[post.Tag.Key()]
@@ -14,8 +14,9 @@ func (c *cluster) post(p *prefillNode, post core.Post) {
 	f := &flight{rank: p, batch: post.Batch, tag: post.Tag, dec: d, key: post.Tag.Key(), uid: r.uid}
 	c.flights[flightKey{p.idx, post.Batch}] = f
 	now := c.sch.now
+	tail := c.p.Tails[p.idx]
 	landAt := func(slot uint32) int64 {
-		t := now + 2_000 + c.rng.Int64N(maxTail*4/5)
+		t := now + 2_000 + c.rng.Int64N(tail*4/5)
 		c.landing(f, slot, t)
 		return t
 	}
@@ -38,7 +39,7 @@ func (c *cluster) post(p *prefillNode, post core.Post) {
 		for _, s := range post.Slots {
 			landAt(s)
 		}
-		status, doneAt = core.InDoubt, now+1_000+c.rng.Int64N(maxTail/3)
+		status, doneAt = core.InDoubt, now+1_000+c.rng.Int64N(tail/3)
 	case u < c.p.Definite+c.p.Timeout+c.p.Resend:
 		// An error after the bytes landed, and a resent slice lands again
 		// after the error was reported.
@@ -50,7 +51,7 @@ func (c *cluster) post(p *prefillNode, post core.Post) {
 		}
 		status, doneAt = core.InDoubt, last+1_000
 		resend := post.Slots[c.rng.IntN(len(post.Slots))]
-		if room := now + maxTail - doneAt; room > 0 {
+		if room := now + tail - doneAt; room > 0 {
 			c.landing(f, resend, doneAt+c.rng.Int64N(room))
 		}
 	default:

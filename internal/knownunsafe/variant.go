@@ -16,13 +16,14 @@ var (
 	SelfRenewedLease       = Variant{"self-renewed-lease"}
 	NoTombstones           = Variant{"no-tombstones"}
 	RestartReuse           = Variant{"restart-reuse"}
+	OwnTailOnly            = Variant{"own-tail-only"}
 )
 
 // All lists every unsafe variant, in a stable order.
 var All = []Variant{
 	ReleaseOnAbort, AckAfterFailedSend, IgnoreGenerations, UnboundedTimeout,
 	SingleAckTarget, ReleaseOnRemoteFailure, NoCoverageCheck, SelfRenewedLease,
-	NoTombstones, RestartReuse,
+	NoTombstones, RestartReuse, OwnTailOnly,
 }
 
 // Name is the variant's stable name ("safe" for the real core).
