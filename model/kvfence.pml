@@ -12,6 +12,10 @@
 #ifndef TAIL
 #define TAIL 2          /* a posted write may move for TAIL ticks (MaxTail honest) */
 #endif
+#ifndef TAIL1
+#define TAIL1 TAIL      /* rank 1's own transport tail, declared to decode (rank 0's is TAIL) */
+#endif
+#define TAILR(r) ((r) == 1 -> TAIL1 : TAIL)
 #ifndef LEASE
 #define LEASE 2         /* lease granted by decode, in decode ticks */
 #endif
@@ -23,6 +27,14 @@
 #endif
 #ifndef BOUND
 #define BOUND (LEASE + TAIL - 1 + MARGIN)   /* tight bound for these discrete semantics */
+#endif
+/* decode bounds each writer by that writer's declared tail (RankTail) */
+#ifdef M_OWN_TAIL
+#define BOUNDR(r) BOUND                      /* mutant: decode's own tail for every writer */
+#define BOUNDMAX BOUND
+#else
+#define BOUNDR(r) (BOUND + TAILR(r) - TAIL)
+#define BOUNDMAX (BOUND + (TAIL1 > TAIL -> TAIL1 - TAIL : 0))
 #endif
 #ifndef LOSS
 #define LOSS 1
@@ -219,8 +231,8 @@ inline dfail(r) {
   :: dst == D_ASSIGNED -> startAbort(); release()   /* mutant: a failure decode did not start frees at once */
   :: dst == D_ABORTING -> release()
 #else
-  :: dst == D_ASSIGNED -> dl[r] = BOUND; startAbort()
-  :: dst == D_ABORTING -> dl[r] = BOUND
+  :: dst == D_ASSIGNED -> dl[r] = BOUNDR(r); startAbort()
+  :: dst == D_ABORTING -> dl[r] = BOUNDR(r)
 #endif
   :: else -> skip
   fi
@@ -253,7 +265,7 @@ inline dhandle(t,r,g) {
      :: t == HBT ->
         if
         :: dst == D_ASSIGNED ->
-           dl[r] = BOUND;
+           dl[r] = BOUNDR(r);
 #ifndef ONEWAY
            issued[IX(r,g)] = LEASE; sendR(GRT,r,g)
 #else
@@ -263,7 +275,7 @@ inline dhandle(t,r,g) {
 #ifdef GRANT_IN_ABORTING
            issued[IX(r,g)] = LEASE; sendR(GRT,r,g);
 #endif
-           dl[r] = BOUND                /* evidence of life only: no new posting lease while aborting */
+           dl[r] = BOUNDR(r)            /* evidence of life only: no new posting lease while aborting */
         :: else -> skip
         fi
      fi
@@ -285,7 +297,7 @@ end:
 #endif
        dst = D_ASSIGNED;
        committed[0] = 0; committed[1] = 0; acked[0] = 0; acked[1] = 0;
-       dl[0] = BOUND; dl[1] = BOUND;
+       dl[0] = BOUNDR(0); dl[1] = BOUNDR(1);
 #ifndef ONEWAY
        issued[IX(0,cur)] = LEASE; issued[IX(1,cur)] = LEASE;
        aissued[IX(0,cur)] = LEASE; aissued[IX(1,cur)] = LEASE;
@@ -315,7 +327,7 @@ end:
 #endif
        release();
 #ifdef DRST_QUAR
-       dq = BOUND;
+       dq = BOUNDMAX;
 #endif
      )
 #endif
@@ -384,7 +396,7 @@ inline rabort(r,g) {
 /* rank local steps for tag g */
 #define RSTEP(r,g) \
   :: AT( rs[IX(r,g)] == R_SENDING && ws[IX(r,g)] == W_NONE && lr[IX(r,g)] > 0 -> \
-       ws[IX(r,g)] = W_INFL; mv[IX(r,g)] = 1; tl[IX(r,g)] = TAIL; PICKCOV(IX(r,g)) ) \
+       ws[IX(r,g)] = W_INFL; mv[IX(r,g)] = 1; tl[IX(r,g)] = TAILR(r); PICKCOV(IX(r,g)) ) \
   :: AT( rs[IX(r,g)] == R_SENDING && ws[IX(r,g)] == W_NONE && lr[IX(r,g)] == 0 -> \
        rs[IX(r,g)] = R_FAILED; sendD(FAL,r,g) ) \
   :: AT( rs[IX(r,g)] == R_SENDING && ws[IX(r,g)] == W_SUCC -> \
