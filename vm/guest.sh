@@ -103,13 +103,41 @@ bw() {
 }
 step bandwidth bw
 
-sec "latency: ib_write_lat vs the plugin's one-batch latency, rxe0 -> rxe1, 4 KiB"
-# ib_write_lat (RDMA WRITE, the plugin's operation; ib_send_lat would add
-# receive-queue work the plugin never does) reports half a write ping-pong's
-# round trip; the plugin's figure is post -> completion of a one-write batch,
-# which includes the ACK's way back: ratio ~2 is parity. perftest's figure
-# is checked against its wall clock as above (500 round trips of 2 x typical
-# cannot take longer than the whole run).
+sec "latency: the plugin's one-batch latency vs ib_write_bw -t 1 and ib_write_lat, rxe0 -> rxe1, 4 KiB"
+# Two perftest baselines on the same device pair, rounds interleaved and
+# their order alternated. (1) The like-for-like one: ib_write_bw -t 1 -Q 1
+# keeps exactly one signalled RDMA WRITE outstanding (tx depth 1, a
+# completion for every write) and polls the CQ for it before posting the
+# next: its time per message, 1 / msg rate, is post -> completion, the
+# plugin's operation, so ~1 is parity; it is a mean over the run (first post
+# to last completion), so it is set against the plugin's mean as well as its
+# p50. (2) ib_write_lat (RDMA WRITE ping-pong; the peer polls its memory, no
+# completion is ever waited for) reports half a round trip, so ~2 is parity
+# there. Each perftest figure is checked against its wall clock as in the
+# bandwidth step (1000 writes cannot take longer than the whole run; 500
+# round trips of 2 x typical neither).
+ibw1() {
+  for try in 1 2 3; do
+    timeout 60 ib_write_bw -d rxe1 -x "$G1" -F -n 1000 -s 4096 -t 1 -Q 1 > /tmp/wsrv.log 2>&1 &
+    sleep 1; t0=$(up)
+    timeout 60 ib_write_bw -d rxe0 -x "$G0" -F -n 1000 -s 4096 -t 1 -Q 1 $B > /tmp/wcli.log 2>&1; rc=$?
+    wall=$(echo "$(up) $t0" | awk '{print $1 - $2}'); wait
+    IW=
+    if [ $rc != 0 ]; then echo "ib_write_bw -t 1 client failed (rc=$rc):"; tail -3 /tmp/wcli.log
+    elif ! grep -Eq '^ *TX depth *: *1$' /tmp/wcli.log || ! grep -Eq '^ *CQ Moderation *: *1$' /tmp/wcli.log; then
+      echo "ib_write_bw -t 1 -Q 1 did not run with one signalled write outstanding:"; grep -E 'TX depth|CQ Moderation' /tmp/wcli.log
+      return 1
+    else
+      MR=$(awk '$1==4096 {print $5}' /tmp/wcli.log | tail -1)   # MsgRate[Mpps]
+      # as a rate: writes per second must be >= 1000 / wall
+      if echo "$MR $wall" | awk '$1 ~ /^[0-9.]+$/ && $1 > 0 && $1 * 1e6 >= 1000 / $2 * 0.95 {ok = 1} END {exit !ok}'; then
+        IW=$(echo "$MR" | awk '{printf "%.2f", 1 / $1}'); return 0
+      fi
+      echo "ib_write_bw -t 1 msg rate $MR Mpps refused (wall clock ${wall}s for 1000 writes)"
+    fi
+  done
+  IW=
+}
 iblat() {
   for try in 1 2 3; do
     timeout 60 ib_write_lat -d rxe1 -x "$G1" -F -n 500 -s 4096 > /tmp/lsrv.log 2>&1 &
@@ -128,19 +156,31 @@ kvlat() {
   timeout 120 verbs.test -test.run '^$' -test.bench 'BenchmarkDeviceBatchLatency$' -test.benchtime 500x > /tmp/kl.log 2>&1 || { cat /tmp/kl.log; return 1; }
   grep -E 'KVFENCE_VERBS_LAT' /tmp/kl.log | tail -1
   KL=$(awk '/KVFENCE_VERBS_LAT_US/ {for (i = 1; i <= NF; i++) if ($i ~ /^p50=/) v = substr($i, 5)} END {print v}' /tmp/kl.log)
+  KM=$(awk '/KVFENCE_VERBS_LAT_US/ {for (i = 1; i <= NF; i++) if ($i ~ /^mean=/) v = substr($i, 6)} END {print v}' /tmp/kl.log)
 }
+ratio() { echo "$1 $2" | awk '$1 > 0 && $2 > 0 {printf "%.3f", $1 / $2; exit} {printf "-"}'; }
 lat() {
   : > /results/lat.txt
   for rnd in 1 2 3; do
-    IL= KL=
-    if [ $((rnd % 2)) = 1 ]; then iblat && kvlat || return 1; else kvlat && iblat || return 1; fi
+    IW= IL= KL= KM=
+    if [ $((rnd % 2)) = 1 ]; then ibw1 && iblat && kvlat || return 1; else kvlat && ibw1 && iblat || return 1; fi
     [ -n "$KL" ] || return 1
-    [ -n "$IL" ] || { echo "round $rnd: no sane ib_write_lat figure; left out (plugin_p50_us=$KL)" | tee -a /results/lat.txt; continue; }
-    echo "round $rnd: ib_write_lat_typical_us=$IL plugin_p50_us=$KL ratio=$(echo "$KL $IL" | awk '$2>0 {printf "%.3f", $1/$2}')" | tee -a /results/lat.txt
+    echo "round $rnd: plugin_p50_us=$KL plugin_mean_us=$KM ib_write_bw_t1_us=${IW:-none} ib_write_lat_typical_us=${IL:-none}" \
+      "p50/t1=$(ratio "$KL" "$IW") mean/t1=$(ratio "$KM" "$IW") p50/lat=$(ratio "$KL" "$IL")" | tee -a /results/lat.txt
   done
-  med /results/lat.txt "plugin p50/ib_write_lat typical (~2 = parity: ib_write_lat is half a round trip)" | tee -a /results/lat.txt
-  # for information: the same with the spinning completion loop (KVFENCE_VERBS_POLL=spin)
-  KVFENCE_VERBS_POLL=spin kvlat && echo "plugin p50 with poll=spin: ${KL}us" | tee -a /results/lat.txt
+  medf() {  # medf FIELD LABEL: median/min/max of FIELD= over the rounds that have it
+    awk -v f="$1=" '/^round/ {for (i = 1; i <= NF; i++) if (index($i, f) == 1 && substr($i, length(f) + 1) != "-") print substr($i, length(f) + 1)}' /results/lat.txt |
+      sort -n | awk -v l="$2" '{r[NR] = $1} END {if (NR) printf "median %s over %d rounds: %.3f (min %.3f max %.3f)\n", l, NR, (NR % 2 ? r[(NR+1)/2] : (r[NR/2]+r[NR/2+1])/2), r[1], r[NR]; else printf "median %s: no sane perftest figure\n", l}'
+  }
+  medf p50/t1 "plugin p50 / ib_write_bw -t 1 per-message time (~1 = parity)" | tee -a /results/lat.txt
+  medf mean/t1 "plugin mean / ib_write_bw -t 1 per-message time (~1 = parity)" | tee -a /results/lat.txt
+  medf p50/lat "plugin p50 / ib_write_lat typical (~2 = parity: ib_write_lat is half a round trip)" | tee -a /results/lat.txt
+  # for information: the other poll modes (the default is event), and the
+  # floor under the plugin: the same write posted through the cgo layer and
+  # polled in the posting goroutine, no transport (BenchmarkDeviceRawLatency)
+  for m in nap spin; do KVFENCE_VERBS_POLL=$m kvlat && echo "plugin with poll=$m: p50 ${KL}us mean ${KM}us" | tee -a /results/lat.txt; done
+  timeout 120 verbs.test -test.run '^$' -test.bench 'BenchmarkDeviceRawLatency/inline' -test.benchtime 500x > /tmp/kr.log 2>&1 &&
+    awk '/KVFENCE_VERBS_RAWLAT_US/ {l = $0} END {sub(/.*KVFENCE_VERBS_RAWLAT_US inline /, "", l); print "floor, no transport (cgo post, inline poll): " l}' /tmp/kr.log | tee -a /results/lat.txt
   return 0
 }
 step latency lat

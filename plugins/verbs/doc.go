@@ -29,19 +29,42 @@
 // posted part is closed with a signalled copy of its last request (same
 // bytes, same place) and the batch ends FailedDefinite once that completes.
 //
-// Polling: one loop harvests the shared CQ, 64 completions at a time.
-// Config.Poll (KVFENCE_VERBS_POLL) says how it waits: nap (default: 64 empty
-// polls, then sleeps of 50 µs doubling to 1 ms), spin (poll without sleeping
-// while work is outstanding, as perftest does; sleep until the next Post
-// otherwise) or event (block on the CQ's completion channel). Measured in
-// the TCG VM (one 4 KiB write per batch, post → completion received, p50):
-// nap 0.54-0.75 ms, spin 0.59-0.71 ms, event 2-4 ms (a wake-up under
-// emulation is slow), against an RDMA WRITE round trip of ~0.25 ms
-// (ib_write_lat typical ~125-130 µs = half a round trip); the bandwidth
-// differences between modes were below the run-to-run noise. Benchmarks
-// against perftest on the same rxe device pair (vm/guest.sh, steps bandwidth and
-// latency): BenchmarkDeviceWrite vs ib_write_bw, BenchmarkDeviceBatchLatency
-// vs ib_write_lat.
+// Polling: one loop harvests the shared CQ, 64 completions at a time. After
+// each harvest it yields (runtime.Gosched), so the goroutine waiting on
+// Completions runs at once on the same thread; with nothing in flight it
+// waits for the next Post instead of polling alongside it. Config.Poll
+// (KVFENCE_VERBS_POLL) says how it waits for work in flight after 64 empty
+// polls: event (default: arm the CQ and block on its completion channel),
+// nap (sleeps of 50 µs doubling to 1 ms; Go makes each ~1 ms on Linux) or
+// spin (poll without sleeping while work is outstanding, as perftest does).
+//
+// Measured in the TCG VM against perftest on the same rxe pair (vm/guest.sh,
+// steps bandwidth and latency; 2 vCPUs on a 2-core host another VM shares,
+// so figures drift between runs). Bandwidth, 2048 × 64 KiB, 128 in flight
+// (BenchmarkDeviceWrite vs ib_write_bw): median ratio 0.97 (rounds
+// 0.94-1.04) with event; nap was 31-33 MiB/s where event gave 33-37 and
+// ib_write_bw 33-37 (ratio ~0.90); spin 10-15% below nap (the spinning vCPU
+// is the one rxe needs); one write per batch (128 batches in flight) or 4
+// below 16 per batch; 64 per batch and one reused 64 KiB buffer each side
+// (as ib_write_bw) within the noise. Latency, one 4 KiB write per batch,
+// post → completion received (BenchmarkDeviceBatchLatency): the
+// like-for-like baseline is ib_write_bw -t 1 -Q 1 (one signalled write
+// outstanding, its completion polled before the next post), 130-145 µs per
+// message; the same write posted through the cgo layer and polled in the
+// posting goroutine, no transport (BenchmarkDeviceRawLatency), has a p50 of
+// 130-145 µs too, so cgo costs nothing visible. The plugin's p50 is
+// 240-280 µs (~2 × the baseline), its mean ~2.8 × (millisecond tails of a
+// vCPU waiting for the host). The rest is mostly Post itself, which returns
+// after ~190 µs: rxe does the sending, and through the veth much of the
+// responder's work and the ACK, inside ibv_post_send's doorbell system call,
+// so the transport's bookkeeping and a second thread's wake-up land on the
+// critical path. Before the yield after each harvest the p50 was 480-550 µs
+// (nap) and 1-1.5 ms (event: the completion sat in the channel until the
+// loop's next polls or sleep were done, or another vCPU was woken up for
+// its receiver); before the wait for a Post when idle, event's p50 was
+// 360-430 µs (the loop's 64 polls ran out during the Post's system call).
+// ib_write_lat (half a write ping-pong; the peer polls memory, no
+// completion waited for) is ~110 µs: ~2.5 × is the plugin's ratio there.
 //
 // Memory windows: unbound keys (sdk.Window without Writer) are type-1
 // windows (ibv_bind_mw on a private QP pair) or MR rotation (Config.Revoke).
