@@ -79,8 +79,10 @@
 // before the QP is destroyed (the key dies with the connection); bound-ness
 // is tracked per window because invalidating an unbound type-2 window is an
 // error (and dereferences NULL in rxe on Linux 6.1). The agent grants one
-// key per slot run shared by all prefill ranks of a request, so it uses
-// unbound keys.
+// key per slot run shared by all prefill ranks of a request, each rank
+// writing over several QPs, so it uses unbound keys; binding would also make
+// every Quiesce of a peer (QP → ERROR, reconnect) kill the keys of requests
+// that had nothing in flight on it.
 //
 // MaxTail is derived from the QP's own timeout and retry_cnt; retry_cnt 7
 // (infinite retry on rxe) is refused.
