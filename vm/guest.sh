@@ -53,7 +53,7 @@ tc qdisc del dev veth0 root; tc qdisc del dev veth1 root
 # two prefill agents, one decode agent, aborts under netem: vm/late-arrival.sh
 [ -x /usr/bin/kvfence ] && step late-arrival timeout 780 sh /late-arrival.sh
 
-# (these functions use t0, rc, rnd, try, wall: never s, n, r, which step() owns)
+# (these functions use t0, rc, rnd, try, wall, pt_*: never s, n, r, which step() owns)
 sec "bandwidth: ib_write_bw vs the plugin, rxe0 -> rxe1, 2048 x 64 KiB writes, 128 in flight"
 # Same device pair, message size, message count and depth for both; rounds
 # interleaved and their order alternated (ib first in odd rounds, the plugin
@@ -66,12 +66,16 @@ sec "bandwidth: ib_write_bw vs the plugin, rxe0 -> rxe1, 2048 x 64 KiB writes, 1
 ibok() {  # ibok FIGURE WALL_BOUND: FIGURE is a finite number >= the bound
   echo "$1 $2" | awk '$1 ~ /^[0-9.]+$/ && $1 > 0 && $1 + 0 >= $2 * 0.95 {ok = 1} END {exit !ok}'
 }
+pt() {  # pt TOOL LOG ARGS...: perftest TOOL, server on rxe1, client on rxe0 (output in LOG); sets rc, wall
+  pt_tool=$1 pt_log=$2; shift 2
+  timeout 60 "$pt_tool" -d rxe1 -x "$G1" -F "$@" > /tmp/pt-srv.log 2>&1 &
+  sleep 1; t0=$(up)
+  timeout 60 "$pt_tool" -d rxe0 -x "$G0" -F "$@" $B > "$pt_log" 2>&1; rc=$?
+  wall=$(echo "$(up) $t0" | awk '{print $1 - $2}'); wait
+}
 ibbw() {
   for try in 1 2 3; do
-    timeout 60 ib_write_bw -d rxe1 -x "$G1" -F -n 2048 -s 65536 -t 128 > /tmp/srv.log 2>&1 &
-    sleep 1; t0=$(up)
-    timeout 60 ib_write_bw -d rxe0 -x "$G0" -F -n 2048 -s 65536 -t 128 $B > /tmp/cli.log 2>&1; rc=$?
-    wall=$(echo "$(up) $t0" | awk '{print $1 - $2}'); wait
+    pt ib_write_bw /tmp/cli.log -n 2048 -s 65536 -t 128
     IB=$(awk '$1==65536 {print $4}' /tmp/cli.log | tail -1)
     [ $rc = 0 ] || { echo "ib_write_bw client failed (rc=$rc):"; tail -3 /tmp/cli.log; IB=; }
     WB=$(echo "$wall" | awk '$1 > 0 {printf "%.2f", 2048 * 65536 / 1048576 / $1}')
@@ -118,10 +122,7 @@ sec "latency: the plugin's one-batch latency vs ib_write_bw -t 1 and ib_write_la
 # round trips of 2 x typical neither).
 ibw1() {
   for try in 1 2 3; do
-    timeout 60 ib_write_bw -d rxe1 -x "$G1" -F -n 1000 -s 4096 -t 1 -Q 1 > /tmp/wsrv.log 2>&1 &
-    sleep 1; t0=$(up)
-    timeout 60 ib_write_bw -d rxe0 -x "$G0" -F -n 1000 -s 4096 -t 1 -Q 1 $B > /tmp/wcli.log 2>&1; rc=$?
-    wall=$(echo "$(up) $t0" | awk '{print $1 - $2}'); wait
+    pt ib_write_bw /tmp/wcli.log -n 1000 -s 4096 -t 1 -Q 1
     IW=
     if [ $rc != 0 ]; then echo "ib_write_bw -t 1 client failed (rc=$rc):"; tail -3 /tmp/wcli.log
     elif ! grep -Eq '^ *TX depth *: *1$' /tmp/wcli.log || ! grep -Eq '^ *CQ Moderation *: *1$' /tmp/wcli.log; then
@@ -140,10 +141,7 @@ ibw1() {
 }
 iblat() {
   for try in 1 2 3; do
-    timeout 60 ib_write_lat -d rxe1 -x "$G1" -F -n 500 -s 4096 > /tmp/lsrv.log 2>&1 &
-    sleep 1; t0=$(up)
-    timeout 60 ib_write_lat -d rxe0 -x "$G0" -F -n 500 -s 4096 $B > /tmp/lcli.log 2>&1; rc=$?
-    wall=$(echo "$(up) $t0" | awk '{print $1 - $2}'); wait
+    pt ib_write_lat /tmp/lcli.log -n 500 -s 4096
     IL=$(awk '$1==4096 {print $5}' /tmp/lcli.log | tail -1)
     [ $rc = 0 ] || { echo "ib_write_lat client failed (rc=$rc):"; tail -3 /tmp/lcli.log; IL=; }
     # as a rate: round trips per second must be >= 500 / wall

@@ -379,20 +379,15 @@ func (d *dev) regDMABuf(fd int, off, n, iova uint64, access int) (*mr, error) {
 	return &mr{c: m}, nil
 }
 
-func (d *dev) newQP(depth int) (*qp, error) {
-	var e C.int
-	q := C.kvf_qp(d.c, d.c.cq, C.int(depth), &e)
-	if q == nil {
-		return nil, errnoErr(sdk.ClassResourceExhausted, "ibv_create_qp", e)
-	}
-	return &qp{c: q, d: d}, nil
-}
+func (d *dev) newQP(depth int) (*qp, error) { return d.qpOn(d.c.cq, depth) }
 
 // newResponderQP creates a QP that only answers a writer: its own work
 // requests (type-2 binds) complete on the bind CQ, never on the data CQ.
-func (d *dev) newResponderQP(depth int) (*qp, error) {
+func (d *dev) newResponderQP(depth int) (*qp, error) { return d.qpOn(d.c.bcq, depth) }
+
+func (d *dev) qpOn(cq *C.struct_ibv_cq, depth int) (*qp, error) {
 	var e C.int
-	q := C.kvf_qp(d.c, d.c.bcq, C.int(depth), &e)
+	q := C.kvf_qp(d.c, cq, C.int(depth), &e)
 	if q == nil {
 		return nil, errnoErr(sdk.ClassResourceExhausted, "ibv_create_qp", e)
 	}

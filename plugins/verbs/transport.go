@@ -775,6 +775,21 @@ func (t *Transport) busy() bool {
 }
 
 // pollLoop harvests the CQ shared by every sender QP.
+// waitForPost blocks until the next Post, pollWaitMS at most; false once
+// the transport stops.
+func (t *Transport) waitForPost(timer *time.Timer) bool {
+	timer.Reset(pollWaitMS * time.Millisecond)
+	select {
+	case <-t.stop:
+		timer.Stop()
+		return false
+	case <-t.wake:
+		timer.Stop() // Go ≥ 1.23: no stale value after Stop
+	case <-timer.C:
+	}
+	return true
+}
+
 func (t *Transport) pollLoop() {
 	defer close(t.pollDone)
 	buf := make([]wc, 64)
@@ -799,14 +814,8 @@ func (t *Transport) pollLoop() {
 				// (on rxe the Post's own system call does the sending, and
 				// polls spent meanwhile end the 64 before its completion
 				// comes). pollWaitMS bounds the wait all the same.
-				timer.Reset(pollWaitMS * time.Millisecond)
-				select {
-				case <-t.stop:
-					timer.Stop()
+				if !t.waitForPost(timer) {
 					return
-				case <-t.wake:
-					timer.Stop()
-				case <-timer.C:
 				}
 				continue
 			}
@@ -820,14 +829,8 @@ func (t *Transport) pollLoop() {
 				if t.busy() {
 					continue
 				}
-				timer.Reset(pollWaitMS * time.Millisecond)
-				select {
-				case <-t.stop:
-					timer.Stop()
+				if !t.waitForPost(timer) {
 					return
-				case <-t.wake:
-					timer.Stop() // Go ≥ 1.23: no stale value after Stop
-				case <-timer.C:
 				}
 				continue
 			}
