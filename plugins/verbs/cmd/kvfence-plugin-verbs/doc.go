@@ -5,7 +5,9 @@
 // Settings come from the environment (see verbs.ConfigFromEnv):
 // KVFENCE_VERBS_DEVICE, KVFENCE_VERBS_GID, KVFENCE_VERBS_LISTEN,
 // KVFENCE_VERBS_TIMEOUT, KVFENCE_VERBS_RETRY_CNT, KVFENCE_VERBS_QUEUE_DEPTH,
-// KVFENCE_VERBS_MAX_BATCH, KVFENCE_VERBS_REVOKE (auto|mw1|mr),
+// KVFENCE_VERBS_MAX_BATCH, KVFENCE_VERBS_REVOKE (auto|mw1|mr: the fence of
+// unbound keys; keys granted to one writer use type-2 windows when the
+// device has them), KVFENCE_VERBS_POLL (event|nap|spin),
 // KVFENCE_VERBS_TAIL_MARGIN, KVFENCE_LOG_LEVEL.
 //
 // It owns only wiring (environment to verbs.Config, sdk.Serve); it must
