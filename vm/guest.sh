@@ -84,8 +84,11 @@ ibbw() {
   done
   IB=
 }
+vbench() {  # vbench BENCH N LOG: one of the plugin's device benchmarks, N iterations, output in LOG
+  timeout 120 verbs.test -test.run '^$' -test.bench "$1" -test.benchtime "$2" > "$3" 2>&1 || { cat "$3"; return 1; }
+}
 kvbw() {
-  timeout 120 verbs.test -test.run '^$' -test.bench 'BenchmarkDeviceWrite$' -test.benchtime 128x > /tmp/kb.log 2>&1 || { cat /tmp/kb.log; return 1; }
+  vbench 'BenchmarkDeviceWrite$' 128x /tmp/kb.log || return 1
   grep -E 'KVFENCE_VERBS_BW' /tmp/kb.log | tail -1
   KV=$(awk '{for (i = 1; i < NF; i++) if ($i == "KVFENCE_VERBS_BW_MIBPS") v = $(i+1)} END {print v}' /tmp/kb.log)
 }
@@ -151,7 +154,7 @@ iblat() {
   IL=
 }
 kvlat() {
-  timeout 120 verbs.test -test.run '^$' -test.bench 'BenchmarkDeviceBatchLatency$' -test.benchtime 500x > /tmp/kl.log 2>&1 || { cat /tmp/kl.log; return 1; }
+  vbench 'BenchmarkDeviceBatchLatency$' 500x /tmp/kl.log || return 1
   grep -E 'KVFENCE_VERBS_LAT' /tmp/kl.log | tail -1
   KL=$(awk '/KVFENCE_VERBS_LAT_US/ {for (i = 1; i <= NF; i++) if ($i ~ /^p50=/) v = substr($i, 5)} END {print v}' /tmp/kl.log)
   KM=$(awk '/KVFENCE_VERBS_LAT_US/ {for (i = 1; i <= NF; i++) if ($i ~ /^mean=/) v = substr($i, 6)} END {print v}' /tmp/kl.log)
@@ -177,7 +180,7 @@ lat() {
   # floor under the plugin: the same write posted through the cgo layer and
   # polled in the posting goroutine, no transport (BenchmarkDeviceRawLatency)
   for m in nap spin; do KVFENCE_VERBS_POLL=$m kvlat && echo "plugin with poll=$m: p50 ${KL}us mean ${KM}us" | tee -a /results/lat.txt; done
-  timeout 120 verbs.test -test.run '^$' -test.bench 'BenchmarkDeviceRawLatency/inline' -test.benchtime 500x > /tmp/kr.log 2>&1 &&
+  vbench 'BenchmarkDeviceRawLatency/inline' 500x /tmp/kr.log &&
     awk '/KVFENCE_VERBS_RAWLAT_US/ {l = $0} END {sub(/.*KVFENCE_VERBS_RAWLAT_US inline /, "", l); print "floor, no transport (cgo post, inline poll): " l}' /tmp/kr.log | tee -a /results/lat.txt
   return 0
 }

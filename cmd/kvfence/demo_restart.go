@@ -100,16 +100,11 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 		return nil, err
 	}
 	defer func() { dec.stop() }()
-	var pre []*child
-	for r := 1; r <= 2; r++ {
-		c, err := startChild(cctx, exe, append([]string{"--role", "prefill", "--rank", fmt.Sprint(r), "--decode", dec.control}, common...),
-			fmt.Sprintf("prefill-%d.log", r), o.Dir)
-		if err != nil {
-			return nil, err
-		}
-		defer c.stop()
-		pre = append(pre, c)
+	pre, stopPre, err := startPrefills(cctx, exe, dec.control, common, o.Dir)
+	if err != nil {
+		return nil, err
 	}
+	defer stopPre()
 	routerTLS, err := maybeTLS(o.TLS, o.Dir, "router")
 	if err != nil {
 		return nil, err

@@ -113,6 +113,27 @@ type child struct {
 	metrics string
 }
 
+// startPrefills starts prefill ranks 1 and 2 against decode's control
+// address; the returned func stops them.
+func startPrefills(ctx context.Context, exe, decode string, args []string, dir string) ([]*child, func(), error) {
+	var pre []*child
+	stop := func() {
+		for i := len(pre) - 1; i >= 0; i-- {
+			pre[i].stop()
+		}
+	}
+	for r := 1; r <= 2; r++ {
+		c, err := startChild(ctx, exe, append([]string{"--role", "prefill", "--rank", fmt.Sprint(r), "--decode", decode}, args...),
+			fmt.Sprintf("prefill-%d.log", r), dir)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		pre = append(pre, c)
+	}
+	return pre, stop, nil
+}
+
 func startChild(ctx context.Context, exe string, args []string, logName string, dir string) (*child, error) {
 	cmd := exec.CommandContext(ctx, exe, append([]string{"__agent", "--log", filepath.Join(dir, logName)}, args...)...)
 	cmd.Stderr = nil
@@ -191,16 +212,11 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 		return nil, err
 	}
 	defer dec.stop()
-	var pre []*child
-	for r := 1; r <= 2; r++ {
-		c, err := startChild(cctx, exe, append(append(append([]string{"--role", "prefill", "--rank", fmt.Sprint(r), "--decode", dec.control}, common...), tlsArgs...), o.pluginArgs(o.PrefillEnv)...),
-			fmt.Sprintf("prefill-%d.log", r), o.Dir)
-		if err != nil {
-			return nil, err
-		}
-		defer c.stop()
-		pre = append(pre, c)
+	pre, stopPre, err := startPrefills(cctx, exe, dec.control, append(append(append([]string(nil), common...), tlsArgs...), o.pluginArgs(o.PrefillEnv)...), o.Dir)
+	if err != nil {
+		return nil, err
 	}
+	defer stopPre()
 	routerTLS, err := maybeTLS(o.TLS, o.Dir, "router")
 	if err != nil {
 		return nil, err
