@@ -37,7 +37,23 @@ type batchState struct {
 	pendingN   int  // ops written and awaiting acknowledgement
 	completed  bool // the one completion was sent
 	timer      *time.Timer
+
+	// writing is set while the writer hands an op to the socket and still
+	// pins its source; a definite completion that resolves meanwhile waits
+	// in deferred until the writer lets go (see finishWrite).
+	writing  bool
+	deferred *deferredSettle
 }
+
+// deferredSettle is a settle that waits for the writer to unpin the source.
+type deferredSettle struct {
+	class  sdk.Class
+	detail string
+}
+
+// afterSocketWrite runs between a socket write and the unpinning of its
+// source; tests widen that window with it.
+var afterSocketWrite = func() {}
 
 // pendingOp is a written operation awaiting its acknowledgement.
 type pendingOp struct {
@@ -192,6 +208,7 @@ func (s *sendSession) write(b *batchState) bool {
 		seq := s.seq
 		s.pending[seq] = pendingOp{b: b, len: op.Length}
 		b.pendingN++
+		b.writing = true
 		conn := s.conn
 		s.mu.Unlock()
 
@@ -201,7 +218,8 @@ func (s *sendSession) write(b *batchState) bool {
 		src := b.regs[i].mem[op.LocalOffset : op.LocalOffset+op.Length]
 		bufs := net.Buffers{hb[:], src}
 		_, err := bufs.WriteTo(conn)
-		b.regs[i].release()
+		afterSocketWrite()
+		s.finishWrite(b, i)
 		if err != nil {
 			s.mu.Lock()
 			s.observe(err, false)
@@ -223,6 +241,21 @@ func batchBytes(ops []sdk.Op) uint64 {
 		n += op.Length
 	}
 	return n
+}
+
+// finishWrite unpins the source of op i after its socket write, then
+// delivers a completion that resolved while the write was in progress: an
+// acknowledgement can arrive before WriteTo returns, and reporting the
+// batch then would let the engine deregister a region still pinned here.
+func (s *sendSession) finishWrite(b *batchState, i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b.regs[i].release()
+	b.writing = false
+	if d := b.deferred; d != nil {
+		b.deferred = nil
+		s.settle(b, d.class, d.detail)
+	}
 }
 
 // unpinFrom releases the source regions of ops [i:] that will not be sent.
@@ -303,6 +336,10 @@ func (s *sendSession) readAcks() {
 // the receiver or never sent: none of it can apply). Caller holds s.mu.
 func (s *sendSession) settle(b *batchState, class sdk.Class, detail string) {
 	if b.unresolved > 0 {
+		return
+	}
+	if b.writing {
+		b.deferred = &deferredSettle{class: class, detail: detail}
 		return
 	}
 	delete(s.batches, b.id)
