@@ -41,7 +41,6 @@ type DecodeConfig struct {
 	// Checksums: require a checksum in every Commit and check it against
 	// the slots before the core sees the Commit (checksum.go). Off by default.
 	Checksums bool
-	Unsafe    knownunsafe.Variant
 
 	ControlAddr string      // where prefill ranks and the router connect
 	TLS         *tls.Config // mutual TLS for the control plane; nil = plaintext
@@ -160,7 +159,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	d.core, err = core.NewReceiver(core.ReceiverConfig{
 		Instance: cfg.Instance, Self: cfg.Rank, Slots: cfg.Slots, SlotBytes: d.slotB,
 		Lease: cfg.Lease, MaxHold: cfg.MaxHold, MaxTail: info.Capabilities.MaxTail, ClockMargin: cfg.ClockMargin,
-		CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, Unsafe: cfg.Unsafe,
+		CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, Unsafe: knownunsafe.AgentVariant(),
 	}, now())
 	if err != nil {
 		return nil, err
@@ -178,7 +177,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	go d.lp.run(cfg.Tick, d.tick)
 	log.Info("decode agent up", "rank", cfg.Rank, "instance", cfg.Instance, "control", d.srv.Addr(),
 		"data", d.data.Address, "slots", cfg.Slots, "slot_bytes", d.slotB, "fence", d.fence, "max_tail", info.Capabilities.MaxTail,
-		"variant", cfg.Unsafe.Name())
+		"variant", knownunsafe.AgentVariant().Name())
 	return d, nil
 }
 

@@ -37,7 +37,6 @@ type PrefillConfig struct {
 	MaxInflight, MaxBatchPages               int
 	Heartbeat, SkewMargin                    time.Duration
 	RequestTombstone, BootstrapTimeout, Tick time.Duration
-	Unsafe                                   knownunsafe.Variant
 	// Checksums: put a checksum of the written shards in every Commit
 	// (checksum.go). Off by default.
 	Checksums bool
@@ -118,7 +117,7 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	}
 	p.core, err = core.NewSender(core.SenderConfig{Rank: cfg.Rank, SkewMargin: cfg.SkewMargin, MaxInflight: cfg.MaxInflight,
 		MaxBatchPages: cfg.MaxBatchPages, Heartbeat: cfg.Heartbeat, RequestTombstone: cfg.RequestTombstone,
-		BootstrapTimeout: cfg.BootstrapTimeout, Unsafe: cfg.Unsafe})
+		BootstrapTimeout: cfg.BootstrapTimeout, Unsafe: knownunsafe.AgentVariant()})
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +139,7 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 		go p.events()
 	}
 	go p.connectLoop()
-	log.Info("prefill agent up", "rank", cfg.Rank, "decode", cfg.DecodeAddr, "lanes", cfg.Lanes, "variant", cfg.Unsafe.Name())
+	log.Info("prefill agent up", "rank", cfg.Rank, "decode", cfg.DecodeAddr, "lanes", cfg.Lanes, "variant", knownunsafe.AgentVariant().Name())
 	return p, nil
 }
 

@@ -192,8 +192,8 @@ func (s *Sender) heartbeats(now Time) {
 			}
 			m.Tags = append(m.Tags, st.key.tag)
 			m.Outstanding += uint32(st.unsettled)
-			if s.cfg.Unsafe == knownunsafe.SelfRenewedLease && st.state == StreamSending {
-				st.lease = now.Add(s.cfg.SelfLease) // the bug: a lease nobody granted
+			if s.cfg.Unsafe.Is(knownunsafe.SelfRenewedLease) && st.state == StreamSending {
+				st.lease = now.Add(s.cfg.Unsafe.SelfLease()) // the bug: a lease nobody granted
 			}
 		}
 		s.metrics.Heartbeats++

@@ -74,7 +74,7 @@ func newAgentCommand() *cobra.Command {
 	fl.StringVar(&f.control, "control", "127.0.0.1:0", "control-plane listen address")
 	fl.StringVar(&f.decodeAddr, "decode", "", "decode control address (prefill)")
 	fl.StringVar(&f.pki, "pki", "", "directory with throwaway certificates (mutual TLS); empty = plaintext")
-	fl.StringVar(&f.unsafe, "unsafe", "", "known-unsafe core variant (demo only)")
+	fl.StringVar(&f.unsafe, "unsafe", "", "known-unsafe core variant (demo only; needs a build with -tags kvfenceunsafe)")
 	fl.StringVar(&f.logFile, "log", "", "log file (default stderr)")
 	fl.StringVar(&f.metrics, "metrics", "127.0.0.1:0", "Prometheus /metrics listen address")
 	fl.IntVar(&f.slots, "slots", 4096, "decode KV slots")
@@ -105,9 +105,13 @@ func newAgentCommand() *cobra.Command {
 }
 
 func runAgent(f agentFlags) error {
-	variant, ok := knownunsafe.Parse(f.unsafe)
-	if !ok {
-		return fmt.Errorf("unknown variant %q", f.unsafe)
+	// A default build refuses every unsafe variant here (issue 15: known-
+	// unsafe cores are not selectable from an agent's flags).
+	if err := knownunsafe.SelectForAgents(f.unsafe); err != nil {
+		return usageError{err}
+	}
+	if f.role != "decode" && f.role != "prefill" {
+		return usagef("--role must be decode or prefill, not %q", f.role)
 	}
 	out := os.Stderr
 	if f.logFile != "" {
@@ -150,7 +154,7 @@ func runAgent(f agentFlags) error {
 	case "decode":
 		cfg := agent.DecodeConfig{Rank: core.RankID(f.rank), Slots: f.slots, ShardBytes: f.shardBytes, Shards: f.shards,
 			Lease: f.lease, MaxHold: f.maxHold, ClockMargin: 100 * time.Millisecond,
-			Fence: f.fence, EagerRevoke: f.eager, Verify: true, Checksums: f.checksums, Unsafe: variant,
+			Fence: f.fence, EagerRevoke: f.eager, Verify: true, Checksums: f.checksums,
 			ControlAddr: f.control, TLS: tlsCfg, Logger: log}
 		var proxies []*delayproxy.Proxy
 		if len(f.advertiseHosts) > 0 {
@@ -193,7 +197,7 @@ func runAgent(f agentFlags) error {
 		p, err := agent.NewPrefill(ctx, agent.PrefillConfig{Rank: core.RankID(f.rank), DecodeAddr: f.decodeAddr,
 			SourcePages: f.sourcePages, ShardBytes: f.shardBytes, Lanes: f.lanes,
 			MaxInflight: f.maxInflight, MaxBatchPages: 4, QuiesceGrace: f.quiesceGrace, Heartbeat: 200 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
-			RequestTombstone: 15 * time.Second, BootstrapTimeout: 10 * time.Second, Unsafe: variant, Checksums: f.checksums,
+			RequestTombstone: 15 * time.Second, BootstrapTimeout: 10 * time.Second, Checksums: f.checksums,
 			ControlAddr: f.control, TLS: tlsCfg, Logger: log, Events: plug.Events()}, plug.Transport())
 		if err != nil {
 			return err
@@ -205,8 +209,6 @@ func runAgent(f agentFlags) error {
 			time.Sleep(20 * time.Millisecond)
 		}
 		control, metrics, stop = p.Addr(), p.Metrics, p.Close
-	default:
-		return fmt.Errorf("--role must be decode or prefill")
 	}
 	maddr, closeMetrics, err := agent.ServeMetrics(f.metrics, metrics.Registry)
 	if err != nil {

@@ -26,6 +26,9 @@ var agentExe string
 
 // demoOptions size one run of the demo (and of each bench repetition).
 type demoOptions struct {
+	// Exe is the kvfence binary the rank processes run (default: agentExe,
+	// else this executable).
+	Exe                                       string
 	Requests, Concurrency, MinPages, MaxPages int
 	AbortShare                                float64
 	PageEvery, DecodeFor                      time.Duration
@@ -455,7 +458,10 @@ func prepareRun(o *demoOptions, prefix string) (exe string, pkiArgs []string, er
 			return "", nil, err
 		}
 	}
-	if exe = agentExe; exe == "" {
+	if exe = o.Exe; exe == "" {
+		exe = agentExe
+	}
+	if exe == "" {
 		if exe, err = os.Executable(); err != nil {
 			return "", nil, err
 		}
