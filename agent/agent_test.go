@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/demo/oracle"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -40,7 +42,7 @@ func startDecode(t *testing.T) *Decode {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 64, ShardBytes: 4096, Shards: 2,
-		Lease: 2 * time.Second, MaxHold: 10 * time.Second, Fence: true, Verify: true, ControlAddr: "127.0.0.1:0"}, p.Transport())
+		Lease: 2 * time.Second, MaxHold: 10 * time.Second, Fence: true, Check: oracle.Check{}, ControlAddr: "127.0.0.1:0"}, p.Transport())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,30 +126,12 @@ func TestIncompatiblePeersAreRefused(t *testing.T) {
 	d := startDecode(t)
 	ctx := context.Background()
 	_, _, err := dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 1, Version: ProtocolVersion + 1, Caps: Caps{Quiesce: true}})
-	if !IsRefused(err) || !strings.Contains(err.Error(), "incompatible peers") {
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "incompatible peers") {
 		t.Fatalf("version mismatch: err = %v", err)
 	}
 	_, _, err = dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 1, Version: ProtocolVersion})
-	if !IsRefused(err) || !strings.Contains(err.Error(), "cannot prove quiescence") {
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "cannot prove quiescence") {
 		t.Fatalf("no quiescence: err = %v", err)
-	}
-}
-
-// The oracle tells a page's owner apart from any other request's bytes.
-func TestOracleDetectsForeignBytes(t *testing.T) {
-	a := PageIdentity{Room: 1, Gen: 1, Page: 3, Rank: 1}
-	b := PageIdentity{Room: 2, Gen: 1, Page: 3, Rank: 1}
-	buf := make([]byte, 4096)
-	FillShard(buf, a)
-	if ok, _ := VerifyShard(buf, a); !ok {
-		t.Fatal("own content refused")
-	}
-	if ok, owner := VerifyShard(buf, b); ok || owner != a {
-		t.Fatalf("foreign content accepted (ok=%v owner=%+v)", ok, owner)
-	}
-	buf[2000] ^= 1
-	if ok, _ := VerifyShard(buf, a); ok {
-		t.Fatal("torn content accepted")
 	}
 }
 
@@ -170,7 +154,7 @@ func TestDecodeUsesWriterDeclaredTail(t *testing.T) {
 	}
 	_, _, err := dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 3, Version: ProtocolVersion,
 		Caps: Caps{Quiesce: true, MaxTail: -1}})
-	if !IsRefused(err) || !strings.Contains(err.Error(), "negative transport tail") {
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "negative transport tail") {
 		t.Fatalf("negative tail: err = %v", err)
 	}
 }

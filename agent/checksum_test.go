@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/demo/oracle"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -50,7 +52,7 @@ func runChecksummed(t *testing.T, decodeSums, prefillSums, lie bool) checksumRun
 	t.Cleanup(func() { _ = dp.Close() })
 	const shard = 4096
 	d, err := NewDecode(ctx, DecodeConfig{Rank: 0, Slots: 16, ShardBytes: shard, Shards: 1, Lease: 2 * time.Second,
-		MaxHold: 10 * time.Second, Fence: true, Verify: true, Checksums: decodeSums, ControlAddr: "127.0.0.1:0"}, dp.Transport())
+		MaxHold: 10 * time.Second, Fence: true, Check: oracle.Check{}, Checksums: decodeSums, ControlAddr: "127.0.0.1:0"}, dp.Transport())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +85,7 @@ func runChecksummed(t *testing.T, decodeSums, prefillSums, lie bool) checksumRun
 		t.Fatal(err)
 	}
 	for i := 0; i < 4; i++ {
-		FillShard(snd.Page(i), PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(i), Rank: 1})
+		oracle.FillShard(snd.Page(i), oracle.PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(i), Rank: 1})
 	}
 	if err := snd.Send(4); err != nil {
 		t.Fatal(err)
@@ -159,7 +161,7 @@ func TestChecksumRequiredRefusesPrefillWithout(t *testing.T) {
 	}
 	defer d.Close()
 	_, _, err = dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 1, Version: ProtocolVersion, Caps: Caps{Quiesce: true}})
-	if !IsRefused(err) || !strings.Contains(err.Error(), "requires checksums") {
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "requires checksums") {
 		t.Fatalf("want a refusal naming checksums, got %v", err)
 	}
 }
@@ -170,7 +172,7 @@ func BenchmarkCommitChecksum(b *testing.B) {
 	shards := make([][]byte, 16)
 	for i := range shards {
 		shards[i] = make([]byte, 64<<10)
-		FillShard(shards[i], PageIdentity{Room: 1, Gen: 1, Page: uint32(i)})
+		oracle.FillShard(shards[i], oracle.PageIdentity{Room: 1, Gen: 1, Page: uint32(i)})
 	}
 	dst := make([]byte, 64<<10)
 	b.Run("copy", func(b *testing.B) {

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/internal/knownunsafe"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -35,15 +36,20 @@ type DecodeConfig struct {
 	// under one key and only drained and timeout release memory.
 	Fence       bool
 	EagerRevoke bool
-	// Verify checks every page against the content oracle at handoff and
-	// at finish (the demo and the tests; a real engine's bytes are its own).
-	Verify bool
+	// Check, when set, checks page contents before exposure, at handoff,
+	// at finish and after release (the demo's content oracle; a real
+	// engine's bytes are its own: nil).
+	Check ContentCheck
 	// Checksums: require a checksum in every Commit and check it against
 	// the slots before the core sees the Commit (checksum.go). Off by default.
 	Checksums bool
 
 	ControlAddr string      // where prefill ranks and the router connect
 	TLS         *tls.Config // mutual TLS for the control plane; nil = plaintext
+	// Commands, when set, serves each router link (CommandLink) until it
+	// ends: the demo's simulated engine takes its orders this way. Nil:
+	// routers are refused.
+	Commands func(*CommandLink)
 	// AdvertiseData rewrites the data endpoint prefill ranks are told into
 	// one or more addresses, so proxies can sit on the data path (the
 	// demo's delaying proxy, one per lane).
@@ -85,17 +91,16 @@ type Decode struct {
 
 // decTag is the agent's side of one exposure.
 type decTag struct {
-	tag      core.Tag
-	ranks    []core.RankID
-	slots    []uint32
-	keys     []KeyRef
-	granted  []sdk.Key // per-exposure keys still to revoke
-	state    PollState
-	reason   string
-	corrupt  map[int]bool
-	verified int
-	recv     *KVReceiver
-	hold     holdTrack // the hold log (holdlog.go)
+	tag     core.Tag
+	ranks   []core.RankID
+	slots   []uint32
+	keys    []KeyRef
+	granted []sdk.Key // per-exposure keys still to revoke
+	state   PollState
+	reason  string
+	corrupt map[int]bool
+	recv    *KVReceiver
+	hold    holdTrack // the hold log (holdlog.go)
 }
 
 // NewDecode starts a decode agent on an opened transport: it maps the KV
@@ -212,6 +217,9 @@ func (d *Decode) Close() {
 func (d *Decode) accept(h Hello) (Hello, error) {
 	switch h.Role {
 	case RoleRouter:
+		if d.cfg.Commands == nil {
+			return Hello{}, errdefs.Errorf(errdefs.FailedPrecondition, "decode rank %d takes no router commands", d.cfg.Rank)
+		}
 		if h.Version != ProtocolVersion {
 			return Hello{}, fmt.Errorf("incompatible router: speaks control protocol v%d, decode speaks v%d", h.Version, ProtocolVersion)
 		}
@@ -230,16 +238,8 @@ func (d *Decode) serveLink(l *link) {
 	if l.peer.Role == RoleRouter {
 		d.lp.post(func() { d.routers[l] = true })
 		defer d.lp.post(func() { delete(d.routers, l) })
-		for {
-			f, err := l.recv(nil)
-			if err != nil {
-				return
-			}
-			if f.Type == FrameCommand && f.Command != nil {
-				c := *f.Command
-				d.lp.post(func() { d.command(l, c) })
-			}
-		}
+		d.cfg.Commands(&CommandLink{l: l, in: FrameCommand, out: FrameEvent})
+		return
 	}
 	rank := core.RankID(l.peer.Rank)
 	declared := time.Duration(l.peer.Caps.MaxTail)
@@ -456,7 +456,10 @@ func (d *Decode) act() {
 			d.logHoldStart(dt, f.Reason)
 			dt.state, dt.reason = PollFailed, f.Reason.String()
 			d.log.Debug("request failed", "tag", f.Tag, "reason", f.Reason)
-			d.finishRequest(dt, false)
+			if dt.recv != nil {
+				dt.recv.reason = dt.reason
+				dt.recv.settle()
+			}
 		}
 	}
 	for _, rel := range releases {
@@ -528,11 +531,9 @@ func (d *Decode) handoff(h core.Handoff) {
 	dt.state = PollSuccess
 	d.verify(dt)
 	d.stats.Handoffs++
-	if dt.recv != nil && dt.recv.decodeFor >= 0 {
-		tag := dt.tag
-		time.AfterFunc(dt.recv.decodeFor, func() {
-			d.lp.post(func() { d.finish(tag) })
-		})
+	if dt.recv != nil {
+		dt.recv.handed = true
+		dt.recv.settle()
 	}
 }
 
@@ -549,89 +550,7 @@ func (d *Decode) finish(tag core.Tag) {
 		d.log.Error("finish refused", "tag", tag, "error", err)
 		return
 	}
-	d.finishRequest(dt, true)
 	d.act()
-}
-
-// scrub clears the oracle header of every shard of a released exposure, so
-// that any byte a late write puts there while the memory is free is seen at
-// the next admission (checkFree). The safe core never lets that happen.
-func (d *Decode) scrub(dt *decTag) {
-	if !d.cfg.Verify {
-		return
-	}
-	mem := d.mem.Bytes()
-	for _, s := range dt.slots {
-		base := int64(s) * d.slotB
-		for r := 0; r < d.cfg.Shards; r++ {
-			clear(mem[base+int64(r)*d.cfg.ShardBytes:][:oracleHeader])
-		}
-	}
-}
-
-// checkFree looks at the slots a new exposure was given before any rank
-// can write them: a shard that carries an identity was written while the
-// memory was free (I1), by a request that no longer owned it.
-func (d *Decode) checkFree(dt *decTag) {
-	if !d.cfg.Verify {
-		return
-	}
-	mem := d.mem.Bytes()
-	for p, s := range dt.slots {
-		base := int64(s) * d.slotB
-		for r := 0; r < d.cfg.Shards; r++ {
-			hdr := mem[base+int64(r)*d.cfg.ShardBytes:][:oracleHeader]
-			if owner := ReadIdentity(hdr); owner != (PageIdentity{}) {
-				d.stats.FreeWrites++
-				d.stats.CorruptPages++
-				d.Metrics.corrupt.Inc()
-				d.log.Error("WRITE INTO FREE MEMORY: a late write landed after its slot was released", "slot", s,
-					"new_tag", dt.tag, "new_page", p, "holds_room", owner.Room, "holds_gen", owner.Gen, "holds_page", owner.Page)
-				clear(hdr)
-				break
-			}
-		}
-	}
-}
-
-// verify checks every shard of every page against the oracle.
-func (d *Decode) verify(dt *decTag) {
-	if !d.cfg.Verify {
-		return
-	}
-	mem := d.mem.Bytes()
-	for p, s := range dt.slots {
-		base := int64(s) * d.slotB
-		d.stats.PagesVerified++
-		d.Metrics.verified.Inc()
-		dt.verified++
-		for r, rank := range dt.ranks {
-			shard := mem[base+int64(r)*d.cfg.ShardBytes : base+int64(r+1)*d.cfg.ShardBytes]
-			want := PageIdentity{Room: dt.tag.Room, Gen: dt.tag.Gen, Page: uint32(p), Rank: uint32(rank)}
-			if ok, owner := VerifyShard(shard, want); !ok {
-				if dt.corrupt == nil {
-					dt.corrupt = map[int]bool{}
-				}
-				if !dt.corrupt[p] {
-					dt.corrupt[p] = true
-					d.stats.CorruptPages++
-					d.Metrics.corrupt.Inc()
-					d.log.Error("CORRUPT PAGE: holds another request's bytes", "tag", dt.tag, "page", p, "slot", s,
-						"shard_rank", rank, "holds_room", owner.Room, "holds_gen", owner.Gen, "holds_page", owner.Page)
-				}
-			}
-		}
-	}
-}
-
-func (d *Decode) finishRequest(dt *decTag, handed bool) {
-	if dt.recv == nil || dt.recv.reported {
-		return
-	}
-	dt.recv.reported, dt.recv.handed = true, handed
-	if dt.recv.onDone != nil {
-		dt.recv.onDone(RequestOutcome{Handed: handed, Reason: dt.reason, PagesVerified: dt.verified, CorruptPages: len(dt.corrupt)})
-	}
 }
 
 func (d *Decode) release(rel core.Release, t core.Time) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -14,6 +13,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // The control plane is one bidirectional gRPC stream per pair of agents
@@ -180,19 +181,29 @@ func (s *server) acceptLink(st grpc.ServerStream) error {
 	if err := st.RecvMsg(first); err != nil {
 		return err
 	}
-	if first.Type != FrameHello || first.Hello == nil {
-		_ = st.SendMsg(&Frame{Type: FrameRefuse, Seq: 1, Refusal: "the first frame of a link must be Hello"})
+	refuse := func(err error) error {
+		c := errdefs.ClassOf(err)
+		if c == errdefs.Unknown {
+			c = errdefs.FailedPrecondition
+		}
+		msg := err.Error()
+		var e *errdefs.Error
+		if errors.As(err, &e) {
+			msg = e.Msg
+		}
+		_ = st.SendMsg(&Frame{Type: FrameRefuse, Seq: 1, Refusal: msg, Class: c})
 		return nil
+	}
+	if first.Type != FrameHello || first.Hello == nil {
+		return refuse(errdefs.Errorf(errdefs.InvalidArgument, "the first frame of a link must be Hello"))
 	}
 	h := *first.Hello
 	if err := s.checkIdentity(st.Context(), h); err != nil {
-		_ = st.SendMsg(&Frame{Type: FrameRefuse, Seq: 1, Refusal: err.Error()})
-		return nil
+		return refuse(err)
 	}
 	welcome, err := s.accept(h)
 	if err != nil {
-		_ = st.SendMsg(&Frame{Type: FrameRefuse, Seq: 1, Refusal: err.Error()})
-		return nil
+		return refuse(err)
 	}
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
@@ -213,15 +224,15 @@ func (s *server) checkIdentity(ctx context.Context, h Hello) error {
 	}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return errors.New("no peer information")
+		return errdefs.Errorf(errdefs.FailedPrecondition, "no peer information")
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.PeerCertificates) == 0 {
-		return errors.New("mutual TLS required: no client certificate")
+		return errdefs.Errorf(errdefs.FailedPrecondition, "mutual TLS required: no client certificate")
 	}
 	cn := ti.State.PeerCertificates[0].Subject.CommonName
 	if want := IdentityName(h.Role, h.Rank); cn != want {
-		return fmt.Errorf("certificate names %q but Hello claims %q", cn, want)
+		return errdefs.Errorf(errdefs.FailedPrecondition, "certificate names %q but Hello claims %q", cn, want)
 	}
 	return nil
 }
@@ -275,9 +286,13 @@ func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello Hello) (*l
 		r.err = ctx.Err()
 	}
 	if r.err == nil && r.f.Type == FrameRefuse {
-		r.err = &RefusedError{Reason: r.f.Refusal}
+		c := r.f.Class
+		if c == errdefs.Unknown {
+			c = errdefs.FailedPrecondition
+		}
+		r.err = errdefs.Errorf(c, "refused by peer: %s", r.f.Refusal)
 	} else if r.err == nil && (r.f.Type != FrameWelcome || r.f.Hello == nil) {
-		r.err = fmt.Errorf("link to %s: expected Welcome, got frame type %d", addr, r.f.Type)
+		r.err = errdefs.Errorf(errdefs.Internal, "link to %s: expected Welcome, got frame type %d", addr, r.f.Type)
 	}
 	if r.err != nil {
 		cancel()
@@ -289,15 +304,4 @@ func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello Hello) (*l
 	l.recvSeq = r.f.Seq
 	go func() { <-l.closed(); cc.Close() }()
 	return l, cc, nil
-}
-
-// RefusedError is a peer's refusal of our Hello.
-type RefusedError struct{ Reason string }
-
-func (e *RefusedError) Error() string { return "refused by peer: " + e.Reason }
-
-// IsRefused reports whether err is a peer's refusal (not worth retrying).
-func IsRefused(err error) bool {
-	var r *RefusedError
-	return errors.As(err, &r) || (err != nil && strings.Contains(err.Error(), "refused by peer"))
 }

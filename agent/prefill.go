@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/internal/knownunsafe"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -41,9 +42,13 @@ type PrefillConfig struct {
 	// (checksum.go). Off by default.
 	Checksums bool
 
-	ControlAddr string      // where the router connects
+	ControlAddr string      // where the router connects ("": no listener)
 	TLS         *tls.Config // mutual TLS (server and client side); nil = plaintext
-	Logger      hclog.Logger
+	// Commands, when set, serves each router link (CommandLink) until it
+	// ends: the demo's simulated engine takes its orders this way. Nil:
+	// routers are refused.
+	Commands func(*CommandLink)
+	Logger   hclog.Logger
 	// Events, when set, is the plugin's event stream (sdk.Plugin.Events):
 	// a reaped plugin is quiescence evidence for its batches.
 	Events <-chan sdk.Event
@@ -84,7 +89,7 @@ type preReq struct {
 	key    core.RequestKey
 	src    []int
 	state  PollState
-	closed bool
+	closed bool // the engine called Close or Abort
 	snd    *KVSender
 }
 
@@ -128,7 +133,9 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	p.Metrics = NewMetrics("prefill", uint32(cfg.Rank), func() Snapshot { return Snapshot{Sender: p.snap.Load()} })
 	p.publish()
 	if cfg.ControlAddr != "" {
-		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, p.accept, p.serveRouter)
+		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, p.accept, func(l *link) {
+			cfg.Commands(&CommandLink{l: l, in: FrameCommand, out: FrameEvent})
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -190,7 +197,7 @@ func (p *Prefill) connectLoop() {
 		l, _, err := dial(ctx, p.cfg.DecodeAddr, clientTLS(p.cfg.TLS), p.hello)
 		cancel()
 		if err != nil {
-			if IsRefused(err) {
+			if !errdefs.IsUnavailable(err) { // refused, not unreachable: say why (a restarted decode may still accept)
 				p.log.Error("decode refused this rank", "error", err)
 			}
 			select {
@@ -334,32 +341,19 @@ func (p *Prefill) act() {
 			}
 		}
 	}
-	var closes []core.RequestKey
 	for _, f := range out.Failures {
 		if r := p.reqs[f.Tag.Key()]; r != nil && r.state != PollFailed {
 			r.state = PollFailed
-			closes = append(closes, r.key)
+			r.snd.settle(PollFailed, f.Reason.String())
 		}
 	}
 	for _, s := range out.Sent {
 		if r := p.reqs[s.Key]; r != nil && r.state != PollFailed {
 			r.state = PollSuccess
-			closes = append(closes, r.key)
+			r.snd.settle(PollSuccess, "")
 		}
 	}
 	p.publish()
-	for _, k := range closes {
-		// The simulated engine drops a finished or failed request at once;
-		// the core keeps what must stay held.
-		if r := p.reqs[k]; r != nil && !r.closed && (r.snd == nil || r.snd.autoClose) {
-			r.closed = true
-			p.lp.later(func() {
-				if p.core.Close(k, now()) == nil {
-					p.act()
-				}
-			})
-		}
-	}
 }
 
 // post maps a core Post to one sdk batch: page i of the request goes from

@@ -70,6 +70,15 @@ func (c Class) Code() codes.Code {
 	return codes.Unknown
 }
 
+// MarshalText writes the class's name (JSON fields carry names, not numbers).
+func (c Class) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText reads a class name; an unknown one reads as Unknown.
+func (c *Class) UnmarshalText(b []byte) error {
+	*c, _ = Parse(string(b))
+	return nil
+}
+
 // Parse maps a class name (String) back to its class.
 func Parse(name string) (Class, bool) {
 	for _, c := range Classes {
