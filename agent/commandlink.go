@@ -22,7 +22,7 @@ type CommandLink struct {
 
 // DialCommands opens a router's link to the agent at addr.
 func DialCommands(ctx context.Context, addr string, tlsCfg *tls.Config) (*CommandLink, error) {
-	l, _, err := dial(ctx, addr, clientTLS(tlsCfg), Hello{Role: RoleRouter, Version: ProtocolVersion})
+	l, _, err := dial(ctx, addr, clientTLS(tlsCfg), Hello{Role: RoleRouter, Version: ControlVersion})
 	if err != nil {
 		return nil, err
 	}

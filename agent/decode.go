@@ -169,7 +169,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	if err != nil {
 		return nil, err
 	}
-	d.hello = Hello{Role: RoleDecode, Rank: uint32(cfg.Rank), Version: ProtocolVersion, Instance: cfg.Instance,
+	d.hello = Hello{Role: RoleDecode, Rank: uint32(cfg.Rank), Version: ControlVersion, Instance: cfg.Instance,
 		Caps:          Caps{Revoke: info.Capabilities.Revoke, MaxTail: int64(info.Capabilities.MaxTail)},
 		DataTransport: d.data.Transport, DataAddress: d.data.Address, DataAddresses: lanes, SlotBytes: d.slotB, ShardBytes: cfg.ShardBytes,
 		Checksums: cfg.Checksums}
@@ -220,8 +220,8 @@ func (d *Decode) accept(h Hello) (Hello, error) {
 		if d.cfg.Commands == nil {
 			return Hello{}, errdefs.Errorf(errdefs.FailedPrecondition, "decode rank %d takes no router commands", d.cfg.Rank)
 		}
-		if h.Version != ProtocolVersion {
-			return Hello{}, fmt.Errorf("incompatible router: speaks control protocol v%d, decode speaks v%d", h.Version, ProtocolVersion)
+		if h.Version != ControlVersion {
+			return Hello{}, fmt.Errorf("incompatible router: speaks control protocol v%d, decode speaks v%d", h.Version, ControlVersion)
 		}
 		return d.hello, nil
 	case RolePrefill:

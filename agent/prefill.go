@@ -128,7 +128,7 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	}
 	// Every sdk transport can quiesce: Quiesce is part of the required
 	// contract, and the plugin host turns a reaped process into evidence.
-	p.hello = Hello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ProtocolVersion,
+	p.hello = Hello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ControlVersion,
 		Caps: Caps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)}, Checksums: cfg.Checksums}
 	p.Metrics = NewMetrics("prefill", uint32(cfg.Rank), func() Snapshot { return Snapshot{Sender: p.snap.Load()} })
 	p.publish()
@@ -494,7 +494,7 @@ func (p *Prefill) awaitSettled(ids []sdk.BatchID, grace time.Duration) []sdk.Bat
 	}
 }
 
-func (p *Prefill) quiesced(ids []sdk.BatchID, ev core.Evidence) {
+func (p *Prefill) quiesced(ids []sdk.BatchID, ev core.DrainEvidence) {
 	cids := make([]core.BatchID, len(ids))
 	for i, id := range ids {
 		cids[i] = core.BatchID(id)

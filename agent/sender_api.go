@@ -162,8 +162,8 @@ func (p *Prefill) accept(h Hello) (Hello, error) {
 	if h.Role != RoleRouter || p.cfg.Commands == nil {
 		return Hello{}, errdefs.Errorf(errdefs.FailedPrecondition, "prefill rank %d takes no links from %q", p.cfg.Rank, h.Role)
 	}
-	if h.Version != ProtocolVersion {
-		return Hello{}, errdefs.Errorf(errdefs.FailedPrecondition, "incompatible router: speaks control protocol v%d, prefill speaks v%d", h.Version, ProtocolVersion)
+	if h.Version != ControlVersion {
+		return Hello{}, errdefs.Errorf(errdefs.FailedPrecondition, "incompatible router: speaks control protocol v%d, prefill speaks v%d", h.Version, ControlVersion)
 	}
 	return p.hello, nil
 }

@@ -6,9 +6,12 @@ import (
 	"github.com/kvfence/kvfence/errdefs"
 )
 
-// ProtocolVersion is the control-plane protocol this agent speaks. A peer
-// with another version is refused at connect (no silent downgrade).
-const ProtocolVersion = 1
+// ControlVersion is the version of the control-plane protocol (Hello,
+// frames, the core messages inside them) this agent speaks. A peer with
+// another version is refused at connect (no silent downgrade). It is not
+// core.MessageVersion (the encoding of one core message) nor
+// sdk.ProtocolVersion (the plugin transport protocol).
+const ControlVersion = 1
 
 // FrameType is what a control-plane frame carries.
 type FrameType uint8

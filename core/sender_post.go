@@ -65,7 +65,7 @@ func (s *Sender) Completed(id BatchID, status BatchStatus, now Time) error {
 
 // Quiesced takes the transport's evidence that these batches can no longer
 // move bytes.
-func (s *Sender) Quiesced(ids []BatchID, ev Evidence, now Time) {
+func (s *Sender) Quiesced(ids []BatchID, ev DrainEvidence, now Time) {
 	s.out.reset()
 	for _, id := range ids {
 		b := s.batches[id]
