@@ -16,17 +16,17 @@ import (
 // mutual TLS identity, sequence numbers that refuse replays.
 type CommandLink struct {
 	l   *link
-	in  FrameType // what Recv takes
-	out FrameType // what Send sends
+	in  frameType // what Recv takes
+	out frameType // what Send sends
 }
 
 // DialCommands opens a router's link to the agent at addr.
 func DialCommands(ctx context.Context, addr string, tlsCfg *tls.Config) (*CommandLink, error) {
-	l, _, err := dial(ctx, addr, clientTLS(tlsCfg), Hello{Role: RoleRouter, Version: ControlVersion})
+	l, _, err := dial(ctx, addr, clientTLS(tlsCfg), peerHello{Role: RoleRouter, Version: ControlVersion})
 	if err != nil {
 		return nil, err
 	}
-	return &CommandLink{l: l, in: FrameEvent, out: FrameCommand}, nil
+	return &CommandLink{l: l, in: frameEvent, out: frameCommand}, nil
 }
 
 // Send queues one payload (JSON-encoded). Unavailable when the link is
@@ -36,7 +36,7 @@ func (c *CommandLink) Send(payload any) error {
 	if err != nil {
 		return errdefs.Errorf(errdefs.InvalidArgument, "command link: %v", err)
 	}
-	if !c.l.send(&Frame{Type: c.out, Payload: b}) {
+	if !c.l.send(&frame{Type: c.out, Payload: b}) {
 		return errdefs.Errorf(errdefs.Unavailable, "command link to %s: dropped (link down or full)", c.l.peer.Role)
 	}
 	return nil

@@ -69,7 +69,7 @@ type Decode struct {
 	poolKey sdk.Key
 	data    sdk.Endpoint
 	slotB   int64
-	hello   Hello
+	hello   peerHello
 	fence   bool
 
 	core    *core.Receiver
@@ -94,7 +94,7 @@ type decTag struct {
 	tag     core.Tag
 	ranks   []core.RankID
 	slots   []uint32
-	keys    []KeyRef
+	keys    []keyRef
 	granted []sdk.Key // per-exposure keys still to revoke
 	state   PollState
 	reason  string
@@ -169,11 +169,11 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	if err != nil {
 		return nil, err
 	}
-	d.hello = Hello{Role: RoleDecode, Rank: uint32(cfg.Rank), Version: ControlVersion, Instance: cfg.Instance,
-		Caps:          Caps{Revoke: info.Capabilities.Revoke, MaxTail: int64(info.Capabilities.MaxTail)},
+	d.hello = peerHello{Role: RoleDecode, Rank: uint32(cfg.Rank), Version: ControlVersion, Instance: cfg.Instance,
+		Caps:          peerCaps{Revoke: info.Capabilities.Revoke, MaxTail: int64(info.Capabilities.MaxTail)},
 		DataTransport: d.data.Transport, DataAddress: d.data.Address, DataAddresses: lanes, SlotBytes: d.slotB, ShardBytes: cfg.ShardBytes,
 		Checksums: cfg.Checksums}
-	d.Metrics = NewMetrics("decode", uint32(cfg.Rank), d.snapshot)
+	d.Metrics = newMetrics("decode", uint32(cfg.Rank), d.snapshot)
 	d.publish()
 	d.srv, err = newServer(cfg.ControlAddr, cfg.TLS, d.accept, d.serveLink)
 	if err != nil {
@@ -192,7 +192,7 @@ func (d *Decode) Addr() string { return d.srv.Addr() }
 // Instance is this decode incarnation.
 func (d *Decode) Instance() uint64 { return d.cfg.Instance }
 
-func (d *Decode) snapshot() Snapshot { return Snapshot{Receiver: d.snap.Load()} }
+func (d *Decode) snapshot() metricsSnapshot { return metricsSnapshot{Receiver: d.snap.Load()} }
 
 func (d *Decode) publish() {
 	m := d.core.Metrics()
@@ -214,31 +214,31 @@ func (d *Decode) Close() {
 }
 
 // accept decides about a Hello on the control port.
-func (d *Decode) accept(h Hello) (Hello, error) {
+func (d *Decode) accept(h peerHello) (peerHello, error) {
 	switch h.Role {
 	case RoleRouter:
 		if d.cfg.Commands == nil {
-			return Hello{}, errdefs.Errorf(errdefs.FailedPrecondition, "decode rank %d takes no router commands", d.cfg.Rank)
+			return peerHello{}, errdefs.Errorf(errdefs.FailedPrecondition, "decode rank %d takes no router commands", d.cfg.Rank)
 		}
 		if h.Version != ControlVersion {
-			return Hello{}, fmt.Errorf("incompatible router: speaks control protocol v%d, decode speaks v%d", h.Version, ControlVersion)
+			return peerHello{}, fmt.Errorf("incompatible router: speaks control protocol v%d, decode speaks v%d", h.Version, ControlVersion)
 		}
 		return d.hello, nil
 	case RolePrefill:
 		if err := compatible(h, d.hello); err != nil {
 			d.log.Error("refusing prefill rank", "rank", h.Rank, "error", err)
-			return Hello{}, err
+			return peerHello{}, err
 		}
 		return d.hello, nil
 	}
-	return Hello{}, fmt.Errorf("decode accepts prefill ranks and routers, not %q", h.Role)
+	return peerHello{}, fmt.Errorf("decode accepts prefill ranks and routers, not %q", h.Role)
 }
 
 func (d *Decode) serveLink(l *link) {
 	if l.peer.Role == RoleRouter {
 		d.lp.post(func() { d.routers[l] = true })
 		defer d.lp.post(func() { delete(d.routers, l) })
-		d.cfg.Commands(&CommandLink{l: l, in: FrameCommand, out: FrameEvent})
+		d.cfg.Commands(&CommandLink{l: l, in: frameCommand, out: frameEvent})
 		return
 	}
 	rank := core.RankID(l.peer.Rank)
@@ -267,7 +267,7 @@ func (d *Decode) serveLink(l *link) {
 		if err != nil {
 			return
 		}
-		if f.Type != FrameCore {
+		if f.Type != frameCore {
 			d.Metrics.reject("wrong-kind")
 			continue
 		}
@@ -377,10 +377,10 @@ func (d *Decode) admit(key core.RequestKey, pages int, ranks []core.RankID, rv *
 // grant makes the keys an Assign carries: one per page with a fence, else
 // the pool key at the slot's offset.
 func (d *Decode) grant(dt *decTag) error {
-	dt.keys = make([]KeyRef, len(dt.slots))
+	dt.keys = make([]keyRef, len(dt.slots))
 	if !d.fence {
 		for i, s := range dt.slots {
-			dt.keys[i] = KeyRef{Key: uint64(d.poolKey), Base: uint64(int64(s) * d.slotB)}
+			dt.keys[i] = keyRef{Key: uint64(d.poolKey), Base: uint64(int64(s) * d.slotB)}
 		}
 		return nil
 	}
@@ -416,7 +416,7 @@ func (d *Decode) grant(dt *decTag) error {
 		}
 		dt.granted = append(dt.granted, k)
 		for p := 0; p < runs[i].n; p++ {
-			dt.keys[runs[i].first+p] = KeyRef{Key: uint64(k), Base: uint64(int64(p) * d.slotB)}
+			dt.keys[runs[i].first+p] = keyRef{Key: uint64(k), Base: uint64(int64(p) * d.slotB)}
 		}
 	}
 	return errors.Join(errs...)
@@ -427,7 +427,7 @@ func (d *Decode) act() {
 	out := d.core.Ready()
 	t := now()
 	for _, env := range out.Messages {
-		f := &Frame{Type: FrameCore, Core: core.AppendMessage(nil, &env.Msg)}
+		f := &frame{Type: frameCore, Core: core.AppendMessage(nil, &env.Msg)}
 		if env.Msg.Kind == core.KindAssign {
 			if dt := d.tags[env.Msg.Tag.Key()]; dt != nil && dt.tag == env.Msg.Tag {
 				f.Keys = dt.keys

@@ -67,12 +67,12 @@ type Prefill struct {
 	srv     *server
 	Metrics *Metrics
 	snap    atomic.Pointer[core.SenderMetrics]
-	hello   Hello
+	hello   peerHello
 	quit    chan struct{}
 
 	// loop-owned
 	link      *link
-	decode    Hello
+	decode    peerHello
 	lanes     []sdk.PeerID
 	batchPeer map[core.BatchID]sdk.PeerID
 	keys      map[core.Tag]tagKeys
@@ -81,7 +81,7 @@ type Prefill struct {
 }
 
 type tagKeys struct {
-	keys []KeyRef
+	keys []keyRef
 	pos  int // this rank's shard in each slot
 }
 
@@ -128,13 +128,13 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	}
 	// Every sdk transport can quiesce: Quiesce is part of the required
 	// contract, and the plugin host turns a reaped process into evidence.
-	p.hello = Hello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ControlVersion,
-		Caps: Caps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)}, Checksums: cfg.Checksums}
-	p.Metrics = NewMetrics("prefill", uint32(cfg.Rank), func() Snapshot { return Snapshot{Sender: p.snap.Load()} })
+	p.hello = peerHello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ControlVersion,
+		Caps: peerCaps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)}, Checksums: cfg.Checksums}
+	p.Metrics = newMetrics("prefill", uint32(cfg.Rank), func() metricsSnapshot { return metricsSnapshot{Sender: p.snap.Load()} })
 	p.publish()
 	if cfg.ControlAddr != "" {
 		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, p.accept, func(l *link) {
-			cfg.Commands(&CommandLink{l: l, in: FrameCommand, out: FrameEvent})
+			cfg.Commands(&CommandLink{l: l, in: frameCommand, out: frameEvent})
 		})
 		if err != nil {
 			return nil, err
@@ -258,7 +258,7 @@ func (p *Prefill) readDecode(l *link) {
 		if err != nil {
 			return
 		}
-		if f.Type != FrameCore {
+		if f.Type != frameCore {
 			p.Metrics.reject("wrong-kind")
 			continue
 		}
@@ -273,7 +273,7 @@ func (p *Prefill) readDecode(l *link) {
 }
 
 // step checks a message from decode before the core sees it.
-func (p *Prefill) step(l *link, m core.Message, keys []KeyRef) {
+func (p *Prefill) step(l *link, m core.Message, keys []keyRef) {
 	switch {
 	case m.Rank != p.cfg.Rank:
 		p.Metrics.reject("misaddressed")
@@ -319,7 +319,7 @@ func (p *Prefill) act() {
 		if env.Msg.Kind == core.KindCommit && p.cfg.Checksums {
 			env.Msg.Checksum = p.commitChecksum(env.Msg.Tag, int(env.Msg.Coverage))
 		}
-		if p.link == nil || core.RankID(p.decode.Rank) != env.To || !p.link.send(&Frame{Type: FrameCore, Core: core.AppendMessage(nil, &env.Msg)}) {
+		if p.link == nil || core.RankID(p.decode.Rank) != env.To || !p.link.send(&frame{Type: frameCore, Core: core.AppendMessage(nil, &env.Msg)}) {
 			p.Metrics.failedSend("control")
 		}
 	}

@@ -158,12 +158,12 @@ func (s *KVSender) close() {
 	}
 }
 
-func (p *Prefill) accept(h Hello) (Hello, error) {
+func (p *Prefill) accept(h peerHello) (peerHello, error) {
 	if h.Role != RoleRouter || p.cfg.Commands == nil {
-		return Hello{}, errdefs.Errorf(errdefs.FailedPrecondition, "prefill rank %d takes no links from %q", p.cfg.Rank, h.Role)
+		return peerHello{}, errdefs.Errorf(errdefs.FailedPrecondition, "prefill rank %d takes no links from %q", p.cfg.Rank, h.Role)
 	}
 	if h.Version != ControlVersion {
-		return Hello{}, errdefs.Errorf(errdefs.FailedPrecondition, "incompatible router: speaks control protocol v%d, prefill speaks v%d", h.Version, ControlVersion)
+		return peerHello{}, errdefs.Errorf(errdefs.FailedPrecondition, "incompatible router: speaks control protocol v%d, prefill speaks v%d", h.Version, ControlVersion)
 	}
 	return p.hello, nil
 }

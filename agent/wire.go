@@ -13,37 +13,37 @@ import (
 // sdk.ProtocolVersion (the plugin transport protocol).
 const ControlVersion = 1
 
-// FrameType is what a control-plane frame carries.
-type FrameType uint8
+// frameType is what a control-plane frame carries.
+type frameType uint8
 
 const (
-	FrameHello   FrameType = 1 // first frame of every link: who, which version, what the transport can prove
-	FrameWelcome FrameType = 2 // the answer to Hello: accepted, with what the acceptor offers
-	FrameRefuse  FrameType = 3 // the answer to Hello: refused, and why (then the link closes)
-	FrameCore    FrameType = 4 // one core-encoded message (core.AppendMessage)
-	FrameCommand FrameType = 5 // router → agent (CommandLink)
-	FrameEvent   FrameType = 6 // agent → router (CommandLink)
+	frameHello   frameType = 1 // first frame of every link: who, which version, what the transport can prove
+	frameWelcome frameType = 2 // the answer to Hello: accepted, with what the acceptor offers
+	frameRefuse  frameType = 3 // the answer to Hello: refused, and why (then the link closes)
+	frameCore    frameType = 4 // one core-encoded message (core.AppendMessage)
+	frameCommand frameType = 5 // router → agent (CommandLink)
+	frameEvent   frameType = 6 // agent → router (CommandLink)
 )
 
-// Frame is one control-plane frame. Seq grows by one per frame on a link in
+// frame is one control-plane frame. Seq grows by one per frame on a link in
 // each direction: a replayed or reordered frame is refused and counted.
-type Frame struct {
-	Type    FrameType `json:"t"`
-	Seq     uint64    `json:"s"`
-	Core    []byte    `json:"c,omitempty"`
-	Keys    []KeyRef  `json:"k,omitempty"` // with an Assign: where each page may be written
-	Hello   *Hello    `json:"h,omitempty"`
-	Refusal string    `json:"r,omitempty"`
+type frame struct {
+	Type    frameType  `json:"t"`
+	Seq     uint64     `json:"s"`
+	Core    []byte     `json:"c,omitempty"`
+	Keys    []keyRef   `json:"k,omitempty"` // with an Assign: where each page may be written
+	Hello   *peerHello `json:"h,omitempty"`
+	Refusal string     `json:"r,omitempty"`
 	// Class classifies a Refusal (errdefs; failed-precondition when absent).
 	Class errdefs.Class `json:"rc,omitempty"`
-	// Payload is a command (FrameCommand) or an event (FrameEvent) of the
+	// Payload is a command (frameCommand) or an event (frameEvent) of the
 	// router protocol, which the runtime carries without reading.
 	Payload json.RawMessage `json:"p,omitempty"`
 }
 
-// KeyRef is where one page of an exposure may be written: the key decode's
+// keyRef is where one page of an exposure may be written: the key decode's
 // transport granted for it and the window's base offset under that key.
-type KeyRef struct {
+type keyRef struct {
 	Key  uint64 `json:"k"`
 	Base uint64 `json:"b"`
 }
@@ -57,22 +57,22 @@ const (
 	RoleRouter  Role = "router"
 )
 
-// Caps is what a side's transport can prove (DESIGN §5): quiescence evidence
+// peerCaps is what a side's transport can prove (DESIGN §5): quiescence evidence
 // on the sending side, revocation on the receiving side.
-type Caps struct {
+type peerCaps struct {
 	Quiesce bool  `json:"quiesce"`
 	Revoke  bool  `json:"revoke"`
 	MaxTail int64 `json:"max_tail_ns"`
 }
 
-// Hello opens a link; the acceptor answers Welcome with its own Hello, or
+// peerHello opens a link; the acceptor answers Welcome with its own peerHello, or
 // Refuse.
-type Hello struct {
-	Role     Role   `json:"role"`
-	Rank     uint32 `json:"rank"`
-	Version  int    `json:"version"`
-	Caps     Caps   `json:"caps"`
-	Instance uint64 `json:"instance,omitempty"` // decode incarnation
+type peerHello struct {
+	Role     Role     `json:"role"`
+	Rank     uint32   `json:"rank"`
+	Version  int      `json:"version"`
+	Caps     peerCaps `json:"caps"`
+	Instance uint64   `json:"instance,omitempty"` // decode incarnation
 	// Data is the decode data endpoint prefill connects its transport to.
 	DataTransport string `json:"data_transport,omitempty"`
 	DataAddress   string `json:"data_address,omitempty"`
@@ -88,7 +88,7 @@ type Hello struct {
 
 // compatible says whether a prefill rank (p) and a decode rank (d) may run
 // together, and if not, why in words an operator can act on.
-func compatible(p, d Hello) error {
+func compatible(p, d peerHello) error {
 	if p.Version != d.Version {
 		return errdefs.Errorf(errdefs.FailedPrecondition, "incompatible peers: %s rank %d speaks control protocol v%d, %s rank %d speaks v%d",
 			p.Role, p.Rank, p.Version, d.Role, d.Rank, d.Version)
