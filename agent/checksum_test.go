@@ -44,36 +44,12 @@ type checksumRun struct {
 // checksums on or off on each side.
 func runChecksummed(t *testing.T, decodeSums, prefillSums, lie bool) checksumRun {
 	t.Helper()
-	ctx := context.Background()
-	dp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dp.Close() })
 	const shard = 4096
-	d, err := NewDecode(ctx, DecodeConfig{Rank: 0, Slots: 16, ShardBytes: shard, Shards: 1, Lease: 2 * time.Second,
-		MaxHold: 10 * time.Second, Fence: true, Check: oracle.Check{}, Checksums: decodeSums, ControlAddr: "127.0.0.1:0"}, dp.Transport())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	pp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pp.Close() })
-	var tr sdk.Transport = pp.Transport()
+	var wrap func(sdk.Transport) sdk.Transport
 	if lie {
-		tr = &misdirectingTransport{Transport: tr, shard: shard}
+		wrap = func(tr sdk.Transport) sdk.Transport { return &misdirectingTransport{Transport: tr, shard: shard} }
 	}
-	p, err := NewPrefill(ctx, PrefillConfig{Rank: 1, DecodeAddr: d.Addr(), SourcePages: 16, ShardBytes: shard, Lanes: 1,
-		MaxInflight: 16, MaxBatchPages: 4, Heartbeat: 100 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
-		RequestTombstone: 5 * time.Second, BootstrapTimeout: 5 * time.Second, Checksums: prefillSums, Events: pp.Events()}, tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	waitFor(t, "prefill linked", p.Linked)
+	d, p := startPair(t, func(c *DecodeConfig) { c.Checksums = decodeSums }, func(c *PrefillConfig) { c.Checksums = prefillSums }, wrap)
 
 	key := core.RequestKey{Room: 7, Gen: 1}
 	rv := d.NewReceiver(key)
