@@ -57,7 +57,7 @@ const (
 	RoleRouter  Role = "router"
 )
 
-// peerCaps is what a side's transport can prove (DESIGN §5): quiescence evidence
+// peerCaps is what a side's transport can prove (docs/design.md §5): quiescence evidence
 // on the sending side, revocation on the receiving side.
 type peerCaps struct {
 	Quiesce bool  `json:"quiesce"`

@@ -2,7 +2,7 @@ package core
 
 import "fmt"
 
-// Kind is the type of a control message (DESIGN §3).
+// Kind is the type of a control message (docs/design.md §3).
 type Kind uint8
 
 const (
