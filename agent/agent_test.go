@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/demo/oracle"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -40,7 +42,7 @@ func startDecode(t *testing.T) *Decode {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 64, ShardBytes: 4096, Shards: 2,
-		Lease: 2 * time.Second, MaxHold: 10 * time.Second, Fence: true, Verify: true, ControlAddr: "127.0.0.1:0"}, p.Transport())
+		Lease: 2 * time.Second, MaxHold: 10 * time.Second, Fence: true, Check: oracle.Check{}, ControlAddr: "127.0.0.1:0"}, p.Transport())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestForgedForeignAndReplayedMessagesAreRefused(t *testing.T) {
 	d := startDecode(t)
 	ctx := context.Background()
-	l, _, err := dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 1, Version: ProtocolVersion, Caps: Caps{Quiesce: true}})
+	l, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,14 +99,14 @@ func TestForgedForeignAndReplayedMessagesAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send := func(m core.Message) { l.send(&Frame{Type: FrameCore, Core: core.AppendMessage(nil, &m)}) }
+	send := func(m core.Message) { l.send(&frame{Type: frameCore, Core: core.AppendMessage(nil, &m)}) }
 	// Forged: rank 1's link claims to be rank 2.
 	send(core.Message{Kind: core.KindCommit, Tag: tag, Rank: 2, Decode: 0, Coverage: 2})
 	// Foreign: rank 1 speaks for itself about a tag that does not name it.
 	send(core.Message{Kind: core.KindDrainAck, Tag: tag, Rank: 1, Decode: 0, Evidence: core.EvidenceCompleted})
 	// Replayed: a frame with a sequence number already used.
 	m := core.Message{Kind: core.KindCommit, Tag: tag, Rank: 1, Decode: 0, Coverage: 2}
-	if err := l.s.SendMsg(&Frame{Type: FrameCore, Seq: 1, Core: core.AppendMessage(nil, &m)}); err != nil {
+	if err := l.s.SendMsg(&frame{Type: frameCore, Seq: 1, Core: core.AppendMessage(nil, &m)}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "forged", func() bool { return counter(t, d.Metrics, "kvfence_rejected_messages_total", "forged") == 1 })
@@ -123,31 +125,13 @@ func TestForgedForeignAndReplayedMessagesAreRefused(t *testing.T) {
 func TestIncompatiblePeersAreRefused(t *testing.T) {
 	d := startDecode(t)
 	ctx := context.Background()
-	_, _, err := dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 1, Version: ProtocolVersion + 1, Caps: Caps{Quiesce: true}})
-	if !IsRefused(err) || !strings.Contains(err.Error(), "incompatible peers") {
+	_, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, Version: ControlVersion + 1, Caps: peerCaps{Quiesce: true}})
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "incompatible peers") {
 		t.Fatalf("version mismatch: err = %v", err)
 	}
-	_, _, err = dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 1, Version: ProtocolVersion})
-	if !IsRefused(err) || !strings.Contains(err.Error(), "cannot prove quiescence") {
+	_, _, err = dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, Version: ControlVersion})
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "cannot prove quiescence") {
 		t.Fatalf("no quiescence: err = %v", err)
-	}
-}
-
-// The oracle tells a page's owner apart from any other request's bytes.
-func TestOracleDetectsForeignBytes(t *testing.T) {
-	a := PageIdentity{Room: 1, Gen: 1, Page: 3, Rank: 1}
-	b := PageIdentity{Room: 2, Gen: 1, Page: 3, Rank: 1}
-	buf := make([]byte, 4096)
-	FillShard(buf, a)
-	if ok, _ := VerifyShard(buf, a); !ok {
-		t.Fatal("own content refused")
-	}
-	if ok, owner := VerifyShard(buf, b); ok || owner != a {
-		t.Fatalf("foreign content accepted (ok=%v owner=%+v)", ok, owner)
-	}
-	buf[2000] ^= 1
-	if ok, _ := VerifyShard(buf, a); ok {
-		t.Fatal("torn content accepted")
 	}
 }
 
@@ -159,8 +143,8 @@ func TestDecodeUsesWriterDeclaredTail(t *testing.T) {
 	ctx := context.Background()
 	own := d.info.Capabilities.MaxTail
 	for rank, declared := range map[uint32]time.Duration{1: own + 5*time.Second, 2: 0} {
-		l, _, err := dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: rank, Version: ProtocolVersion,
-			Caps: Caps{Quiesce: true, MaxTail: int64(declared)}})
+		l, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: rank, Version: ControlVersion,
+			Caps: peerCaps{Quiesce: true, MaxTail: int64(declared)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,9 +152,9 @@ func TestDecodeUsesWriterDeclaredTail(t *testing.T) {
 		want := max(declared, own).Seconds()
 		waitFor(t, "the writer tail gauge", func() bool { return writerTail(t, d.Metrics, rank) == want })
 	}
-	_, _, err := dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 3, Version: ProtocolVersion,
-		Caps: Caps{Quiesce: true, MaxTail: -1}})
-	if !IsRefused(err) || !strings.Contains(err.Error(), "negative transport tail") {
+	_, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 3, Version: ControlVersion,
+		Caps: peerCaps{Quiesce: true, MaxTail: -1}})
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "negative transport tail") {
 		t.Fatalf("negative tail: err = %v", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/demo/oracle"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -42,36 +44,12 @@ type checksumRun struct {
 // checksums on or off on each side.
 func runChecksummed(t *testing.T, decodeSums, prefillSums, lie bool) checksumRun {
 	t.Helper()
-	ctx := context.Background()
-	dp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dp.Close() })
 	const shard = 4096
-	d, err := NewDecode(ctx, DecodeConfig{Rank: 0, Slots: 16, ShardBytes: shard, Shards: 1, Lease: 2 * time.Second,
-		MaxHold: 10 * time.Second, Fence: true, Verify: true, Checksums: decodeSums, ControlAddr: "127.0.0.1:0"}, dp.Transport())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	pp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pp.Close() })
-	var tr sdk.Transport = pp.Transport()
+	var wrap func(sdk.Transport) sdk.Transport
 	if lie {
-		tr = &misdirectingTransport{Transport: tr, shard: shard}
+		wrap = func(tr sdk.Transport) sdk.Transport { return &misdirectingTransport{Transport: tr, shard: shard} }
 	}
-	p, err := NewPrefill(ctx, PrefillConfig{Rank: 1, DecodeAddr: d.Addr(), SourcePages: 16, ShardBytes: shard, Lanes: 1,
-		MaxInflight: 16, MaxBatchPages: 4, Heartbeat: 100 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
-		RequestTombstone: 5 * time.Second, BootstrapTimeout: 5 * time.Second, Checksums: prefillSums, Events: pp.Events()}, tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	waitFor(t, "prefill linked", p.Linked)
+	d, p := startPair(t, func(c *DecodeConfig) { c.Checksums = decodeSums }, func(c *PrefillConfig) { c.Checksums = prefillSums }, wrap)
 
 	key := core.RequestKey{Room: 7, Gen: 1}
 	rv := d.NewReceiver(key)
@@ -83,7 +61,7 @@ func runChecksummed(t *testing.T, decodeSums, prefillSums, lie bool) checksumRun
 		t.Fatal(err)
 	}
 	for i := 0; i < 4; i++ {
-		FillShard(snd.Page(i), PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(i), Rank: 1})
+		oracle.FillShard(snd.Page(i), oracle.PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(i), Rank: 1})
 	}
 	if err := snd.Send(4); err != nil {
 		t.Fatal(err)
@@ -158,8 +136,8 @@ func TestChecksumRequiredRefusesPrefillWithout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	_, _, err = dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 1, Version: ProtocolVersion, Caps: Caps{Quiesce: true}})
-	if !IsRefused(err) || !strings.Contains(err.Error(), "requires checksums") {
+	_, _, err = dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "requires checksums") {
 		t.Fatalf("want a refusal naming checksums, got %v", err)
 	}
 }
@@ -170,7 +148,7 @@ func BenchmarkCommitChecksum(b *testing.B) {
 	shards := make([][]byte, 16)
 	for i := range shards {
 		shards[i] = make([]byte, 64<<10)
-		FillShard(shards[i], PageIdentity{Room: 1, Gen: 1, Page: uint32(i)})
+		oracle.FillShard(shards[i], oracle.PageIdentity{Room: 1, Gen: 1, Page: uint32(i)})
 	}
 	dst := make([]byte, 64<<10)
 	b.Run("copy", func(b *testing.B) {

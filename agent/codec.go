@@ -13,7 +13,7 @@ type frameCodec struct{}
 func (frameCodec) Name() string { return "kvfence-frame" }
 
 func (frameCodec) Marshal(v any) ([]byte, error) {
-	f, ok := v.(*Frame)
+	f, ok := v.(*frame)
 	if !ok {
 		return nil, fmt.Errorf("agent: codec cannot marshal %T", v)
 	}
@@ -21,7 +21,7 @@ func (frameCodec) Marshal(v any) ([]byte, error) {
 }
 
 func (frameCodec) Unmarshal(data []byte, v any) error {
-	f, ok := v.(*Frame)
+	f, ok := v.(*frame)
 	if !ok {
 		return fmt.Errorf("agent: codec cannot unmarshal into %T", v)
 	}

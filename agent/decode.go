@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/internal/knownunsafe"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -35,16 +36,20 @@ type DecodeConfig struct {
 	// under one key and only drained and timeout release memory.
 	Fence       bool
 	EagerRevoke bool
-	// Verify checks every page against the content oracle at handoff and
-	// at finish (the demo and the tests; a real engine's bytes are its own).
-	Verify bool
+	// Check, when set, checks page contents before exposure, at handoff,
+	// at finish and after release (the demo's content oracle; a real
+	// engine's bytes are its own: nil).
+	Check ContentCheck
 	// Checksums: require a checksum in every Commit and check it against
 	// the slots before the core sees the Commit (checksum.go). Off by default.
 	Checksums bool
-	Unsafe    knownunsafe.Variant
 
 	ControlAddr string      // where prefill ranks and the router connect
 	TLS         *tls.Config // mutual TLS for the control plane; nil = plaintext
+	// Commands, when set, serves each router link (CommandLink) until it
+	// ends: the demo's simulated engine takes its orders this way. Nil:
+	// routers are refused.
+	Commands func(*CommandLink)
 	// AdvertiseData rewrites the data endpoint prefill ranks are told into
 	// one or more addresses, so proxies can sit on the data path (the
 	// demo's delaying proxy, one per lane).
@@ -64,7 +69,7 @@ type Decode struct {
 	poolKey sdk.Key
 	data    sdk.Endpoint
 	slotB   int64
-	hello   Hello
+	hello   peerHello
 	fence   bool
 
 	core    *core.Receiver
@@ -86,17 +91,16 @@ type Decode struct {
 
 // decTag is the agent's side of one exposure.
 type decTag struct {
-	tag      core.Tag
-	ranks    []core.RankID
-	slots    []uint32
-	keys     []KeyRef
-	granted  []sdk.Key // per-exposure keys still to revoke
-	state    PollState
-	reason   string
-	corrupt  map[int]bool
-	verified int
-	recv     *KVReceiver
-	hold     holdTrack // the hold log (holdlog.go)
+	tag     core.Tag
+	ranks   []core.RankID
+	slots   []uint32
+	keys    []keyRef
+	granted []sdk.Key // per-exposure keys still to revoke
+	state   PollState
+	reason  string
+	corrupt map[int]bool
+	recv    *KVReceiver
+	hold    holdTrack // the hold log (holdlog.go)
 }
 
 // NewDecode starts a decode agent on an opened transport: it maps the KV
@@ -160,16 +164,16 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	d.core, err = core.NewReceiver(core.ReceiverConfig{
 		Instance: cfg.Instance, Self: cfg.Rank, Slots: cfg.Slots, SlotBytes: d.slotB,
 		Lease: cfg.Lease, MaxHold: cfg.MaxHold, MaxTail: info.Capabilities.MaxTail, ClockMargin: cfg.ClockMargin,
-		CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, Unsafe: cfg.Unsafe,
+		CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, Unsafe: knownunsafe.AgentVariant(),
 	}, now())
 	if err != nil {
 		return nil, err
 	}
-	d.hello = Hello{Role: RoleDecode, Rank: uint32(cfg.Rank), Version: ProtocolVersion, Instance: cfg.Instance,
-		Caps:          Caps{Revoke: info.Capabilities.Revoke, MaxTail: int64(info.Capabilities.MaxTail)},
+	d.hello = peerHello{Role: RoleDecode, Rank: uint32(cfg.Rank), Version: ControlVersion, Instance: cfg.Instance,
+		Caps:          peerCaps{Revoke: info.Capabilities.Revoke, MaxTail: int64(info.Capabilities.MaxTail)},
 		DataTransport: d.data.Transport, DataAddress: d.data.Address, DataAddresses: lanes, SlotBytes: d.slotB, ShardBytes: cfg.ShardBytes,
 		Checksums: cfg.Checksums}
-	d.Metrics = NewMetrics("decode", uint32(cfg.Rank), d.snapshot)
+	d.Metrics = newMetrics("decode", uint32(cfg.Rank), d.snapshot)
 	d.publish()
 	d.srv, err = newServer(cfg.ControlAddr, cfg.TLS, d.accept, d.serveLink)
 	if err != nil {
@@ -178,7 +182,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	go d.lp.run(cfg.Tick, d.tick)
 	log.Info("decode agent up", "rank", cfg.Rank, "instance", cfg.Instance, "control", d.srv.Addr(),
 		"data", d.data.Address, "slots", cfg.Slots, "slot_bytes", d.slotB, "fence", d.fence, "max_tail", info.Capabilities.MaxTail,
-		"variant", cfg.Unsafe.Name())
+		"variant", knownunsafe.AgentVariant().Name())
 	return d, nil
 }
 
@@ -188,7 +192,7 @@ func (d *Decode) Addr() string { return d.srv.Addr() }
 // Instance is this decode incarnation.
 func (d *Decode) Instance() uint64 { return d.cfg.Instance }
 
-func (d *Decode) snapshot() Snapshot { return Snapshot{Receiver: d.snap.Load()} }
+func (d *Decode) snapshot() metricsSnapshot { return metricsSnapshot{Receiver: d.snap.Load()} }
 
 func (d *Decode) publish() {
 	m := d.core.Metrics()
@@ -210,37 +214,32 @@ func (d *Decode) Close() {
 }
 
 // accept decides about a Hello on the control port.
-func (d *Decode) accept(h Hello) (Hello, error) {
+func (d *Decode) accept(h peerHello) (peerHello, error) {
 	switch h.Role {
 	case RoleRouter:
-		if h.Version != ProtocolVersion {
-			return Hello{}, fmt.Errorf("incompatible router: speaks control protocol v%d, decode speaks v%d", h.Version, ProtocolVersion)
+		if d.cfg.Commands == nil {
+			return peerHello{}, errdefs.Errorf(errdefs.FailedPrecondition, "decode rank %d takes no router commands", d.cfg.Rank)
+		}
+		if h.Version != ControlVersion {
+			return peerHello{}, fmt.Errorf("incompatible router: speaks control protocol v%d, decode speaks v%d", h.Version, ControlVersion)
 		}
 		return d.hello, nil
 	case RolePrefill:
 		if err := compatible(h, d.hello); err != nil {
 			d.log.Error("refusing prefill rank", "rank", h.Rank, "error", err)
-			return Hello{}, err
+			return peerHello{}, err
 		}
 		return d.hello, nil
 	}
-	return Hello{}, fmt.Errorf("decode accepts prefill ranks and routers, not %q", h.Role)
+	return peerHello{}, fmt.Errorf("decode accepts prefill ranks and routers, not %q", h.Role)
 }
 
 func (d *Decode) serveLink(l *link) {
 	if l.peer.Role == RoleRouter {
 		d.lp.post(func() { d.routers[l] = true })
 		defer d.lp.post(func() { delete(d.routers, l) })
-		for {
-			f, err := l.recv(nil)
-			if err != nil {
-				return
-			}
-			if f.Type == FrameCommand && f.Command != nil {
-				c := *f.Command
-				d.lp.post(func() { d.command(l, c) })
-			}
-		}
+		d.cfg.Commands(&CommandLink{l: l, in: frameCommand, out: frameEvent})
+		return
 	}
 	rank := core.RankID(l.peer.Rank)
 	declared := time.Duration(l.peer.Caps.MaxTail)
@@ -268,7 +267,7 @@ func (d *Decode) serveLink(l *link) {
 		if err != nil {
 			return
 		}
-		if f.Type != FrameCore {
+		if f.Type != frameCore {
 			d.Metrics.reject("wrong-kind")
 			continue
 		}
@@ -378,10 +377,10 @@ func (d *Decode) admit(key core.RequestKey, pages int, ranks []core.RankID, rv *
 // grant makes the keys an Assign carries: one per page with a fence, else
 // the pool key at the slot's offset.
 func (d *Decode) grant(dt *decTag) error {
-	dt.keys = make([]KeyRef, len(dt.slots))
+	dt.keys = make([]keyRef, len(dt.slots))
 	if !d.fence {
 		for i, s := range dt.slots {
-			dt.keys[i] = KeyRef{Key: uint64(d.poolKey), Base: uint64(int64(s) * d.slotB)}
+			dt.keys[i] = keyRef{Key: uint64(d.poolKey), Base: uint64(int64(s) * d.slotB)}
 		}
 		return nil
 	}
@@ -417,7 +416,7 @@ func (d *Decode) grant(dt *decTag) error {
 		}
 		dt.granted = append(dt.granted, k)
 		for p := 0; p < runs[i].n; p++ {
-			dt.keys[runs[i].first+p] = KeyRef{Key: uint64(k), Base: uint64(int64(p) * d.slotB)}
+			dt.keys[runs[i].first+p] = keyRef{Key: uint64(k), Base: uint64(int64(p) * d.slotB)}
 		}
 	}
 	return errors.Join(errs...)
@@ -428,7 +427,7 @@ func (d *Decode) act() {
 	out := d.core.Ready()
 	t := now()
 	for _, env := range out.Messages {
-		f := &Frame{Type: FrameCore, Core: core.AppendMessage(nil, &env.Msg)}
+		f := &frame{Type: frameCore, Core: core.AppendMessage(nil, &env.Msg)}
 		if env.Msg.Kind == core.KindAssign {
 			if dt := d.tags[env.Msg.Tag.Key()]; dt != nil && dt.tag == env.Msg.Tag {
 				f.Keys = dt.keys
@@ -457,7 +456,10 @@ func (d *Decode) act() {
 			d.logHoldStart(dt, f.Reason)
 			dt.state, dt.reason = PollFailed, f.Reason.String()
 			d.log.Debug("request failed", "tag", f.Tag, "reason", f.Reason)
-			d.finishRequest(dt, false)
+			if dt.recv != nil {
+				dt.recv.reason = dt.reason
+				dt.recv.settle()
+			}
 		}
 	}
 	for _, rel := range releases {
@@ -529,11 +531,9 @@ func (d *Decode) handoff(h core.Handoff) {
 	dt.state = PollSuccess
 	d.verify(dt)
 	d.stats.Handoffs++
-	if dt.recv != nil && dt.recv.decodeFor >= 0 {
-		tag := dt.tag
-		time.AfterFunc(dt.recv.decodeFor, func() {
-			d.lp.post(func() { d.finish(tag) })
-		})
+	if dt.recv != nil {
+		dt.recv.handed = true
+		dt.recv.settle()
 	}
 }
 
@@ -550,89 +550,7 @@ func (d *Decode) finish(tag core.Tag) {
 		d.log.Error("finish refused", "tag", tag, "error", err)
 		return
 	}
-	d.finishRequest(dt, true)
 	d.act()
-}
-
-// scrub clears the oracle header of every shard of a released exposure, so
-// that any byte a late write puts there while the memory is free is seen at
-// the next admission (checkFree). The safe core never lets that happen.
-func (d *Decode) scrub(dt *decTag) {
-	if !d.cfg.Verify {
-		return
-	}
-	mem := d.mem.Bytes()
-	for _, s := range dt.slots {
-		base := int64(s) * d.slotB
-		for r := 0; r < d.cfg.Shards; r++ {
-			clear(mem[base+int64(r)*d.cfg.ShardBytes:][:oracleHeader])
-		}
-	}
-}
-
-// checkFree looks at the slots a new exposure was given before any rank
-// can write them: a shard that carries an identity was written while the
-// memory was free (I1), by a request that no longer owned it.
-func (d *Decode) checkFree(dt *decTag) {
-	if !d.cfg.Verify {
-		return
-	}
-	mem := d.mem.Bytes()
-	for p, s := range dt.slots {
-		base := int64(s) * d.slotB
-		for r := 0; r < d.cfg.Shards; r++ {
-			hdr := mem[base+int64(r)*d.cfg.ShardBytes:][:oracleHeader]
-			if owner := ReadIdentity(hdr); owner != (PageIdentity{}) {
-				d.stats.FreeWrites++
-				d.stats.CorruptPages++
-				d.Metrics.corrupt.Inc()
-				d.log.Error("WRITE INTO FREE MEMORY: a late write landed after its slot was released", "slot", s,
-					"new_tag", dt.tag, "new_page", p, "holds_room", owner.Room, "holds_gen", owner.Gen, "holds_page", owner.Page)
-				clear(hdr)
-				break
-			}
-		}
-	}
-}
-
-// verify checks every shard of every page against the oracle.
-func (d *Decode) verify(dt *decTag) {
-	if !d.cfg.Verify {
-		return
-	}
-	mem := d.mem.Bytes()
-	for p, s := range dt.slots {
-		base := int64(s) * d.slotB
-		d.stats.PagesVerified++
-		d.Metrics.verified.Inc()
-		dt.verified++
-		for r, rank := range dt.ranks {
-			shard := mem[base+int64(r)*d.cfg.ShardBytes : base+int64(r+1)*d.cfg.ShardBytes]
-			want := PageIdentity{Room: dt.tag.Room, Gen: dt.tag.Gen, Page: uint32(p), Rank: uint32(rank)}
-			if ok, owner := VerifyShard(shard, want); !ok {
-				if dt.corrupt == nil {
-					dt.corrupt = map[int]bool{}
-				}
-				if !dt.corrupt[p] {
-					dt.corrupt[p] = true
-					d.stats.CorruptPages++
-					d.Metrics.corrupt.Inc()
-					d.log.Error("CORRUPT PAGE: holds another request's bytes", "tag", dt.tag, "page", p, "slot", s,
-						"shard_rank", rank, "holds_room", owner.Room, "holds_gen", owner.Gen, "holds_page", owner.Page)
-				}
-			}
-		}
-	}
-}
-
-func (d *Decode) finishRequest(dt *decTag, handed bool) {
-	if dt.recv == nil || dt.recv.reported {
-		return
-	}
-	dt.recv.reported, dt.recv.handed = true, handed
-	if dt.recv.onDone != nil {
-		dt.recv.onDone(RequestOutcome{Handed: handed, Reason: dt.reason, PagesVerified: dt.verified, CorruptPages: len(dt.corrupt)})
-	}
 }
 
 func (d *Decode) release(rel core.Release, t core.Time) {

@@ -1,21 +1,66 @@
-// Package agent is what a serving engine loads: it drives the pure state
+// Package agent is the runtime an engine embeds: it drives the pure state
 // machines of package core with a real transport (a plugin process opened
 // with sdk.Open, or an in-process sdk.Transport), real timers, shared-memory
-// KV pools and a gRPC control plane between agents.
+// KV pools and a gRPC control plane between ranks. Its API is small:
+//
+//   - Decode side: NewDecode(ctx, DecodeConfig, transport) → *Decode;
+//     Decode.NewReceiver(key) → *KVReceiver with Init (expose slots), Poll /
+//     Done / Err, Pages (read a handed-off request), Finish, Abort, Clear.
+//   - Prefill side: NewPrefill(ctx, PrefillConfig, transport) → *Prefill;
+//     Prefill.NewSender(key) → *KVSender with Init (reserve source pages),
+//     Page (memory to fill), Send, Finish, Poll / Done / Err, Abort, Close.
+//   - PollState: SGLang's KVPoll values (Failed 0 … Success 4).
+//   - Metrics (Prometheus, one registry per agent) and ServeMetrics; Stats.
+//   - The control plane: ranks link themselves (mutual TLS, Hello with
+//     ControlVersion and capabilities, sequence numbers); a router may talk
+//     to an agent over a CommandLink (DialCommands) when the agent's config
+//     has a Commands handler. Errors are classified (package errdefs).
+//
+// A decode rank and a prefill rank in one program (normally two processes
+// on two hosts):
+//
+//	dec, _ := agent.NewDecode(ctx, agent.DecodeConfig{Rank: 0, Slots: 1024,
+//		ShardBytes: 64 << 10, Shards: 1, Lease: 2 * time.Second, MaxHold: 10 * time.Second,
+//		Fence: true, ControlAddr: ":7000", TLS: tlsCfg}, decodePlugin.Transport())
+//	pre, _ := agent.NewPrefill(ctx, agent.PrefillConfig{Rank: 1, DecodeAddr: "decode-host:7000",
+//		SourcePages: 1024, ShardBytes: 64 << 10, MaxInflight: 256, MaxBatchPages: 4,
+//		Heartbeat: 200 * time.Millisecond, RequestTombstone: 15 * time.Second,
+//		BootstrapTimeout: 10 * time.Second, TLS: tlsCfg}, prefillPlugin.Transport())
+//
+//	key := core.RequestKey{Room: 42, Gen: 1}
+//	rv := dec.NewReceiver(key)
+//	if _, err := rv.Init(pages, []core.RankID{1}); errdefs.IsResourceExhausted(err) {
+//		// the pool is full (holds count): queue the request and retry
+//	}
+//	snd := pre.NewSender(key)
+//	_ = snd.Init(pages)
+//	for i := 0; i < pages; i++ {
+//		copy(snd.Page(i), kv[i]) // the engine's KV for page i
+//		_ = snd.Send(i + 1)
+//	}
+//	_ = snd.Finish(pages)
+//	<-rv.Done()
+//	if rv.Poll() == agent.PollSuccess {
+//		use(rv.Pages())
+//		rv.Finish() // the slots go back
+//	}
+//	snd.Close() // the source pages go back once no write can still read them
 //
 // It owns: the event loop of each rank (one goroutine owns a core state
 // machine; every input — engine call, control message, completion, tick,
 // revoke or quiesce result — goes through it), the mapping of core Posts to
 // sdk batches and of sdk completions back to core.Completed, per-exposure
 // keys on decode (granted per Assign, revoked when the core asks, the result
-// fed back as Revoked), the content oracle that lets decode verify every page
-// at handoff, the engine-facing API in SGLang's shape (KVReceiver, KVSender,
-// a manager per process), metrics and logs.
+// fed back as Revoked), the hold log, metrics and logs. The demo's router,
+// simulated engines and content oracle live in internal/demo, outside the
+// runtime; the runtime reaches them only through Commands and ContentCheck.
 //
 // It must never release exposed memory, hand a request off, or tell a rank
 // that its writes stopped on its own: those decisions belong to core. Holds
 // live here, not in request objects: dropping a KVReceiver or KVSender never
 // drops a hold. It must never accept a control message for a tag from a rank
-// that the assignment does not name, and never run with a peer whose
-// protocol version or capabilities are weaker than required.
+// that the assignment does not name, never run with a peer whose protocol
+// version or capabilities are weaker than required, and never run a
+// known-unsafe core in a binary built without -tags kvfenceunsafe. The
+// design it implements is docs/design.md.
 package agent

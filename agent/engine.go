@@ -2,9 +2,9 @@ package agent
 
 import (
 	"sync/atomic"
-	"time"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // PollState is what an engine sees when it polls a request, with SGLang's
@@ -20,30 +20,47 @@ const (
 )
 
 func (s PollState) String() string {
+	if s < PollFailed || s > PollSuccess {
+		return "PollState(?)"
+	}
 	return [...]string{"Failed", "Bootstrapping", "WaitingForInput", "Transferring", "Success"}[s]
 }
 
+// Final reports whether a request in state s will not change state again.
+func (s PollState) Final() bool { return s == PollFailed || s == PollSuccess }
+
 // KVReceiver is decode's handle on one request (SGLang's BaseKVReceiver):
-// Init exposes slots, Poll reports progress, Abort stops it. Dropping the
+// Init exposes slots, Poll (or Done) reports progress, Pages reads a
+// handed-off request, Finish gives it back, Abort stops it. Dropping the
 // handle (or calling Clear) never releases memory: the hold lives in the
 // agent until drained, fenced or timeout.
 type KVReceiver struct {
-	d         *Decode
-	key       core.RequestKey
-	tag       core.Tag
-	decodeFor time.Duration // <0: the engine calls Finish itself
-	onDone    func(RequestOutcome)
-	reported  bool // loop-owned
-	handed    bool // loop-owned: how it was reported
-	released  atomic.Bool
+	d        *Decode
+	key      core.RequestKey
+	tag      core.Tag
+	done     chan struct{}
+	settled  bool   // loop-owned: done is closed
+	handed   bool   // loop-owned: handed off (Poll stays Success after Finish)
+	reason   string // loop-owned: why it failed
+	released atomic.Bool
 }
 
 // NewReceiver makes a handle for the request key (room, generation).
 func (d *Decode) NewReceiver(key core.RequestKey) *KVReceiver {
-	return &KVReceiver{d: d, key: key, decodeFor: -1}
+	return &KVReceiver{d: d, key: key, done: make(chan struct{})}
 }
 
-// Init exposes pages slots that every rank in ranks will write.
+// settle closes done once the request is handed off or failed (loop only).
+func (r *KVReceiver) settle() {
+	if !r.settled {
+		r.settled = true
+		close(r.done)
+	}
+}
+
+// Init exposes pages slots that every rank in ranks will write. Errors are
+// classified (errdefs): ResourceExhausted when the pool is full (holds
+// count), AlreadyExists for a live key, InvalidArgument for bad sizes.
 func (r *KVReceiver) Init(pages int, ranks []core.RankID) (core.Tag, error) {
 	var err error
 	if !r.d.lp.call(func() { r.tag, err = r.d.admit(r.key, pages, ranks, r) }) {
@@ -52,6 +69,9 @@ func (r *KVReceiver) Init(pages int, ranks []core.RankID) (core.Tag, error) {
 	return r.tag, err
 }
 
+// Tag is the exposure Init made (zero before).
+func (r *KVReceiver) Tag() core.Tag { return r.tag }
+
 // Poll reports the request's state.
 func (r *KVReceiver) Poll() PollState {
 	st := PollBootstrapping
@@ -59,13 +79,55 @@ func (r *KVReceiver) Poll() PollState {
 		if dt := r.d.tags[r.key]; dt != nil && dt.tag == r.tag {
 			st = dt.state
 		} else if r.tag != (core.Tag{}) {
-			st = PollFailed // released without handoff, or finished: nothing to read
+			st = PollFailed // released without handoff: nothing to read
 			if r.handed {
 				st = PollSuccess
 			}
 		}
 	})
 	return st
+}
+
+// Done is closed when the request reaches Success or Failed.
+func (r *KVReceiver) Done() <-chan struct{} { return r.done }
+
+// Err says why a failed request failed (nil otherwise), classified
+// Unavailable: the transfer did not complete, and nothing about its memory
+// follows from it (the hold stays until it is safe).
+func (r *KVReceiver) Err() error {
+	var reason string
+	r.d.lp.call(func() {
+		if r.settled && !r.handed {
+			reason = r.reason
+			if reason == "" {
+				reason = "released without handoff"
+			}
+		}
+	})
+	if reason == "" {
+		return nil
+	}
+	return errdefs.Errorf(errdefs.Unavailable, "request %d/%d failed: %s", r.key.Room, r.key.Gen, reason)
+}
+
+// Pages gives the slot memory of every page of a handed-off request (each
+// page holds one shard per tensor-parallel rank, in the order of the ranks
+// given to Init). The memory is the engine's to read until Finish; nil when
+// the request is not handed off.
+func (r *KVReceiver) Pages() [][]byte {
+	var pages [][]byte
+	r.d.lp.call(func() {
+		dt := r.d.tags[r.key]
+		if dt == nil || dt.tag != r.tag || dt.state != PollSuccess {
+			return
+		}
+		mem := r.d.mem.Bytes()
+		for _, s := range dt.slots {
+			off := int64(s) * r.d.slotB
+			pages = append(pages, mem[off:off+r.d.slotB:off+r.d.slotB])
+		}
+	})
+	return pages
 }
 
 // Abort stops the request; its memory stays held until it is safe.
@@ -78,11 +140,12 @@ func (r *KVReceiver) Abort() {
 	})
 }
 
-// Finish tells the agent the decode loop is done with a handed-off request.
+// Finish tells the agent the decode loop is done with a handed-off request:
+// its pages are checked once more (with a ContentCheck) and its slots go back.
 func (r *KVReceiver) Finish() { r.d.lp.call(func() { r.d.finish(r.tag) }) }
 
 // Released reports whether the agent gave the request's slots back.
 func (r *KVReceiver) Released() bool { return r.released.Load() }
 
 // Clear drops the handle. Nothing is released by it.
-func (r *KVReceiver) Clear() { r.onDone = nil }
+func (r *KVReceiver) Clear() {}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -14,6 +13,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // The control plane is one bidirectional gRPC stream per pair of agents
@@ -53,8 +54,8 @@ type stream interface {
 // retransmits what matters).
 type link struct {
 	s      stream
-	peer   Hello
-	out    chan *Frame
+	peer   peerHello
+	out    chan *frame
 	done   chan struct{}
 	once   sync.Once
 	cancel func()
@@ -66,8 +67,8 @@ type link struct {
 	replays atomic.Uint64
 }
 
-func newLink(s stream, peer Hello, cancel func()) *link {
-	l := &link{s: s, peer: peer, out: make(chan *Frame, 1<<14), done: make(chan struct{}), cancel: cancel}
+func newLink(s stream, peer peerHello, cancel func()) *link {
+	l := &link{s: s, peer: peer, out: make(chan *frame, 1<<14), done: make(chan struct{}), cancel: cancel}
 	go l.writer()
 	return l
 }
@@ -87,7 +88,7 @@ func (l *link) writer() {
 }
 
 // send queues a frame; false means it was dropped (link closed or full).
-func (l *link) send(f *Frame) bool {
+func (l *link) send(f *frame) bool {
 	select {
 	case <-l.done:
 		l.dropped.Add(1)
@@ -114,9 +115,9 @@ func (l *link) send(f *Frame) bool {
 // recv returns the next frame in sequence. Frames whose sequence number does
 // not advance (a replay, or a duplicate injected on the path) are refused
 // and counted, never handed up.
-func (l *link) recv(onReplay func()) (*Frame, error) {
+func (l *link) recv(onReplay func()) (*frame, error) {
 	for {
-		f := new(Frame)
+		f := new(frame)
 		if err := l.s.RecvMsg(f); err != nil {
 			l.close()
 			return nil, err
@@ -150,11 +151,11 @@ type server struct {
 	grpc   *grpc.Server
 	lis    net.Listener
 	tls    bool
-	accept func(h Hello) (Hello, error)
+	accept func(h peerHello) (peerHello, error)
 	serve  func(l *link) // runs the accepted link until it ends
 }
 
-func newServer(addr string, tlsCfg *tls.Config, accept func(Hello) (Hello, error), serve func(*link)) (*server, error) {
+func newServer(addr string, tlsCfg *tls.Config, accept func(peerHello) (peerHello, error), serve func(*link)) (*server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -176,29 +177,39 @@ func (s *server) Addr() string { return s.lis.Addr().String() }
 func (s *server) Stop() { s.grpc.Stop() }
 
 func (s *server) acceptLink(st grpc.ServerStream) error {
-	first := new(Frame)
+	first := new(frame)
 	if err := st.RecvMsg(first); err != nil {
 		return err
 	}
-	if first.Type != FrameHello || first.Hello == nil {
-		_ = st.SendMsg(&Frame{Type: FrameRefuse, Seq: 1, Refusal: "the first frame of a link must be Hello"})
+	refuse := func(err error) error {
+		c := errdefs.ClassOf(err)
+		if c == errdefs.Unknown {
+			c = errdefs.FailedPrecondition
+		}
+		msg := err.Error()
+		var e *errdefs.Error
+		if errors.As(err, &e) {
+			msg = e.Msg
+		}
+		_ = st.SendMsg(&frame{Type: frameRefuse, Seq: 1, Refusal: msg, Class: c})
 		return nil
+	}
+	if first.Type != frameHello || first.Hello == nil {
+		return refuse(errdefs.Errorf(errdefs.InvalidArgument, "the first frame of a link must be Hello"))
 	}
 	h := *first.Hello
 	if err := s.checkIdentity(st.Context(), h); err != nil {
-		_ = st.SendMsg(&Frame{Type: FrameRefuse, Seq: 1, Refusal: err.Error()})
-		return nil
+		return refuse(err)
 	}
 	welcome, err := s.accept(h)
 	if err != nil {
-		_ = st.SendMsg(&Frame{Type: FrameRefuse, Seq: 1, Refusal: err.Error()})
-		return nil
+		return refuse(err)
 	}
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
 	l := newLink(st, h, cancel)
 	l.recvSeq = first.Seq
-	l.send(&Frame{Type: FrameWelcome, Hello: &welcome})
+	l.send(&frame{Type: frameWelcome, Hello: &welcome})
 	s.serve(l)
 	l.close()
 	<-ctx.Done()
@@ -207,21 +218,21 @@ func (s *server) acceptLink(st grpc.ServerStream) error {
 
 // checkIdentity: with mutual TLS, the client certificate's common name must
 // be "<role>-<rank>" (or "router") and match the Hello.
-func (s *server) checkIdentity(ctx context.Context, h Hello) error {
+func (s *server) checkIdentity(ctx context.Context, h peerHello) error {
 	if !s.tls {
 		return nil
 	}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return errors.New("no peer information")
+		return errdefs.Errorf(errdefs.FailedPrecondition, "no peer information")
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.PeerCertificates) == 0 {
-		return errors.New("mutual TLS required: no client certificate")
+		return errdefs.Errorf(errdefs.FailedPrecondition, "mutual TLS required: no client certificate")
 	}
 	cn := ti.State.PeerCertificates[0].Subject.CommonName
 	if want := IdentityName(h.Role, h.Rank); cn != want {
-		return fmt.Errorf("certificate names %q but Hello claims %q", cn, want)
+		return errdefs.Errorf(errdefs.FailedPrecondition, "certificate names %q but Hello claims %q", cn, want)
 	}
 	return nil
 }
@@ -236,7 +247,7 @@ func IdentityName(role Role, rank uint32) string {
 
 // dial opens a link to addr and exchanges Hello/Welcome. A Refuse comes back
 // as an error carrying the acceptor's words.
-func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello Hello) (*link, *grpc.ClientConn, error) {
+func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello peerHello) (*link, *grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
@@ -253,18 +264,18 @@ func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello Hello) (*l
 		cc.Close()
 		return nil, nil, err
 	}
-	if err := st.SendMsg(&Frame{Type: FrameHello, Seq: 1, Hello: &hello}); err != nil {
+	if err := st.SendMsg(&frame{Type: frameHello, Seq: 1, Hello: &hello}); err != nil {
 		cancel()
 		cc.Close()
 		return nil, nil, err
 	}
 	type res struct {
-		f   *Frame
+		f   *frame
 		err error
 	}
 	ch := make(chan res, 1)
 	go func() {
-		f := new(Frame)
+		f := new(frame)
 		err := st.RecvMsg(f)
 		ch <- res{f, err}
 	}()
@@ -274,10 +285,14 @@ func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello Hello) (*l
 	case <-ctx.Done():
 		r.err = ctx.Err()
 	}
-	if r.err == nil && r.f.Type == FrameRefuse {
-		r.err = &RefusedError{Reason: r.f.Refusal}
-	} else if r.err == nil && (r.f.Type != FrameWelcome || r.f.Hello == nil) {
-		r.err = fmt.Errorf("link to %s: expected Welcome, got frame type %d", addr, r.f.Type)
+	if r.err == nil && r.f.Type == frameRefuse {
+		c := r.f.Class
+		if c == errdefs.Unknown {
+			c = errdefs.FailedPrecondition
+		}
+		r.err = errdefs.Errorf(c, "refused by peer: %s", r.f.Refusal)
+	} else if r.err == nil && (r.f.Type != frameWelcome || r.f.Hello == nil) {
+		r.err = errdefs.Errorf(errdefs.Internal, "link to %s: expected Welcome, got frame type %d", addr, r.f.Type)
 	}
 	if r.err != nil {
 		cancel()
@@ -289,15 +304,4 @@ func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello Hello) (*l
 	l.recvSeq = r.f.Seq
 	go func() { <-l.closed(); cc.Close() }()
 	return l, cc, nil
-}
-
-// RefusedError is a peer's refusal of our Hello.
-type RefusedError struct{ Reason string }
-
-func (e *RefusedError) Error() string { return "refused by peer: " + e.Reason }
-
-// IsRefused reports whether err is a peer's refusal (not worth retrying).
-func IsRefused(err error) bool {
-	var r *RefusedError
-	return errors.As(err, &r) || (err != nil && strings.Contains(err.Error(), "refused by peer"))
 }

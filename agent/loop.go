@@ -4,7 +4,11 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
 )
+
+// errClosed answers calls on a closed agent.
+var errClosed = errdefs.Errorf(errdefs.Unavailable, "agent closed")
 
 // loop is the single goroutine that owns a core state machine. Every input
 // is a closure run here, in arrival order, so the core never sees two inputs

@@ -33,10 +33,10 @@ type Metrics struct {
 
 var holdBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-// NewMetrics makes the agent's metrics on a fresh registry, with gauges read
+// newMetrics makes the agent's metrics on a fresh registry, with gauges read
 // from the core at scrape time through snap (which must be cheap and safe
 // from any goroutine).
-func NewMetrics(role string, rank uint32, snap func() Snapshot) *Metrics {
+func newMetrics(role string, rank uint32, snap func() metricsSnapshot) *Metrics {
 	reg := prometheus.NewRegistry()
 	labels := prometheus.Labels{"role": role, "rank": itoa(int(rank))}
 	m := &Metrics{Registry: reg}
@@ -90,14 +90,14 @@ func (m *Metrics) evidence(ev string, batches int) {
 	m.quiesceEv.WithLabelValues(ev).Add(float64(batches))
 }
 
-// Snapshot is the gauges and core counters read at scrape time.
-type Snapshot struct {
+// metricsSnapshot is the gauges and core counters read at scrape time.
+type metricsSnapshot struct {
 	Receiver *core.ReceiverMetrics
 	Sender   *core.SenderMetrics
 }
 
 type snapshotCollector struct {
-	snap   func() Snapshot
+	snap   func() metricsSnapshot
 	labels prometheus.Labels
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/internal/knownunsafe"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -37,14 +38,17 @@ type PrefillConfig struct {
 	MaxInflight, MaxBatchPages               int
 	Heartbeat, SkewMargin                    time.Duration
 	RequestTombstone, BootstrapTimeout, Tick time.Duration
-	Unsafe                                   knownunsafe.Variant
 	// Checksums: put a checksum of the written shards in every Commit
 	// (checksum.go). Off by default.
 	Checksums bool
 
-	ControlAddr string      // where the router connects
+	ControlAddr string      // where the router connects ("": no listener)
 	TLS         *tls.Config // mutual TLS (server and client side); nil = plaintext
-	Logger      hclog.Logger
+	// Commands, when set, serves each router link (CommandLink) until it
+	// ends: the demo's simulated engine takes its orders this way. Nil:
+	// routers are refused.
+	Commands func(*CommandLink)
+	Logger   hclog.Logger
 	// Events, when set, is the plugin's event stream (sdk.Plugin.Events):
 	// a reaped plugin is quiescence evidence for its batches.
 	Events <-chan sdk.Event
@@ -63,12 +67,12 @@ type Prefill struct {
 	srv     *server
 	Metrics *Metrics
 	snap    atomic.Pointer[core.SenderMetrics]
-	hello   Hello
+	hello   peerHello
 	quit    chan struct{}
 
 	// loop-owned
 	link      *link
-	decode    Hello
+	decode    peerHello
 	lanes     []sdk.PeerID
 	batchPeer map[core.BatchID]sdk.PeerID
 	keys      map[core.Tag]tagKeys
@@ -77,7 +81,7 @@ type Prefill struct {
 }
 
 type tagKeys struct {
-	keys []KeyRef
+	keys []keyRef
 	pos  int // this rank's shard in each slot
 }
 
@@ -85,7 +89,7 @@ type preReq struct {
 	key    core.RequestKey
 	src    []int
 	state  PollState
-	closed bool
+	closed bool // the engine called Close or Abort
 	snd    *KVSender
 }
 
@@ -118,18 +122,20 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	}
 	p.core, err = core.NewSender(core.SenderConfig{Rank: cfg.Rank, SkewMargin: cfg.SkewMargin, MaxInflight: cfg.MaxInflight,
 		MaxBatchPages: cfg.MaxBatchPages, Heartbeat: cfg.Heartbeat, RequestTombstone: cfg.RequestTombstone,
-		BootstrapTimeout: cfg.BootstrapTimeout, Unsafe: cfg.Unsafe})
+		BootstrapTimeout: cfg.BootstrapTimeout, Unsafe: knownunsafe.AgentVariant()})
 	if err != nil {
 		return nil, err
 	}
 	// Every sdk transport can quiesce: Quiesce is part of the required
 	// contract, and the plugin host turns a reaped process into evidence.
-	p.hello = Hello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ProtocolVersion,
-		Caps: Caps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)}, Checksums: cfg.Checksums}
-	p.Metrics = NewMetrics("prefill", uint32(cfg.Rank), func() Snapshot { return Snapshot{Sender: p.snap.Load()} })
+	p.hello = peerHello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ControlVersion,
+		Caps: peerCaps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)}, Checksums: cfg.Checksums}
+	p.Metrics = newMetrics("prefill", uint32(cfg.Rank), func() metricsSnapshot { return metricsSnapshot{Sender: p.snap.Load()} })
 	p.publish()
 	if cfg.ControlAddr != "" {
-		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, p.accept, p.serveRouter)
+		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, p.accept, func(l *link) {
+			cfg.Commands(&CommandLink{l: l, in: frameCommand, out: frameEvent})
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -140,7 +146,7 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 		go p.events()
 	}
 	go p.connectLoop()
-	log.Info("prefill agent up", "rank", cfg.Rank, "decode", cfg.DecodeAddr, "lanes", cfg.Lanes, "variant", cfg.Unsafe.Name())
+	log.Info("prefill agent up", "rank", cfg.Rank, "decode", cfg.DecodeAddr, "lanes", cfg.Lanes, "variant", knownunsafe.AgentVariant().Name())
 	return p, nil
 }
 
@@ -191,7 +197,7 @@ func (p *Prefill) connectLoop() {
 		l, _, err := dial(ctx, p.cfg.DecodeAddr, clientTLS(p.cfg.TLS), p.hello)
 		cancel()
 		if err != nil {
-			if IsRefused(err) {
+			if !errdefs.IsUnavailable(err) { // refused, not unreachable: say why (a restarted decode may still accept)
 				p.log.Error("decode refused this rank", "error", err)
 			}
 			select {
@@ -252,7 +258,7 @@ func (p *Prefill) readDecode(l *link) {
 		if err != nil {
 			return
 		}
-		if f.Type != FrameCore {
+		if f.Type != frameCore {
 			p.Metrics.reject("wrong-kind")
 			continue
 		}
@@ -267,7 +273,7 @@ func (p *Prefill) readDecode(l *link) {
 }
 
 // step checks a message from decode before the core sees it.
-func (p *Prefill) step(l *link, m core.Message, keys []KeyRef) {
+func (p *Prefill) step(l *link, m core.Message, keys []keyRef) {
 	switch {
 	case m.Rank != p.cfg.Rank:
 		p.Metrics.reject("misaddressed")
@@ -313,7 +319,7 @@ func (p *Prefill) act() {
 		if env.Msg.Kind == core.KindCommit && p.cfg.Checksums {
 			env.Msg.Checksum = p.commitChecksum(env.Msg.Tag, int(env.Msg.Coverage))
 		}
-		if p.link == nil || core.RankID(p.decode.Rank) != env.To || !p.link.send(&Frame{Type: FrameCore, Core: core.AppendMessage(nil, &env.Msg)}) {
+		if p.link == nil || core.RankID(p.decode.Rank) != env.To || !p.link.send(&frame{Type: frameCore, Core: core.AppendMessage(nil, &env.Msg)}) {
 			p.Metrics.failedSend("control")
 		}
 	}
@@ -335,32 +341,19 @@ func (p *Prefill) act() {
 			}
 		}
 	}
-	var closes []core.RequestKey
 	for _, f := range out.Failures {
 		if r := p.reqs[f.Tag.Key()]; r != nil && r.state != PollFailed {
 			r.state = PollFailed
-			closes = append(closes, r.key)
+			r.snd.settle(PollFailed, f.Reason.String())
 		}
 	}
 	for _, s := range out.Sent {
 		if r := p.reqs[s.Key]; r != nil && r.state != PollFailed {
 			r.state = PollSuccess
-			closes = append(closes, r.key)
+			r.snd.settle(PollSuccess, "")
 		}
 	}
 	p.publish()
-	for _, k := range closes {
-		// The simulated engine drops a finished or failed request at once;
-		// the core keeps what must stay held.
-		if r := p.reqs[k]; r != nil && !r.closed && (r.snd == nil || r.snd.autoClose) {
-			r.closed = true
-			p.lp.later(func() {
-				if p.core.Close(k, now()) == nil {
-					p.act()
-				}
-			})
-		}
-	}
 }
 
 // post maps a core Post to one sdk batch: page i of the request goes from
@@ -501,7 +494,7 @@ func (p *Prefill) awaitSettled(ids []sdk.BatchID, grace time.Duration) []sdk.Bat
 	}
 }
 
-func (p *Prefill) quiesced(ids []sdk.BatchID, ev core.Evidence) {
+func (p *Prefill) quiesced(ids []sdk.BatchID, ev core.DrainEvidence) {
 	cids := make([]core.BatchID, len(ids))
 	for i, id := range ids {
 		cids[i] = core.BatchID(id)

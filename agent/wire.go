@@ -2,41 +2,48 @@ package agent
 
 import (
 	"encoding/json"
-	"fmt"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
-// ProtocolVersion is the control-plane protocol this agent speaks. A peer
-// with another version is refused at connect (no silent downgrade).
-const ProtocolVersion = 1
+// ControlVersion is the version of the control-plane protocol (Hello,
+// frames, the core messages inside them) this agent speaks. A peer with
+// another version is refused at connect (no silent downgrade). It is not
+// core.MessageVersion (the encoding of one core message) nor
+// sdk.ProtocolVersion (the plugin transport protocol).
+const ControlVersion = 1
 
-// FrameType is what a control-plane frame carries.
-type FrameType uint8
+// frameType is what a control-plane frame carries.
+type frameType uint8
 
 const (
-	FrameHello   FrameType = 1 // first frame of every link: who, which version, what the transport can prove
-	FrameWelcome FrameType = 2 // the answer to Hello: accepted, with what the acceptor offers
-	FrameRefuse  FrameType = 3 // the answer to Hello: refused, and why (then the link closes)
-	FrameCore    FrameType = 4 // one core-encoded message (core.AppendMessage)
-	FrameCommand FrameType = 5 // router → agent
-	FrameEvent   FrameType = 6 // agent → router
+	frameHello   frameType = 1 // first frame of every link: who, which version, what the transport can prove
+	frameWelcome frameType = 2 // the answer to Hello: accepted, with what the acceptor offers
+	frameRefuse  frameType = 3 // the answer to Hello: refused, and why (then the link closes)
+	frameCore    frameType = 4 // one core-encoded message (core.AppendMessage)
+	frameCommand frameType = 5 // router → agent (CommandLink)
+	frameEvent   frameType = 6 // agent → router (CommandLink)
 )
 
-// Frame is one control-plane frame. Seq grows by one per frame on a link in
+// frame is one control-plane frame. Seq grows by one per frame on a link in
 // each direction: a replayed or reordered frame is refused and counted.
-type Frame struct {
-	Type    FrameType `json:"t"`
-	Seq     uint64    `json:"s"`
-	Core    []byte    `json:"c,omitempty"`
-	Keys    []KeyRef  `json:"k,omitempty"` // with an Assign: where each page may be written
-	Hello   *Hello    `json:"h,omitempty"`
-	Refusal string    `json:"r,omitempty"`
-	Command *Command  `json:"cmd,omitempty"`
-	Event   *Event    `json:"ev,omitempty"`
+type frame struct {
+	Type    frameType  `json:"t"`
+	Seq     uint64     `json:"s"`
+	Core    []byte     `json:"c,omitempty"`
+	Keys    []keyRef   `json:"k,omitempty"` // with an Assign: where each page may be written
+	Hello   *peerHello `json:"h,omitempty"`
+	Refusal string     `json:"r,omitempty"`
+	// Class classifies a Refusal (errdefs; failed-precondition when absent).
+	Class errdefs.Class `json:"rc,omitempty"`
+	// Payload is a command (frameCommand) or an event (frameEvent) of the
+	// router protocol, which the runtime carries without reading.
+	Payload json.RawMessage `json:"p,omitempty"`
 }
 
-// KeyRef is where one page of an exposure may be written: the key decode's
+// keyRef is where one page of an exposure may be written: the key decode's
 // transport granted for it and the window's base offset under that key.
-type KeyRef struct {
+type keyRef struct {
 	Key  uint64 `json:"k"`
 	Base uint64 `json:"b"`
 }
@@ -50,22 +57,22 @@ const (
 	RoleRouter  Role = "router"
 )
 
-// Caps is what a side's transport can prove (DESIGN §5): quiescence evidence
+// peerCaps is what a side's transport can prove (docs/design.md §5): quiescence evidence
 // on the sending side, revocation on the receiving side.
-type Caps struct {
+type peerCaps struct {
 	Quiesce bool  `json:"quiesce"`
 	Revoke  bool  `json:"revoke"`
 	MaxTail int64 `json:"max_tail_ns"`
 }
 
-// Hello opens a link; the acceptor answers Welcome with its own Hello, or
+// peerHello opens a link; the acceptor answers Welcome with its own peerHello, or
 // Refuse.
-type Hello struct {
-	Role     Role   `json:"role"`
-	Rank     uint32 `json:"rank"`
-	Version  int    `json:"version"`
-	Caps     Caps   `json:"caps"`
-	Instance uint64 `json:"instance,omitempty"` // decode incarnation
+type peerHello struct {
+	Role     Role     `json:"role"`
+	Rank     uint32   `json:"rank"`
+	Version  int      `json:"version"`
+	Caps     peerCaps `json:"caps"`
+	Instance uint64   `json:"instance,omitempty"` // decode incarnation
 	// Data is the decode data endpoint prefill connects its transport to.
 	DataTransport string `json:"data_transport,omitempty"`
 	DataAddress   string `json:"data_address,omitempty"`
@@ -81,56 +88,21 @@ type Hello struct {
 
 // compatible says whether a prefill rank (p) and a decode rank (d) may run
 // together, and if not, why in words an operator can act on.
-func compatible(p, d Hello) error {
+func compatible(p, d peerHello) error {
 	if p.Version != d.Version {
-		return fmt.Errorf("incompatible peers: %s rank %d speaks control protocol v%d, %s rank %d speaks v%d",
+		return errdefs.Errorf(errdefs.FailedPrecondition, "incompatible peers: %s rank %d speaks control protocol v%d, %s rank %d speaks v%d",
 			p.Role, p.Rank, p.Version, d.Role, d.Rank, d.Version)
 	}
 	if d.Checksums && !p.Checksums {
-		return fmt.Errorf("incompatible peers: decode rank %d requires checksums at commit and prefill rank %d does not compute them (enable checksums on the prefill rank)",
+		return errdefs.Errorf(errdefs.FailedPrecondition, "incompatible peers: decode rank %d requires checksums at commit and prefill rank %d does not compute them (enable checksums on the prefill rank)",
 			d.Rank, p.Rank)
 	}
 	if p.Caps.MaxTail < 0 {
-		return fmt.Errorf("incompatible peers: prefill rank %d declares a negative transport tail (%dns)", p.Rank, p.Caps.MaxTail)
+		return errdefs.Errorf(errdefs.InvalidArgument, "incompatible peers: prefill rank %d declares a negative transport tail (%dns)", p.Rank, p.Caps.MaxTail)
 	}
 	if !p.Caps.Quiesce {
-		return fmt.Errorf("incompatible peers: prefill rank %d's transport cannot prove quiescence; decode rank %d would have to release in-doubt writes on timeout only — refusing to run with weaker guarantees",
+		return errdefs.Errorf(errdefs.FailedPrecondition, "incompatible peers: prefill rank %d's transport cannot prove quiescence; decode rank %d would have to release in-doubt writes on timeout only — refusing to run with weaker guarantees",
 			p.Rank, d.Rank)
 	}
 	return nil
-}
-
-// Command is a router instruction to an agent. ID pairs it with its reply.
-type Command struct {
-	ID    uint64   `json:"id"`
-	Op    string   `json:"op"` // admit, open, cancel, stats
-	Room  uint64   `json:"room,omitempty"`
-	Gen   uint64   `json:"gen,omitempty"`
-	Pages int      `json:"pages,omitempty"`
-	Ranks []uint32 `json:"ranks,omitempty"`
-	// DecodeFor is how long the (simulated) decode loop keeps a handed-off
-	// request before finishing it; nanoseconds.
-	DecodeFor int64 `json:"decode_for,omitempty"`
-	// PageEvery paces the (simulated) prefill compute; nanoseconds per page.
-	PageEvery int64 `json:"page_every,omitempty"`
-}
-
-// Event is an agent's reply or report to the router.
-type Event struct {
-	ID    uint64          `json:"id,omitempty"` // the command it answers; 0 for unsolicited
-	Kind  string          `json:"kind"`         // ok, error, done, stats
-	Room  uint64          `json:"room,omitempty"`
-	Gen   uint64          `json:"gen,omitempty"`
-	Error string          `json:"error,omitempty"`
-	Class string          `json:"class,omitempty"` // resource-exhausted, ...
-	Done  *RequestOutcome `json:"done,omitempty"`
-	Stats json.RawMessage `json:"stats,omitempty"`
-}
-
-// RequestOutcome is how a request ended on decode, as the router sees it.
-type RequestOutcome struct {
-	Handed        bool   `json:"handed"`
-	Reason        string `json:"reason,omitempty"`
-	PagesVerified int    `json:"pages_verified"`
-	CorruptPages  int    `json:"corrupt_pages"`
 }

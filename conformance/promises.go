@@ -1,6 +1,6 @@
 package conformance
 
-// The promises a plugin makes (sdk/contract.go, DESIGN §5). Every check
+// The promises a plugin makes (sdk/contract.go, docs/design.md §5). Every check
 // names the one it tests, so a failed report says which promise was broken.
 const (
 	PromiseHandshake     = "the plugin handshakes and negotiates the protocol version"

@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 )
 
-// WireVersion is the version byte that starts every encoded message. A
-// decoder refuses versions it does not know instead of guessing.
-const WireVersion = 1
+// MessageVersion is the version byte that starts every encoded core
+// message (not the control plane's agent.ControlVersion, nor the plugin
+// protocol's sdk.ProtocolVersion). A decoder refuses versions it does not
+// know instead of guessing.
+const MessageVersion = 1
 
 // Limits that keep a hostile or corrupt message from making the decoder
 // allocate without bound.
@@ -20,7 +22,7 @@ const (
 // byte, the kind, the tag and both ranks as uvarints, then the fields of that
 // kind. It does not allocate when b has room.
 func AppendMessage(b []byte, m *Message) []byte {
-	b = append(b, WireVersion, byte(m.Kind))
+	b = append(b, MessageVersion, byte(m.Kind))
 	b = appendTag(b, m.Tag)
 	b = binary.AppendUvarint(b, uint64(m.Rank))
 	b = binary.AppendUvarint(b, uint64(m.Decode))
@@ -69,8 +71,8 @@ func appendTag(b []byte, t Tag) []byte {
 func DecodeMessage(data []byte) (Message, error) {
 	d := decoder{buf: data}
 	var m Message
-	if v := d.byte(); d.err == nil && v != WireVersion {
-		return m, errorf(ErrInvalidArgument, "wire version %d, want %d", v, WireVersion)
+	if v := d.byte(); d.err == nil && v != MessageVersion {
+		return m, errorf(ErrInvalidArgument, "message version %d, want %d", v, MessageVersion)
 	}
 	m.Kind = Kind(d.byte())
 	if d.err == nil && (m.Kind == 0 || m.Kind > kindMax) {
@@ -113,7 +115,7 @@ func DecodeMessage(data []byte) (Message, error) {
 		m.LeaseUntil = Time(d.varint())
 		m.Reason = d.reason()
 	case KindDrainAck:
-		m.Evidence = Evidence(d.byte())
+		m.Evidence = DrainEvidence(d.byte())
 		if d.err == nil && m.Evidence > evidenceMax {
 			d.fail("unknown evidence %d", uint8(m.Evidence))
 		}

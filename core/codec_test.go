@@ -38,14 +38,14 @@ func TestCodecRejectsBadInput(t *testing.T) {
 	cases := map[string][]byte{
 		"empty":         nil,
 		"wrong version": append([]byte{9}, good[1:]...),
-		"unknown kind":  {WireVersion, 99, 0, 0, 0, 0, 0},
-		"kind zero":     {WireVersion, 0, 0, 0, 0, 0, 0},
+		"unknown kind":  {MessageVersion, 99, 0, 0, 0, 0, 0},
+		"kind zero":     {MessageVersion, 0, 0, 0, 0, 0, 0},
 		"truncated":     good[:len(good)-1],
 		"trailing":      append(append([]byte{}, good...), 0),
-		"huge count":    {WireVersion, byte(KindAssign), 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f},
-		"bad reason":    {WireVersion, byte(KindFail), 0, 0, 0, 0, 0, 200},
-		"bad evidence":  {WireVersion, byte(KindDrainAck), 0, 0, 0, 0, 0, 200},
-		"rank overflow": {WireVersion, byte(KindGrant), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0},
+		"huge count":    {MessageVersion, byte(KindAssign), 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f},
+		"bad reason":    {MessageVersion, byte(KindFail), 0, 0, 0, 0, 0, 200},
+		"bad evidence":  {MessageVersion, byte(KindDrainAck), 0, 0, 0, 0, 0, 200},
+		"rank overflow": {MessageVersion, byte(KindGrant), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0},
 	}
 	for name, b := range cases {
 		if _, err := DecodeMessage(b); !errors.Is(err, ErrInvalidArgument) {
@@ -68,7 +68,7 @@ func FuzzDecodeMessage(f *testing.F) {
 	for _, m := range sampleMessages() {
 		f.Add(AppendMessage(nil, &m))
 	}
-	f.Add([]byte{WireVersion, byte(KindAssign), 0x80})
+	f.Add([]byte{MessageVersion, byte(KindAssign), 0x80})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeMessage(data)
 		if err != nil {

@@ -67,10 +67,10 @@ type SenderConfig struct {
 	// messages, a decode that died): its source pages come back.
 	BootstrapTimeout time.Duration
 
+	// Unsafe selects a known-unsafe variant (the self-renewed-lease one
+	// carries the lease it gives itself). Only the simulation, the tests
+	// and the demo can set it (the type is internal to this module).
 	Unsafe knownunsafe.Variant
-	// SelfLease is what a rank of the unsafe self-renewed-lease variant
-	// gives itself on every heartbeat. Unused otherwise.
-	SelfLease time.Duration
 }
 
 func (c *SenderConfig) validate() error {

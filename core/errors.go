@@ -1,19 +1,21 @@
 package core
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // Error classes. Every error the core returns wraps exactly one of them, so
-// a caller can map it (errors.Is) to a gRPC code or an engine status without
-// reading strings.
+// a caller can map it (errors.Is, errdefs.ClassOf) to a gRPC code or an
+// engine status without reading strings. They are the project's classes
+// (package errdefs), named here for the core's callers.
 var (
-	ErrInvalidArgument    = errors.New("invalid argument")
-	ErrNotFound           = errors.New("not found")
-	ErrAlreadyExists      = errors.New("already exists")
-	ErrResourceExhausted  = errors.New("resource exhausted")
-	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrInvalidArgument    = errdefs.InvalidArgument
+	ErrNotFound           = errdefs.NotFound
+	ErrAlreadyExists      = errdefs.AlreadyExists
+	ErrResourceExhausted  = errdefs.ResourceExhausted
+	ErrFailedPrecondition = errdefs.FailedPrecondition
 )
 
 func errorf(class error, format string, args ...any) error {

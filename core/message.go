@@ -2,7 +2,7 @@ package core
 
 import "fmt"
 
-// Kind is the type of a control message (DESIGN §3).
+// Kind is the type of a control message (docs/design.md §3).
 type Kind uint8
 
 const (
@@ -53,23 +53,23 @@ func (r Reason) String() string {
 	return reasonNames[r]
 }
 
-// Evidence says how a rank knows that its writes for a tag stopped.
-type Evidence uint8
+// DrainEvidence says how a rank knows that its writes for a tag stopped.
+type DrainEvidence uint8
 
 const (
-	EvidenceNone          Evidence = iota
-	EvidenceCompleted              // every batch had a definite completion
-	EvidenceNothingPosted          // the rank never posted for this tag
-	EvidenceQuiesced               // the transport quiesced the in-doubt batches
-	EvidenceProcessExited          // the plugin process that owned them was reaped
+	EvidenceNone          DrainEvidence = iota
+	EvidenceCompleted                   // every batch had a definite completion
+	EvidenceNothingPosted               // the rank never posted for this tag
+	EvidenceQuiesced                    // the transport quiesced the in-doubt batches
+	EvidenceProcessExited               // the plugin process that owned them was reaped
 	evidenceMax           = EvidenceProcessExited
 )
 
 var evidenceNames = [...]string{"none", "completed", "nothing-posted", "quiesced", "process-exited"}
 
-func (e Evidence) String() string {
+func (e DrainEvidence) String() string {
 	if e > evidenceMax {
-		return fmt.Sprintf("Evidence(%d)", uint8(e))
+		return fmt.Sprintf("DrainEvidence(%d)", uint8(e))
 	}
 	return evidenceNames[e]
 }
@@ -94,7 +94,7 @@ type Message struct {
 	// Checksum is an optional checksum of the written pages (Commit).
 	Checksum uint64
 	Reason   Reason
-	Evidence Evidence
+	Evidence DrainEvidence
 	// Tags and Outstanding make up a Heartbeat: the rank's live tags with
 	// this decode rank and its number of unsettled batches.
 	Tags        []Tag

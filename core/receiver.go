@@ -74,7 +74,7 @@ type Receiver struct {
 }
 
 // NewReceiver makes the core of one decode rank at time now. With
-// cfg.Restarted the whole pool starts quarantined (see DESIGN §3, Restart).
+// cfg.Restarted the whole pool starts quarantined (docs/design.md §3, Restart).
 func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -59,7 +59,7 @@ type streamKey struct {
 type tombstone struct {
 	until    Time
 	state    StreamState // committed or acked
-	evidence Evidence
+	evidence DrainEvidence
 }
 
 type request struct {

@@ -65,7 +65,7 @@ func (s *Sender) Completed(id BatchID, status BatchStatus, now Time) error {
 
 // Quiesced takes the transport's evidence that these batches can no longer
 // move bytes.
-func (s *Sender) Quiesced(ids []BatchID, ev Evidence, now Time) {
+func (s *Sender) Quiesced(ids []BatchID, ev DrainEvidence, now Time) {
 	s.out.reset()
 	for _, id := range ids {
 		b := s.batches[id]
@@ -192,8 +192,8 @@ func (s *Sender) heartbeats(now Time) {
 			}
 			m.Tags = append(m.Tags, st.key.tag)
 			m.Outstanding += uint32(st.unsettled)
-			if s.cfg.Unsafe == knownunsafe.SelfRenewedLease && st.state == StreamSending {
-				st.lease = now.Add(s.cfg.SelfLease) // the bug: a lease nobody granted
+			if s.cfg.Unsafe.Is(knownunsafe.SelfRenewedLease) && st.state == StreamSending {
+				st.lease = now.Add(s.cfg.Unsafe.SelfLease()) // the bug: a lease nobody granted
 			}
 		}
 		s.metrics.Heartbeats++

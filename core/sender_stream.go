@@ -114,7 +114,7 @@ func (s *Sender) ackUnknown(key streamKey, lease Time) {
 	s.addTomb(key, lease, StreamAcked, EvidenceNothingPosted)
 }
 
-func (s *Sender) addTomb(key streamKey, lease Time, state StreamState, ev Evidence) {
+func (s *Sender) addTomb(key streamKey, lease Time, state StreamState, ev DrainEvidence) {
 	if s.cfg.Unsafe == knownunsafe.NoTombstones {
 		return
 	}
@@ -251,7 +251,7 @@ func (s *Sender) maybeAck(st *stream) {
 	s.entomb(st, ev)
 }
 
-func (s *Sender) ackKey(key streamKey, ev Evidence) {
+func (s *Sender) ackKey(key streamKey, ev DrainEvidence) {
 	s.metrics.DrainAcks++
 	s.sendTo(key, Message{Kind: KindDrainAck, Evidence: ev})
 }
@@ -259,7 +259,7 @@ func (s *Sender) ackKey(key streamKey, ev Evidence) {
 // entomb turns a finished stream into a tombstone that lasts until its lease
 // is over, so a duplicated or late Assign never restarts writes, and reuses
 // the stream's memory.
-func (s *Sender) entomb(st *stream, ev Evidence) {
+func (s *Sender) entomb(st *stream, ev DrainEvidence) {
 	s.addTomb(st.key, st.lease, st.state, ev)
 	delete(s.streams, st.key)
 	last := s.list[len(s.list)-1]

@@ -1,7 +1,9 @@
 # The agent and the demo (issue 4).
 #   make demo        the README's main command: 1,024 requests, concurrency 256
 #   make demo-smoke  a small safe run (corrupt_pages 0, aborts > 0) and a small
-#                    --unsafe release-on-abort run (corrupt_pages > 0); ~15 s
+#                    --unsafe release-on-abort run (corrupt_pages > 0), from a
+#                    build with -tags kvfenceunsafe (a default build refuses
+#                    --unsafe); ~15 s
 .PHONY: demo demo-smoke
 
 demo:
@@ -12,7 +14,8 @@ demo-smoke:
 	$(BIN)/kvfence demo --json --quiet --requests 128 --concurrency 32 --report none > $(BIN)/demo-smoke-safe.json
 	grep -q '"corrupt_pages":0,' $(BIN)/demo-smoke-safe.json && grep -Eq '"aborts":[1-9]' $(BIN)/demo-smoke-safe.json || { cat $(BIN)/demo-smoke-safe.json; exit 1; }
 	@echo "demo-smoke safe: corrupt_pages 0 with aborts"
-	$(BIN)/kvfence demo --json --quiet --requests 128 --concurrency 32 --report none --unsafe release-on-abort > $(BIN)/demo-smoke-unsafe.json
+	$(GO) build -tags kvfenceunsafe -o $(BIN)/kvfence-unsafe ./cmd/kvfence
+	$(BIN)/kvfence-unsafe demo --json --quiet --requests 128 --concurrency 32 --report none --unsafe release-on-abort > $(BIN)/demo-smoke-unsafe.json
 	grep -Eq '"corrupt_pages":[1-9]' $(BIN)/demo-smoke-unsafe.json || { cat $(BIN)/demo-smoke-unsafe.json; exit 1; }
 	@echo "demo-smoke unsafe release-on-abort: corrupt pages caught"
 

@@ -1,4 +1,4 @@
-/* kvfence writer-lifetime protocol (DESIGN.md sec. 2-3) -- Promela model.
+/* kvfence writer-lifetime protocol (docs/design.md sec. 2-3) -- Promela model.
    One decode, NR=2 prefill ranks, one KV slot, NG admissions (tags) that reuse the slot.
    Tag = gen (globally unique across decode instances, so gen also stands for (instance,gen)).
    Time: Tick process decrements all countdown timers at once.

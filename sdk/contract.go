@@ -2,8 +2,8 @@ package sdk
 
 import "context"
 
-// Transport is the required contract every kvfence plugin implements (DESIGN
-// §5). It is deliberately small; optional abilities are separate interfaces
+// Transport is the required contract every kvfence plugin implements
+// (docs/design.md §5). It is deliberately small; optional abilities are separate interfaces
 // (Granter, StatsReporter) detected at run time, as database/sql/driver does.
 //
 // Errors returned by any method must be *Error values (see Errorf), so that

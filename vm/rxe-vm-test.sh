@@ -30,7 +30,7 @@ t1=$(date +%s)
 B=$OUT/bin; rm -rf "$B"; mkdir -p "$B"
 (cd "$ROOT" && CGO_ENABLED=1 $GO build -tags rdma -o "$B/kvfence-plugin-verbs" ./plugins/verbs/cmd/kvfence-plugin-verbs \
   && CGO_ENABLED=1 $GO test -c -tags rdma -o "$B/verbs.test" ./plugins/verbs \
-  && $GO build -o "$B/kvfence" ./cmd/kvfence)  # the agents of the late-arrival step
+  && $GO build -tags kvfenceunsafe -o "$B/kvfence" ./cmd/kvfence)  # the agents of the late-arrival step (its unsafe arm needs the tag)
 if (cd "$ROOT" && $GO build -o "$B/kvfence-certify" ./vm/certify) 2>"$OUT/certify-build.log"; then :; else
   echo "note: conformance does not build yet; certification step skipped (see $OUT/certify-build.log)"; fi
 t2=$(date +%s)

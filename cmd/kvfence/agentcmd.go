@@ -16,8 +16,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvfence/kvfence/agent"
-	"github.com/kvfence/kvfence/agent/delayproxy"
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/internal/demo"
+	"github.com/kvfence/kvfence/internal/demo/delayproxy"
+	"github.com/kvfence/kvfence/internal/demo/oracle"
 	"github.com/kvfence/kvfence/internal/knownunsafe"
 	"github.com/kvfence/kvfence/plugins/tcp"
 	"github.com/kvfence/kvfence/sdk"
@@ -74,7 +76,7 @@ func newAgentCommand() *cobra.Command {
 	fl.StringVar(&f.control, "control", "127.0.0.1:0", "control-plane listen address")
 	fl.StringVar(&f.decodeAddr, "decode", "", "decode control address (prefill)")
 	fl.StringVar(&f.pki, "pki", "", "directory with throwaway certificates (mutual TLS); empty = plaintext")
-	fl.StringVar(&f.unsafe, "unsafe", "", "known-unsafe core variant (demo only)")
+	fl.StringVar(&f.unsafe, "unsafe", "", "known-unsafe core variant (demo only; needs a build with -tags kvfenceunsafe)")
 	fl.StringVar(&f.logFile, "log", "", "log file (default stderr)")
 	fl.StringVar(&f.metrics, "metrics", "127.0.0.1:0", "Prometheus /metrics listen address")
 	fl.IntVar(&f.slots, "slots", 4096, "decode KV slots")
@@ -105,9 +107,13 @@ func newAgentCommand() *cobra.Command {
 }
 
 func runAgent(f agentFlags) error {
-	variant, ok := knownunsafe.Parse(f.unsafe)
-	if !ok {
-		return fmt.Errorf("unknown variant %q", f.unsafe)
+	// A default build refuses every unsafe variant here (issue 15: known-
+	// unsafe cores are not selectable from an agent's flags).
+	if err := knownunsafe.SelectForAgents(f.unsafe); err != nil {
+		return usageError{err}
+	}
+	if f.role != "decode" && f.role != "prefill" {
+		return usagef("--role must be decode or prefill, not %q", f.role)
 	}
 	out := os.Stderr
 	if f.logFile != "" {
@@ -122,7 +128,7 @@ func runAgent(f agentFlags) error {
 	log := hclog.New(&hclog.LoggerOptions{Name: name, Output: out, Level: hclog.Info, JSONFormat: true})
 	var tlsCfg *tls.Config
 	if f.pki != "" {
-		c, err := agent.LoadTLS(f.pki, name)
+		c, err := demo.LoadTLS(f.pki, name)
 		if err != nil {
 			return err
 		}
@@ -150,8 +156,11 @@ func runAgent(f agentFlags) error {
 	case "decode":
 		cfg := agent.DecodeConfig{Rank: core.RankID(f.rank), Slots: f.slots, ShardBytes: f.shardBytes, Shards: f.shards,
 			Lease: f.lease, MaxHold: f.maxHold, ClockMargin: 100 * time.Millisecond,
-			Fence: f.fence, EagerRevoke: f.eager, Verify: true, Checksums: f.checksums, Unsafe: variant,
+			Fence: f.fence, EagerRevoke: f.eager, Check: oracle.Check{}, Checksums: f.checksums,
 			ControlAddr: f.control, TLS: tlsCfg, Logger: log}
+		// The demo's simulated engine takes the router's orders.
+		eng := demo.NewDecodeEngine()
+		cfg.Commands = eng.Serve
 		var proxies []*delayproxy.Proxy
 		if len(f.advertiseHosts) > 0 {
 			cfg.AdvertiseData = func(ep sdk.Endpoint) []sdk.Endpoint { return perHost(ep, f.advertiseHosts, log) }
@@ -182,6 +191,7 @@ func runAgent(f agentFlags) error {
 		if err != nil {
 			return err
 		}
+		eng.Start(d)
 		control, metrics = d.Addr(), d.Metrics
 		stop = func() {
 			d.Close()
@@ -190,23 +200,27 @@ func runAgent(f agentFlags) error {
 			}
 		}
 	case "prefill":
-		p, err := agent.NewPrefill(ctx, agent.PrefillConfig{Rank: core.RankID(f.rank), DecodeAddr: f.decodeAddr,
+		eng := demo.NewPrefillEngine(uint32(f.rank))
+		p, err := agent.NewPrefill(ctx, agent.PrefillConfig{Commands: eng.Serve, Rank: core.RankID(f.rank), DecodeAddr: f.decodeAddr,
 			SourcePages: f.sourcePages, ShardBytes: f.shardBytes, Lanes: f.lanes,
 			MaxInflight: f.maxInflight, MaxBatchPages: 4, QuiesceGrace: f.quiesceGrace, Heartbeat: 200 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
-			RequestTombstone: 15 * time.Second, BootstrapTimeout: 10 * time.Second, Unsafe: variant, Checksums: f.checksums,
+			RequestTombstone: 15 * time.Second, BootstrapTimeout: 10 * time.Second, Checksums: f.checksums,
 			ControlAddr: f.control, TLS: tlsCfg, Logger: log, Events: plug.Events()}, plug.Transport())
 		if err != nil {
 			return err
 		}
+		eng.Start(p)
 		for deadline := time.Now().Add(30 * time.Second); !p.Linked(); {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("prefill rank %d: no link to decode at %s", f.rank, f.decodeAddr)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		control, metrics, stop = p.Addr(), p.Metrics, p.Close
-	default:
-		return fmt.Errorf("--role must be decode or prefill")
+		control, metrics = p.Addr(), p.Metrics
+		stop = func() {
+			eng.Stop()
+			p.Close()
+		}
 	}
 	maddr, closeMetrics, err := agent.ServeMetrics(f.metrics, metrics.Registry)
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kvfence/kvfence/internal/knownunsafe"
 )
 
 func init() { register(newBenchCommand) }
@@ -25,6 +27,9 @@ func newBenchCommand() *cobra.Command {
 		Short: "throughput safe vs unsafe release-on-abort (interleaved, 95% CI), and held slot-seconds under an abort storm",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !knownunsafe.Compiled {
+				return usagef("kvfence bench compares the safe core with the known-unsafe release-on-abort core, which this build leaves out; run it from a build with -tags kvfenceunsafe (go run -tags kvfenceunsafe ./cmd/kvfence bench)")
+			}
 			type arm struct {
 				name      string
 				unsafe    string

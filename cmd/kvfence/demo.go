@@ -34,11 +34,14 @@ page at handoff and again when the decode loop finishes with it.
 
 With --unsafe release-on-abort the decode core frees memory as soon as a
 request aborts (what engines do today): late writes land in the next
-request's pages and corrupt_pages goes above zero.`,
+request's pages and corrupt_pages goes above zero. Known-unsafe cores exist
+only in a build with -tags kvfenceunsafe:
+
+  go run -tags kvfenceunsafe ./cmd/kvfence demo --unsafe release-on-abort`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, ok := knownunsafe.Parse(o.Unsafe); !ok {
-				return fmt.Errorf("unknown variant %q (see kvfence sim for the list)", o.Unsafe)
+			if _, err := knownunsafe.ForAgents(o.Unsafe); err != nil {
+				return usageError{err}
 			}
 			switch fence {
 			case "auto":
@@ -51,7 +54,7 @@ request's pages and corrupt_pages goes above zero.`,
 			case "off":
 				o.Fence = false
 			default:
-				return fmt.Errorf("--fence must be auto, on or off")
+				return usagef("--fence must be auto, on or off, not %q", fence)
 			}
 			if !quiet {
 				o.Progress = os.Stderr
@@ -90,7 +93,7 @@ request's pages and corrupt_pages goes above zero.`,
 	fl.DurationVar(&o.PageEvery, "page-every", 8*time.Millisecond, "simulated prefill compute per page")
 	fl.DurationVar(&o.DecodeFor, "decode-for", time.Second, "how long the decode loop keeps a request before finishing it (it is verified again then: a late write that lands meanwhile is caught)")
 	fl.DurationSliceVar(&o.Delays, "data-delay", []time.Duration{600 * time.Millisecond, time.Millisecond}, "delaying proxy: delay of data connection k (cyclic)")
-	fl.StringVar(&o.Unsafe, "unsafe", "", "run one known-unsafe core variant (e.g. release-on-abort)")
+	fl.StringVar(&o.Unsafe, "unsafe", "", "run one known-unsafe core variant, e.g. release-on-abort (only in a build with -tags kvfenceunsafe)")
 	fl.StringVar(&fence, "fence", "auto", "per-exposure keys with revocation: auto (on when safe), on, off")
 	fl.BoolVar(&o.TLS, "tls", true, "mutual TLS on the control plane (throwaway certificates)")
 	fl.BoolVar(&o.Checksums, "checksums", false, "checksums at commit (prefill computes, decode checks before handoff)")

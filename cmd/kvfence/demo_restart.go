@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/internal/demo"
 )
 
 // The decode-restart run (kvfence demo --restart-decode-after D, hidden; the
@@ -110,7 +111,7 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 		return nil, err
 	}
 	prefillAddrs := []string{pre[0].control, pre[1].control}
-	router1, err := agent.DialRouter(cctx, dec.control, prefillAddrs, routerTLS)
+	router1, err := demo.DialRouter(cctx, dec.control, prefillAddrs, routerTLS)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +212,7 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	}
 
 	// Second wave, on the new instance.
-	router2, err := agent.DialRouter(cctx, dec.control, prefillAddrs, routerTLS)
+	router2, err := demo.DialRouter(cctx, dec.control, prefillAddrs, routerTLS)
 	if err != nil {
 		return nil, fmt.Errorf("router to the restarted decode: %w", err)
 	}
@@ -338,10 +339,10 @@ type waveResult struct {
 // runWave runs n requests (rooms first, first+1, ...) at o.Concurrency and
 // returns when they all ended, or — once cut closes — when every worker has
 // stopped (requests admitted and not finished then are counted cut).
-func runWave(ctx context.Context, router *agent.Router, o demoOptions, rng *rand.Rand, first uint64, n int, cut <-chan struct{}, started *atomic.Int64) waveResult {
+func runWave(ctx context.Context, router *demo.Router, o demoOptions, rng *rand.Rand, first uint64, n int, cut <-chan struct{}, started *atomic.Int64) waveResult {
 	var mu sync.Mutex
 	var res waveResult
-	waiters := map[uint64]chan agent.Event{}
+	waiters := map[uint64]chan demo.Event{}
 	cutRooms := map[uint64]bool{}
 	go func() {
 		for ev := range router.Done {
@@ -368,7 +369,7 @@ func runWave(ctx context.Context, router *agent.Router, o demoOptions, rng *rand
 			defer wg.Done()
 			for i := range jobs {
 				room := first + uint64(i)
-				ch := make(chan agent.Event, 1)
+				ch := make(chan demo.Event, 1)
 				mu.Lock()
 				waiters[room] = ch
 				res.started++
@@ -429,7 +430,7 @@ feed:
 
 // prefillHolds sums, over the prefill ranks, the requests whose source pages
 // are held and the batches that may still move.
-func prefillHolds(ctx context.Context, r *agent.Router) (held, unsettled int, err error) {
+func prefillHolds(ctx context.Context, r *demo.Router) (held, unsettled int, err error) {
 	raws := r.PrefillStats(ctx)
 	for i, raw := range raws {
 		var m core.SenderMetrics

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/agent"
+	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/demo"
 )
 
 // agentExe is the kvfence binary the rank processes run (default: this
@@ -26,6 +28,9 @@ var agentExe string
 
 // demoOptions size one run of the demo (and of each bench repetition).
 type demoOptions struct {
+	// Exe is the kvfence binary the rank processes run (default: agentExe,
+	// else this executable).
+	Exe                                       string
 	Requests, Concurrency, MinPages, MaxPages int
 	AbortShare                                float64
 	PageEvery, DecodeFor                      time.Duration
@@ -221,7 +226,7 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 	if err != nil {
 		return nil, err
 	}
-	router, err := agent.DialRouter(cctx, dec.control, []string{pre[0].control, pre[1].control}, routerTLS)
+	router, err := demo.DialRouter(cctx, dec.control, []string{pre[0].control, pre[1].control}, routerTLS)
 	if err != nil {
 		return nil, err
 	}
@@ -238,15 +243,15 @@ func maybeTLS(on bool, dir, name string) (*tls.Config, error) {
 	if !on {
 		return nil, nil
 	}
-	return agent.LoadTLS(filepath.Join(dir, "pki"), name)
+	return demo.LoadTLS(filepath.Join(dir, "pki"), name)
 }
 
 // drive runs the workload: Requests at Concurrency, a share cancelled at a
 // random moment while it transfers, then waits until decode holds nothing.
-func drive(ctx context.Context, o demoOptions, router *agent.Router) (*demoSummary, error) {
+func drive(ctx context.Context, o demoOptions, router *demo.Router) (*demoSummary, error) {
 	start := time.Now()
 	var mu sync.Mutex
-	waiters := map[uint64]chan agent.Event{}
+	waiters := map[uint64]chan demo.Event{}
 	go func() {
 		for ev := range router.Done {
 			mu.Lock()
@@ -305,7 +310,7 @@ func drive(ctx context.Context, o demoOptions, router *agent.Router) (*demoSumma
 			for room := range jobs {
 				began := time.Now()
 				p := plans[room]
-				ch := make(chan agent.Event, 1)
+				ch := make(chan demo.Event, 1)
 				mu.Lock()
 				waiters[room] = ch
 				mu.Unlock()
@@ -396,13 +401,13 @@ func drive(ctx context.Context, o demoOptions, router *agent.Router) (*demoSumma
 	return s, nil
 }
 
-func admitWithRetry(ctx context.Context, router *agent.Router, room uint64, pages int, o demoOptions) bool {
+func admitWithRetry(ctx context.Context, router *demo.Router, room uint64, pages int, o demoOptions) bool {
 	for attempt := 0; attempt < 2000; attempt++ {
-		ev := router.Admit(ctx, room, 1, pages, o.DecodeFor)
+		err := router.Admit(ctx, room, 1, pages, o.DecodeFor)
 		switch {
-		case ev.Kind == "ok":
+		case err == nil:
 			return true
-		case ev.Class != "resource-exhausted":
+		case !errdefs.IsResourceExhausted(err):
 			return false
 		}
 		select {
@@ -455,7 +460,10 @@ func prepareRun(o *demoOptions, prefix string) (exe string, pkiArgs []string, er
 			return "", nil, err
 		}
 	}
-	if exe = agentExe; exe == "" {
+	if exe = o.Exe; exe == "" {
+		exe = agentExe
+	}
+	if exe == "" {
 		if exe, err = os.Executable(); err != nil {
 			return "", nil, err
 		}
@@ -465,7 +473,7 @@ func prepareRun(o *demoOptions, prefix string) (exe string, pkiArgs []string, er
 		if err := os.MkdirAll(pki, 0o700); err != nil {
 			return "", nil, err
 		}
-		if err := agent.WriteThrowawayPKI(pki, pkiNames(2)); err != nil {
+		if err := demo.WriteThrowawayPKI(pki, pkiNames(2)); err != nil {
 			return "", nil, err
 		}
 		pkiArgs = []string{"--pki", pki}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -27,14 +29,40 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+var (
+	unsafeOnce sync.Once
+	unsafeExe  string
+	unsafeErr  error
+)
+
+// unsafeBinary builds kvfence with -tags kvfenceunsafe (once): the only
+// build whose agents can run a known-unsafe core.
+func unsafeBinary(t *testing.T) string {
+	t.Helper()
+	unsafeOnce.Do(func() {
+		unsafeExe = filepath.Join(filepath.Dir(agentExe), "kvfence-unsafe")
+		if out, err := exec.Command("go", "build", "-tags", "kvfenceunsafe", "-o", unsafeExe, ".").CombinedOutput(); err != nil {
+			unsafeErr = fmt.Errorf("%v\n%s", err, out)
+		}
+	})
+	if unsafeErr != nil {
+		t.Fatal(unsafeErr)
+	}
+	return unsafeExe
+}
+
 func smallDemo(t *testing.T, unsafe string, fence bool, seed uint64) *demoSummary {
 	t.Helper()
+	exe := agentExe
+	if unsafe != "" {
+		exe = unsafeBinary(t)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, err := runDemo(ctx, demoOptions{Requests: 96, Concurrency: 32, MinPages: 4, MaxPages: 12, AbortShare: 0.4,
 		PageEvery: 5 * time.Millisecond, DecodeFor: 500 * time.Millisecond,
 		Delays: []time.Duration{400 * time.Millisecond, time.Millisecond}, Unsafe: unsafe, Fence: fence, TLS: true,
-		Dir: t.TempDir(), Seed: seed})
+		Dir: t.TempDir(), Seed: seed, Exe: exe})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,13 @@
-// Command kvfence is the project's CLI. Today it runs the deterministic
-// simulation (`kvfence sim`); the demo, conformance and bench commands join
-// it as their issues land.
+// Command kvfence is the project's CLI: demo (prefill and decode ranks as
+// processes, requests aborted mid-transfer, every page checked), sim (the
+// core in deterministic simulation), bench, conformance (plugin
+// certification) and topo, plus the hidden commands the demo runs as its
+// rank processes (__agent, __plugin-tcp) and __holds-check.
 //
 // It owns flag parsing and presentation only: every decision lives in the
-// packages it calls. It must never select a known-unsafe variant unless the
-// user asked for it by name.
+// packages it calls (agent, the runtime; internal/demo, the harness). A bad
+// command line is refused before any work starts, in one line, with exit
+// status 2. It must never select a known-unsafe variant unless the user
+// asked for it by name, and in a build without -tags kvfenceunsafe it
+// must refuse to (the in-process simulation excepted, docs/design.md §9).
 package main

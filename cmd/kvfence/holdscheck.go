@@ -8,18 +8,18 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvfence/kvfence/agent"
+	"github.com/kvfence/kvfence/internal/demo"
 )
 
 func init() { register(newHoldsCheckCommand) }
 
 // newHoldsCheckCommand: `kvfence __holds-check --log decode-0.log` checks a
-// decode agent's hold log (agent/holdlog.go): every aborted tag went hold
+// decode agent's hold log (agent/holdlog.go; the checker is internal/demo/holdcheck.go): every aborted tag went hold
 // start → drain evidence from each rank, or a fence → release. Exit status
 // 1 on any violation. Used by vm/late-arrival.sh.
 func newHoldsCheckCommand() *cobra.Command {
 	var logFile string
-	var o agent.HoldCheckOptions
+	var o demo.HoldCheckOptions
 	var asJSON bool
 	var expect int
 	cmd := &cobra.Command{
@@ -31,7 +31,7 @@ func newHoldsCheckCommand() *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			rep, err := agent.CheckHolds(f, o)
+			rep, err := demo.CheckHolds(f, o)
 			if err != nil {
 				return err
 			}
@@ -61,7 +61,7 @@ func newHoldsCheckCommand() *cobra.Command {
 	return cmd
 }
 
-func printHoldReport(w interface{ Write([]byte) (int, error) }, r agent.HoldReport) {
+func printHoldReport(w interface{ Write([]byte) (int, error) }, r demo.HoldReport) {
 	fmt.Fprintf(w, "holds %d  drain-acks %d  commits %d  fences %d  still held %d\n", r.Holds, r.DrainAcks, r.Commits, r.Fences, r.StillHeld)
 	paths := make([]string, 0, len(r.Released))
 	for p := range r.Released {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -13,17 +14,38 @@ var commands []func() *cobra.Command
 
 func register(newCommand func() *cobra.Command) { commands = append(commands, newCommand) }
 
-func main() {
+// usageError is a refusal of the command line itself (a bad flag value, a
+// variant this build leaves out): exit status 2, one line, before any work.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// usagef builds a usageError.
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func newRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:          "kvfence",
-		Short:        "kvfence: the KV-cache transfer layer that never lets one request's bytes land in another's memory",
-		SilenceUsage: true,
+		Use:   "kvfence",
+		Short: "kvfence: the KV-cache transfer layer that never lets one request's bytes land in another's memory",
+		// Errors are printed once, by main, not by cobra as well.
+		SilenceUsage: true, SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	for _, c := range commands {
 		root.AddCommand(c())
 	}
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	return root
+}
+
+func main() {
+	err := newRoot().Execute()
+	if err == nil {
+		return
 	}
+	fmt.Fprintln(os.Stderr, "kvfence:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		os.Exit(2)
+	}
+	os.Exit(1)
 }

@@ -149,7 +149,7 @@ func newCluster(cfg Config) *cluster {
 		s, err := core.NewSender(core.SenderConfig{
 			Rank: p.id, SkewMargin: tdur(maxSkew), MaxInflight: c.p.MaxInflight, MaxBatchPages: c.p.MaxBatch,
 			Heartbeat: tdur(heartbeat), RequestTombstone: tdur(maxHold + 2*maxSkew), BootstrapTimeout: tdur(3 * lease),
-			Unsafe: cfg.Variant, SelfLease: tdur(lease),
+			Unsafe: cfg.Variant.WithSelfLease(tdur(lease)),
 		})
 		if err != nil {
 			panic(err)

@@ -8,7 +8,7 @@
 // freed slots are reused at once, room ids reused, abort storms).
 //
 // A checker keeps shadow ownership and content of every decode slot and
-// asserts the invariants I1–I7 of DESIGN §2 on every step. Everything random
+// asserts the invariants I1–I7 of docs/design.md §2 on every step. Everything random
 // comes from the seed, so a seed replays exactly; a violation carries the
 // seed and a short trace.
 //

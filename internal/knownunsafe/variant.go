@@ -1,22 +1,29 @@
 package knownunsafe
 
+import "time"
+
 // Variant selects one known-unsafe behaviour of the core. The zero value is
 // the real, safe core.
-type Variant struct{ name string }
+type Variant struct {
+	name string
+	// selfLease is what a rank of the self-renewed-lease variant gives
+	// itself on every heartbeat (WithSelfLease); zero for every other.
+	selfLease time.Duration
+}
 
 var (
 	Safe                   = Variant{}
-	ReleaseOnAbort         = Variant{"release-on-abort"}
-	AckAfterFailedSend     = Variant{"ack-after-failed-send"}
-	IgnoreGenerations      = Variant{"ignore-generations"}
-	UnboundedTimeout       = Variant{"unbounded-timeout"}
-	SingleAckTarget        = Variant{"single-ack-target"}
-	ReleaseOnRemoteFailure = Variant{"release-on-remote-failure"}
-	NoCoverageCheck        = Variant{"no-coverage-check"}
-	SelfRenewedLease       = Variant{"self-renewed-lease"}
-	NoTombstones           = Variant{"no-tombstones"}
-	RestartReuse           = Variant{"restart-reuse"}
-	OwnTailOnly            = Variant{"own-tail-only"}
+	ReleaseOnAbort         = Variant{name: "release-on-abort"}
+	AckAfterFailedSend     = Variant{name: "ack-after-failed-send"}
+	IgnoreGenerations      = Variant{name: "ignore-generations"}
+	UnboundedTimeout       = Variant{name: "unbounded-timeout"}
+	SingleAckTarget        = Variant{name: "single-ack-target"}
+	ReleaseOnRemoteFailure = Variant{name: "release-on-remote-failure"}
+	NoCoverageCheck        = Variant{name: "no-coverage-check"}
+	SelfRenewedLease       = Variant{name: "self-renewed-lease"}
+	NoTombstones           = Variant{name: "no-tombstones"}
+	RestartReuse           = Variant{name: "restart-reuse"}
+	OwnTailOnly            = Variant{name: "own-tail-only"}
 )
 
 // All lists every unsafe variant, in a stable order.
@@ -36,6 +43,22 @@ func (v Variant) Name() string {
 
 // IsSafe reports whether v is the real core.
 func (v Variant) IsSafe() bool { return v.name == "" }
+
+// Is reports whether v is the variant o, whatever parameter either carries.
+func (v Variant) Is(o Variant) bool { return v.name == o.name }
+
+// WithSelfLease returns the self-renewed-lease variant giving itself d on
+// every heartbeat; any other variant is returned unchanged. The parameter
+// lives in the variant, so no production configuration type carries it.
+func (v Variant) WithSelfLease(d time.Duration) Variant {
+	if v.Is(SelfRenewedLease) {
+		v.selfLease = d
+	}
+	return v
+}
+
+// SelfLease is the lease the self-renewed-lease variant gives itself.
+func (v Variant) SelfLease() time.Duration { return v.selfLease }
 
 // Parse maps a name back to its variant.
 func Parse(name string) (Variant, bool) {

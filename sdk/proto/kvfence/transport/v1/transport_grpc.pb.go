@@ -1,4 +1,4 @@
-// kvfence.transport.v1 — the wire form of the transport contract (DESIGN §5).
+// kvfence.transport.v1 — the wire form of the transport contract (docs/design.md §5).
 //
 // Hot paths stay coarse: one Post call per batch (never per page) and one
 // server-streaming Completions call for the life of the plugin. No payload

@@ -1,4 +1,4 @@
-package agent
+package demo
 
 import (
 	"context"
@@ -8,11 +8,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvfence/kvfence/agent"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
-// Router is the router's API over the control plane: it admits a request on
-// decode, opens it on every prefill rank, and cancels prefill and decode of
-// a request together.
+// Router is the demo's router: it admits a request on decode, opens it on
+// every prefill rank, and cancels prefill and decode of a request together,
+// over one CommandLink per agent.
 type Router struct {
 	decode   *routerLink
 	prefills []*routerLink
@@ -22,7 +25,7 @@ type Router struct {
 }
 
 type routerLink struct {
-	l       *link
+	l       *agent.CommandLink
 	nextID  atomic.Uint64
 	mu      sync.Mutex
 	pending map[uint64]chan Event
@@ -31,9 +34,8 @@ type routerLink struct {
 // DialRouter connects the router to a decode agent and its prefill ranks.
 func DialRouter(ctx context.Context, decodeAddr string, prefillAddrs []string, tlsCfg *tls.Config) (*Router, error) {
 	r := &Router{Done: make(chan Event, 1<<14)}
-	hello := Hello{Role: RoleRouter, Version: ProtocolVersion}
 	open := func(addr string) (*routerLink, error) {
-		l, _, err := dial(ctx, addr, clientTLS(tlsCfg), hello)
+		l, err := agent.DialCommands(ctx, addr, tlsCfg)
 		if err != nil {
 			return nil, fmt.Errorf("router: link to %s: %w", addr, err)
 		}
@@ -52,27 +54,27 @@ func DialRouter(ctx context.Context, decodeAddr string, prefillAddrs []string, t
 			return nil, err
 		}
 		r.prefills = append(r.prefills, pl)
-		r.ranks = append(r.ranks, pl.l.peer.Rank)
+		r.ranks = append(r.ranks, pl.l.PeerRank())
 	}
 	return r, nil
 }
 
 func (rl *routerLink) read(done chan<- Event) {
 	for {
-		f, err := rl.l.recv(nil)
+		raw, err := rl.l.Recv()
 		if err != nil {
 			rl.mu.Lock()
 			for id, ch := range rl.pending {
-				ch <- Event{Kind: "error", Error: "link closed: " + err.Error(), Class: "unavailable"}
+				ch <- errorEvent(err)
 				delete(rl.pending, id)
 			}
 			rl.mu.Unlock()
 			return
 		}
-		if f.Type != FrameEvent || f.Event == nil {
+		var ev Event
+		if json.Unmarshal(raw, &ev) != nil {
 			continue
 		}
-		ev := *f.Event
 		if ev.ID == 0 {
 			done <- ev
 			continue
@@ -93,29 +95,34 @@ func (rl *routerLink) do(ctx context.Context, c Command) Event {
 	rl.mu.Lock()
 	rl.pending[c.ID] = ch
 	rl.mu.Unlock()
-	if !rl.l.send(&Frame{Type: FrameCommand, Command: &c}) {
-		return Event{Kind: "error", Error: "link down", Class: "unavailable"}
+	if err := rl.l.Send(c); err != nil {
+		rl.mu.Lock()
+		delete(rl.pending, c.ID)
+		rl.mu.Unlock()
+		return errorEvent(err)
 	}
 	select {
 	case ev := <-ch:
 		return ev
 	case <-ctx.Done():
-		return Event{Kind: "error", Error: ctx.Err().Error(), Class: "unavailable"}
+		return errorEvent(ctx.Err())
 	case <-time.After(30 * time.Second):
-		return Event{Kind: "error", Error: "no reply from " + string(rl.l.peer.Role) + " in 30s", Class: "unavailable"}
+		return errorEvent(errdefs.Errorf(errdefs.Unavailable, "no reply from rank %d in 30s", rl.l.PeerRank()))
 	}
 }
 
-// Admit exposes slots on decode for a request written by every prefill rank.
-func (r *Router) Admit(ctx context.Context, room, gen uint64, pages int, decodeFor time.Duration) Event {
-	return r.decode.do(ctx, Command{Op: "admit", Room: room, Gen: gen, Pages: pages, Ranks: r.ranks, DecodeFor: int64(decodeFor)})
+// Admit exposes slots on decode for a request written by every prefill
+// rank. The error is classified: ResourceExhausted means decode is full
+// (holds count) and a retry may succeed.
+func (r *Router) Admit(ctx context.Context, room, gen uint64, pages int, decodeFor time.Duration) error {
+	return r.decode.do(ctx, Command{Op: OpAdmit, Room: room, Gen: gen, Pages: pages, Ranks: r.ranks, DecodeFor: int64(decodeFor)}).Err()
 }
 
 // Open starts the request on every prefill rank.
 func (r *Router) Open(ctx context.Context, room, gen uint64, pages int, pageEvery time.Duration) error {
 	for _, p := range r.prefills {
-		if ev := p.do(ctx, Command{Op: "open", Room: room, Gen: gen, Pages: pages, PageEvery: int64(pageEvery)}); ev.Kind == "error" {
-			return fmt.Errorf("open on prefill rank %d: %s", p.l.peer.Rank, ev.Error)
+		if err := p.do(ctx, Command{Op: OpOpen, Room: room, Gen: gen, Pages: pages, PageEvery: int64(pageEvery)}).Err(); err != nil {
+			return fmt.Errorf("open on prefill rank %d: %w", p.l.PeerRank(), err)
 		}
 	}
 	return nil
@@ -129,18 +136,18 @@ func (r *Router) Cancel(ctx context.Context, room, gen uint64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rl.do(ctx, Command{Op: "cancel", Room: room, Gen: gen})
+			rl.do(ctx, Command{Op: OpCancel, Room: room, Gen: gen})
 		}()
 	}
 	wg.Wait()
 }
 
 // DecodeStats fetches decode's figures.
-func (r *Router) DecodeStats(ctx context.Context) (DecodeStats, error) {
-	var s DecodeStats
-	ev := r.decode.do(ctx, Command{Op: "stats"})
-	if ev.Kind != "stats" {
-		return s, fmt.Errorf("decode stats: %s", ev.Error)
+func (r *Router) DecodeStats(ctx context.Context) (agent.DecodeStats, error) {
+	var s agent.DecodeStats
+	ev := r.decode.do(ctx, Command{Op: OpStats})
+	if ev.Kind != EventStats {
+		return s, fmt.Errorf("decode stats: %w", ev.Err())
 	}
 	return s, json.Unmarshal(ev.Stats, &s)
 }
@@ -149,7 +156,7 @@ func (r *Router) DecodeStats(ctx context.Context) (DecodeStats, error) {
 func (r *Router) PrefillStats(ctx context.Context) []json.RawMessage {
 	var out []json.RawMessage
 	for _, p := range r.prefills {
-		ev := p.do(ctx, Command{Op: "stats"})
+		ev := p.do(ctx, Command{Op: OpStats})
 		out = append(out, ev.Stats)
 	}
 	return out
@@ -158,9 +165,9 @@ func (r *Router) PrefillStats(ctx context.Context) []json.RawMessage {
 // Close drops the router's links.
 func (r *Router) Close() {
 	if r.decode != nil {
-		r.decode.l.close()
+		r.decode.l.Close()
 	}
 	for _, p := range r.prefills {
-		p.l.close()
+		p.l.Close()
 	}
 }

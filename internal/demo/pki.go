@@ -1,4 +1,4 @@
-package agent
+package demo
 
 import (
 	"crypto/ecdsa"
@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -15,20 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/kvfence/kvfence/agent"
 )
-
-// tlsServerName is the name every agent certificate carries, so clients
-// verify the server against the throwaway CA without per-host names.
-const tlsServerName = "kvfence-agent"
-
-func clientTLS(c *tls.Config) *tls.Config {
-	if c == nil {
-		return nil
-	}
-	c = c.Clone()
-	c.ServerName = tlsServerName
-	return c
-}
 
 // WriteThrowawayPKI makes a fresh CA and one certificate per identity
 // (router, decode-0, prefill-1, ...) in dir: <name>.pem, <name>-key.pem and
@@ -58,7 +46,7 @@ func WriteThrowawayPKI(dir string, names []string) error {
 			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 			KeyUsage:    x509.KeyUsageDigitalSignature,
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-			DNSNames:    []string{tlsServerName}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+			DNSNames:    []string{agent.ServerName}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 		if err != nil {
 			return err
@@ -97,13 +85,5 @@ func LoadTLS(dir, name string) (*tls.Config, error) {
 		return nil, fmt.Errorf("no CA certificate in %s", dir)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool,
-		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13, ServerName: tlsServerName}, nil
-}
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13, ServerName: agent.ServerName}, nil
 }

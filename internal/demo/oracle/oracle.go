@@ -1,18 +1,15 @@
-package agent
+package oracle
 
 import (
 	"encoding/binary"
+	"fmt"
+
+	"github.com/kvfence/kvfence/core"
 )
 
-// The content oracle: every shard a prefill rank writes for a request is a
-// pure function of (room, gen, page, rank). Decode recomputes it at handoff
-// and again when the decode loop finishes, so a page that holds another
-// request's bytes (a late write that landed after reuse) is detected, and its
-// header says whose bytes they are.
-
 const (
-	oracleMagic  = 0x6b76666e // "kvfn"
-	oracleHeader = 32         // magic, rank, page, room, gen
+	oracleMagic = 0x6b76666e // "kvfn"
+	HeaderBytes = 32         // magic, rank, page, room, gen
 )
 
 // PageIdentity is whose bytes a shard holds.
@@ -24,8 +21,8 @@ type PageIdentity struct {
 
 // FillShard writes the oracle content of (id) into dst.
 func FillShard(dst []byte, id PageIdentity) {
-	if len(dst) < oracleHeader {
-		panic("agent: shard smaller than the oracle header")
+	if len(dst) < HeaderBytes {
+		panic("oracle: shard smaller than the oracle header")
 	}
 	binary.LittleEndian.PutUint32(dst[0:], oracleMagic)
 	binary.LittleEndian.PutUint32(dst[4:], id.Rank)
@@ -33,7 +30,7 @@ func FillShard(dst []byte, id PageIdentity) {
 	binary.LittleEndian.PutUint64(dst[16:], id.Room)
 	binary.LittleEndian.PutUint64(dst[24:], id.Gen)
 	x := seed(id)
-	body := dst[oracleHeader:]
+	body := dst[HeaderBytes:]
 	for i := 0; i+8 <= len(body); i += 8 {
 		x = next(x)
 		binary.LittleEndian.PutUint64(body[i:], x)
@@ -51,7 +48,7 @@ func VerifyShard(src []byte, want PageIdentity) (ok bool, owner PageIdentity) {
 		return false, owner
 	}
 	x := seed(want)
-	body := src[oracleHeader:]
+	body := src[HeaderBytes:]
 	for i := 0; i+8 <= len(body); i += 8 {
 		x = next(x)
 		if binary.LittleEndian.Uint64(body[i:]) != x {
@@ -68,7 +65,7 @@ func VerifyShard(src []byte, want PageIdentity) (ok bool, owner PageIdentity) {
 
 // ReadIdentity decodes a shard's header (zero when it carries none).
 func ReadIdentity(src []byte) PageIdentity {
-	if len(src) < oracleHeader || binary.LittleEndian.Uint32(src) != oracleMagic {
+	if len(src) < HeaderBytes || binary.LittleEndian.Uint32(src) != oracleMagic {
 		return PageIdentity{}
 	}
 	return PageIdentity{
@@ -90,4 +87,41 @@ func next(x uint64) uint64 {
 	x ^= x << 25
 	x ^= x >> 27
 	return x * 2685821657736338717
+}
+
+// Check is the oracle as the runtime's content check (agent.ContentCheck):
+// decode calls it before exposing slots, at handoff, at finish and after
+// release.
+type Check struct{}
+
+// Free reports whose bytes a free shard holds ("" if none): any identity
+// there was written while the memory was free (I1).
+func (Check) Free(shard []byte) string {
+	if owner := ReadIdentity(shard); owner != (PageIdentity{}) {
+		return owner.String()
+	}
+	return ""
+}
+
+// Owned reports whether shard holds exactly page's content written by rank
+// for tag, and if not, whose bytes it holds.
+func (Check) Owned(shard []byte, tag core.Tag, page int, rank core.RankID) (bool, string) {
+	ok, owner := VerifyShard(shard, PageIdentity{Room: tag.Room, Gen: tag.Gen, Page: uint32(page), Rank: uint32(rank)})
+	return ok, owner.String()
+}
+
+// Released clears a released shard's header, so that a late write landing
+// while the memory is free is seen by Free at the next exposure.
+func (Check) Released(shard []byte) {
+	if len(shard) >= HeaderBytes {
+		clear(shard[:HeaderBytes])
+	}
+}
+
+// String names whose bytes these are ("none" for an unwritten shard).
+func (id PageIdentity) String() string {
+	if id == (PageIdentity{}) {
+		return "none"
+	}
+	return fmt.Sprintf("room %d gen %d page %d rank %d", id.Room, id.Gen, id.Page, id.Rank)
 }

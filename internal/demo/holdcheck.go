@@ -1,4 +1,4 @@
-package agent
+package demo
 
 import (
 	"bufio"
@@ -7,6 +7,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/kvfence/kvfence/agent"
 )
 
 // HoldReport is what CheckHolds found in a decode log.
@@ -73,13 +75,13 @@ func CheckHolds(r io.Reader, o HoldCheckOptions) (HoldReport, error) {
 		}
 		msg, _ := m["@message"].(string)
 		switch msg {
-		case HoldStartMsg, HoldEvidenceMsg, HoldFenceMsg, HoldReleaseMsg:
+		case agent.HoldStartMsg, agent.HoldEvidenceMsg, agent.HoldFenceMsg, agent.HoldReleaseMsg:
 		default:
 			continue
 		}
 		tag, _ := m["tag"].(string)
 		h := tags[tag]
-		if msg != HoldStartMsg && h == nil {
+		if msg != agent.HoldStartMsg && h == nil {
 			viol("line %d: %q for tag %s before its hold start", line, msg, tag)
 			continue
 		}
@@ -88,7 +90,7 @@ func CheckHolds(r io.Reader, o HoldCheckOptions) (HoldReport, error) {
 			continue
 		}
 		switch msg {
-		case HoldStartMsg:
+		case agent.HoldStartMsg:
 			if h != nil {
 				viol("line %d: second hold start for tag %s", line, tag)
 				continue
@@ -105,7 +107,7 @@ func CheckHolds(r io.Reader, o HoldCheckOptions) (HoldReport, error) {
 			}
 			tags[tag] = h
 			order = append(order, tag)
-		case HoldEvidenceMsg:
+		case agent.HoldEvidenceMsg:
 			rank := fmt.Sprint(m["rank"])
 			kind := str(m["kind"])
 			h.evidence[rank] = kind
@@ -114,10 +116,10 @@ func CheckHolds(r io.Reader, o HoldCheckOptions) (HoldReport, error) {
 			} else {
 				rep.Commits++
 			}
-		case HoldFenceMsg:
+		case agent.HoldFenceMsg:
 			h.fenced = true
 			rep.Fences++
-		case HoldReleaseMsg:
+		case agent.HoldReleaseMsg:
 			h.released = true
 			path := str(m["path"])
 			rep.Released[path]++

@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+
+	"github.com/kvfence/kvfence/errdefs"
+)
+
+// CommandLink is a control-plane link between a router and an agent that
+// carries the router protocol: commands one way, events the other, as JSON
+// payloads the runtime does not read. The agent side is handed to
+// DecodeConfig.Commands or PrefillConfig.Commands; the router side comes
+// from DialCommands. Links keep the control plane's rules: Hello first,
+// mutual TLS identity, sequence numbers that refuse replays.
+type CommandLink struct {
+	l   *link
+	in  frameType // what Recv takes
+	out frameType // what Send sends
+}
+
+// DialCommands opens a router's link to the agent at addr.
+func DialCommands(ctx context.Context, addr string, tlsCfg *tls.Config) (*CommandLink, error) {
+	l, _, err := dial(ctx, addr, clientTLS(tlsCfg), peerHello{Role: RoleRouter, Version: ControlVersion})
+	if err != nil {
+		return nil, err
+	}
+	return &CommandLink{l: l, in: frameEvent, out: frameCommand}, nil
+}
+
+// Send queues one payload (JSON-encoded). Unavailable when the link is
+// down or its queue full: the payload was dropped.
+func (c *CommandLink) Send(payload any) error {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return errdefs.Errorf(errdefs.InvalidArgument, "command link: %v", err)
+	}
+	if !c.l.send(&frame{Type: c.out, Payload: b}) {
+		return errdefs.Errorf(errdefs.Unavailable, "command link to %s: dropped (link down or full)", c.l.peer.Role)
+	}
+	return nil
+}
+
+// Recv returns the next payload; an error means the link is gone.
+func (c *CommandLink) Recv() (json.RawMessage, error) {
+	for {
+		f, err := c.l.recv(nil)
+		if err != nil {
+			return nil, errdefs.Errorf(errdefs.Unavailable, "command link to %s: %v", c.l.peer.Role, err)
+		}
+		if f.Type == c.in && f.Payload != nil {
+			return f.Payload, nil
+		}
+	}
+}
+
+// PeerRank is the rank the far end named in its Hello (router side: the
+// agent's rank).
+func (c *CommandLink) PeerRank() uint32 { return c.l.peer.Rank }
+
+// Close drops the link.
+func (c *CommandLink) Close() { c.l.close() }
