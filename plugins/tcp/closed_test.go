@@ -295,19 +295,12 @@ func TestReceiverAppliesNothingAfterItsClose(t *testing.T) {
 	}
 	// A hand-driven sender: hello, then one write whose payload comes in
 	// two halves.
-	c, err := net.Dial("tcp", rcv.recv.ln.Addr().String())
+	ep, err := rcv.LocalEndpoint(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	c, _ := dialAs(t, ep.Address, newTestIdentity(t))
 	var hb [headerSize]byte
-	(&header{Type: frameHello}).encode(hb[:])
-	if _, err := c.Write(hb[:]); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(c, hb[:]); err != nil {
-		t.Fatal(err)
-	}
 	const n, half = 64 << 10, 32 << 10
 	payload := bytes.Repeat([]byte{0xAB}, n)
 	(&header{Type: frameWrite, Seq: 1, Key: uint64(k), Length: n, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])

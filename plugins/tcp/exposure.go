@@ -15,6 +15,9 @@ type exposure struct {
 	region *region
 	off    uint64
 	length uint64
+	// writer, when set, is the one data session that may write under the
+	// key (sdk.Window.Writer); fixed at Grant. The key dies with it.
+	writer *recvSession
 
 	mu       sync.Mutex
 	idle     *sync.Cond // signalled when inflight drops
