@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/sdk"
-	"github.com/kvfence/kvfence/sdk/sdktest"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,10 +38,7 @@ func waitStat(t *testing.T, r *Transport, name string, want uint64) {
 func TestAcceptSurvivesFDExhaustion(t *testing.T) {
 	e, s, r := newPair(t, Config{})
 	ctx := context.Background()
-	key, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := grantAll(t, e)
 	ep, _ := r.LocalEndpoint(ctx)
 	peer, err := s.Connect(ctx, ep) // lazy: no socket yet
 	if err != nil {
@@ -106,10 +102,7 @@ func TestDataPortConnectionCap(t *testing.T) {
 	const maxConns = 4
 	e, _, r := newPair(t, Config{MaxConns: maxConns, HandshakeTimeout: 2 * time.Second})
 	ctx := context.Background()
-	key, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := grantAll(t, e)
 	ep, _ := r.LocalEndpoint(ctx)
 	hostPort, _, _, _ := splitPin(ep.Address)
 	var squat []net.Conn
@@ -163,11 +156,7 @@ func waitForConns(t *testing.T, r *Transport, n int) {
 // its sender reconnects on its next Post.
 func TestIdleSessionIsClosed(t *testing.T) {
 	e, _, r := newPair(t, Config{IdleTimeout: 300 * time.Millisecond})
-	ctx := context.Background()
-	key, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := grantAll(t, e)
 	if c := post(t, e, e.Peer, key, 0, 0, 4096); c.Status != sdk.Succeeded {
 		t.Fatalf("first write: %+v", c)
 	}

@@ -36,6 +36,16 @@ func newPair(t *testing.T, cfg Config) (*sdktest.Env, *Transport, *Transport) {
 	return e, s, r
 }
 
+// grantAll grants the whole destination memory, unbound.
+func grantAll(t *testing.T, e *sdktest.Env) sdk.Key {
+	t.Helper()
+	k, err := e.Granter.Grant(context.Background(), sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
 // post writes n bytes from srcOff to dstOff under key through peer and
 // waits for the completion.
 func post(t *testing.T, e *sdktest.Env, peer sdk.PeerID, key sdk.Key, srcOff, dstOff, n uint64) sdk.Completion {
@@ -174,10 +184,7 @@ type sniffResult struct {
 func sniffAndInject(t *testing.T, cfg Config) sniffResult {
 	e, s, r := newPair(t, cfg)
 	ctx := context.Background()
-	key, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := grantAll(t, e)
 	ep, _ := r.LocalEndpoint(ctx)
 	hostPort, _, _, _ := splitPin(ep.Address)
 	rec := newRecorder(t, hostPort)
@@ -237,10 +244,7 @@ func TestSnifferCatchesCleartextVariant(t *testing.T) {
 func strangerQuiesce(t *testing.T, cfg Config) bool {
 	e, s, r := newPair(t, cfg)
 	ctx := context.Background()
-	key, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := grantAll(t, e)
 	if c := post(t, e, e.Peer, key, 0, 0, 4096); c.Status != sdk.Succeeded {
 		t.Fatalf("honest write: %+v", c)
 	}
@@ -343,10 +347,7 @@ func TestWriterBoundKeyRefusesStranger(t *testing.T) {
 	if _, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: 4096, Writer: sep.Address}); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
 		t.Fatalf("Grant to a writer not connected: %v, want FailedPrecondition", err)
 	}
-	open, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
-	if err != nil {
-		t.Fatal(err)
-	}
+	open := grantAll(t, e)
 	if c := post(t, e, e.Peer, open, 0, 0, 4096); c.Status != sdk.Succeeded {
 		t.Fatalf("warm-up write: %+v", c)
 	}
