@@ -207,3 +207,38 @@ func TestGuessingSessionIsClosed(t *testing.T) {
 	}
 	waitStat(t, r, statGuessesClosed, 1)
 }
+
+// A receiver that grants and revokes a key per request keeps only the keys
+// revoked within the retention: the key table does not grow without bound.
+// A write under a forgotten key is still refused.
+func TestRevokedKeysAreForgotten(t *testing.T) {
+	e, _, r := newPair(t, Config{WriteTTL: time.Millisecond})
+	ctx := context.Background()
+	var first sdk.Key
+	grantRevoke := func() sdk.Key {
+		k, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Revoke(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	for i := 0; i < 100; i++ {
+		if k := grantRevoke(); i == 0 {
+			first = k
+		}
+	}
+	time.Sleep(r.cfg.revokedRetention() + 100*time.Millisecond)
+	grantRevoke()
+	r.mu.Lock()
+	n := len(r.keys)
+	r.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d keys kept after the retention, want 1", n)
+	}
+	if c := post(t, e, e.Peer, first, 0, 0, 4096); c.Status != sdk.FailedDefinite {
+		t.Fatalf("write under a forgotten key: %+v, want FailedDefinite", c)
+	}
+}

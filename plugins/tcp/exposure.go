@@ -18,6 +18,7 @@ type exposure struct {
 	// writer, when set, is the one data session that may write under the
 	// key (sdk.Window.Writer); fixed at Grant. The key dies with it.
 	writer *recvSession
+	queued bool // under Transport.mu: on the list of revoked keys to forget
 
 	mu       sync.Mutex
 	idle     *sync.Cond // signalled when inflight drops

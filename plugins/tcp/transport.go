@@ -34,6 +34,7 @@ type Transport struct {
 	regions    map[sdk.RegionID]*region
 	nextRegion sdk.RegionID
 	keys       map[sdk.Key]*exposure
+	revoked    []revokedExposure // revoked keys, oldest first, to be forgotten (retention.go)
 	peers      map[sdk.PeerID]*peer
 	nextPeer   uint64
 	batchIDs   map[sdk.BatchID]struct{} // every id ever accepted (ids are unique per instance; 8 bytes each, kept for life)
@@ -515,7 +516,7 @@ func (t *Transport) writerSession(writer string) (*recvSession, error) {
 
 // Revoke returns once no byte under key can land. The key stays known (so
 // later writes are counted as dropped and refused as revoked) until its
-// region is deregistered.
+// region is deregistered or for revokedRetention (retention.go).
 func (t *Transport) Revoke(_ context.Context, k sdk.Key) (sdk.RevokeResult, error) {
 	t.mu.Lock()
 	e := t.keys[k]
@@ -527,7 +528,11 @@ func (t *Transport) Revoke(_ context.Context, k sdk.Key) (sdk.RevokeResult, erro
 		// KNOWN-UNSAFE: claims revocation without enforcing it.
 		return sdk.RevokeResult{}, nil
 	}
-	return e.revoke(), nil
+	res := e.revoke()
+	t.mu.Lock()
+	t.noteRevokedLocked(e, time.Now())
+	t.mu.Unlock()
+	return res, nil
 }
 
 func (t *Transport) Stats(context.Context) (map[string]uint64, error) {
