@@ -42,7 +42,9 @@
 // MaxConns connections at once (more are closed on accept); a connection
 // must finish its handshake and first frame within HandshakeTimeout; a
 // session that starts no write for IdleTimeout is closed; a write's payload
-// is at most MaxOpBytes; acknowledgements a sender does not read time out.
+// is at most MaxOpBytes; acknowledgements a sender does not read time out;
+// a revoked key is forgotten after twice MaxTail (retention.go), so the key
+// table of a receiver granting a key per request stays bounded.
 //
 // It must never: apply a byte outside a granted window, apply a byte under a
 // revoked key after Revoke returned, apply a byte after its close of a
