@@ -171,8 +171,12 @@ func runAgent(f agentFlags) error {
 			// requests on a fast one, as on a multi-NIC fabric.
 			cfg.AdvertiseData = func(ep sdk.Endpoint) []sdk.Endpoint {
 				var eps []sdk.Endpoint
+				// The proxies forward bytes to host:port; an identity the
+				// address pins after '#' (tcp: the plugin's certificate
+				// fingerprint) stays in the advertised address.
+				target, pin, pinned := strings.Cut(ep.Address, "#")
 				for _, d := range f.delays {
-					px := &delayproxy.Proxy{Target: ep.Address, Delays: []time.Duration{d}}
+					px := &delayproxy.Proxy{Target: target, Delays: []time.Duration{d}}
 					addr, err := px.Start("127.0.0.1:0")
 					if err != nil {
 						log.Error("delaying proxy", "error", err)
@@ -182,6 +186,9 @@ func runAgent(f agentFlags) error {
 					log.Info("delaying proxy on the data path", "listen", addr, "target", ep.Address, "delay", d)
 					e := ep
 					e.Address = addr
+					if pinned {
+						e.Address += "#" + pin
+					}
 					eps = append(eps, e)
 				}
 				return eps

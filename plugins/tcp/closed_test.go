@@ -3,6 +3,8 @@ package tcp
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -295,19 +297,12 @@ func TestReceiverAppliesNothingAfterItsClose(t *testing.T) {
 	}
 	// A hand-driven sender: hello, then one write whose payload comes in
 	// two halves.
-	c, err := net.Dial("tcp", rcv.recv.ln.Addr().String())
+	ep, err := rcv.LocalEndpoint(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	c, _ := dialAs(t, ep.Address, newTestIdentity(t))
 	var hb [headerSize]byte
-	(&header{Type: frameHello}).encode(hb[:])
-	if _, err := c.Write(hb[:]); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(c, hb[:]); err != nil {
-		t.Fatal(err)
-	}
 	const n, half = 64 << 10, 32 << 10
 	payload := bytes.Repeat([]byte{0xAB}, n)
 	(&header{Type: frameWrite, Seq: 1, Key: uint64(k), Length: n, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])
@@ -345,5 +340,44 @@ func TestReceiverAppliesNothingAfterItsClose(t *testing.T) {
 		closed = true
 	case <-time.After(30 * time.Second):
 		t.Fatal("the receiving transport's Close did not return")
+	}
+}
+
+// TLS keeps a decrypted record in user space; a read after the receiver's
+// close would hand out its rest without touching the socket. abort makes
+// sure none is: the rest of a record already decrypted is never applied.
+func TestAbortHandsOutNoBufferedRecord(t *testing.T) {
+	srvID := newTestIdentity(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	go func() {
+		c := connectAs(t, pinnedAddress(ln.Addr().String(), srvID.fp), newTestIdentity(t))
+		_, _ = c.Write(bytes.Repeat([]byte{0xAB}, 12<<10)) // one record
+	}()
+	raw := <-accepted
+	defer raw.Close()
+	conn := tls.Server(raw, srvID.serverTLS())
+	s := &recvSession{raw: raw, conn: conn, done: make(chan struct{})}
+	first := make([]byte, 4<<10)
+	if err := s.readFull(first, time.Now().Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	s.abort()
+	rest := make([]byte, 8<<10)
+	if err := s.readFull(rest, time.Now().Add(10*time.Second)); !errors.Is(err, errSessionEnded) {
+		t.Fatalf("read after abort: %v, want errSessionEnded", err)
+	}
+	if !bytes.Equal(rest, make([]byte, len(rest))) {
+		t.Fatal("bytes of a record decrypted before the close were handed out after it")
 	}
 }

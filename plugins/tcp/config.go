@@ -26,6 +26,17 @@ type Config struct {
 	// says ResourceExhausted. Default 1024.
 	QueueDepth int
 
+	// The data port's bounds (receiver side). MaxConns is the most
+	// connections open at once, handshaking or not; more are closed on
+	// accept. Default 1024.
+	MaxConns int
+	// HandshakeTimeout: a new connection must finish its TLS handshake and
+	// send its first frame within this, or it is closed. Default 10s.
+	HandshakeTimeout time.Duration
+	// IdleTimeout: a data session that starts no write this long is closed
+	// (its sender reconnects on its next Post). Default 5m.
+	IdleTimeout time.Duration
+
 	// unsafe selects a deliberately broken behaviour, for tests that prove
 	// the contract tests can fail. Unexported: settable only by this
 	// package's tests and by a binary built with the kvfenceunsafe tag.
@@ -54,6 +65,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.QueueDepth <= 0 {
 		c.QueueDepth = 1024
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 1024
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 5 * time.Minute
 	}
 	return c
 }
@@ -97,6 +117,12 @@ const (
 	// reader's end for the receiver's close, while the receiver is alive
 	// and may still read and apply what sits in its socket buffer.
 	unsafeOwnCloseIsReceiverClosed
+	// unsafeCleartext: the data plane of version 1 — no TLS, no
+	// identities: anyone who sees the traffic learns keys and session
+	// tokens, anyone who reaches the port may use them, and an initiator
+	// talks to whoever answers at the address. Also the baseline of the
+	// encryption cost benchmark.
+	unsafeCleartext
 )
 
 // unsafeModeByName is how the kvfenceunsafe build of the binary picks one.
@@ -110,4 +136,5 @@ var unsafeModeByName = map[string]unsafeMode{
 	"lose-completion":              unsafeLoseCompletion,
 	"wrong-error-class":            unsafeWrongErrorClass,
 	"own-close-is-receiver-closed": unsafeOwnCloseIsReceiverClosed,
+	"cleartext":                    unsafeCleartext,
 }

@@ -23,10 +23,7 @@ import (
 // to it stay in flight (no acknowledgement can come). It returns its address
 // and a channel closed once it has received payload bytes.
 func fakeStalledReceiver(t *testing.T) (string, <-chan struct{}) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, addr := listenAs(t, newTestIdentity(t))
 	got := make(chan struct{})
 	var conns []net.Conn
 	t.Cleanup(func() {
@@ -52,7 +49,7 @@ func fakeStalledReceiver(t *testing.T) (string, <-chan struct{}) {
 			close(got)
 		}
 	}()
-	return ln.Addr().String(), got
+	return addr, got
 }
 
 // kill -9 of the plugin mid-transfer: every outstanding batch completes

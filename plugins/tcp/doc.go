@@ -1,25 +1,61 @@
-// Package tcp is the kvfence reference transport: one-sided writes over plain
+// Package tcp is the kvfence reference transport: one-sided writes over
 // TCP sockets, in pure Go. It is the embedded default (it runs anywhere) and
 // the worked example vendors copy when they wrap their own backend.
 //
 // It owns both sides of a transfer. The receiving side listens, validates
 // every write against a granted window of registered memory (key known, not
-// revoked, bounds checked, deadline not passed) and only then reads the
-// payload straight from the socket into the shared mapping, acknowledging
-// each write after its bytes are in memory. The sending side posts batches
-// (one writev per operation, straight from the shared mapping), and reports
-// Succeeded only on acknowledgements, InDoubt when one did not arrive in
-// time or the connection broke, and FailedDefinite only with proof (the
-// receiver refused the write, it never left this process, or a Quiesce got
+// revoked, bounds checked, deadline not passed, and for a writer-bound key
+// the writer's own connection) and only then reads the payload from the
+// socket into the shared mapping, acknowledging each write after its bytes
+// are in memory. The sending side posts batches (one header and payload per
+// operation, straight from the shared mapping), and reports Succeeded only
+// on acknowledgements, InDoubt when one did not arrive in time or the
+// connection broke, and FailedDefinite only with proof (the receiver
+// refused the write, it never left this process, or a Quiesce got
 // evidence: the receiver confirmed it, or — no longer able to answer — it
 // had closed the connection first: closed.go).
 //
+// Authentication and encryption (identity.go). Each transport instance
+// makes an ephemeral P-256 key and self-signed certificate at start; its
+// LocalEndpoint address carries the certificate's SHA-256
+// ("host:port#sha256=<hex>"). Hosts exchange these addresses over their own
+// authenticated control plane (kvfence agents: mutual TLS), so nothing new
+// needs distributing. Every data connection is TLS 1.3, both sides
+// presenting their certificate: the initiator accepts only the pinned
+// receiver (Connect refuses an address without a pin); the receiver accepts
+// any client certificate but binds what the handshake proved to the
+// session. Hence: keys, payloads and session tokens never cross the wire in
+// cleartext; session tokens are 128 random bits; a Quiesce is obeyed only
+// from the identity that opened the session; Capabilities.WriterBound — a
+// key granted with Window.Writer (the writer's LocalEndpoint address, pin
+// included) is usable only on that writer's one live data connection and
+// dies with it. An unbound key is a bearer capability: whoever holds it may
+// write, so it must travel only over authenticated, encrypted channels (the
+// agents' control plane); keys are 64 random bits (the width of sdk.Key),
+// guessing online is capped per connection (maxUnknownKeyWrites) and by the
+// connection bounds below. Encryption costs bandwidth: the cleartext
+// variant is kept, under the kvfenceunsafe build tag only, as the baseline
+// of BenchmarkEncryptionCost and as the variant the sniffer tests catch.
+//
+// Bounds on the data port (receiver.go): Accept errors (descriptor or
+// memory exhaustion) are retried with backoff, never fatal; at most
+// MaxConns connections at once (more are closed on accept); a connection
+// must finish its handshake and first frame within HandshakeTimeout; a
+// session that starts no write for IdleTimeout is closed; a write's payload
+// is at most MaxOpBytes; acknowledgements a sender does not read time out;
+// a revoked key is forgotten after twice MaxTail (retention.go), so the key
+// table of a receiver granting a key per request stays bounded.
+//
 // It must never: apply a byte outside a granted window, apply a byte under a
-// revoked key after Revoke returned, report Succeeded without an
-// acknowledgement, report FailedDefinite on a timeout or a broken connection,
-// take its own close of a connection (or a timeout, or an unreachable peer)
-// for the receiver's close, or copy payload bytes through gRPC or an
-// intermediate buffer.
+// revoked key after Revoke returned, apply a byte after its close of a
+// connection is visible to the sender (TLS buffers a record: recvSession's
+// abort), report Succeeded without an acknowledgement, report
+// FailedDefinite on a timeout or a broken connection, take its own close of
+// a connection (or a timeout, or an unreachable peer) for the receiver's
+// close, send a frame to a receiver whose certificate is not the pinned
+// one, obey a Quiesce from another identity, or copy payload bytes through
+// gRPC or an intermediate buffer (the TLS record layer's ciphertext and its
+// one decrypted record are the only copies).
 //
 // The wire format (wire.go) is decoded from untrusted peers; it is fuzzed.
 package tcp

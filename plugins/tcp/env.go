@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/kvfence/kvfence/sdk"
@@ -11,9 +12,11 @@ import (
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	cfg := Config{ListenAddr: getenv("KVFENCE_TCP_LISTEN")}
 	for name, dst := range map[string]*time.Duration{
-		"KVFENCE_TCP_ACK_TIMEOUT": &cfg.AckTimeout,
-		"KVFENCE_TCP_WRITE_TTL":   &cfg.WriteTTL,
-		"KVFENCE_TCP_CLOCK_SKEW":  &cfg.ClockSkew,
+		"KVFENCE_TCP_ACK_TIMEOUT":       &cfg.AckTimeout,
+		"KVFENCE_TCP_WRITE_TTL":         &cfg.WriteTTL,
+		"KVFENCE_TCP_CLOCK_SKEW":        &cfg.ClockSkew,
+		"KVFENCE_TCP_HANDSHAKE_TIMEOUT": &cfg.HandshakeTimeout,
+		"KVFENCE_TCP_IDLE_TIMEOUT":      &cfg.IdleTimeout,
 	} {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
@@ -22,6 +25,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			}
 			*dst = d
 		}
+	}
+	if v := getenv("KVFENCE_TCP_MAX_CONNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return Config{}, sdk.Errorf(sdk.ClassInvalidArgument, "KVFENCE_TCP_MAX_CONNS=%q: not a positive integer", v)
+		}
+		cfg.MaxConns = n
 	}
 	return cfg, nil
 }

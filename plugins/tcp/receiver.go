@@ -1,6 +1,8 @@
 package tcp
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -11,18 +13,39 @@ import (
 	"github.com/kvfence/kvfence/sdk"
 )
 
+// maxUnknownKeyWrites: a session that sends this many writes under keys
+// this receiver never granted is closed. An honest sender meets unknown
+// keys only around a deregistration; a stream of them is someone guessing.
+const maxUnknownKeyWrites = 256
+
+// ackWriteTimeout bounds how long the receiver waits to hand an
+// acknowledgement to a sender that does not read them.
+const ackWriteTimeout = 30 * time.Second
+
 // receiver is the listening side: it applies writes into granted windows.
 type receiver struct {
-	t        *Transport
-	ln       net.Listener
-	instance uint64 // random per process: a Quiesce for another incarnation is refused
-	log      hclog.Logger
+	t   *Transport
+	ln  net.Listener
+	id  *identity   // nil in the cleartext variant
+	tls *tls.Config // server side of id
+	log hclog.Logger
 
-	mu          sync.Mutex
-	sessions    map[uint64]*recvSession
-	nextSession uint64
-	closed      bool
-	wg          sync.WaitGroup
+	mu       sync.Mutex
+	sessions map[sessionToken]*recvSession
+	conns    map[net.Conn]struct{} // every accepted connection still open
+	closed   bool
+	stop     chan struct{} // closed by close: ends the accept backoff
+	wg       sync.WaitGroup
+}
+
+// sessionToken names a data session to its sender (HELLO_ACK) and to the
+// sender's Quiesce; 128 random bits, never sent outside the session's TLS.
+type sessionToken [16]byte
+
+func newSessionToken() sessionToken {
+	var t sessionToken
+	randomFill(t[:])
+	return t
 }
 
 // recvSession is one data connection from a sender. Its sender may take
@@ -30,84 +53,217 @@ type receiver struct {
 // of it is applied (sdk.EvidenceReceiverClosed, closed.go), so: a payload is
 // read only straight into its window (never into a buffer to be applied
 // later), and a session is ended only by a full close of its socket (never
-// a half-close), which Go performs after a read in progress returns.
+// a half-close), and only once no read of it is in progress (abort).
 type recvSession struct {
-	id   uint64
-	conn net.Conn
-	once sync.Once
-	done chan struct{} // closed when its goroutine will apply nothing more
+	token sessionToken
+	peer  fingerprint // the sender's proven identity
+	raw   net.Conn    // the TCP socket
+	conn  net.Conn    // TLS over raw (raw itself in the cleartext variant)
+
+	// readMu is held around every read of conn. The TLS layer keeps up to
+	// one decrypted record that a later read hands out without touching
+	// the socket; abort takes readMu before closing the socket so that no
+	// such byte is applied after the close is visible to the sender.
+	readMu sync.Mutex
+	dead   bool // under readMu: abort has begun; no read starts
+	once   sync.Once
+	done   chan struct{} // closed when its goroutine will apply nothing more
+
+	unknownKeys int // only its goroutine
 }
 
-func (s *recvSession) abort() { s.once.Do(func() { _ = s.conn.Close() }) }
+var (
+	errSessionEnded = errors.New("session ended")
+	aLongTimeAgo    = time.Unix(1, 0)
+)
 
+// abort ends the session: a read in progress is woken by a past deadline
+// (not by a close, which would send FIN before the read's last copy), no
+// read starts after, and only then is the socket closed.
+func (s *recvSession) abort() {
+	s.once.Do(func() {
+		_ = s.raw.SetReadDeadline(aLongTimeAgo)
+		s.readMu.Lock()
+		s.dead = true
+		_ = s.raw.Close()
+		s.readMu.Unlock()
+	})
+}
+
+// readFull fills p from the connection, failing at deadline (zero: none).
+func (s *recvSession) readFull(p []byte, deadline time.Time) error {
+	for len(p) > 0 {
+		s.readMu.Lock()
+		if s.dead {
+			s.readMu.Unlock()
+			return errSessionEnded
+		}
+		// Set under readMu after the dead check, so abort's past deadline
+		// (set before it takes readMu) is never overwritten by ours.
+		_ = s.raw.SetReadDeadline(deadline)
+		n, err := s.conn.Read(p)
+		s.readMu.Unlock()
+		p = p[n:]
+		switch {
+		case err == nil || len(p) == 0:
+		case errors.Is(err, io.EOF):
+			return io.ErrUnexpectedEOF
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// discard reads and drops n bytes (a refused write's payload).
+func (s *recvSession) discard(n uint64, deadline time.Time) error {
+	var buf [16 << 10]byte
+	for n > 0 {
+		m := uint64(len(buf))
+		if n < m {
+			m = n
+		}
+		if err := s.readFull(buf[:m], deadline); err != nil {
+			return err
+		}
+		n -= m
+	}
+	return nil
+}
+
+func (s *recvSession) write(b []byte) error {
+	_ = s.raw.SetWriteDeadline(time.Now().Add(ackWriteTimeout))
+	_, err := s.conn.Write(b)
+	return err
+}
+
+// serve accepts until the listener closes. A failed Accept (out of file
+// descriptors, out of memory) is counted and retried with backoff: the data
+// port must outlive a burst of exhaustion.
 func (r *receiver) serve() {
+	var backoff time.Duration
 	for {
 		c, err := r.ln.Accept()
 		if err != nil {
-			return
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			r.t.stats.add(statAcceptErrors, 1)
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			r.log.Warn("accept failed; retrying", "error", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-r.stop:
+				return
+			}
 		}
+		backoff = 0
 		r.mu.Lock()
-		if r.closed {
+		switch {
+		case r.closed:
 			r.mu.Unlock()
 			_ = c.Close()
 			return
+		case len(r.conns) >= r.t.cfg.MaxConns:
+			r.mu.Unlock()
+			r.t.stats.add(statConnsRefused, 1)
+			_ = c.Close()
+			continue
 		}
+		r.conns[c] = struct{}{}
 		r.wg.Add(1)
 		r.mu.Unlock()
 		go func() {
 			defer r.wg.Done()
 			r.handle(c)
+			r.mu.Lock()
+			delete(r.conns, c)
+			r.mu.Unlock()
 		}()
 	}
 }
 
-// handle reads the first frame and dispatches: HELLO starts a data session,
-// QUIESCE is a control request. Anything else is garbage.
-func (r *receiver) handle(c net.Conn) {
-	defer c.Close()
-	var hb [headerSize]byte
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.ReadFull(c, hb[:]); err != nil {
+// handle authenticates the connection and reads its first frame: HELLO
+// starts a data session, QUIESCE asks to end one. Anything else is garbage.
+func (r *receiver) handle(raw net.Conn) {
+	defer raw.Close()
+	if tc, ok := raw.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	deadline := time.Now().Add(r.t.cfg.HandshakeTimeout)
+	_ = raw.SetDeadline(deadline)
+	conn, peer, err := r.authenticate(raw, deadline)
+	if err != nil {
+		r.t.stats.add(statHandshakeFail, 1)
+		r.log.Debug("data connection not authenticated", "remote", raw.RemoteAddr().String(), "error", err)
 		return
 	}
-	_ = c.SetReadDeadline(time.Time{})
+	var hb [headerSize]byte
+	if _, err := io.ReadFull(conn, hb[:]); err != nil {
+		return
+	}
+	_ = raw.SetDeadline(time.Time{})
 	h, err := decodeHeader(hb[:], r.t.cfg.MaxOpBytes)
 	if err != nil {
 		r.t.stats.add(statGarbage, 1)
-		r.log.Warn("garbage on a new connection", "remote", c.RemoteAddr().String(), "error", err)
+		r.log.Warn("garbage on a new connection", "remote", raw.RemoteAddr().String(), "error", err)
 		return
 	}
 	switch h.Type {
 	case frameHello:
-		r.session(c)
+		r.session(raw, conn, peer)
 	case frameQuiesce:
-		r.quiesce(c, h)
+		r.quiesce(conn, peer, h)
 	default:
 		r.t.stats.add(statGarbage, 1)
 	}
 }
 
-func (r *receiver) session(c net.Conn) {
+// authenticate runs the TLS handshake and returns the connection to use
+// and the client's proven fingerprint.
+func (r *receiver) authenticate(raw net.Conn, deadline time.Time) (net.Conn, fingerprint, error) {
+	if r.id == nil {
+		return raw, fingerprint{}, nil // KNOWN-UNSAFE: the cleartext variant
+	}
+	tc := tls.Server(raw, r.tls)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, fingerprint{}, err
+	}
+	fp, err := peerFingerprint(tc.ConnectionState())
+	return tc, fp, err
+}
+
+func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
+	s := &recvSession{token: newSessionToken(), peer: peer, raw: raw, conn: conn, done: make(chan struct{})}
 	r.mu.Lock()
-	r.nextSession++
-	s := &recvSession{id: r.nextSession, conn: c, done: make(chan struct{})}
-	r.sessions[s.id] = s
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.sessions[s.token] = s
 	r.mu.Unlock()
 	defer func() {
 		s.abort()
 		r.mu.Lock()
-		delete(r.sessions, s.id)
+		delete(r.sessions, s.token)
 		r.mu.Unlock()
 		close(s.done)
 	}()
 	var hb [headerSize]byte
-	ack := header{Type: frameHelloAck, Key: r.instance, Offset: s.id}
+	ack := header{Type: frameHelloAck}
+	ack.setToken(s.token)
 	ack.encode(hb[:])
-	if _, err := c.Write(hb[:]); err != nil {
+	if err := s.write(hb[:]); err != nil {
 		return
 	}
 	for {
-		if _, err := io.ReadFull(c, hb[:]); err != nil {
+		if err := s.readFull(hb[:], time.Now().Add(r.t.cfg.IdleTimeout)); err != nil {
+			if errors.Is(err, errDeadline) {
+				r.t.stats.add(statIdleClosed, 1)
+			}
 			return
 		}
 		h, err := decodeHeader(hb[:], r.t.cfg.MaxOpBytes)
@@ -116,7 +272,7 @@ func (r *receiver) session(c net.Conn) {
 			// connection, count it, stay up. Unacknowledged writes on it
 			// are InDoubt at the sender until it quiesces.
 			r.t.stats.add(statGarbage, 1)
-			r.log.Warn("garbage on a data connection; closing it", "session", s.id, "error", err)
+			r.log.Warn("garbage on a data connection; closing it", "error", err)
 			return
 		}
 		if r.t.cfg.unsafe == unsafeAckBeforeApply {
@@ -135,8 +291,15 @@ func (r *receiver) session(c net.Conn) {
 		}
 		reply.encode(hb[:])
 		// The acknowledgement goes out only after the bytes are in memory.
-		if _, err := c.Write(hb[:]); err != nil {
+		if err := s.write(hb[:]); err != nil {
 			return
+		}
+		if code == ackUnknownKey {
+			if s.unknownKeys++; s.unknownKeys >= maxUnknownKeyWrites {
+				r.t.stats.add(statGuessesClosed, 1)
+				r.log.Warn("closing a data session that keeps writing under unknown keys", "writes", s.unknownKeys)
+				return
+			}
 		}
 	}
 }
@@ -147,7 +310,7 @@ func (r *receiver) session(c net.Conn) {
 func (r *receiver) ackEarly(s *recvSession, h header) error {
 	var hb [headerSize]byte
 	(&header{Type: frameAck, Code: uint16(ackOK), Seq: h.Seq, Length: h.Length}).encode(hb[:])
-	if _, err := s.conn.Write(hb[:]); err != nil {
+	if err := s.write(hb[:]); err != nil {
 		return err
 	}
 	if h.Length >= 64<<10 {
@@ -168,6 +331,9 @@ func (r *receiver) apply(s *recvSession, h header) (ackCode, error) {
 	switch {
 	case e == nil:
 		code = ackUnknownKey
+	case e.writer != nil && e.writer != s:
+		code = ackNotWriter
+		r.t.stats.add(statNotWriter, 1)
 	case !inBounds(h.Offset, h.Length, e.length):
 		code = ackOutOfBounds
 	case time.Now().UnixNano() > h.Deadline:
@@ -175,17 +341,15 @@ func (r *receiver) apply(s *recvSession, h header) (ackCode, error) {
 	case !e.begin(s, r.t.cfg.unsafe == unsafeApplyAfterRevoke):
 		code = ackRevoked
 	}
+	deadline := time.Unix(0, h.Deadline)
 	if code != ackOK {
 		r.t.stats.add(statDropped, 1)
-		_, err := io.CopyN(io.Discard, s.conn, int64(h.Length))
-		return code, err
+		return code, s.discard(h.Length, deadline)
 	}
 	// Never apply past the write's deadline: a payload still arriving then is
 	// cut off (the read fails, the connection closes). Bounds MaxTail.
-	_ = s.conn.SetReadDeadline(time.Unix(0, h.Deadline))
 	dst := e.region.mem[e.off+h.Offset : e.off+h.Offset+h.Length]
-	_, err := io.ReadFull(s.conn, dst)
-	_ = s.conn.SetReadDeadline(time.Time{})
+	err := s.readFull(dst, deadline)
 	e.end(s, err == nil)
 	if err != nil {
 		if errors.Is(err, errDeadline) {
@@ -199,37 +363,70 @@ func (r *receiver) apply(s *recvSession, h header) (ackCode, error) {
 }
 
 // quiesce answers a sender's request: once we reply OK, the named session
-// applies nothing more (its connection is closed and its goroutine is done).
-func (r *receiver) quiesce(c net.Conn, h header) {
-	reply := header{Type: frameQuiesced, Key: h.Key, Offset: h.Offset}
-	if h.Key != r.instance {
-		reply.Code = quiescedUnknownInstance
-	} else {
-		r.mu.Lock()
-		s := r.sessions[h.Offset]
-		r.mu.Unlock()
-		if s != nil {
-			s.abort()
-			<-s.done
-		}
+// applies nothing more (its connection is closed and its goroutine is
+// done). Only the identity that opened the session may end it; a token
+// this incarnation does not know names no session that can apply anything.
+func (r *receiver) quiesce(c net.Conn, peer fingerprint, h header) {
+	reply := header{Type: frameQuiesced}
+	r.mu.Lock()
+	s := r.sessions[h.token()]
+	r.mu.Unlock()
+	switch {
+	case s == nil:
+	case !s.peer.equal(peer):
+		reply.Code = quiescedRefused
+		r.t.stats.add(statQuiesceRefused, 1)
+		r.log.Warn("refused a Quiesce for another identity's session", "from", peer.String())
+	default:
+		s.abort()
+		<-s.done
 	}
 	var hb [headerSize]byte
 	reply.encode(hb[:])
 	_, _ = c.Write(hb[:])
 }
 
-// close stops listening and ends every session.
+// liveSessionsOf lists the open sessions whose sender proved fp.
+func (r *receiver) liveSessionsOf(fp fingerprint) []*recvSession {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*recvSession
+	for _, s := range r.sessions {
+		if s.peer.equal(fp) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// close stops listening and ends every connection.
 func (r *receiver) close() {
 	r.mu.Lock()
-	r.closed = true
+	if !r.closed {
+		r.closed = true
+		close(r.stop)
+	}
 	sessions := make([]*recvSession, 0, len(r.sessions))
 	for _, s := range r.sessions {
 		sessions = append(sessions, s)
 	}
+	var handshaking []net.Conn
+	for c := range r.conns {
+		handshaking = append(handshaking, c)
+	}
 	r.mu.Unlock()
 	_ = r.ln.Close()
+	isSession := map[net.Conn]bool{}
 	for _, s := range sessions {
+		isSession[s.raw] = true
 		s.abort()
+	}
+	for _, c := range handshaking {
+		// A session's socket is closed by its abort only (see abort);
+		// no connection becomes a session once closed is set.
+		if !isSession[c] {
+			_ = c.Close()
+		}
 	}
 	r.wg.Wait()
 }

@@ -16,7 +16,8 @@ import (
 // their batches until quiesced.
 type peer struct {
 	id   sdk.PeerID
-	addr string
+	addr string      // host:port
+	pin  fingerprint // the receiver's certificate (identity.go)
 
 	mu   sync.Mutex
 	sess *sendSession
@@ -73,9 +74,9 @@ type sendSession struct {
 	writerEnd chan struct{} // closed when the writer drained its queue
 
 	mu        sync.Mutex
-	conn      net.Conn // nil until dialled
-	instance  uint64   // receiver incarnation and our session there (HELLO_ACK)
-	remoteID  uint64
+	conn      net.Conn     // TLS; nil until dialled
+	raw       net.Conn     // its TCP socket: what we close (sender_dial.go)
+	token     sessionToken // our session at the receiver (HELLO_ACK)
 	seq       uint64
 	pending   map[uint64]pendingOp
 	batches   map[sdk.BatchID]*batchState // not fully resolved
@@ -112,10 +113,10 @@ func newSendSession(t *Transport, p *peer) *sendSession {
 // run dials, then writes queued batches until stopped or broken.
 func (s *sendSession) run() {
 	defer close(s.writerEnd)
-	conn, instance, remoteID, err := s.dial()
+	conn, raw, token, err := s.dial()
 	s.mu.Lock()
 	if err == nil {
-		s.conn, s.instance, s.remoteID = conn, instance, remoteID
+		s.conn, s.raw, s.token = conn, raw, token
 	} else {
 		s.broken = err
 	}
@@ -150,34 +151,6 @@ func (s *sendSession) halt() { s.stopOnce.Do(func() { close(s.stop) }) }
 
 // usable reports whether Post may enqueue here. Caller holds s.mu.
 func (s *sendSession) usable() bool { return s.broken == nil && !s.stopping }
-
-func (s *sendSession) dial() (net.Conn, uint64, uint64, error) {
-	conn, err := net.DialTimeout("tcp", s.peer.addr, 5*time.Second)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-	}
-	var hb [headerSize]byte
-	(&header{Type: frameHello}).encode(hb[:])
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := conn.Write(hb[:]); err != nil {
-		conn.Close()
-		return nil, 0, 0, err
-	}
-	if _, err := io.ReadFull(conn, hb[:]); err != nil {
-		conn.Close()
-		return nil, 0, 0, err
-	}
-	_ = conn.SetDeadline(time.Time{})
-	h, err := decodeHeader(hb[:], 0)
-	if err != nil || h.Type != frameHelloAck {
-		conn.Close()
-		return nil, 0, 0, fmt.Errorf("bad hello reply: %v", err)
-	}
-	return conn, h.Key, h.Offset, nil
-}
 
 // write sends one batch: a header and a payload per op, as one writev each,
 // straight from the shared mapping. It reports false if the session is over.
@@ -386,8 +359,8 @@ func (s *sendSession) fail(err error) {
 	if s.broken == nil {
 		s.broken = err
 	}
-	if s.conn != nil {
-		_ = s.conn.Close()
+	if s.raw != nil {
+		_ = s.raw.Close()
 	}
 	s.halt()
 	if s.stopping {
@@ -429,7 +402,7 @@ func (s *sendSession) quiesce(ctx context.Context) (sdk.Evidence, error) {
 		return "", sdk.Errorf(sdk.ClassUnavailable, "Quiesce: dial still in progress: %v", ctx.Err())
 	}
 	s.mu.Lock()
-	conn, instance, remoteID := s.conn, s.instance, s.remoteID
+	conn, token := s.conn, s.token
 	s.mu.Unlock()
 	ev := sdk.EvidenceReceiverConfirmed
 	if conn != nil {
@@ -441,7 +414,7 @@ func (s *sendSession) quiesce(ctx context.Context) (sdk.Evidence, error) {
 			err = sdk.Errorf(sdk.ClassUnavailable, "Quiesce: not asking the receiver")
 			s.fail(fmt.Errorf("closed by the sender to quiesce"))
 		} else {
-			err = s.askReceiver(ctx, instance, remoteID)
+			err = s.askReceiver(ctx, token)
 		}
 		if err != nil {
 			if !s.receiverClosed(ctx) {
@@ -481,43 +454,11 @@ func (s *sendSession) quiesce(ctx context.Context) (sdk.Evidence, error) {
 	return ev, nil
 }
 
-// askReceiver opens a control connection and asks the receiver to end our
-// session there; it returns nil only on the receiver's confirmation.
-func (s *sendSession) askReceiver(ctx context.Context, instance, remoteID uint64) error {
-	d := net.Dialer{Timeout: 5 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", s.peer.addr)
-	if err != nil {
-		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: receiver unreachable: %v", err)
-	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
-	defer stop()
-	var hb [headerSize]byte
-	(&header{Type: frameQuiesce, Key: instance, Offset: remoteID}).encode(hb[:])
-	if _, err := c.Write(hb[:]); err != nil {
-		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: %v", err)
-	}
-	if _, err := io.ReadFull(c, hb[:]); err != nil {
-		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: no confirmation: %v", err)
-	}
-	h, err := decodeHeader(hb[:], 0)
-	if err != nil || h.Type != frameQuiesced {
-		return sdk.Errorf(sdk.ClassInternal, "Quiesce: bad confirmation: %v", err)
-	}
-	if h.Code != quiescedOK {
-		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: receiver is a different incarnation; cannot confirm")
-	}
-	return nil
-}
-
 func classOfAck(c ackCode) sdk.Class {
 	switch c {
 	case ackUnknownKey:
 		return sdk.ClassNotFound
-	case ackRevoked, ackExpired:
+	case ackRevoked, ackExpired, ackNotWriter:
 		return sdk.ClassFailedPrecondition
 	case ackOutOfBounds:
 		return sdk.ClassInvalidArgument
@@ -535,6 +476,8 @@ func ackDetail(c ackCode) string {
 		return "receiver: write outside the granted window"
 	case ackExpired:
 		return "receiver: write arrived past its deadline"
+	case ackNotWriter:
+		return "receiver: the key is bound to another writer"
 	}
 	return ""
 }

@@ -17,6 +17,14 @@ const (
 	statBatchesOK     = "tcp.batches_succeeded"
 	statBatchesFailed = "tcp.batches_failed_definite"
 	statBatchesDoubt  = "tcp.batches_in_doubt"
+
+	statAcceptErrors   = "tcp.accept_errors"        // Accept failed (fd exhaustion...); retried with backoff
+	statConnsRefused   = "tcp.conns_refused_at_cap" // closed on accept: MaxConns reached
+	statHandshakeFail  = "tcp.handshakes_failed"    // TLS handshake failed or timed out
+	statIdleClosed     = "tcp.sessions_closed_idle" // no write for IdleTimeout
+	statGuessesClosed  = "tcp.sessions_closed_unknown_keys"
+	statQuiesceRefused = "tcp.quiesce_refused" // a Quiesce for another identity's session
+	statNotWriter      = "tcp.writes_refused_not_writer"
 )
 
 type stats struct {

@@ -26,6 +26,7 @@ type Transport struct {
 	cfg   Config
 	log   hclog.Logger
 	recv  *receiver
+	id    *identity // this process's certificate (nil: the cleartext variant)
 	stats stats
 
 	mu         sync.Mutex
@@ -33,6 +34,7 @@ type Transport struct {
 	regions    map[sdk.RegionID]*region
 	nextRegion sdk.RegionID
 	keys       map[sdk.Key]*exposure
+	revoked    []revokedExposure // revoked keys, oldest first, to be forgotten (retention.go)
 	peers      map[sdk.PeerID]*peer
 	nextPeer   uint64
 	batchIDs   map[sdk.BatchID]struct{} // every id ever accepted (ids are unique per instance; 8 bytes each, kept for life)
@@ -79,7 +81,14 @@ func New(cfg Config, log hclog.Logger) (*Transport, error) {
 		pumpEnd:  make(chan struct{}),
 	}
 	t.compCond = sync.NewCond(&t.compMu)
-	t.recv = &receiver{t: t, ln: ln, instance: randomNonZero(), log: log, sessions: map[uint64]*recvSession{}}
+	t.recv = &receiver{t: t, ln: ln, log: log, sessions: map[sessionToken]*recvSession{}, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+	if cfg.unsafe != unsafeCleartext {
+		if t.id, err = newIdentity(); err != nil {
+			_ = ln.Close()
+			return nil, sdk.Errorf(sdk.ClassInternal, "tcp: make an identity: %v", err)
+		}
+		t.recv.id, t.recv.tls = t.id, t.id.serverTLS()
+	}
 	go t.recv.serve()
 	go t.pump()
 	return t, nil
@@ -88,10 +97,18 @@ func New(cfg Config, log hclog.Logger) (*Transport, error) {
 func randomNonZero() uint64 {
 	var b [8]byte
 	for {
-		_, _ = rand.Read(b[:])
+		randomFill(b[:])
 		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
 			return v
 		}
+	}
+}
+
+// randomFill fills b from the system's CSPRNG (keys and session tokens
+// must be unguessable; crypto/rand never fails on Linux ≥ 3.17).
+func randomFill(b []byte) {
+	if _, err := rand.Read(b); err != nil {
+		panic("tcp: crypto/rand: " + err.Error())
 	}
 }
 
@@ -154,6 +171,7 @@ func (t *Transport) Info(context.Context) (sdk.Info, error) {
 			MaxBatch:    t.cfg.MaxBatch,
 			MaxOpBytes:  t.cfg.MaxOpBytes,
 			MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared},
+			WriterBound: t.id != nil,
 		},
 	}, nil
 }
@@ -210,16 +228,31 @@ func (t *Transport) DeregisterMemory(ctx context.Context, id sdk.RegionID) error
 	return r.mapping.Close()
 }
 
+// LocalEndpoint's address carries this process's certificate fingerprint
+// (identity.go): host:port#sha256=<hex>.
 func (t *Transport) LocalEndpoint(context.Context) (sdk.Endpoint, error) {
-	return sdk.Endpoint{Transport: Name, Address: t.recv.ln.Addr().String()}, nil
+	addr := t.recv.ln.Addr().String()
+	if t.id != nil {
+		addr = pinnedAddress(addr, t.id.fp)
+	}
+	return sdk.Endpoint{Transport: Name, Address: addr}, nil
 }
 
+// Connect needs the receiver's fingerprint in the address: a data
+// connection goes only to the holder of that certificate's key.
 func (t *Transport) Connect(_ context.Context, ep sdk.Endpoint) (sdk.PeerID, error) {
 	if ep.Transport != "" && ep.Transport != Name {
 		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: endpoint is for transport %q", ep.Transport)
 	}
-	if _, _, err := net.SplitHostPort(ep.Address); err != nil {
+	hostPort, pin, pinned, err := splitPin(ep.Address)
+	if err != nil {
+		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: %v", err)
+	}
+	if _, _, err := net.SplitHostPort(hostPort); err != nil {
 		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: address %q: %v", ep.Address, err)
+	}
+	if !pinned && t.id != nil {
+		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: address %q names no receiver certificate (%s<hex>): the data plane talks only to a pinned receiver", ep.Address, pinPrefix)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -227,8 +260,8 @@ func (t *Transport) Connect(_ context.Context, ep sdk.Endpoint) (sdk.PeerID, err
 		return "", sdk.Errorf(sdk.ClassFailedPrecondition, "Connect: transport closed")
 	}
 	t.nextPeer++
-	id := sdk.PeerID(fmt.Sprintf("tcp-%d@%s", t.nextPeer, ep.Address))
-	t.peers[id] = &peer{id: id, addr: ep.Address}
+	id := sdk.PeerID(fmt.Sprintf("tcp-%d@%s", t.nextPeer, hostPort))
+	t.peers[id] = &peer{id: id, addr: hostPort, pin: pin}
 	return id, nil
 }
 
@@ -427,9 +460,17 @@ func (t *Transport) Quiesce(ctx context.Context, peerID sdk.PeerID, ids []sdk.Ba
 }
 
 // Grant exposes a window of a registered region under a new random key.
+// With w.Writer, only that writer's one data session may use the key.
 func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 	if w.Length == 0 {
 		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "Grant: zero-length window")
+	}
+	var writer *recvSession
+	if w.Writer != "" && t.id != nil {
+		var err error
+		if writer, err = t.writerSession(w.Writer); err != nil {
+			return 0, err
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -445,6 +486,7 @@ func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 		k = sdk.Key(randomNonZero())
 	}
 	e := newExposure(k, r, w.Offset, w.Length)
+	e.writer = writer
 	t.keys[k] = e
 	r.mu.Lock()
 	r.keys[k] = e
@@ -452,9 +494,29 @@ func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 	return k, nil
 }
 
+// writerSession finds the one live data session whose sender proved the
+// certificate named in writer (an initiator's LocalEndpoint address).
+func (t *Transport) writerSession(writer string) (*recvSession, error) {
+	_, fp, pinned, err := splitPin(writer)
+	switch {
+	case err != nil:
+		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "Grant: writer: %v", err)
+	case !pinned:
+		return nil, sdk.Errorf(sdk.ClassFailedPrecondition, "Grant: writer %q names no certificate (%s<hex>), so no connection can be authenticated as it", writer, pinPrefix)
+	}
+	switch ss := t.recv.liveSessionsOf(fp); len(ss) {
+	case 0:
+		return nil, sdk.Errorf(sdk.ClassFailedPrecondition, "Grant: writer %q is not connected", writer)
+	case 1:
+		return ss[0], nil
+	default:
+		return nil, sdk.Errorf(sdk.ClassFailedPrecondition, "Grant: writer %q has %d connections here; a key binds to one", writer, len(ss))
+	}
+}
+
 // Revoke returns once no byte under key can land. The key stays known (so
 // later writes are counted as dropped and refused as revoked) until its
-// region is deregistered.
+// region is deregistered or for revokedRetention (retention.go).
 func (t *Transport) Revoke(_ context.Context, k sdk.Key) (sdk.RevokeResult, error) {
 	t.mu.Lock()
 	e := t.keys[k]
@@ -466,7 +528,11 @@ func (t *Transport) Revoke(_ context.Context, k sdk.Key) (sdk.RevokeResult, erro
 		// KNOWN-UNSAFE: claims revocation without enforcing it.
 		return sdk.RevokeResult{}, nil
 	}
-	return e.revoke(), nil
+	res := e.revoke()
+	t.mu.Lock()
+	t.noteRevokedLocked(e, time.Now())
+	t.mu.Unlock()
+	return res, nil
 }
 
 func (t *Transport) Stats(context.Context) (map[string]uint64, error) {

@@ -5,22 +5,26 @@ import (
 	"fmt"
 )
 
-// The wire: every frame starts with a fixed 48-byte little-endian header;
-// only WRITE carries a payload (Length bytes) after it.
+// The wire, inside a TLS 1.3 connection (identity.go): every frame starts
+// with a fixed 48-byte little-endian header; only WRITE carries a payload
+// (Length bytes) after it.
 //
 //	0  magic    u32  "KVFT"
-//	4  version  u8   1
+//	4  version  u8   2
 //	5  type     u8   frameType
 //	6  code     u16  ACK / QUIESCED result; zero otherwise
 //	8  seq      u64  WRITE/ACK: per-connection operation number
-//	16 key      u64  WRITE: exposure key; HELLO_ACK/QUIESCE: receiver instance
-//	24 offset   u64  WRITE: offset in the key's window; HELLO_ACK/QUIESCE: session
+//	16 key      u64  WRITE: exposure key; HELLO_ACK/QUIESCE: session token, first half
+//	24 offset   u64  WRITE: offset in the key's window; HELLO_ACK/QUIESCE: session token, second half
 //	32 length   u64  WRITE: payload length; ACK: bytes applied
 //	40 deadline i64  WRITE: unix nanos (sender clock) after which it must not be applied
+//
+// Version 1 was the same frames in cleartext, with a receiver instance and
+// sequential session ids where the token is now.
 const (
 	headerSize   = 48
 	wireMagic    = 0x5446564b // "KVFT" little-endian
-	wireVersion  = 1
+	wireVersion  = 2
 	maxWireBytes = 1 << 30 // hard cap on one write's payload, whatever the config says
 )
 
@@ -28,10 +32,10 @@ type frameType uint8
 
 const (
 	frameHello    frameType = 1 // sender → receiver: first frame of a data connection
-	frameHelloAck frameType = 2 // receiver → sender: instance and session id
+	frameHelloAck frameType = 2 // receiver → sender: the session's token
 	frameWrite    frameType = 3 // sender → receiver: one write, payload follows
 	frameAck      frameType = 4 // receiver → sender: result of one write
-	frameQuiesce  frameType = 5 // sender → receiver on a control connection
+	frameQuiesce  frameType = 5 // sender → receiver on a second connection, same identity
 	frameQuiesced frameType = 6 // receiver → sender: the session applies nothing more
 )
 
@@ -45,12 +49,14 @@ const (
 	ackRevoked     ackCode = 2
 	ackOutOfBounds ackCode = 3
 	ackExpired     ackCode = 4
+	ackNotWriter   ackCode = 5 // the key is bound to another writer's connection
 )
 
 // quiesced codes.
 const (
-	quiescedOK              = 0
-	quiescedUnknownInstance = 1
+	quiescedOK = 0
+	// quiescedRefused: the session exists but belongs to another identity.
+	quiescedRefused = 1
 )
 
 type header struct {
@@ -61,6 +67,19 @@ type header struct {
 	Offset   uint64
 	Length   uint64
 	Deadline int64
+}
+
+// setToken and token carry a session token in Key and Offset.
+func (h *header) setToken(t sessionToken) {
+	h.Key = binary.LittleEndian.Uint64(t[:8])
+	h.Offset = binary.LittleEndian.Uint64(t[8:])
+}
+
+func (h *header) token() sessionToken {
+	var t sessionToken
+	binary.LittleEndian.PutUint64(t[:8], h.Key)
+	binary.LittleEndian.PutUint64(t[8:], h.Offset)
+	return t
 }
 
 func (h *header) encode(b []byte) {
@@ -125,11 +144,11 @@ func decodeHeader(b []byte, maxWrite uint64) (header, error) {
 			return h, wireErrorf("write without deadline")
 		}
 	case frameAck:
-		if h.Code > uint16(ackExpired) {
+		if h.Code > uint16(ackNotWriter) {
 			return h, wireErrorf("unknown ack code %d", h.Code)
 		}
 	case frameQuiesced:
-		if h.Code > quiescedUnknownInstance {
+		if h.Code > quiescedRefused {
 			return h, wireErrorf("unknown quiesced code %d", h.Code)
 		}
 	case frameHello, frameHelloAck, frameQuiesce:

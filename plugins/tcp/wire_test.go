@@ -33,7 +33,7 @@ func TestDecodeRejects(t *testing.T) {
 	}{
 		{"short", func(b []byte) []byte { return b[:10] }},
 		{"magic", func(b []byte) []byte { b[0] ^= 1; return b }},
-		{"version", func(b []byte) []byte { b[4] = 2; return b }},
+		{"version", func(b []byte) []byte { b[4] = 1; return b }},
 		{"type", func(b []byte) []byte { b[5] = 99; return b }},
 		{"zero length", func(b []byte) []byte { copy(b[32:40], make([]byte, 8)); return b }},
 		{"too long", func(b []byte) []byte { b[39] = 0x7f; return b }},
@@ -78,7 +78,9 @@ func FuzzDecodeHeader(f *testing.F) {
 }
 
 // Garbage on the wire closes that connection, is counted, and the plugin
-// keeps serving — out of process, through the real listener.
+// keeps serving — out of process, through the real listener: cleartext
+// junk fails the TLS handshake; junk inside an authenticated connection is
+// a garbage frame.
 func TestGarbageOnTheWire(t *testing.T) {
 	rp := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{})
 	s := newTCP(t, Config{})
@@ -90,21 +92,11 @@ func TestGarbageOnTheWire(t *testing.T) {
 	}
 	defer e.Close()
 	ep, _ := rp.Transport().LocalEndpoint(ctx)
-	for _, junk := range [][]byte{
-		[]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n" + string(make([]byte, 48))),
-		bytes.Repeat([]byte{0xff}, 200),
-		func() []byte { // a valid hello, then a bogus frame
-			var b [2 * headerSize]byte
-			(&header{Type: frameHello}).encode(b[:])
-			(&header{Type: frameAck}).encode(b[headerSize:])
-			return b[:]
-		}(),
-	} {
-		c, err := net.Dial("tcp", ep.Address)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = c.Write(junk)
+	hostPort, _, _, err := splitPin(ep.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	untilClosed := func(c net.Conn) {
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		buf := make([]byte, 256)
 		for { // the receiver closes the connection on us
@@ -114,12 +106,29 @@ func TestGarbageOnTheWire(t *testing.T) {
 		}
 		c.Close()
 	}
+	for _, junk := range [][]byte{
+		[]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n" + string(make([]byte, 48))),
+		bytes.Repeat([]byte{0xff}, 200),
+	} {
+		c, err := net.Dial("tcp", hostPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write(junk)
+		untilClosed(c)
+	}
+	// A valid hello, then a bogus frame, over TLS.
+	c, _ := dialAs(t, ep.Address, newTestIdentity(t))
+	var b [headerSize]byte
+	(&header{Type: frameAck}).encode(b[:])
+	_, _ = c.Write(b[:])
+	untilClosed(c)
 	m, err := rp.Transport().(sdk.StatsReporter).Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m[statGarbage] < 3 {
-		t.Fatalf("garbage counted %d times, want 3", m[statGarbage])
+	if m[statHandshakeFail] < 2 || m[statGarbage] < 1 {
+		t.Fatalf("failed handshakes %d (want 2), garbage frames %d (want 1)", m[statHandshakeFail], m[statGarbage])
 	}
 	if err := sdktest.CheckNamed("write-lands-then-succeeds").Run(ctx, e); err != nil {
 		t.Fatalf("after garbage: %v", err)

@@ -1,0 +1,104 @@
+package tcp
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// dialTimeout bounds the TCP connect, the TLS handshake and the hello.
+const dialTimeout = 5 * time.Second
+
+// open connects to the peer's receiver and proves both identities (TLS 1.3,
+// the receiver's certificate pinned: identity.go). It returns the
+// connection to use and its TCP socket. We close the socket, never the TLS
+// connection: a TLS close first sends an alert, which can wait on a
+// receiver that does not read.
+func (s *sendSession) open(ctx context.Context) (conn, raw net.Conn, err error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	raw, err = d.DialContext(ctx, "tcp", s.peer.addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tc, ok := raw.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	if s.t.id == nil {
+		return raw, raw, nil // KNOWN-UNSAFE: the cleartext variant
+	}
+	tc := tls.Client(raw, s.t.id.clientTLS(s.peer.pin))
+	hctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		_ = raw.Close()
+		return nil, nil, fmt.Errorf("tls handshake with %s: %w", s.peer.addr, err)
+	}
+	return tc, raw, nil
+}
+
+// dial opens the data connection and says hello; the receiver answers with
+// our session's token.
+func (s *sendSession) dial() (net.Conn, net.Conn, sessionToken, error) {
+	conn, raw, err := s.open(context.Background())
+	if err != nil {
+		return nil, nil, sessionToken{}, err
+	}
+	var hb [headerSize]byte
+	(&header{Type: frameHello}).encode(hb[:])
+	_ = raw.SetDeadline(time.Now().Add(dialTimeout))
+	if _, err := conn.Write(hb[:]); err != nil {
+		raw.Close()
+		return nil, nil, sessionToken{}, err
+	}
+	if _, err := io.ReadFull(conn, hb[:]); err != nil {
+		raw.Close()
+		return nil, nil, sessionToken{}, err
+	}
+	_ = raw.SetDeadline(time.Time{})
+	h, err := decodeHeader(hb[:], 0)
+	if err != nil || h.Type != frameHelloAck {
+		raw.Close()
+		return nil, nil, sessionToken{}, fmt.Errorf("bad hello reply: %v", err)
+	}
+	return conn, raw, h.token(), nil
+}
+
+// askReceiver opens a second connection, as the same identity, and asks
+// the receiver to end our session there; it returns nil only on the
+// receiver's confirmation. A receiver that is not the pinned one (another
+// incarnation on the address) fails the handshake: no confirmation.
+func (s *sendSession) askReceiver(ctx context.Context, token sessionToken) error {
+	c, raw, err := s.open(ctx)
+	if err != nil {
+		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: receiver unreachable or not the pinned one: %v", err)
+	}
+	defer raw.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = raw.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
+	defer stop()
+	var hb [headerSize]byte
+	q := header{Type: frameQuiesce}
+	q.setToken(token)
+	q.encode(hb[:])
+	if _, err := c.Write(hb[:]); err != nil {
+		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: %v", err)
+	}
+	if _, err := io.ReadFull(c, hb[:]); err != nil {
+		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: no confirmation: %v", err)
+	}
+	h, err := decodeHeader(hb[:], 0)
+	if err != nil || h.Type != frameQuiesced {
+		return sdk.Errorf(sdk.ClassInternal, "Quiesce: bad confirmation: %v", err)
+	}
+	if h.Code != quiescedOK {
+		return sdk.Errorf(sdk.ClassInternal, "Quiesce: the receiver says the session is not ours")
+	}
+	return nil
+}
