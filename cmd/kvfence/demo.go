@@ -80,7 +80,7 @@ corrupt page, an exposure still held, or a failed request.`,
 				return err
 			}
 			if restartDecodeAfter > 0 {
-				err := runRestartCommand(cmd.Context(), o, restartDecodeAfter, asJSON) // demo_restart.go
+				err := runRestartCommand(cmd.Context(), o, restartDecodeAfter, asJSON, kept) // demo_restart.go
 				cleanup(err != nil)
 				return err
 			}
