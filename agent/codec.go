@@ -2,7 +2,8 @@ package agent
 
 import (
 	"encoding/json"
-	"fmt"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // frameCodec is the gRPC codec of the control plane: frames as JSON. Only
@@ -15,7 +16,7 @@ func (frameCodec) Name() string { return "kvfence-frame" }
 func (frameCodec) Marshal(v any) ([]byte, error) {
 	f, ok := v.(*frame)
 	if !ok {
-		return nil, fmt.Errorf("agent: codec cannot marshal %T", v)
+		return nil, errdefs.Errorf(errdefs.Internal, "agent: codec cannot marshal %T", v)
 	}
 	return json.Marshal(f)
 }
@@ -23,7 +24,7 @@ func (frameCodec) Marshal(v any) ([]byte, error) {
 func (frameCodec) Unmarshal(data []byte, v any) error {
 	f, ok := v.(*frame)
 	if !ok {
-		return fmt.Errorf("agent: codec cannot unmarshal into %T", v)
+		return errdefs.Errorf(errdefs.Internal, "agent: codec cannot unmarshal into %T", v)
 	}
 	return json.Unmarshal(data, f)
 }

@@ -132,7 +132,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	d.info = info
 	g, ok := tr.(sdk.Granter)
 	if !ok {
-		return nil, errors.New("decode: the transport cannot grant keys, so it cannot expose memory to writers")
+		return nil, errdefs.Errorf(errdefs.FailedPrecondition, "decode: the transport cannot grant keys, so it cannot expose memory to writers")
 	}
 	d.granter = g
 	d.fence = cfg.Fence && info.Capabilities.Revoke
@@ -221,7 +221,7 @@ func (d *Decode) accept(h peerHello) (peerHello, error) {
 			return peerHello{}, errdefs.Errorf(errdefs.FailedPrecondition, "decode rank %d takes no router commands", d.cfg.Rank)
 		}
 		if h.Version != ControlVersion {
-			return peerHello{}, fmt.Errorf("incompatible router: speaks control protocol v%d, decode speaks v%d", h.Version, ControlVersion)
+			return peerHello{}, errdefs.Errorf(errdefs.FailedPrecondition, "incompatible router: speaks control protocol v%d, decode speaks v%d", h.Version, ControlVersion)
 		}
 		return d.hello, nil
 	case RolePrefill:
@@ -231,7 +231,7 @@ func (d *Decode) accept(h peerHello) (peerHello, error) {
 		}
 		return d.hello, nil
 	}
-	return peerHello{}, fmt.Errorf("decode accepts prefill ranks and routers, not %q", h.Role)
+	return peerHello{}, errdefs.Errorf(errdefs.FailedPrecondition, "decode accepts prefill ranks and routers, not %q", h.Role)
 }
 
 func (d *Decode) serveLink(l *link) {
@@ -582,7 +582,7 @@ func (d *Decode) release(rel core.Release, t core.Time) {
 	}
 }
 
-// Stats returns the figures the demo reports (safe from any goroutine).
+// Stats returns the agent's figures (safe from any goroutine).
 func (d *Decode) Stats() DecodeStats {
 	var s DecodeStats
 	d.lp.call(func() {

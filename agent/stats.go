@@ -4,9 +4,9 @@ import (
 	"github.com/kvfence/kvfence/core"
 )
 
-// DecodeStats are what a decode agent reports to the router at the end of a
-// run: the core's counters, hold durations by release path, the content
-// oracle's findings, and held capacity over time.
+// DecodeStats are a decode agent's figures (Decode.Stats): the core's
+// counters, hold durations by release path, the content check's findings
+// (zero without a ContentCheck), and held capacity over time.
 type DecodeStats struct {
 	Core          core.ReceiverMetrics `json:"core"`
 	Handoffs      int                  `json:"handoffs"`

@@ -14,6 +14,7 @@ demo-smoke:
 	$(BIN)/kvfence demo --json --quiet --requests 128 --concurrency 32 --report none > $(BIN)/demo-smoke-safe.json
 	grep -q '"corrupt_pages":0,' $(BIN)/demo-smoke-safe.json && grep -Eq '"aborts":[1-9]' $(BIN)/demo-smoke-safe.json || { cat $(BIN)/demo-smoke-safe.json; exit 1; }
 	@echo "demo-smoke safe: corrupt_pages 0 with aborts"
+	$(GO) test -count=1 -tags kvfenceunsafe ./internal/knownunsafe
 	$(GO) build -tags kvfenceunsafe -o $(BIN)/kvfence-unsafe ./cmd/kvfence
 	$(BIN)/kvfence-unsafe demo --json --quiet --requests 128 --concurrency 32 --report none --unsafe release-on-abort > $(BIN)/demo-smoke-unsafe.json
 	grep -Eq '"corrupt_pages":[1-9]' $(BIN)/demo-smoke-unsafe.json || { cat $(BIN)/demo-smoke-unsafe.json; exit 1; }

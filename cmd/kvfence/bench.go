@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,12 +23,39 @@ func init() { register(newBenchCommand) }
 func newBenchCommand() *cobra.Command {
 	o := demoOptions{}
 	var reps int
+	var keep bool
+	// failures lists what the safe arms broke (corrupt pages, held
+	// exposures, failed requests): the command then exits 1.
+	var failures []string
+	// run is one repetition in a run directory of its own, removed unless
+	// --keep or the run failed.
+	run := func(ctx context.Context, r demoOptions, safe bool) (*demoSummary, error) {
+		cleanup, err := runDir(&r, "kvfence-bench-", keep)
+		if err != nil {
+			return nil, err
+		}
+		s, err := runDemo(ctx, r)
+		failure := ""
+		if err == nil && safe {
+			if failure = safeArmFailed(s, false); failure != "" {
+				failures = append(failures, fmt.Sprintf("%s (logs in %s)", failure, r.Dir))
+			}
+		}
+		cleanup(err != nil || failure != "")
+		return s, err
+	}
 	var asJSON, checksumArm bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "throughput safe vs unsafe release-on-abort (interleaved, 95% CI), and held slot-seconds under an abort storm",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if reps < 1 || reps > 1000 {
+				return usagef("--reps must be between 1 and 1000, got %d", reps)
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
 			if !knownunsafe.Compiled {
 				return usagef("kvfence bench compares the safe core with the known-unsafe release-on-abort core, which this build leaves out; run it from a build with -tags kvfenceunsafe (go run -tags kvfenceunsafe ./cmd/kvfence bench)")
 			}
@@ -44,16 +73,16 @@ func newBenchCommand() *cobra.Command {
 			for i := 0; i < reps; i++ {
 				for j := range arms {
 					a := arms[(i+j)%len(arms)] // rotate which arm goes first
-					run := o
-					run.AbortShare = 0
-					run.Unsafe = a.unsafe
-					run.Checksums = a.checksums
+					r := o
+					r.AbortShare = 0
+					r.Unsafe = a.unsafe
+					r.Checksums = a.checksums
 					// The arms differ only in the core: the same data path
 					// (no per-exposure keys) for both, so the delta is the
 					// cost of holding, not of fencing.
-					run.Fence = false
-					run.Seed = uint64(i + 1)
-					s, err := runDemo(cmd.Context(), run)
+					r.Fence = false
+					r.Seed = uint64(i + 1)
+					s, err := run(cmd.Context(), r, a.unsafe == "")
 					if err != nil {
 						return err
 					}
@@ -68,7 +97,7 @@ func newBenchCommand() *cobra.Command {
 			storm := o
 			storm.AbortShare = 1
 			storm.Fence = true
-			ss, err := runDemo(cmd.Context(), storm)
+			ss, err := run(cmd.Context(), storm, true)
 			if err != nil {
 				return err
 			}
@@ -92,10 +121,11 @@ func newBenchCommand() *cobra.Command {
 				res["checksums_req_per_s"] = arms[2].rates
 				res["checksums_delta_pct"], res["checksums_ci95_low_pct"], res["checksums_ci95_high_pct"] = cdelta, clo, chi
 			}
+			res["safe_arm_failures"] = failures
 			if asJSON {
 				b, _ := json.Marshal(res)
 				fmt.Println(string(b))
-				return nil
+				return benchVerdict(failures)
 			}
 			fmt.Printf("normal path, %d requests at concurrency %d, %d interleaved reps per arm\n", o.Requests, o.Concurrency, reps)
 			fmt.Printf("  safe              %s req/s\n  release-on-abort  %s req/s\n", fmtRates(arms[0].rates), fmtRates(arms[1].rates))
@@ -110,7 +140,7 @@ func newBenchCommand() *cobra.Command {
 				fmt.Printf("  held slot-seconds per aborted request, %s: %.3f (p50 hold %.1f ms, p99 %.1f ms)\n", p, v, ss.HoldP50Ms[p], ss.HoldP99Ms[p])
 			}
 			fmt.Printf("  corrupt pages %d\n", ss.CorruptPages)
-			return nil
+			return benchVerdict(failures)
 		},
 	}
 	fl := cmd.Flags()
@@ -125,7 +155,16 @@ func newBenchCommand() *cobra.Command {
 	fl.BoolVar(&o.TLS, "tls", true, "mutual TLS on the control plane")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
 	fl.BoolVar(&checksumArm, "checksums", false, "add a third arm: safe with checksums at commit")
+	fl.BoolVar(&keep, "keep", false, "keep every repetition's run directory (logs, throwaway certificates)")
 	return cmd
+}
+
+// benchVerdict fails the command when a safe arm broke its promise.
+func benchVerdict(failures []string) error {
+	if len(failures) == 0 {
+		return nil
+	}
+	return fmt.Errorf("a safe arm broke its promise in %d runs: %s", len(failures), strings.Join(failures, "; "))
 }
 
 // pairedDelta is the mean relative difference (safe/unsafe - 1, in %) over

@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/kvfence/kvfence/internal/knownunsafe"
 )
 
 func init() { register(newDemoCommand) }
@@ -22,6 +19,7 @@ func newDemoCommand() *cobra.Command {
 	var fence string
 	var report string
 	var restartDecodeAfter time.Duration
+	var keep bool
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "run prefill and decode ranks as processes, abort requests mid-transfer, and check that no page ever holds another request's bytes",
@@ -34,14 +32,26 @@ page at handoff and again when the decode loop finishes with it.
 
 With --unsafe release-on-abort the decode core frees memory as soon as a
 request aborts (what engines do today): late writes land in the next
-request's pages and corrupt_pages goes above zero. Known-unsafe cores exist
-only in a build with -tags kvfenceunsafe:
+request's pages and corrupt_pages goes above zero (unbounded-timeout and
+single-ack-target show too; the other variants need faults only kvfence sim
+injects). Known-unsafe cores exist only in a build with -tags kvfenceunsafe:
 
-  go run -tags kvfenceunsafe ./cmd/kvfence demo --unsafe release-on-abort`,
+  go run -tags kvfenceunsafe ./cmd/kvfence demo --unsafe release-on-abort
+
+Every flag is checked before anything starts (exit status 2). The run
+directory (logs, throwaway certificates) is removed at the end unless
+--keep, --dir, or the run failed. The safe core exits 1 if it shows a
+corrupt page, an exposure still held, or a failed request.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := knownunsafe.ForAgents(o.Unsafe); err != nil {
-				return usageError{err}
+			if err := checkDemoVariant(o.Unsafe); err != nil {
+				return err
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			if restartDecodeAfter < 0 {
+				return usagef("--restart-decode-after must not be negative, got %v", restartDecodeAfter)
 			}
 			switch fence {
 			case "auto":
@@ -59,27 +69,49 @@ only in a build with -tags kvfenceunsafe:
 			if !quiet {
 				o.Progress = os.Stderr
 			}
-			if restartDecodeAfter > 0 {
-				return runRestartCommand(cmd.Context(), o, restartDecodeAfter, asJSON) // demo_restart.go
+			kept := keep || o.Dir != "" // a directory the user named is theirs
+			if report != "" && report != "none" {
+				if err := checkWritableFile(report); err != nil {
+					return usagef("--report: %v", err)
+				}
 			}
-			s, err := runDemo(cmd.Context(), o)
+			cleanup, err := runDir(&o, "kvfence-demo-", keep)
 			if err != nil {
 				return err
 			}
-			if report == "" {
-				report = filepath.Join(s.Dir, "report.html")
+			if restartDecodeAfter > 0 {
+				err := runRestartCommand(cmd.Context(), o, restartDecodeAfter, asJSON, kept) // demo_restart.go
+				cleanup(err != nil)
+				return err
 			}
-			if report != "none" {
-				if err := writeReport(report, s); err != nil {
+			s, err := runDemo(cmd.Context(), o)
+			if err != nil {
+				cleanup(true)
+				return err
+			}
+			failure := ""
+			if o.Unsafe == "" || o.Unsafe == "safe" {
+				failure = safeArmFailed(s, o.KillPrefillAfter > 0)
+			}
+			if path := reportPath(report, kept || failure != "", o.Dir); path != "" {
+				if err := writeReport(path, s); err != nil {
+					cleanup(true)
 					return err
 				}
-				s.Report = report
+				s.Report = path
+			}
+			if !kept && failure == "" {
+				s.Dir = "" // removed below
 			}
 			if asJSON {
 				b, _ := json.Marshal(s)
 				fmt.Println(string(b))
 			} else {
 				printSummary(os.Stdout, s)
+			}
+			cleanup(failure != "")
+			if failure != "" {
+				return fmt.Errorf("the safe core broke its promise: %s", failure)
 			}
 			return nil
 		},
@@ -93,14 +125,15 @@ only in a build with -tags kvfenceunsafe:
 	fl.DurationVar(&o.PageEvery, "page-every", 8*time.Millisecond, "simulated prefill compute per page")
 	fl.DurationVar(&o.DecodeFor, "decode-for", time.Second, "how long the decode loop keeps a request before finishing it (it is verified again then: a late write that lands meanwhile is caught)")
 	fl.DurationSliceVar(&o.Delays, "data-delay", []time.Duration{600 * time.Millisecond, time.Millisecond}, "delaying proxy: delay of data connection k (cyclic)")
-	fl.StringVar(&o.Unsafe, "unsafe", "", "run one known-unsafe core variant, e.g. release-on-abort (only in a build with -tags kvfenceunsafe)")
+	fl.StringVar(&o.Unsafe, "unsafe", "", "run a known-unsafe core the demo can show: release-on-abort, unbounded-timeout or single-ack-target (only in a build with -tags kvfenceunsafe)")
 	fl.StringVar(&fence, "fence", "auto", "per-exposure keys with revocation: auto (on when safe), on, off")
 	fl.BoolVar(&o.TLS, "tls", true, "mutual TLS on the control plane (throwaway certificates)")
 	fl.BoolVar(&o.Checksums, "checksums", false, "checksums at commit (prefill computes, decode checks before handoff)")
 	fl.BoolVar(&asJSON, "json", false, "print the summary as one JSON object")
 	fl.BoolVar(&quiet, "quiet", false, "no progress bar")
-	fl.StringVar(&report, "report", "", "HTML report path (default: in the run directory; none to skip)")
-	fl.StringVar(&o.Dir, "dir", "", "run directory for logs and certificates (default: a new temp dir)")
+	fl.StringVar(&report, "report", "", "HTML report path (default: in the run directory when it is kept; none to skip)")
+	fl.StringVar(&o.Dir, "dir", "", "run directory for logs and certificates, kept (default: a new temp dir, removed at the end unless --keep or the run failed)")
+	fl.BoolVar(&keep, "keep", false, "keep the run directory (logs, throwaway certificates, the HTML report)")
 	fl.Uint64Var(&o.Seed, "seed", 1, "workload seed")
 	fl.DurationVar(&o.KillPrefillAfter, "kill-prefill-after", 0, "kill -9 prefill rank 2 this long into the run (crash test)")
 	_ = fl.MarkHidden("kill-prefill-after")
@@ -136,7 +169,14 @@ func printSummary(w io.Writer, s *demoSummary) {
 	if s.Unreleased > 0 {
 		fmt.Fprintf(w, "  STILL HELD      %d exposures at the end of the run\n", s.Unreleased)
 	}
-	fmt.Fprintf(w, "  logs            %s\n", s.Dir)
+	if s.Dir != "" {
+		fmt.Fprintf(w, "  logs            %s\n", s.Dir)
+	} else {
+		fmt.Fprintf(w, "  logs            removed (--keep keeps them)\n")
+	}
+	if s.Lost > 0 {
+		fmt.Fprintf(w, "  FAILED          %d requests neither handed off nor cancelled\n", s.Lost)
+	}
 	if s.Report != "" {
 		fmt.Fprintf(w, "  report          %s\n", s.Report)
 	}

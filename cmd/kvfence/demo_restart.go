@@ -498,15 +498,20 @@ func printRestartSummary(w io.Writer, s *restartSummary) {
 	fmt.Fprintf(w, "  after the restart %d requests: handed %d, failed %d\n", s.After, s.HandedAfter, s.FailedAfter)
 	fmt.Fprintf(w, "  new instance      stale messages %d, pages verified %d, corrupt pages %d (written while free: %d), still held %d\n",
 		s.Stale, s.PagesVerified, s.CorruptPages, s.FreeWrites, s.Unreleased)
-	fmt.Fprintf(w, "  logs              %s\n", s.Dir)
+	if s.Dir != "" {
+		fmt.Fprintf(w, "  logs              %s\n", s.Dir)
+	}
 }
 
 // runRestartCommand is kvfence demo --restart-decode-after: it runs the
 // decode-restart run and prints its summary.
-func runRestartCommand(ctx context.Context, o demoOptions, after time.Duration, asJSON bool) error {
+func runRestartCommand(ctx context.Context, o demoOptions, after time.Duration, asJSON, kept bool) error {
 	s, err := runDecodeRestart(ctx, o, after)
 	if err != nil {
 		return err
+	}
+	if !kept {
+		s.Dir = "" // removed when the command ends
 	}
 	if asJSON {
 		b, _ := json.Marshal(s)

@@ -75,13 +75,17 @@ func (o demoOptions) pluginArgs(env []string) []string {
 
 // demoSummary is what the demo prints (and --json emits).
 type demoSummary struct {
-	Variant         string             `json:"variant"`
-	Fence           bool               `json:"fence"`
-	Requests        int                `json:"requests"`
-	Handoffs        int                `json:"handoffs"`
-	Aborts          int                `json:"aborts"`
-	CancelsSent     int                `json:"cancels_sent"`
-	Failed          int                `json:"failed"`
+	Variant     string `json:"variant"`
+	Fence       bool   `json:"fence"`
+	Requests    int    `json:"requests"`
+	Handoffs    int    `json:"handoffs"`
+	Aborts      int    `json:"aborts"`
+	CancelsSent int    `json:"cancels_sent"`
+	Failed      int    `json:"failed"`
+	// Lost counts requests that did not hand off although the router
+	// never cancelled them (failed requests: admission never succeeded,
+	// the transfer failed, or no outcome came).
+	Lost            int                `json:"lost_requests"`
 	ReleasedDrained int                `json:"released_drained"`
 	ReleasedFenced  int                `json:"released_fenced"`
 	ReleasedTimeout int                `json:"released_timeout"`
@@ -262,7 +266,7 @@ func drive(ctx context.Context, o demoOptions, router *demo.Router) (*demoSummar
 			}
 		}
 	}()
-	var done, handed, failed, cancels atomic.Int64
+	var done, handed, failed, lost, cancels atomic.Int64
 	var latSum time.Duration // guarded by mu
 	jobs := make(chan uint64)
 	var wg sync.WaitGroup
@@ -315,6 +319,15 @@ func drive(ctx context.Context, o demoOptions, router *demo.Router) (*demoSummar
 				waiters[room] = ch
 				mu.Unlock()
 				ok := admitWithRetry(ctx, router, room, p.pages, o)
+				// fail counts a request that did not hand off; one the
+				// router did not cancel is lost (a failed request).
+				cancelled := false
+				fail := func() {
+					failed.Add(1)
+					if !cancelled {
+						lost.Add(1)
+					}
+				}
 				if ok {
 					if err := router.Open(ctx, room, 1, p.pages, o.PageEvery); err != nil {
 						router.Cancel(ctx, room, 1)
@@ -330,22 +343,23 @@ func drive(ctx context.Context, o demoOptions, router *demo.Router) (*demoSummar
 							if ev.Done != nil && ev.Done.Handed {
 								handed.Add(1)
 							} else {
-								failed.Add(1)
+								fail()
 							}
 							break wait
 						case <-timer:
 							timer = nil
+							cancelled = true
 							cancels.Add(1)
 							router.Cancel(ctx, room, 1)
 						case <-time.After(60 * time.Second):
-							failed.Add(1)
+							fail()
 							break wait
 						case <-ctx.Done():
 							return
 						}
 					}
 				} else {
-					failed.Add(1)
+					fail()
 				}
 				mu.Lock()
 				delete(waiters, room)
@@ -385,7 +399,7 @@ func drive(ctx context.Context, o demoOptions, router *demo.Router) (*demoSummar
 	close(stopBar)
 	<-barDone
 	s := &demoSummary{Variant: orSafe(o.Unsafe), Fence: o.Fence, Requests: o.Requests, Handoffs: int(handed.Load()),
-		Aborts: int(st.Core.Aborts), CancelsSent: int(cancels.Load()), Failed: int(failed.Load()),
+		Aborts: int(st.Core.Aborts), CancelsSent: int(cancels.Load()), Failed: int(failed.Load()), Lost: int(lost.Load()),
 		ReleasedDrained: st.Released["drained"], ReleasedFenced: st.Released["fenced"], ReleasedTimeout: st.Released["timeout"],
 		ReleasedDone: st.Released["completed"], ReleasedUnsafe: st.Released["unsafe"],
 		HoldP50Ms: map[string]float64{}, HoldP99Ms: map[string]float64{}, HoldSlotSec: st.HoldSlotSec,

@@ -29,6 +29,7 @@ func newRoot() *cobra.Command {
 		Short: "kvfence: the KV-cache transfer layer that never lets one request's bytes land in another's memory",
 		// Errors are printed once, by main, not by cobra as well.
 		SilenceUsage: true, SilenceErrors: true,
+		Version: versionString(),
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	for _, c := range commands {

@@ -59,4 +59,9 @@ func TestTaggedBuildAcceptsUnsafeVariants(t *testing.T) {
 	if code != 2 || strings.Contains(stderr, "kvfenceunsafe") || !strings.Contains(stderr, "--role") {
 		t.Fatalf("tagged build: want the variant accepted and the role refused, got exit %d, stderr %q", code, stderr)
 	}
+	// The demo takes only the variants its faults can show; the others
+	// would report corrupt pages 0 as if they were safe.
+	if code, stderr := runCLI(t, exe, "demo", "--unsafe", "no-tombstones"); code != 2 || !strings.Contains(stderr, "kvfence sim") {
+		t.Fatalf("demo --unsafe no-tombstones: exit %d, stderr %q", code, stderr)
+	}
 }

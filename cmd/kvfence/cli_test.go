@@ -1,0 +1,87 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Issue 15, finding 9: nonsense on the command line is refused before any
+// work starts, in one line, with exit status 2 — no hang, no panic, no
+// stack trace, no error printed twice.
+func TestCLIRefusesNonsense(t *testing.T) {
+	for _, args := range [][]string{
+		{"demo", "--concurrency", "0"},
+		{"demo", "--concurrency", "-3"},
+		{"demo", "--concurrency", "100000000"},
+		{"demo", "--requests", "-5"},
+		{"demo", "--requests", "-1"},
+		{"demo", "--min-pages", "10", "--max-pages", "2"},
+		{"demo", "--max-pages", "5000"},
+		{"demo", "--page-every", "-1s"},
+		{"demo", "--decode-for", "-1s"},
+		{"demo", "--data-delay", "-5ms"},
+		{"demo", "--abort-share", "1.5"},
+		{"demo", "--abort-share", "NaN"},
+		{"demo", "--fence", "maybe"},
+		{"demo", "--report", "/nonexistent-dir/report.html"},
+		{"demo", "--requests", "many"},
+		{"bench", "--reps", "0"},
+		{"bench", "--concurrency", "0"},
+		{"__agent", "--role", "router"},
+	} {
+		code, stderr := runCLI(t, agentExe, args...)
+		line := strings.TrimRight(stderr, "\n")
+		if code != 2 || strings.Contains(line, "\n") || !strings.HasPrefix(line, "kvfence: ") || strings.Contains(line, "goroutine") {
+			t.Errorf("kvfence %s: exit %d, stderr %q; want exit 2 and one line", strings.Join(args, " "), code, stderr)
+		}
+	}
+	if code, _ := runCLI(t, agentExe, "--version"); code != 0 {
+		t.Errorf("--version: exit %d", code)
+	}
+}
+
+// A run directory holds throwaway private keys: it is removed at the end of
+// a good run unless --keep.
+func TestDemoRemovesRunDirUnlessKeep(t *testing.T) {
+	tmp := t.TempDir()
+	small := []string{"demo", "--quiet", "--json", "--requests", "16", "--concurrency", "8", "--page-every", "1ms",
+		"--decode-for", "10ms", "--data-delay", "20ms,1ms"}
+	runIn := func(extra ...string) []string {
+		t.Helper()
+		cmd := append(append([]string(nil), small...), extra...)
+		t.Setenv("TMPDIR", tmp)
+		if code, stderr := runCLI(t, agentExe, cmd...); code != 0 {
+			t.Fatalf("kvfence %s: exit %d: %s", strings.Join(cmd, " "), code, stderr)
+		}
+		left, _ := filepath.Glob(filepath.Join(tmp, "kvfence-demo-*"))
+		return left
+	}
+	if left := runIn(); len(left) != 0 {
+		t.Fatalf("run directories left behind: %v", left)
+	}
+	left := runIn("--keep")
+	if len(left) != 1 {
+		t.Fatalf("--keep: want one run directory, got %v", left)
+	}
+	if _, err := os.Stat(filepath.Join(left[0], "pki", "ca.pem")); err != nil {
+		t.Fatalf("--keep: the kept directory lacks its certificates: %v", err)
+	}
+}
+
+// The safe arm's verdict: corrupt pages, held exposures and failed
+// requests each fail the run; a crash test expects failed requests.
+func TestSafeArmVerdict(t *testing.T) {
+	if why := safeArmFailed(&demoSummary{}, false); why != "" {
+		t.Fatalf("a clean run failed: %s", why)
+	}
+	for _, s := range []demoSummary{{CorruptPages: 1}, {Unreleased: 2}, {Lost: 3}} {
+		if safeArmFailed(&s, false) == "" {
+			t.Errorf("%+v passed", s)
+		}
+	}
+	if why := safeArmFailed(&demoSummary{Lost: 3}, true); why != "" {
+		t.Errorf("failed requests in a crash run: %s", why)
+	}
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kvfence/kvfence/internal/knownunsafe"
+)
+
+// Bounds of a demo or bench run, checked before any process starts. The
+// decode pool the demo starts has demoSlots slots (__agent --slots); a
+// request larger than that could never be admitted and would wait forever.
+const (
+	maxRequests    = 1_000_000
+	maxConcurrency = 4096
+	demoSlots      = 4096
+	maxDelayFlag   = time.Minute
+)
+
+// demoShowable are the known-unsafe cores whose bug the demo's faults
+// (cancels while delayed writes are in flight) make visible as corrupt
+// pages. The others need faults only the simulation injects (failed sends,
+// lost or duplicated messages, restarts, other writers' tails): the demo
+// would report "corrupt pages 0" for them as if they were safe.
+var demoShowable = []knownunsafe.Variant{knownunsafe.ReleaseOnAbort, knownunsafe.UnboundedTimeout, knownunsafe.SingleAckTarget}
+
+// checkDemoVariant refuses what this build or this demo cannot run.
+func checkDemoVariant(name string) error {
+	v, err := knownunsafe.ForAgents(name)
+	if err != nil {
+		return usageError{err}
+	}
+	if v.IsSafe() {
+		return nil
+	}
+	names := make([]string, len(demoShowable))
+	for i, s := range demoShowable {
+		if s.Is(v) {
+			return nil
+		}
+		names[i] = s.Name()
+	}
+	return usagef("--unsafe %s: the demo's faults cannot show this variant's bug (it would report corrupt pages 0 as if safe); the demo shows %s, and `kvfence sim --variant %s` shows this one",
+		name, strings.Join(names, ", "), name)
+}
+
+// validate checks the sizes and durations of a run.
+func (o *demoOptions) validate() error {
+	switch {
+	case o.Requests < 1 || o.Requests > maxRequests:
+		return usagef("--requests must be between 1 and %d, got %d", maxRequests, o.Requests)
+	case o.Concurrency < 1 || o.Concurrency > maxConcurrency:
+		return usagef("--concurrency must be between 1 and %d, got %d", maxConcurrency, o.Concurrency)
+	case o.MinPages < 1:
+		return usagef("--min-pages must be at least 1, got %d", o.MinPages)
+	case o.MaxPages < o.MinPages:
+		return usagef("--max-pages (%d) must not be below --min-pages (%d)", o.MaxPages, o.MinPages)
+	case o.MaxPages > demoSlots:
+		return usagef("--max-pages %d exceeds the decode pool the demo starts (%d slots): such a request could never be admitted", o.MaxPages, demoSlots)
+	case math.IsNaN(o.AbortShare) || o.AbortShare < 0 || o.AbortShare > 1:
+		return usagef("--abort-share must be between 0 and 1, got %v", o.AbortShare)
+	case o.PageEvery < 0 || o.PageEvery > maxDelayFlag:
+		return usagef("--page-every must be between 0 and %v, got %v", maxDelayFlag, o.PageEvery)
+	case o.DecodeFor < 0 || o.DecodeFor > maxDelayFlag:
+		return usagef("--decode-for must be between 0 and %v, got %v", maxDelayFlag, o.DecodeFor)
+	case o.KillPrefillAfter < 0:
+		return usagef("--kill-prefill-after must not be negative, got %v", o.KillPrefillAfter)
+	}
+	for _, d := range o.Delays {
+		if d < 0 || d > maxDelayFlag {
+			return usagef("--data-delay values must be between 0 and %v, got %v", maxDelayFlag, d)
+		}
+	}
+	if o.Dir != "" {
+		if err := checkWritableDir(o.Dir); err != nil {
+			return usagef("--dir %s: %v", o.Dir, err)
+		}
+	}
+	return nil
+}
+
+// checkWritableDir makes dir if needed and proves it writable.
+func checkWritableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".kvfence-probe-")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// checkWritableFile proves that path can be written, before the run that
+// will write it (a file that did not exist is not left behind).
+func checkWritableFile(path string) error {
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if errors.Is(statErr, os.ErrNotExist) {
+		return os.Remove(path)
+	}
+	return nil
+}
+
+// runDir makes o.Dir a new temp dir when the user named none, and returns
+// a cleanup that removes it (logs and private keys) unless keep is set or
+// the run failed: then its logs are the evidence, and the path is said.
+func runDir(o *demoOptions, prefix string, keep bool) (func(failed bool), error) {
+	if o.Dir != "" {
+		return func(bool) {}, nil
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	o.Dir = dir
+	return func(failed bool) {
+		if keep || failed {
+			if failed && !keep {
+				fmt.Fprintf(os.Stderr, "kvfence: run directory kept for its logs: %s\n", dir)
+			}
+			return
+		}
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// safeArmFailed says why a safe run broke its promise ("" if it did not).
+func safeArmFailed(s *demoSummary, crashInjected bool) string {
+	var why []string
+	if s.CorruptPages > 0 {
+		why = append(why, fmt.Sprintf("%d corrupt pages", s.CorruptPages))
+	}
+	if s.Unreleased > 0 {
+		why = append(why, fmt.Sprintf("%d exposures still held at the end", s.Unreleased))
+	}
+	if s.Lost > 0 && !crashInjected {
+		why = append(why, fmt.Sprintf("%d failed requests (not cancelled, not handed off)", s.Lost))
+	}
+	return strings.Join(why, ", ")
+}
+
+// reportPath is where the HTML report goes: "" for none.
+func reportPath(flag string, keep bool, dir string) string {
+	switch {
+	case flag == "none":
+		return ""
+	case flag != "":
+		return flag
+	case keep:
+		return filepath.Join(dir, "report.html")
+	}
+	return ""
+}
