@@ -62,7 +62,12 @@ func (c Config) withDefaults() Config {
 // failure report) bytes of it may still land, absent Quiesce: a write is
 // never applied past its deadline (send time + WriteTTL, sender clock), the
 // receiver's clock may lag by ClockSkew, and tailSlack covers the rest.
-func (c Config) maxTail() time.Duration { return c.WriteTTL + c.ClockSkew + tailSlack }
+func (c Config) maxTail() time.Duration {
+	if c.unsafe == unsafeUnderstateTail {
+		return tailSlack / 20 // KNOWN-UNSAFE: declares far less than the deadline allows
+	}
+	return c.WriteTTL + c.ClockSkew + tailSlack
+}
 
 // unsafeMode names the known-unsafe variants the tests must catch.
 type unsafeMode uint8
@@ -97,6 +102,16 @@ const (
 	// reader's end for the receiver's close, while the receiver is alive
 	// and may still read and apply what sits in its socket buffer.
 	unsafeOwnCloseIsReceiverClosed
+	// unsafeUnderstateTail: Info declares a MaxTail (50 ms) far shorter
+	// than the write deadline lets bytes land after a failure report.
+	unsafeUnderstateTail
+	// unsafeWrongRefusalClass: a batch the receiver refused (unknown key,
+	// revoked key, out of window) completes FailedDefinite with class
+	// Internal instead of the refusal's class.
+	unsafeWrongRefusalClass
+	// unsafeConfirmBeforeStopped: the receiver confirms a QUIESCE without
+	// ending the session, which goes on applying what it still reads.
+	unsafeConfirmBeforeStopped
 )
 
 // unsafeModeByName is how the kvfenceunsafe build of the binary picks one.
@@ -110,4 +125,7 @@ var unsafeModeByName = map[string]unsafeMode{
 	"lose-completion":              unsafeLoseCompletion,
 	"wrong-error-class":            unsafeWrongErrorClass,
 	"own-close-is-receiver-closed": unsafeOwnCloseIsReceiverClosed,
+	"understate-tail":              unsafeUnderstateTail,
+	"wrong-refusal-class":          unsafeWrongRefusalClass,
+	"confirm-before-stopped":       unsafeConfirmBeforeStopped,
 }

@@ -208,7 +208,14 @@ func (r *receiver) quiesce(c net.Conn, h header) {
 		r.mu.Lock()
 		s := r.sessions[h.Offset]
 		r.mu.Unlock()
-		if s != nil {
+		switch {
+		case s != nil && r.t.cfg.unsafe == unsafeConfirmBeforeStopped:
+			// KNOWN-UNSAFE: ends only its sending side, so the sender sees
+			// the close, while the session goes on reading and applying.
+			if hc, ok := s.conn.(interface{ CloseWrite() error }); ok {
+				_ = hc.CloseWrite()
+			}
+		case s != nil:
 			s.abort()
 			<-s.done
 		}
