@@ -44,9 +44,13 @@ type CertificateClaims struct {
 
 const sigAlgorithm = "ed25519"
 
-// SignCertificate signs the certificate JSON cert with key.
+// SignCertificate signs the certificate JSON cert with key. The signature
+// covers the compact form of cert, so re-indenting the file (as writing it
+// with json.MarshalIndent does) does not break it, and changing any value
+// does.
 func SignCertificate(cert []byte, key ed25519.PrivateKey) CertificateFile {
 	pub := key.Public().(ed25519.PublicKey)
+	cert = compact(cert)
 	return CertificateFile{Certificate: cert, Signature: &CertificateSignature{Algorithm: sigAlgorithm,
 		PublicKey: base64.StdEncoding.EncodeToString(pub), Value: base64.StdEncoding.EncodeToString(ed25519.Sign(key, cert))}}
 }
@@ -86,7 +90,7 @@ func (p CertificatePolicy) Verify(file []byte, binarySHA256 []byte) (Certificate
 	if !slices.ContainsFunc(p.TrustedKeys, func(k ed25519.PublicKey) bool { return bytes.Equal(k, pub) }) {
 		return cl, Errorf(ClassFailedPrecondition, "certificate: signed by key %s, which is not trusted", f.Signature.PublicKey)
 	}
-	if !ed25519.Verify(pub, f.Certificate, sig) {
+	if !ed25519.Verify(pub, compact(f.Certificate), sig) {
 		return cl, Errorf(ClassFailedPrecondition, "certificate: signature does not verify (the certificate was altered)")
 	}
 	if err := json.Unmarshal(f.Certificate, &cl); err != nil {
@@ -168,6 +172,16 @@ func readPEM(path, typ string) ([]byte, error) {
 		return nil, Errorf(ClassInvalidArgument, "%s: want a PEM %q block", path, typ)
 	}
 	return blk.Bytes, nil
+}
+
+// compact is JSON without insignificant whitespace (invalid JSON is
+// returned unchanged, and then fails to verify or to parse).
+func compact(b []byte) []byte {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return b
+	}
+	return buf.Bytes()
 }
 
 // String is a one-line summary for logs.
