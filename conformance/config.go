@@ -23,6 +23,10 @@ type Config struct {
 	// pair and injects tc netem faults (root only). TCP-specific: the
 	// processes get KVFENCE_TCP_LISTEN set to their namespace's address.
 	NetNS bool
+	// NetemDevices, when set, are the devices the data path crosses in this
+	// namespace (the Soft-RoCE VM's veth pair under rxe0/rxe1): the netem
+	// checks shape them (root). The proxy is then off.
+	NetemDevices []string
 	// TargetAddr, when set, replaces the address part of the target's
 	// endpoint that the initiator dials (a NAT or another interface). The
 	// target process still runs here: the suite must watch its memory.
@@ -137,8 +141,8 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("proxy %q: want auto, on or off", c.Proxy)
 	}
-	if c.Proxy == "on" && c.NetNS {
-		return fmt.Errorf("proxy on and netns together: the proxy cannot sit between namespaces")
+	if c.Proxy == "on" && (c.NetNS || len(c.NetemDevices) > 0) {
+		return fmt.Errorf("proxy on with netns or netem devices: the faults are injected on those links")
 	}
 	names := GroupNames()
 	for _, g := range c.Groups {

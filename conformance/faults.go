@@ -87,38 +87,78 @@ func procState(pid int) byte {
 	return b[i+2]
 }
 
-// netemFault installs a netem qdisc on the namespace link and confirms it
-// is there with the parameters asked for.
-func (n *netnsPair) netemFault(spec string) fault {
-	return fault{name: "netem " + spec, underFault: spec != "loss 100%",
-		apply: func() error {
-			if err := n.netem(spec); err != nil {
-				return err
-			}
-			return n.netemInstalled(spec)
-		},
-		release: func() { _ = n.netem("") },
-	}
+// shaper injects tc netem faults on the devices the data path crosses:
+// the initiator's veth end of a namespace pair, or devices named by the
+// caller (Config.NetemDevices: the rxe link's veths in the Soft-RoCE VM).
+type shaper struct {
+	prefix []string // how to run tc (in a namespace, or directly)
+	devs   []string
+	err    error // why netem cannot be used here (nil: it can)
 }
 
-// netemInstalled reads the qdisc back (tc qdisc show) and checks that a
-// netem qdisc with each parameter of spec is installed.
-func (n *netnsPair) netemInstalled(spec string) error {
-	out, err := exec.Command("ip", "netns", "exec", n.ini, "tc", "qdisc", "show", "dev", n.iniIf).CombinedOutput()
+// newShaper probes netem (a kernel module, sch_netem, some kernels lack),
+// so that the report never claims a fault that was not injected.
+func newShaper(prefix []string, devs ...string) *shaper {
+	sh := &shaper{prefix: prefix, devs: devs}
+	if sh.err = sh.netem("delay 1ms"); sh.err == nil {
+		sh.err = sh.netem("")
+	}
+	return sh
+}
+
+func (sh *shaper) tc(args ...string) ([]byte, error) {
+	cmd := append(append([]string(nil), sh.prefix...), append([]string{"tc"}, args...)...)
+	out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("tc qdisc show: %v: %s", err, out)
+		return out, fmt.Errorf("%s: %v: %s", strings.Join(cmd, " "), err, strings.TrimSpace(string(out)))
 	}
-	got := string(out)
-	if !strings.Contains(got, "netem") {
-		return fmt.Errorf("no netem qdisc on %s after installing %q: %s", n.iniIf, spec, strings.TrimSpace(got))
-	}
-	for _, word := range strings.Fields(spec) {
-		if word == "delay" || word == "loss" {
-			continue
+	return out, nil
+}
+
+// netem installs spec ("delay 20ms loss 5%") on every device; "" removes it.
+func (sh *shaper) netem(spec string) error {
+	for _, dev := range sh.devs {
+		args := []string{"qdisc", "del", "dev", dev, "root"}
+		if spec != "" {
+			args = append([]string{"qdisc", "replace", "dev", dev, "root", "netem"}, strings.Fields(spec)...)
 		}
-		if !strings.Contains(got, word) {
-			return fmt.Errorf("netem on %s lacks %q of %q: %s", n.iniIf, word, spec, strings.TrimSpace(got))
+		if _, err := sh.tc(args...); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// installed reads the qdiscs back (tc qdisc show) and checks that each
+// device has a netem qdisc with every parameter of spec.
+func (sh *shaper) installed(spec string) error {
+	for _, dev := range sh.devs {
+		out, err := sh.tc("qdisc", "show", "dev", dev)
+		if err != nil {
+			return err
+		}
+		got := string(out)
+		if !strings.Contains(got, "netem") {
+			return fmt.Errorf("no netem qdisc on %s after installing %q: %s", dev, spec, strings.TrimSpace(got))
+		}
+		for _, word := range strings.Fields(spec) {
+			if word != "delay" && word != "loss" && !strings.Contains(got, word) {
+				return fmt.Errorf("netem on %s lacks %q of %q: %s", dev, word, spec, strings.TrimSpace(got))
+			}
+		}
+	}
+	return nil
+}
+
+// fault is netem spec on the shaped devices, confirmed installed.
+func (sh *shaper) fault(spec string) fault {
+	return fault{name: "netem " + spec, underFault: spec != "loss 100%",
+		apply: func() error {
+			if err := sh.netem(spec); err != nil {
+				return err
+			}
+			return sh.installed(spec)
+		},
+		release: func() { _ = sh.netem("") },
+	}
 }

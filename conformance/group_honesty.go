@@ -245,15 +245,15 @@ func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
 // checkNetem: delay and loss on the veth (netns only): statuses must stay
 // honest and nothing may land after any promise.
 func checkNetem(ctx context.Context, s *suite, r *Result) error {
-	if s.net == nil {
-		return errSkip("needs --netns (tc netem on a veth pair)")
+	if s.shaper == nil {
+		return errSkip("needs --netns or --netem-dev (tc netem on the data path)")
 	}
-	if s.net.netemErr != nil {
-		return errSkip("tc netem unavailable on this kernel: %v", s.net.netemErr)
+	if s.shaper.err != nil {
+		return errSkip("tc netem unavailable: %v", s.shaper.err)
 	}
 	se := s.main
 	for _, spec := range []string{"delay 20ms 5ms", "delay 5ms loss 10%", "loss 100%"} {
-		if err := se.honest(ctx, r, s.net.netemFault(spec), 256<<10, nil); err != nil {
+		if err := se.honest(ctx, r, s.shaper.fault(spec), 256<<10, nil); err != nil {
 			return fmt.Errorf("netem %s: %w", spec, err)
 		}
 	}

@@ -28,9 +28,9 @@ func tailGroup() group {
 		{"target-resumed-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) { return stopFault(s.main.tgt), "" })},
 		{"netem-restored-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) {
 			if !s.netemOK() {
-				return fault{}, "needs --netns with tc netem"
+				return fault{}, "needs --netns or --netem-dev with tc netem"
 			}
-			return s.net.netemFault("loss 100%"), ""
+			return s.shaper.fault("loss 100%"), ""
 		})},
 	}}
 }

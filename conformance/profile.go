@@ -52,7 +52,7 @@ var linkFamily = map[string]string{
 // infoOnlyGroups never count towards a certificate.
 var infoOnlyGroups = map[string]bool{"performance": true}
 
-func (s *suite) netemOK() bool { return s.net != nil && s.net.netemErr == nil }
+func (s *suite) netemOK() bool { return s.shaper != nil && s.shaper.err == nil }
 
 // required says whether the profile needs check c of group g on this link.
 func (s *suite) required(g, c string) bool {

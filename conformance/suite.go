@@ -107,6 +107,7 @@ type suite struct {
 	guard    time.Duration
 	proxyOK  bool
 	net      *netnsPair
+	shaper   *shaper // netem on the data path (nil: none)
 	main     *session
 	contract *contractPair
 	stopped  string // set by FailFast after the first failure
@@ -145,6 +146,10 @@ func setup(ctx context.Context, cfg Config) (*suite, error) {
 		if s.net, err = newNetnsPair(); err != nil {
 			return s, fmt.Errorf("netns: %w", err)
 		}
+		s.shaper = s.net.shaper
+	}
+	if len(cfg.NetemDevices) > 0 {
+		s.shaper = newShaper(nil, cfg.NetemDevices...)
 	}
 	// One pair first, to learn what the plugin claims.
 	probe, err := s.open(ctx, "target", cfg.TargetEnv)
@@ -165,7 +170,7 @@ func setup(ctx context.Context, cfg Config) (*suite, error) {
 		}
 		s.proxyOK = true
 	case "auto":
-		s.proxyOK = splitErr == nil && !cfg.NetNS
+		s.proxyOK = splitErr == nil && !cfg.NetNS && len(cfg.NetemDevices) == 0
 	}
 	s.guard = cfg.GuardWindow
 	if s.guard <= 0 {
@@ -199,16 +204,20 @@ func (s *suite) describe() {
 	case s.net != nil:
 		l.Kind = "veth-netns"
 		l.Detail = s.net.describe()
-		if s.net.netemErr == nil {
-			l.Faults = append(l.Faults, "netem delay", "netem loss")
-		} else {
-			l.Detail += "; tc netem unavailable: " + s.net.netemErr.Error()
-		}
+	case s.shaper != nil:
+		l.Kind = "device"
+		l.Detail = "netem on " + strings.Join(s.shaper.devs, ", ")
 	case s.proxyOK:
 		l.Kind = "loopback+proxy"
 		l.Faults = append(l.Faults, "proxy delay", "proxy stall", "proxy drop", "proxy reset")
 	default:
 		l.Kind = "loopback"
+	}
+	switch {
+	case s.netemOK():
+		l.Faults = append(l.Faults, "netem delay", "netem loss")
+	case s.shaper != nil:
+		l.Detail += "; tc netem unavailable: " + s.shaper.err.Error()
 	}
 }
 

@@ -119,6 +119,7 @@ Groups: ` + strings.Join(conformance.GroupNames(), ", "),
 	f := cmd.Flags()
 	f.StringVar(&cfg.Plugin, "plugin", "", "plugin binary to certify")
 	f.BoolVar(&cfg.NetNS, "netns", false, "run initiator and target in their own network namespaces joined by a veth pair, with tc netem faults (root)")
+	f.StringSliceVar(&cfg.NetemDevices, "netem-dev", nil, "devices the data path crosses, for the netem faults (root; e.g. the veths under two rxe devices)")
 	f.StringVar(&cfg.TargetAddr, "target-addr", "", "host the initiator dials instead of the target endpoint's own address")
 	f.StringVar(&cfg.Device, "device", "", "device for RDMA plugins (passed as KVFENCE_DEVICE, recorded in the certificate)")
 	f.StringVar(&out, "out", "out/conformance", "directory for junit.xml, result.json, summary.md, certificate.json")
