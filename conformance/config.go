@@ -1,7 +1,11 @@
 package conformance
 
 import (
+	"fmt"
 	"io"
+	"os"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -19,6 +23,10 @@ type Config struct {
 	// pair and injects tc netem faults (root only). TCP-specific: the
 	// processes get KVFENCE_TCP_LISTEN set to their namespace's address.
 	NetNS bool
+	// NetemDevices, when set, are the devices the data path crosses in this
+	// namespace (the Soft-RoCE VM's veth pair under rxe0/rxe1): the netem
+	// checks shape them (root). The proxy is then off.
+	NetemDevices []string
 	// TargetAddr, when set, replaces the address part of the target's
 	// endpoint that the initiator dials (a NAT or another interface). The
 	// target process still runs here: the suite must watch its memory.
@@ -34,9 +42,15 @@ type Config struct {
 	MaxWriteSize uint64
 	// GuardWindow is how long the sentinel watcher must see target memory
 	// unchanged after a Succeeded, a FailedDefinite or a Quiesce return.
-	// Default GuardTails × the plugin's MaxTail. A shorter explicit value is
-	// allowed (tests) and makes the certificate say so.
+	// Default GuardTails × the plugin's MaxTail, never below GuardFloor. A
+	// shorter explicit value is allowed (tests) and makes the certificate
+	// say so.
 	GuardWindow time.Duration
+	// GuardFloor is the shortest guard window whatever the plugin claims:
+	// the suite does not let a plugin that declares a tiny MaxTail choose
+	// how briefly it is watched. Default DefaultGuardFloor; the certificate
+	// records it.
+	GuardFloor time.Duration
 	// GuardTails is the default multiple of MaxTail. Default 2.
 	GuardTails int
 	// CompletionTimeout bounds the wait for any one completion. Default 30s.
@@ -49,14 +63,24 @@ type Config struct {
 	// groups are recorded as not run); a certification needs one broken
 	// promise to fail.
 	FailFast bool
-	// Groups, when non-empty, limits the run to these groups.
+	// Groups, when non-empty, limits the run to these groups. Such a run is
+	// partial: it never yields a certificate.
 	Groups []string
-	// Log receives progress lines and the plugins' stderr (nil: discarded).
+	// Progress receives one line per check as it finishes, with its
+	// elapsed time (nil: discarded).
+	Progress io.Writer
+	// Log receives detail: each check's notes and the plugins' stderr (nil:
+	// discarded).
 	Log io.Writer
 }
 
+// DefaultGuardFloor is the default GuardFloor: several seconds, far above
+// any scheduling hiccup on a loaded machine and independent of the claim.
+const DefaultGuardFloor = 3 * time.Second
+
 const (
 	defaultMaxWrite = 8 << 20
+	minMaxWrite     = 64 << 10
 	maxMaxWrite     = 64 << 20
 )
 
@@ -67,11 +91,14 @@ func (c Config) withDefaults() Config {
 	if c.MaxWriteSize > maxMaxWrite {
 		c.MaxWriteSize = maxMaxWrite
 	}
-	if c.MaxWriteSize < 64<<10 {
-		c.MaxWriteSize = 64 << 10
+	if c.MaxWriteSize < minMaxWrite {
+		c.MaxWriteSize = minMaxWrite
 	}
 	if c.GuardTails <= 0 {
 		c.GuardTails = 2
+	}
+	if c.GuardFloor <= 0 {
+		c.GuardFloor = DefaultGuardFloor
 	}
 	if c.CompletionTimeout <= 0 {
 		c.CompletionTimeout = 30 * time.Second
@@ -88,7 +115,60 @@ func (c Config) withDefaults() Config {
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
 	return c
+}
+
+// Validate refuses a configuration the suite cannot honour, before any
+// process starts: a missing plugin, unknown groups or proxy modes, an
+// environment entry without '=', negative durations or counts, sizes out
+// of range. Zero values mean "the default".
+func (c Config) Validate() error {
+	if c.Plugin == "" {
+		return fmt.Errorf("no plugin given")
+	}
+	st, err := os.Stat(c.Plugin)
+	switch {
+	case err != nil:
+		return fmt.Errorf("plugin: %w", err)
+	case !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0:
+		return fmt.Errorf("plugin %s is not an executable file", c.Plugin)
+	}
+	switch c.Proxy {
+	case "", "auto", "on", "off":
+	default:
+		return fmt.Errorf("proxy %q: want auto, on or off", c.Proxy)
+	}
+	if c.Proxy == "on" && (c.NetNS || len(c.NetemDevices) > 0) {
+		return fmt.Errorf("proxy on with netns or netem devices: the faults are injected on those links")
+	}
+	names := GroupNames()
+	for _, g := range c.Groups {
+		if !slices.Contains(names, g) {
+			return fmt.Errorf("unknown group %q (groups: %s)", g, strings.Join(names, ", "))
+		}
+	}
+	for _, list := range [][]string{c.Env, c.InitiatorEnv, c.TargetEnv} {
+		for _, kv := range list {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return fmt.Errorf("environment entry %q: want KEY=VALUE", kv)
+			}
+		}
+	}
+	for name, d := range map[string]time.Duration{"guard window": c.GuardWindow, "guard floor": c.GuardFloor, "completion timeout": c.CompletionTimeout} {
+		if d < 0 {
+			return fmt.Errorf("%s %v is negative", name, d)
+		}
+	}
+	if c.GuardTails < 0 || c.Repeat < 0 {
+		return fmt.Errorf("guard tails %d and repeat %d must not be negative", c.GuardTails, c.Repeat)
+	}
+	if c.MaxWriteSize != 0 && (c.MaxWriteSize < minMaxWrite || c.MaxWriteSize > maxMaxWrite) {
+		return fmt.Errorf("largest write %d: want %d..%d bytes", c.MaxWriteSize, minMaxWrite, maxMaxWrite)
+	}
+	return nil
 }
 
 func (c Config) wants(group string) bool {

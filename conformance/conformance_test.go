@@ -48,6 +48,7 @@ func testConfig(plugin string, env ...string) conformance.Config {
 		Env:               append([]string{"KVFENCE_TCP_WRITE_TTL=1500ms", "KVFENCE_TCP_ACK_TIMEOUT=600ms"}, env...),
 		MaxWriteSize:      1 << 20,
 		GuardWindow:       400 * time.Millisecond,
+		GuardFloor:        400 * time.Millisecond, // the tail checks watch MaxTail + this
 		CompletionTimeout: 5 * time.Second,
 		Repeat:            5,
 		PerfBytes:         8 << 20,
@@ -70,9 +71,11 @@ func TestTCPPluginPasses(t *testing.T) {
 		}
 	}
 	c := r.Certificate()
-	if !c.Certified || c.Plugin.SHA256 == "" || c.Plugin.Name != "kvfence-tcp" || c.Groups["failure-honesty"] != "pass" {
+	if !c.Certified || c.Profile != conformance.ProfileFull || c.Plugin.SHA256 == "" || c.Plugin.Name != "kvfence-tcp" ||
+		c.Groups["failure-honesty"] != "pass" || c.Groups["tail"] != "pass" || c.WorstTail == "" {
 		t.Errorf("certificate: %+v", c)
 	}
+	t.Logf("worst tail observed %s (declared MaxTail %s)", c.WorstTail, c.Plugin.Capabilities.MaxTail)
 }
 
 // Each deliberately broken variant of the TCP plugin must FAIL certification,
@@ -84,13 +87,22 @@ func TestBrokenVariantsFail(t *testing.T) {
 		{"ack-before-apply", conformance.PromiseSucceeded},
 		{"failed-on-timeout", conformance.PromiseFailed},
 		{"quiesce-early", conformance.PromiseQuiesce},
-		{"apply-after-revoke", conformance.PromiseRevoke},
+		// A Revoke that revokes nothing: the claim itself is checked by
+		// behaviour first.
+		{"apply-after-revoke", conformance.PromiseCapabilities},
 		{"duplicate-completion", conformance.PromiseOneCompletion},
 		{"lose-completion", conformance.PromiseOneCompletion},
 		{"wrong-error-class", conformance.PromiseErrorClass},
 		// Its own close taken for the receiver's (receiver-closed evidence
 		// while the target still reads what the stalled link delivers).
 		{"own-close-is-receiver-closed", conformance.PromiseQuiesce},
+		// Bytes land up to the write deadline after a failure report, far
+		// past the 50 ms it declares.
+		{"understate-tail", conformance.PromiseMaxTail},
+		// A target-side refusal completes with class Internal.
+		{"wrong-refusal-class", conformance.PromiseErrorClass},
+		// The receiver confirms QUIESCE while its session still applies.
+		{"confirm-before-stopped", conformance.PromiseQuiesce},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {

@@ -12,11 +12,16 @@
 // SIGKILL, netem delay and loss). A plugin is certified without any test hook
 // of its own. Run(t, cfg) runs it as named Go subtests; Certify(ctx, cfg)
 // runs it without a testing.T (the CLI) and returns a Report, which Write
-// turns into JUnit XML, JSON, Markdown and a certificate.
+// turns into JUnit XML, JSON, Markdown and — only for a complete, passing
+// run of every check the plugin's profile requires — a certificate
+// (signed with WriteSigned). Tails are measured (the tail group), guard
+// windows have a floor independent of the plugin's claim, and every fault
+// is confirmed before a check counts it.
 //
 // It owns the checks, the fault injectors and the report formats. It must
 // never import the core, never reach into a plugin's internals (only the sdk
 // contract, signals and the link), never touch a network other than loopback
 // and the namespaces it creates, never weaken a check to let a plugin pass,
-// and never assert on speed (the performance group is information only).
+// never assert on speed (the performance group is information only), and
+// never write a certificate for a run that skipped a required check.
 package conformance

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/kvfence/kvfence/sdk"
@@ -13,11 +12,11 @@ import (
 func honestyGroup() group {
 	return group{name: "failure-honesty", needs: needsGranter, checks: []check{
 		{"succeeded-is-final", PromiseSucceeded, checkSucceededFinal},
-		{"link-delayed", PromiseSucceeded, proxyFault("delay", false)},
-		{"link-stalled", PromiseFailed, proxyFault("stall", true)},
+		{"link-delayed", PromiseSucceeded, proxyFault("delay")},
+		{"link-stalled", PromiseFailed, proxyFault("stall")},
 		{"link-stalled-quiesce-at-once", PromiseQuiesce, checkStallQuiesceNow},
-		{"link-lossy", PromiseFailed, proxyFault("drop", true)},
-		{"link-reset", PromiseFailed, proxyFault("reset", false)},
+		{"link-lossy", PromiseFailed, proxyFault("drop")},
+		{"link-reset", PromiseFailed, proxyFault("reset")},
 		{"netem-delay-loss", PromiseFailed, checkNetem},
 		{"target-stopped", PromiseFailed, checkTargetStopped},
 		{"target-memory-deregistered", PromiseDeregister, checkDstDeregistered},
@@ -26,14 +25,6 @@ func honestyGroup() group {
 }
 
 const honestyWin = 1 << 20
-
-// fault is a real fault on the link or a process: apply starts it, release
-// ends it. underFault says Quiesce may be asked while it holds (the plugin's
-// control path is not affected by it).
-type fault struct {
-	apply, release func()
-	underFault     bool
-}
 
 // honest posts a batch of n bytes into a sentinel-filled window while f
 // holds and judges what the plugin reports:
@@ -62,7 +53,10 @@ func (se *session) honest(ctx context.Context, r *Result, f fault, n uint64, dur
 			f.release()
 		}
 	}
-	f.apply()
+	if err := f.apply(); err != nil {
+		release()
+		return fmt.Errorf("fault %s not applied: %w", f.name, err)
+	}
 	defer release()
 	b := se.split(k, 999, 0, n, 64<<10)
 	if err := se.ini.t.Post(ctx, b); err != nil {
@@ -165,28 +159,29 @@ func checkSucceededFinal(ctx context.Context, s *suite, r *Result) error {
 }
 
 // proxyFault runs honest() under one proxy fault.
-func proxyFault(kind string, underFault bool) func(context.Context, *suite, *Result) error {
+func proxyFault(kind string) func(context.Context, *suite, *Result) error {
 	return func(ctx context.Context, s *suite, r *Result) error {
+		var resetN int
 		if why := needsProxy(s); why != "" {
 			return errSkip("%s", why)
 		}
 		se := s.main
 		p := se.proxy
-		f := fault{underFault: underFault, release: p.Release}
 		var during func()
-		switch kind {
-		case "delay":
-			f.apply, f.release = func() { p.SetDelay(2 * time.Millisecond) }, func() { p.SetDelay(0) }
-		case "stall":
-			f.apply = p.Stall
-		case "drop":
-			f.apply = p.Drop
-		case "reset":
-			f.apply = func() { p.SetDelay(time.Millisecond) }
-			f.release = func() { p.SetDelay(0) }
-			during = func() { time.Sleep(20 * time.Millisecond); p.Reset() }
+		f := se.proxyFault(kind)
+		if kind == "reset" {
+			f = se.proxyFault("delay")
+			f.apply = func() error { p.SetDelay(time.Millisecond); return nil }
+			during = func() { time.Sleep(20 * time.Millisecond); resetN = p.Reset() }
 		}
-		return se.honest(ctx, r, f, honestyWin, during)
+		resetN = -1
+		if err := se.honest(ctx, r, f, honestyWin, during); err != nil {
+			return err
+		}
+		if resetN == 0 {
+			return fmt.Errorf("fault proxy reset not applied: no connection to reset")
+		}
+		return nil
 	}
 }
 
@@ -208,7 +203,10 @@ func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
 		return err
 	}
 	fill(se.dst.Bytes()[off:off+n], 0xB3)
-	se.proxy.Stall()
+	stall := se.proxyFault("stall")
+	if err := stall.apply(); err != nil {
+		return fmt.Errorf("fault not applied: %w", err)
+	}
 	defer se.proxy.Release()
 	b := se.split(k, 1234, 0, n, 64<<10)
 	if err := se.ini.t.Post(ctx, b); err != nil {
@@ -247,21 +245,16 @@ func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
 // checkNetem: delay and loss on the veth (netns only): statuses must stay
 // honest and nothing may land after any promise.
 func checkNetem(ctx context.Context, s *suite, r *Result) error {
-	if s.net == nil {
-		return errSkip("needs --netns (tc netem on a veth pair)")
+	if s.shaper == nil {
+		return errSkip("needs --netns or --netem-dev (tc netem on the data path)")
 	}
-	if s.net.netemErr != nil {
-		return errSkip("tc netem unavailable on this kernel: %v", s.net.netemErr)
+	if s.shaper.err != nil {
+		return errSkip("tc netem unavailable: %v", s.shaper.err)
 	}
 	se := s.main
 	for _, spec := range []string{"delay 20ms 5ms", "delay 5ms loss 10%", "loss 100%"} {
-		var applyErr error
-		f := fault{apply: func() { applyErr = s.net.netem(spec) }, release: func() { _ = s.net.netem("") }, underFault: spec != "loss 100%"}
-		if err := se.honest(ctx, r, f, 256<<10, nil); err != nil {
+		if err := se.honest(ctx, r, s.shaper.fault(spec), 256<<10, nil); err != nil {
 			return fmt.Errorf("netem %s: %w", spec, err)
-		}
-		if applyErr != nil {
-			return fmt.Errorf("netem %s could not be applied: %w", spec, applyErr)
 		}
 	}
 	return nil
@@ -271,12 +264,7 @@ func checkNetem(ctx context.Context, s *suite, r *Result) error {
 // A stopped target keeps bytes in its socket buffer and applies them when it
 // resumes: a plugin that said FailedDefinite was lying.
 func checkTargetStopped(ctx context.Context, s *suite, r *Result) error {
-	se := s.main
-	f := fault{
-		apply:   func() { _ = se.tgt.signal(syscall.SIGSTOP) },
-		release: func() { _ = se.tgt.signal(syscall.SIGCONT) },
-	}
-	return se.honest(ctx, r, f, 256<<10, nil)
+	return s.main.honest(ctx, r, stopFault(s.main.tgt), 256<<10, nil)
 }
 
 // checkDstDeregistered: deregister target memory while a slow batch is in

@@ -48,7 +48,10 @@ func checkRevokeThenWrite(ctx context.Context, s *suite, r *Result) error {
 			return err
 		}
 		if c.Status == sdk.Succeeded {
-			return fmt.Errorf("a write under a revoked key reported Succeeded")
+			if err := mismatch(se.dst.Bytes()[off:off+n], se.src.Bytes()[8192:8192+n]); err != nil {
+				return broke(PromiseSucceeded, fmt.Errorf("a write under a revoked key reported Succeeded without its bytes: %w", err))
+			}
+			return fmt.Errorf("a write under a revoked key landed and reported Succeeded: Revoke revoked nothing")
 		}
 		if c.Status == sdk.InDoubt {
 			if _, err := se.quiesce(ctx, b.ID); err != nil {

@@ -16,7 +16,7 @@ import (
 // through an unbound key must land, or the check could not tell.
 func checkWriterBoundKey(ctx context.Context, s *suite, r *Result) error {
 	if !s.info.Capabilities.WriterBound {
-		return errSkip("the plugin does not declare WriterBound")
+		return errNotApplicable("the plugin does not declare WriterBound")
 	}
 	se := s.main
 	iep, err := se.ini.t.LocalEndpoint(ctx)

@@ -16,7 +16,7 @@ type netnsPair struct {
 	ini, tgt     string // namespace names
 	iniIf, tgtIf string
 	cleanup      []string
-	netemErr     error // why tc netem cannot be used here (nil: it can)
+	shaper       *shaper // netem on the initiator's veth end
 }
 
 const (
@@ -54,11 +54,7 @@ func newNetnsPair() (*netnsPair, error) {
 			n.cleanup = append(n.cleanup, st[2])
 		}
 	}
-	// netem is a kernel module (sch_netem) some kernels lack: probe it, so
-	// the report never claims a fault that was not injected.
-	if n.netemErr = n.netem("delay 1ms"); n.netemErr == nil {
-		n.netemErr = n.netem("")
-	}
+	n.shaper = newShaper([]string{"ip", "netns", "exec", n.ini}, n.iniIf)
 	return n, nil
 }
 
@@ -78,22 +74,6 @@ func (n *netnsPair) addrFor(role string) string {
 
 func (n *netnsPair) describe() string {
 	return fmt.Sprintf("veth %s (%s, netns %s) <-> %s (%s, netns %s)", n.iniIf, nsIniAddr, n.ini, n.tgtIf, nsTgtAddr, n.tgt)
-}
-
-// netem shapes the initiator's egress (the data path to the target):
-// spec is netem's arguments ("delay 20ms loss 5%"); "" removes it.
-func (n *netnsPair) netem(spec string) error {
-	args := []string{"netns", "exec", n.ini, "tc", "qdisc"}
-	if spec == "" {
-		args = append(args, "del", "dev", n.iniIf, "root")
-	} else {
-		args = append(args, "replace", "dev", n.iniIf, "root", "netem")
-		args = append(args, strings.Fields(spec)...)
-	}
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return nil
 }
 
 // close deletes the namespaces (which destroys the veth pair).

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/kvfence/kvfence/sdk"
 )
 
 // Output file names written by Write.
@@ -19,24 +22,32 @@ const (
 )
 
 // Certificate is what an engine team checks before loading a plugin: which
-// binary (sha256) passed which groups, on what link and kernel, when.
+// binary (sha256) passed every check of which profile, on what link and
+// kernel, when, and the worst tail the suite measured. It is written only
+// for a complete, passing run (inside an sdk.CertificateFile, signed when
+// a key is given); sdk.CertificatePolicy enforces it.
 type Certificate struct {
 	Certified    bool              `json:"certified"`
+	Profile      string            `json:"profile"`
 	Plugin       PluginInfo        `json:"plugin"`
 	SuiteVersion string            `json:"suite_version"`
 	Link         LinkInfo          `json:"link"`
 	Kernel       string            `json:"kernel"`
 	GuardWindow  string            `json:"guard_window"`
 	GuardTails   float64           `json:"guard_window_in_max_tails"`
+	GuardFloor   string            `json:"guard_floor"`
+	WorstTail    string            `json:"worst_tail_observed,omitempty"`
 	Groups       map[string]string `json:"groups"` // group -> pass, fail, skip: reason
+	Skipped      []SkippedCheck    `json:"skipped,omitempty"`
 	Failures     []string          `json:"failures,omitempty"`
 	Date         time.Time         `json:"date"`
 }
 
 // Certificate derives the certificate from the report.
 func (r *Report) Certificate() Certificate {
-	c := Certificate{Certified: r.Passed, Plugin: r.Plugin, SuiteVersion: r.SuiteVersion, Link: r.Link, Kernel: r.Kernel,
-		GuardWindow: r.GuardWindow, GuardTails: r.GuardTails, Groups: map[string]string{}, Failures: r.Failures(), Date: r.Date}
+	c := Certificate{Certified: r.Certified, Profile: r.Profile, Plugin: r.Plugin, SuiteVersion: r.SuiteVersion, Link: r.Link, Kernel: r.Kernel,
+		GuardWindow: r.GuardWindow, GuardTails: r.GuardTails, GuardFloor: r.GuardFloor, WorstTail: r.WorstTail,
+		Groups: map[string]string{}, Skipped: r.Skipped, Failures: r.Failures(), Date: r.Date}
 	for _, g := range r.Groups {
 		v := string(g.Outcome)
 		if g.Skipped != "" {
@@ -47,8 +58,12 @@ func (r *Report) Certificate() Certificate {
 	return c
 }
 
-// Write writes the JUnit XML, JSON, Markdown and certificate files into dir.
-func Write(dir string, r *Report) error {
+// Write writes the JUnit XML, JSON and Markdown reports into dir, and the
+// certificate only for a certified run (a stale one is removed otherwise).
+func Write(dir string, r *Report) error { return WriteSigned(dir, r, nil) }
+
+// WriteSigned is Write with the certificate signed by key (nil: unsigned).
+func WriteSigned(dir string, r *Report, key ed25519.PrivateKey) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -56,20 +71,49 @@ func Write(dir string, r *Report) error {
 	if err != nil {
 		return err
 	}
-	cert, err := json.MarshalIndent(r.Certificate(), "", "  ")
-	if err != nil {
-		return err
-	}
 	ju, err := r.JUnit()
 	if err != nil {
 		return err
 	}
-	for name, b := range map[string][]byte{FileJSON: js, FileCertificate: cert, FileJUnit: ju, FileMarkdown: []byte(r.Markdown())} {
+	files := map[string][]byte{FileJSON: js, FileJUnit: ju, FileMarkdown: []byte(r.Markdown())}
+	certPath := filepath.Join(dir, FileCertificate)
+	if err := os.Remove(certPath); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if r.Certified {
+		cert, err := json.Marshal(r.Certificate())
+		if err != nil {
+			return err
+		}
+		f := sdk.CertificateFile{Certificate: cert}
+		if key != nil {
+			f = sdk.SignCertificate(cert, key)
+		}
+		if files[FileCertificate], err = json.MarshalIndent(f, "", "  "); err != nil {
+			return err
+		}
+	}
+	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// CheckOutputDir makes dir and proves it writable, so that a run that
+// cannot keep its report is refused before it starts.
+func CheckOutputDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
 }
 
 type junitSuites struct {
@@ -153,9 +197,12 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.3f", d.Seconds()) }
 // Markdown renders a human summary.
 func (r *Report) Markdown() string {
 	var b strings.Builder
-	verdict := "PASSED"
-	if !r.Passed {
+	verdict := "CERTIFIED"
+	switch {
+	case !r.Passed:
 		verdict = "FAILED"
+	case r.Partial:
+		verdict = "PARTIAL (passed what ran; no certificate)"
 	}
 	p := r.Plugin
 	fmt.Fprintf(&b, "# kvfence conformance: %s %s — %s\n\n", p.Name, p.Version, verdict)
@@ -163,7 +210,10 @@ func (r *Report) Markdown() string {
 	c := p.Capabilities
 	fmt.Fprintf(&b, "- claims: revoke=%v read=%v max_tail=%s max_batch=%d max_op_bytes=%d memory=%s\n", c.Revoke, c.Read, c.MaxTail, c.MaxBatch, c.MaxOpBytes, strings.Join(c.MemoryKinds, ","))
 	fmt.Fprintf(&b, "- link: %s %s; faults: %s\n", r.Link.Kind, r.Link.Detail, strings.Join(r.Link.Faults, ", "))
-	fmt.Fprintf(&b, "- guard window %s (%.2f x MaxTail); largest write %d bytes\n", r.GuardWindow, r.GuardTails, r.MaxWriteSize)
+	fmt.Fprintf(&b, "- profile %s; guard window %s (%.2f x MaxTail, floor %s); largest write %d bytes\n", r.Profile, r.GuardWindow, r.GuardTails, r.GuardFloor, r.MaxWriteSize)
+	if r.WorstTail != "" {
+		fmt.Fprintf(&b, "- worst tail observed (bytes landing after a non-Succeeded completion, no Quiesce): %s (declared MaxTail %s)\n", r.WorstTail, c.MaxTail)
+	}
 	fmt.Fprintf(&b, "- suite %s, %s, %s, took %v\n\n", r.SuiteVersion, r.Kernel, r.Date.Format(time.RFC3339), r.Duration.Round(time.Second))
 	if r.Setup != "" {
 		fmt.Fprintf(&b, "**Setup failed:** %s\n\n", r.Setup)
@@ -172,6 +222,24 @@ func (r *Report) Markdown() string {
 		b.WriteString("## Broken promises\n\n")
 		for _, x := range f {
 			fmt.Fprintf(&b, "- %s\n", x)
+		}
+		b.WriteString("\n")
+	}
+	if r.Partial {
+		b.WriteString("## Partial run: no certificate\n\n")
+		for _, x := range r.PartialReasons {
+			fmt.Fprintf(&b, "- %s\n", x)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Skipped) > 0 {
+		b.WriteString("## Skipped checks\n\n")
+		for _, x := range r.Skipped {
+			req := ""
+			if x.Required {
+				req = " **(required by the profile)**"
+			}
+			fmt.Fprintf(&b, "- %s: %s%s\n", x.Check, x.Reason, req)
 		}
 		b.WriteString("\n")
 	}

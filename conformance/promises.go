@@ -19,3 +19,7 @@ const (
 	PromiseContract      = "the sdk contract checks hold"
 	PromiseInfoOnly      = "information only (not pass/fail)"
 )
+
+// PromiseMaxTail is the promise the tail checks test: the core's timeout
+// release is lease + MaxTail, so a later byte lands in reused memory.
+const PromiseMaxTail = "MaxTail bounds late bytes"

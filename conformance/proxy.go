@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -31,6 +32,7 @@ type link struct {
 	stalled bool
 	drop    bool
 	closed  bool
+	ended   int // directions that saw an orderly end of stream
 }
 
 // NewProxy listens on 127.0.0.1 and forwards every connection to target.
@@ -77,10 +79,18 @@ func (p *Proxy) serve() {
 }
 
 // pump copies src to dst chunk by chunk, obeying the faults set at the time
-// each chunk is forwarded. A read error ends the whole link.
+// each chunk is forwarded. An end of stream is passed on as a half-close
+// (as TCP does: one side may stop sending while the other still sends);
+// any other error ends the whole link.
 func (p *Proxy) pump(l *link, src, dst net.Conn, toTarget bool) {
 	defer p.wg.Done()
-	defer p.closeLink(l)
+	orderly := false
+	defer func() {
+		if orderly && p.halfClose(l, dst) {
+			return
+		}
+		p.closeLink(l)
+	}()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -103,10 +113,27 @@ func (p *Proxy) pump(l *link, src, dst net.Conn, toTarget bool) {
 				}
 			}
 		}
-		if err != nil { // EOF or error: the link ends, as a proxy's would
+		if err != nil {
+			orderly = err == io.EOF
 			return
 		}
 	}
+}
+
+// halfClose passes an end of stream on to dst; it reports false when both
+// directions have ended (the link is then closed).
+func (p *Proxy) halfClose(l *link, dst net.Conn) bool {
+	p.mu.Lock()
+	l.ended++
+	both := l.ended == 2 || l.closed
+	p.mu.Unlock()
+	if both {
+		return false
+	}
+	if tc, ok := dst.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+		return true
+	}
+	return false
 }
 
 func (p *Proxy) closeLink(l *link) {
@@ -127,28 +154,32 @@ func (p *Proxy) SetDelay(d time.Duration) {
 	p.mu.Unlock()
 }
 
-// Stall freezes every existing connection until Release.
-func (p *Proxy) Stall() { p.each(func(l *link) { l.stalled = true }) }
+// Stall freezes every existing connection until Release; it returns how
+// many it froze (0: the fault hit nothing).
+func (p *Proxy) Stall() int { return p.each(func(l *link) { l.stalled = true }) }
 
-// Drop makes every existing connection lose what the initiator sends.
-func (p *Proxy) Drop() { p.each(func(l *link) { l.drop = true }) }
+// Drop makes every existing connection lose what the initiator sends; it
+// returns how many it affects.
+func (p *Proxy) Drop() int { return p.each(func(l *link) { l.drop = true }) }
 
 // Release ends Stall and Drop on every connection.
 func (p *Proxy) Release() {
 	p.each(func(l *link) { l.stalled, l.drop = false, false })
 }
 
-func (p *Proxy) each(f func(*link)) {
+func (p *Proxy) each(f func(*link)) int {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	for l := range p.links {
 		f(l)
 	}
 	p.cond.Broadcast()
-	p.mu.Unlock()
+	return len(p.links)
 }
 
-// Reset tears every existing connection down with a RST on both sides.
-func (p *Proxy) Reset() {
+// Reset tears every existing connection down with a RST on both sides and
+// returns how many it tore down.
+func (p *Proxy) Reset() int {
 	p.mu.Lock()
 	ls := make([]*link, 0, len(p.links))
 	for l := range p.links {
@@ -163,6 +194,7 @@ func (p *Proxy) Reset() {
 		}
 		p.closeLink(l)
 	}
+	return len(ls)
 }
 
 // Links is how many connections pass through the proxy now.

@@ -17,14 +17,17 @@ const (
 // Result is one check's outcome. Promise names the contract promise the
 // check tests, so a failure says which promise the plugin broke.
 type Result struct {
-	Group    string             `json:"group"`
-	Check    string             `json:"check"`
-	Promise  string             `json:"promise"`
-	Outcome  Outcome            `json:"outcome"`
-	Reason   string             `json:"reason,omitempty"`
-	Notes    []string           `json:"notes,omitempty"`
-	Metrics  map[string]float64 `json:"metrics,omitempty"`
-	Duration time.Duration      `json:"duration_ns"`
+	Group   string  `json:"group"`
+	Check   string  `json:"check"`
+	Promise string  `json:"promise"`
+	Outcome Outcome `json:"outcome"`
+	Reason  string  `json:"reason,omitempty"`
+	// NotApplicable: skipped because the promise concerns a capability the
+	// plugin does not declare; never required.
+	NotApplicable bool               `json:"not_applicable,omitempty"`
+	Notes         []string           `json:"notes,omitempty"`
+	Metrics       map[string]float64 `json:"metrics,omitempty"`
+	Duration      time.Duration      `json:"duration_ns"`
 }
 
 // GroupResult is a group's checks; a group skipped as a whole has Skipped set.
@@ -68,18 +71,33 @@ type LinkInfo struct {
 
 // Report is the whole run.
 type Report struct {
-	SuiteVersion string        `json:"suite_version"`
-	Date         time.Time     `json:"date"`
-	Kernel       string        `json:"kernel"`
-	Plugin       PluginInfo    `json:"plugin"`
-	Link         LinkInfo      `json:"link"`
-	GuardWindow  string        `json:"guard_window"`
-	GuardTails   float64       `json:"guard_window_in_max_tails"`
-	MaxWriteSize uint64        `json:"max_write_size"`
-	Groups       []GroupResult `json:"groups"`
-	Passed       bool          `json:"passed"`
-	Setup        string        `json:"setup_error,omitempty"`
-	Duration     time.Duration `json:"duration_ns"`
+	SuiteVersion string     `json:"suite_version"`
+	Date         time.Time  `json:"date"`
+	Kernel       string     `json:"kernel"`
+	Plugin       PluginInfo `json:"plugin"`
+	Link         LinkInfo   `json:"link"`
+	GuardWindow  string     `json:"guard_window"`
+	GuardTails   float64    `json:"guard_window_in_max_tails"`
+	GuardFloor   string     `json:"guard_floor"`
+	MaxWriteSize uint64     `json:"max_write_size"`
+	// Profile is what a certificate would cover (from declared capabilities).
+	Profile string        `json:"profile"`
+	Groups  []GroupResult `json:"groups"`
+	// Skipped lists every check that did not run to a verdict, with why.
+	Skipped []SkippedCheck `json:"skipped,omitempty"`
+	// Partial: a check the profile requires did not run, or the run was
+	// restricted. A partial run never yields a certificate.
+	Partial        bool     `json:"partial"`
+	PartialReasons []string `json:"partial_reasons,omitempty"`
+	// Passed: no check failed. Certified: passed and complete.
+	Passed    bool `json:"passed"`
+	Certified bool `json:"certified"`
+	// WorstTail is the latest a byte landed after a non-Succeeded
+	// completion, with the link restored and no Quiesce, over the tail
+	// checks (measured, not declared).
+	WorstTail string        `json:"worst_tail_observed,omitempty"`
+	Setup     string        `json:"setup_error,omitempty"`
+	Duration  time.Duration `json:"duration_ns"`
 }
 
 // Failures lists every failed check as "group/check: promise: reason".
@@ -127,4 +145,5 @@ func (r *Report) finish() {
 			}
 		}
 	}
+	r.Certified = r.Passed && !r.Partial
 }

@@ -49,11 +49,24 @@ func broke(promise string, err error) error {
 	return brokeError{promise, err}
 }
 
-type skipError struct{ reason string }
+type skipError struct {
+	reason string
+	na     bool // the promise does not apply to what the plugin declares
+}
 
 func (e skipError) Error() string { return "skipped: " + e.reason }
 
-func errSkip(format string, args ...any) error { return skipError{fmt.Sprintf(format, args...)} }
+// errSkip: the check could not run here (a missing fault injector, an
+// unsupported claim); if the profile requires it, the run is partial.
+func errSkip(format string, args ...any) error {
+	return skipError{reason: fmt.Sprintf(format, args...)}
+}
+
+// errNotApplicable: the promise concerns a capability the plugin does not
+// declare (WriterBound, say); no profile requires it.
+func errNotApplicable(format string, args ...any) error {
+	return skipError{reason: "not applicable: " + fmt.Sprintf(format, args...), na: true}
+}
 
 // groups is the suite, in order. The main session is shared by the groups
 // that do not break their link; the others start pairs of their own.
@@ -65,9 +78,11 @@ func groups() []group {
 		accountingGroup(),
 		honestyGroup(),
 		revocationGroup(),
+		refusalsGroup(),
 		crashGroup(),
 		badInputGroup(),
 		contractGroup(),
+		tailGroup(),
 		perfGroup(),
 	}
 }
@@ -87,14 +102,19 @@ type suite struct {
 	cfg      Config
 	sum      []byte
 	info     sdk.Info
+	granter  bool // the target offered a Granter (checked against the claim)
 	neg      int
 	guard    time.Duration
 	proxyOK  bool
 	net      *netnsPair
+	shaper   *shaper // netem on the data path (nil: none)
 	main     *session
 	contract *contractPair
 	stopped  string // set by FailFast after the first failure
 	report   *Report
+	// worstTail is the latest landing after a non-Succeeded completion
+	// that the tail checks saw (-1: none measured).
+	worstTail time.Duration
 }
 
 func needsGranter(s *suite) string {
@@ -114,7 +134,7 @@ func needsProxy(s *suite) string {
 // setup prepares the run: identity, link, the shared session.
 func setup(ctx context.Context, cfg Config) (*suite, error) {
 	cfg = cfg.withDefaults()
-	s := &suite{cfg: cfg, report: &Report{SuiteVersion: SuiteVersion, Date: time.Now().UTC(), Kernel: kernel(), MaxWriteSize: cfg.MaxWriteSize}}
+	s := &suite{cfg: cfg, worstTail: -1, report: &Report{SuiteVersion: SuiteVersion, Date: time.Now().UTC(), Kernel: kernel(), MaxWriteSize: cfg.MaxWriteSize}}
 	s.report.Plugin.Path = cfg.Plugin
 	sum, err := sdk.FileSHA256(cfg.Plugin)
 	if err != nil {
@@ -126,13 +146,17 @@ func setup(ctx context.Context, cfg Config) (*suite, error) {
 		if s.net, err = newNetnsPair(); err != nil {
 			return s, fmt.Errorf("netns: %w", err)
 		}
+		s.shaper = s.net.shaper
+	}
+	if len(cfg.NetemDevices) > 0 {
+		s.shaper = newShaper(nil, cfg.NetemDevices...)
 	}
 	// One pair first, to learn what the plugin claims.
 	probe, err := s.open(ctx, "target", cfg.TargetEnv)
 	if err != nil {
 		return s, err
 	}
-	s.info, s.neg = probe.info, probe.p.NegotiatedVersion()
+	s.info, s.neg, s.granter = probe.info, probe.p.NegotiatedVersion(), probe.g != nil
 	ep, eperr := probe.t.LocalEndpoint(ctx)
 	probe.close()
 	if eperr != nil {
@@ -146,11 +170,11 @@ func setup(ctx context.Context, cfg Config) (*suite, error) {
 		}
 		s.proxyOK = true
 	case "auto":
-		s.proxyOK = splitErr == nil && !cfg.NetNS
+		s.proxyOK = splitErr == nil && !cfg.NetNS && len(cfg.NetemDevices) == 0
 	}
 	s.guard = cfg.GuardWindow
 	if s.guard <= 0 {
-		s.guard = time.Duration(cfg.GuardTails) * s.info.Capabilities.MaxTail
+		s.guard = max(time.Duration(cfg.GuardTails)*s.info.Capabilities.MaxTail, cfg.GuardFloor)
 	}
 	s.describe()
 	if needsGranter(s) == "" {
@@ -168,7 +192,8 @@ func (s *suite) describe() {
 	for _, k := range c.MemoryKinds {
 		r.Plugin.Capabilities.MemoryKinds = append(r.Plugin.Capabilities.MemoryKinds, k.String())
 	}
-	r.GuardWindow = s.guard.String()
+	r.GuardWindow, r.GuardFloor = s.guard.String(), s.cfg.GuardFloor.String()
+	r.Profile = profileOf(c)
 	if c.MaxTail > 0 {
 		r.GuardTails = float64(s.guard) / float64(c.MaxTail)
 	}
@@ -179,16 +204,20 @@ func (s *suite) describe() {
 	case s.net != nil:
 		l.Kind = "veth-netns"
 		l.Detail = s.net.describe()
-		if s.net.netemErr == nil {
-			l.Faults = append(l.Faults, "netem delay", "netem loss")
-		} else {
-			l.Detail += "; tc netem unavailable: " + s.net.netemErr.Error()
-		}
+	case s.shaper != nil:
+		l.Kind = "device"
+		l.Detail = "netem on " + strings.Join(s.shaper.devs, ", ")
 	case s.proxyOK:
 		l.Kind = "loopback+proxy"
 		l.Faults = append(l.Faults, "proxy delay", "proxy stall", "proxy drop", "proxy reset")
 	default:
 		l.Kind = "loopback"
+	}
+	switch {
+	case s.netemOK():
+		l.Faults = append(l.Faults, "netem delay", "netem loss")
+	case s.shaper != nil:
+		l.Detail += "; tc netem unavailable: " + s.shaper.err.Error()
 	}
 }
 
@@ -224,7 +253,7 @@ func (s *suite) runCheck(ctx context.Context, g group, c check) Result {
 	case err == nil:
 		r.Outcome = Pass
 	case asSkip(err, &sk):
-		r.Outcome, r.Reason = Skip, sk.reason
+		r.Outcome, r.Reason, r.NotApplicable = Skip, sk.reason, sk.na
 	default:
 		r.Outcome, r.Reason = Fail, err.Error()
 		var b brokeError
@@ -232,8 +261,34 @@ func (s *suite) runCheck(ctx context.Context, g group, c check) Result {
 			r.Promise = b.promise
 		}
 	}
-	s.logf("%s/%s: %s %s (%v)", g.name, c.name, r.Outcome, r.Reason, r.Duration.Round(time.Millisecond))
+	s.progress(r)
 	return r
+}
+
+// progress streams one line per finished check (elapsed time, verdict, and
+// for a failure the promise broken); the detail log adds the notes.
+func (s *suite) progress(r Result) {
+	line := fmt.Sprintf("%-4s %s/%s (%v)", strings.ToUpper(string(r.Outcome)), r.Group, r.Check, r.Duration.Round(time.Millisecond))
+	switch r.Outcome {
+	case Fail:
+		line += fmt.Sprintf(": broke %q: %s", r.Promise, r.Reason)
+	case Skip:
+		line += ": " + r.Reason
+	}
+	fmt.Fprintln(s.cfg.Progress, line)
+	for _, n := range r.Notes {
+		s.logf("  %s/%s: %s", r.Group, r.Check, n)
+	}
+}
+
+// finish accounts for what did not run and settles the verdict.
+func (s *suite) finish(start time.Time) {
+	if s.worstTail >= 0 {
+		s.report.WorstTail = s.worstTail.String()
+	}
+	s.report.Duration = time.Since(start)
+	s.account()
+	s.report.finish()
 }
 
 func asSkip(err error, sk *skipError) bool {
@@ -256,6 +311,12 @@ func (s *suite) groupSkip(g group) string {
 // only for a run that could not produce a report.
 func Certify(ctx context.Context, cfg Config) *Report {
 	start := time.Now()
+	if err := cfg.Validate(); err != nil {
+		r := &Report{SuiteVersion: SuiteVersion, Date: time.Now().UTC(), Setup: "invalid configuration: " + err.Error()}
+		r.Plugin.Path = cfg.Plugin
+		r.finish()
+		return r
+	}
 	s, err := setup(ctx, cfg)
 	defer s.close()
 	if err != nil {
@@ -270,7 +331,7 @@ func Certify(ctx context.Context, cfg Config) *Report {
 		gr := GroupResult{Name: g.name}
 		if why := s.groupSkip(g); why != "" {
 			gr.Skipped = why
-			s.logf("%s: skipped: %s", g.name, why)
+			fmt.Fprintf(s.cfg.Progress, "SKIP %s (whole group): %s\n", g.name, why)
 		} else if s.stopped != "" {
 			gr.Skipped = "not run: " + s.stopped
 		} else {
@@ -287,8 +348,7 @@ func Certify(ctx context.Context, cfg Config) *Report {
 		}
 		s.report.Groups = append(s.report.Groups, gr)
 	}
-	s.report.Duration = time.Since(start)
-	s.report.finish()
+	s.finish(start)
 	return s.report
 }
 
@@ -299,6 +359,9 @@ func Run(t *testing.T, cfg Config) *Report {
 	t.Helper()
 	start := time.Now()
 	ctx := context.Background()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("conformance: %v", err)
+	}
 	s, err := setup(ctx, cfg)
 	t.Cleanup(s.close)
 	if err != nil {
@@ -335,8 +398,7 @@ func Run(t *testing.T, cfg Config) *Report {
 		})
 		s.report.Groups = append(s.report.Groups, gr)
 	}
-	s.report.Duration = time.Since(start)
-	s.report.finish()
+	s.finish(start)
 	return s.report
 }
 

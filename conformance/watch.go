@@ -57,19 +57,7 @@ func watch(mem []byte, d time.Duration) *change { return snapshot(mem).until(d) 
 
 // watchLast watches mem for d and reports the last change seen (nil if none):
 // the crash check uses it to tell a tail that ended from one that did not.
-func watchLast(mem []byte, d time.Duration) *change {
-	snap := append([]byte(nil), mem...)
-	start := time.Now()
-	var last *change
-	for time.Since(start) < d {
-		if !bytes.Equal(snap, mem) {
-			last = firstDiff(snap, mem, time.Since(start))
-			copy(snap, mem)
-		}
-		time.Sleep(watchEvery)
-	}
-	return last
-}
+func watchLast(mem []byte, d time.Duration) *change { return snapshot(mem).latest(d) }
 
 func firstDiff(a, b []byte, after time.Duration) *change {
 	for i := range a {

@@ -7,10 +7,14 @@
 // protocol kvfence.transport.v1 over hashicorp/go-plugin (Serve for plugins,
 // Open for hosts), the host's crash semantics (a dead plugin's batches become
 // InDoubt, then are covered by process-exited evidence once it is reaped),
-// and the helpers that share memory between host and plugin without copies.
+// the helpers that share memory between host and plugin without copies,
+// and trust in the binary: a pinned sha256 or a signed conformance
+// certificate (CertificatePolicy), checked against a sealed copy that is
+// then executed.
 //
 // It must never: import core (plugins and core are independent), move
 // payload bytes through gRPC, invent Succeeded or FailedDefinite on behalf of
-// a plugin it cannot hear from, or emit more than one terminal completion per
-// batch to its caller.
+// a plugin it cannot hear from, emit more than one terminal completion per
+// batch to its caller, or execute a pinned plugin by a path it hashed
+// (the file could change between the check and the exec).
 package sdk

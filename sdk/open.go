@@ -23,9 +23,16 @@ type OpenOptions struct {
 	Args []string
 	// Env is added to the plugin's environment (which otherwise is the host's).
 	Env []string
-	// SHA256, when set, pins the binary: Open refuses to start a binary whose
-	// sha256 differs (go-plugin SecureConfig).
+	// SHA256, when set, pins the binary: Open copies it into a sealed
+	// memfd, hashes the copy, refuses (FailedPrecondition) if the hash
+	// differs, and executes that very copy — never the path again.
 	SHA256 []byte
+	// CertificatePolicy, when set, requires Certificate (the contents of a
+	// conformance certificate file) to satisfy it for the exact sha256 of
+	// the sealed copy that will run; otherwise Open refuses
+	// (FailedPrecondition) with the reason.
+	CertificatePolicy *CertificatePolicy
+	Certificate       []byte
 	// Logger receives the host-side log and the plugin's forwarded JSON log.
 	Logger hclog.Logger
 	// SocketDir is where the plugin creates its unix socket. Default: a fresh
@@ -74,11 +81,23 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 	// SIGKILL the plugin if the host dies; the plugin's own parent watch
 	// covers the case where the kernel does not deliver it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var afterStart []*os.File
+	if len(opts.SHA256) > 0 || opts.CertificatePolicy != nil {
+		sealed, err := sealBinary(path)
+		if err != nil {
+			return nil, removeOwn(dir, own, err)
+		}
+		if err := sealed.verifyPins(path, opts); err != nil {
+			sealed.f.Close()
+			return nil, removeOwn(dir, own, err)
+		}
+		cmd.Path, cmd.Err, cmd.ExtraFiles = sealedExecPath, nil, []*os.File{sealed.f}
+		afterStart = cmd.ExtraFiles
+	}
 
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: versionedPlugins(nil),
-		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		Managed:          true,
@@ -88,9 +107,7 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 		Stderr:           opts.Stderr,
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: dir},
 		GRPCDialOptions:  []grpc.DialOption{},
-	}
-	if len(opts.SHA256) > 0 {
-		cfg.SecureConfig = &plugin.SecureConfig{Checksum: opts.SHA256, Hash: sha256.New()}
+		RunnerFunc:       runnerFunc(cmd, afterStart...),
 	}
 	client := plugin.NewClient(cfg)
 	p := &Plugin{client: client, socketDir: dir, ownDir: own, gone: make(chan struct{})}
@@ -101,9 +118,6 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 	}
 	proto, err := client.Client()
 	if err != nil {
-		if strings.Contains(err.Error(), "checksum") {
-			return fail(ClassFailedPrecondition, "Open %s: %v", path, err)
-		}
 		return fail(ClassUnavailable, "Open %s: %v", path, err)
 	}
 	raw, err := proto.Dispense(pluginName)
@@ -114,9 +128,7 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 	if !ok {
 		return fail(ClassInternal, "Open %s: unexpected client %T", path, raw)
 	}
-	if rc := client.ReattachConfig(); rc != nil {
-		p.pid = rc.Pid
-	}
+	p.pid = cmd.Process.Pid
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, err := newRemote(ctx, conn, p.gone)
@@ -127,6 +139,14 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 	p.remote, p.transport = r, r.asTransport()
 	go p.watchExit()
 	return p, nil
+}
+
+// removeOwn removes a socket directory Open made before failing.
+func removeOwn(dir string, own bool, err error) error {
+	if own {
+		_ = os.RemoveAll(dir)
+	}
+	return err
 }
 
 // pluginEnv is the host's environment without the keys we set, plus ours.

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvfence/kvfence/agent"
+	"github.com/kvfence/kvfence/conformance"
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/internal/demo"
 	"github.com/kvfence/kvfence/internal/demo/delayproxy"
@@ -53,6 +54,7 @@ func newPluginTCPCommand() *cobra.Command {
 type agentFlags struct {
 	role, control, decodeAddr, pki, unsafe, logFile, metrics string
 	plugin                                                   string
+	pins                                                     sdk.PluginPins
 	pluginEnv, advertiseHosts                                []string
 	rank, slots, shards, lanes, sourcePages, maxInflight     int
 	shardBytes                                               int64
@@ -102,6 +104,10 @@ func newAgentCommand() *cobra.Command {
 	// its environment.
 	fl.StringVar(&f.plugin, "plugin", "", "transport plugin binary (default: the embedded TCP plugin)")
 	fl.StringArrayVar(&f.pluginEnv, "plugin-env", nil, "K=V added to the plugin's environment (repeatable)")
+	fl.StringVar(&f.pins.SHA256, "plugin-sha256", "", "pin the plugin binary's sha256 (hex); the hashed copy is what runs")
+	fl.BoolVar(&f.pins.RequireCertificate, "require-certificate", false, "refuse a plugin without a valid conformance certificate for its exact sha256")
+	fl.StringVar(&f.pins.Certificate, "plugin-certificate", "", "the plugin's signed conformance certificate (with --require-certificate)")
+	fl.StringSliceVar(&f.pins.TrustedKeys, "trusted-key", nil, "ed25519 public key (PEM) trusted to sign certificates (repeatable)")
 	fl.StringSliceVar(&f.advertiseHosts, "advertise-hosts", nil, "advertise the data endpoint once per host, same port (the plugin must listen on a wildcard address): one connection per lane for plugins that key peers by address (decode)")
 	return cmd
 }
@@ -142,6 +148,10 @@ func runAgent(f agentFlags) error {
 		Env: append([]string{"KVFENCE_LOG_LEVEL=warn"}, f.pluginEnv...)}
 	if f.plugin != "" {
 		exe, popts.Args = f.plugin, nil
+	}
+	f.pins.SuiteVersions = []string{conformance.SuiteVersion}
+	if err := f.pins.Apply(&popts); err != nil {
+		return err
 	}
 	plug, err := sdk.Open(exe, popts)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvfence/kvfence/conformance"
+	"github.com/kvfence/kvfence/sdk"
 )
 
 func init() { register(newConformanceCommand) }
@@ -25,6 +27,8 @@ func newConformanceCommand() *cobra.Command {
 		out     string
 		guard   time.Duration
 		verbose bool
+		partial bool
+		signKey string
 	)
 	cmd := &cobra.Command{
 		Use:   "conformance --plugin PATH",
@@ -36,28 +40,47 @@ the bytes are there, that FailedDefinite, Quiesce and Revoke mean nothing more
 lands (a sentinel watcher on target memory over a guard window), that every batch
 gets exactly one completion, and that errors carry their exact class.
 
-It writes junit.xml, result.json, summary.md and certificate.json into --out and
-exits non-zero if any check failed. Groups: ` + strings.Join(conformance.GroupNames(), ", "),
+Each check's result streams as it finishes. It writes junit.xml, result.json and
+summary.md into --out, and certificate.json only for a complete run that passed
+every check its profile (from the declared capabilities) requires; it exits
+non-zero if a check failed or the run was partial (--group, or a required check
+skipped; --partial makes a partial run exit 0, still without a certificate).
+Groups: ` + strings.Join(conformance.GroupNames(), ", "),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Plugin == "" {
-				return fmt.Errorf("--plugin is required")
+			// Everything is checked before anything starts: the output
+			// directory first, then every flag, then the signing key.
+			if err := conformance.CheckOutputDir(out); err != nil {
+				return fmt.Errorf("--out %s: %w", out, err)
+			}
+			if err := checkConformanceFlags(cmd, cfg, guard); err != nil {
+				return err
 			}
 			abs, err := filepath.Abs(cfg.Plugin)
 			if err != nil {
 				return err
 			}
 			cfg.Plugin, cfg.GuardWindow = abs, guard
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			var key ed25519.PrivateKey
+			if signKey != "" {
+				if key, err = sdk.LoadPrivateKey(signKey); err != nil {
+					return fmt.Errorf("--sign-key: %w", err)
+				}
+			}
+			w := cmd.OutOrStdout()
+			cfg.Progress = w
 			if verbose {
 				cfg.Log = cmd.ErrOrStderr()
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			r := conformance.Certify(ctx, cfg)
-			if err := conformance.Write(out, r); err != nil {
+			if err := conformance.WriteSigned(out, r, key); err != nil {
 				return fmt.Errorf("writing the report: %w", err)
 			}
-			w := cmd.OutOrStdout()
 			for _, g := range r.Groups {
 				line := fmt.Sprintf("%-22s %s", g.Name, g.Outcome)
 				if g.Skipped != "" {
@@ -65,32 +88,76 @@ exits non-zero if any check failed. Groups: ` + strings.Join(conformance.GroupNa
 				}
 				fmt.Fprintln(w, line)
 			}
+			for _, sk := range r.Skipped {
+				if sk.Required && sk.Reason != "group not selected" {
+					fmt.Fprintf(w, "SKIPPED (required) %s: %s\n", sk.Check, sk.Reason)
+				}
+			}
 			for _, f := range r.Failures() {
 				fmt.Fprintln(w, "FAIL", f)
 			}
-			fmt.Fprintf(w, "certificate: %s (certified: %v, %v)\n", filepath.Join(out, conformance.FileCertificate), r.Passed, r.Duration.Round(time.Second))
-			if !r.Passed {
+			switch {
+			case !r.Passed:
+				fmt.Fprintf(w, "not certified: %d failure(s) (%v); report in %s\n", len(r.Failures()), r.Duration.Round(time.Second), out)
 				return fmt.Errorf("conformance: %s did not pass (%d failure(s))", cfg.Plugin, len(r.Failures()))
+			case r.Partial:
+				fmt.Fprintf(w, "partial run, no certificate (%s); report in %s\n", strings.Join(r.PartialReasons, "; "), out)
+				if partial {
+					return nil
+				}
+				return fmt.Errorf("conformance: partial run (%s): no certificate", strings.Join(r.PartialReasons, "; "))
 			}
+			signed := "unsigned"
+			if key != nil {
+				signed = "signed"
+			}
+			fmt.Fprintf(w, "certificate: %s (certified, profile %s, %s, worst tail %s, %v)\n", filepath.Join(out, conformance.FileCertificate),
+				r.Profile, signed, r.WorstTail, r.Duration.Round(time.Second))
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Plugin, "plugin", "", "plugin binary to certify")
 	f.BoolVar(&cfg.NetNS, "netns", false, "run initiator and target in their own network namespaces joined by a veth pair, with tc netem faults (root)")
+	f.StringSliceVar(&cfg.NetemDevices, "netem-dev", nil, "devices the data path crosses, for the netem faults (root; e.g. the veths under two rxe devices)")
 	f.StringVar(&cfg.TargetAddr, "target-addr", "", "host the initiator dials instead of the target endpoint's own address")
 	f.StringVar(&cfg.Device, "device", "", "device for RDMA plugins (passed as KVFENCE_DEVICE, recorded in the certificate)")
 	f.StringVar(&out, "out", "out/conformance", "directory for junit.xml, result.json, summary.md, certificate.json")
 	f.StringArrayVar(&cfg.Env, "env", nil, "KEY=VALUE for both plugin processes (repeatable)")
 	f.StringVar(&cfg.Proxy, "proxy", "auto", "in-path TCP fault proxy: auto, on, off")
 	f.Uint64Var(&cfg.MaxWriteSize, "max-write", 8<<20, "largest single write checked (bytes, at most 64 MiB)")
-	f.DurationVar(&guard, "guard", 0, "guard window after each promise (default: --guard-tails x the plugin's MaxTail)")
+	f.DurationVar(&guard, "guard", 0, "guard window after each promise (default: --guard-tails x the plugin's MaxTail, at least --guard-floor)")
+	f.DurationVar(&cfg.GuardFloor, "guard-floor", conformance.DefaultGuardFloor, "shortest guard window, whatever MaxTail the plugin declares")
+	f.BoolVar(&partial, "partial", false, "exit 0 after a partial run (restricted with --group, or a required check skipped); still no certificate")
+	f.StringVar(&signKey, "sign-key", "", "ed25519 private key (PEM, PKCS#8) to sign the certificate with (see kvfence cert keygen)")
 	f.IntVar(&cfg.GuardTails, "guard-tails", 2, "guard window in multiples of MaxTail")
 	f.DurationVar(&cfg.CompletionTimeout, "completion-timeout", 30*time.Second, "longest wait for one completion")
 	f.IntVar(&cfg.Repeat, "repeat", 20, "cycles of the registration idempotency check")
 	f.Uint64Var(&cfg.PerfBytes, "perf-bytes", 64<<20, "bytes moved by the bandwidth probe")
 	f.StringSliceVar(&cfg.Groups, "group", nil, "run only these groups (repeatable)")
 	f.BoolVar(&cfg.FailFast, "fail-fast", false, "stop at the first failed check")
-	f.BoolVarP(&verbose, "verbose", "v", false, "log each check and the plugins' stderr")
+	f.BoolVarP(&verbose, "verbose", "v", false, "add each check's notes and the plugins' stderr to the progress lines")
 	return cmd
+}
+
+// checkConformanceFlags refuses values that are zero where zero is no
+// default (sizes, counts, timeouts), negative, or malformed, before anything
+// starts.
+func checkConformanceFlags(cmd *cobra.Command, cfg conformance.Config, guard time.Duration) error {
+	if cfg.Plugin == "" {
+		return fmt.Errorf("--plugin is required")
+	}
+	if guard < 0 {
+		return fmt.Errorf("--guard %v: must not be negative", guard)
+	}
+	positive := map[string]bool{
+		"max-write": cfg.MaxWriteSize > 0, "perf-bytes": cfg.PerfBytes > 0, "repeat": cfg.Repeat > 0,
+		"guard-tails": cfg.GuardTails > 0, "completion-timeout": cfg.CompletionTimeout > 0, "guard-floor": cfg.GuardFloor > 0,
+	}
+	for _, name := range []string{"max-write", "perf-bytes", "repeat", "guard-tails", "completion-timeout", "guard-floor"} {
+		if !positive[name] {
+			return fmt.Errorf("--%s %s: must be positive", name, cmd.Flags().Lookup(name).Value)
+		}
+	}
+	return nil
 }

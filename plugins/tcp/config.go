@@ -82,7 +82,12 @@ func (c Config) withDefaults() Config {
 // failure report) bytes of it may still land, absent Quiesce: a write is
 // never applied past its deadline (send time + WriteTTL, sender clock), the
 // receiver's clock may lag by ClockSkew, and tailSlack covers the rest.
-func (c Config) maxTail() time.Duration { return c.WriteTTL + c.ClockSkew + tailSlack }
+func (c Config) maxTail() time.Duration {
+	if c.unsafe == unsafeUnderstateTail {
+		return tailSlack / 20 // KNOWN-UNSAFE: declares far less than the deadline allows
+	}
+	return c.WriteTTL + c.ClockSkew + tailSlack
+}
 
 // unsafeMode names the known-unsafe variants the tests must catch.
 type unsafeMode uint8
@@ -123,6 +128,16 @@ const (
 	// talks to whoever answers at the address. Also the baseline of the
 	// encryption cost benchmark.
 	unsafeCleartext
+	// unsafeUnderstateTail: Info declares a MaxTail (50 ms) far shorter
+	// than the write deadline lets bytes land after a failure report.
+	unsafeUnderstateTail
+	// unsafeWrongRefusalClass: a batch the receiver refused (unknown key,
+	// revoked key, out of window) completes FailedDefinite with class
+	// Internal instead of the refusal's class.
+	unsafeWrongRefusalClass
+	// unsafeConfirmBeforeStopped: the receiver confirms a QUIESCE without
+	// ending the session, which goes on applying what it still reads.
+	unsafeConfirmBeforeStopped
 )
 
 // unsafeModeByName is how the kvfenceunsafe build of the binary picks one.
@@ -137,4 +152,7 @@ var unsafeModeByName = map[string]unsafeMode{
 	"wrong-error-class":            unsafeWrongErrorClass,
 	"own-close-is-receiver-closed": unsafeOwnCloseIsReceiverClosed,
 	"cleartext":                    unsafeCleartext,
+	"understate-tail":              unsafeUnderstateTail,
+	"wrong-refusal-class":          unsafeWrongRefusalClass,
+	"confirm-before-stopped":       unsafeConfirmBeforeStopped,
 }

@@ -377,6 +377,12 @@ func (r *receiver) quiesce(c net.Conn, peer fingerprint, h header) {
 		reply.Code = quiescedRefused
 		r.t.stats.add(statQuiesceRefused, 1)
 		r.log.Warn("refused a Quiesce for another identity's session", "from", peer.String())
+	case r.t.cfg.unsafe == unsafeConfirmBeforeStopped:
+		// KNOWN-UNSAFE: ends only its sending side, so the sender sees the
+		// close, while the session goes on reading and applying.
+		if hc, ok := s.conn.(interface{ CloseWrite() error }); ok {
+			_ = hc.CloseWrite()
+		}
 	default:
 		s.abort()
 		<-s.done

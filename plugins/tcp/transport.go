@@ -131,6 +131,8 @@ func (t *Transport) complete(c sdk.Completion) {
 	case t.cfg.unsafe == unsafeLoseCompletion && t.compSent%5 == 0:
 		t.compMu.Unlock() // KNOWN-UNSAFE: the completion is never sent
 		return
+	case t.cfg.unsafe == unsafeWrongRefusalClass && c.Status == sdk.FailedDefinite && c.Class != sdk.ClassUnavailable:
+		c.Class = sdk.ClassInternal // KNOWN-UNSAFE: the receiver's reason is lost
 	}
 	t.compQ = append(t.compQ, c)
 	t.compCond.Signal()

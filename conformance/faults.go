@@ -1,0 +1,164 @@
+package conformance
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// fault is a real fault on the link or a process: apply starts it and
+// reports whether it took effect (a fault that was not applied must fail
+// the check, never let it pass vacuously), release ends it. underFault
+// says Quiesce may be asked while it holds (the plugin's control path is
+// not affected by it).
+type fault struct {
+	name       string
+	apply      func() error
+	release    func()
+	underFault bool
+}
+
+// proxyFault is one of the in-path proxy's faults on the session's link.
+func (se *session) proxyFault(kind string) fault {
+	p := se.proxy
+	links := func(n int) error {
+		if n == 0 {
+			return fmt.Errorf("proxy %s hit no connection: the plugin's link does not pass through the proxy", kind)
+		}
+		return nil
+	}
+	f := fault{name: "proxy " + kind, release: p.Release}
+	switch kind {
+	case "delay":
+		f.apply = func() error { p.SetDelay(2 * time.Millisecond); return links(p.Links()) }
+		f.release, f.underFault = func() { p.SetDelay(0) }, false
+	case "stall":
+		f.apply, f.underFault = func() error { return links(p.Stall()) }, true
+	case "drop":
+		f.apply, f.underFault = func() error { return links(p.Drop()) }, true
+	}
+	return f
+}
+
+// stopFault SIGSTOPs a process and confirms it stopped (state T in
+// /proc/PID/stat: kill(2) returns before the process is stopped).
+func stopFault(p *proc) fault {
+	return fault{name: "SIGSTOP " + p.role,
+		apply: func() error {
+			if err := p.signal(syscall.SIGSTOP); err != nil {
+				return err
+			}
+			return waitState(p.p.Pid(), 'T', 5*time.Second)
+		},
+		release: func() { _ = p.signal(syscall.SIGCONT) },
+	}
+}
+
+// waitState waits until the process is in state want (R, S, T, ...).
+func waitState(pid int, want byte, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		st := procState(pid)
+		if st == want || want == 'T' && st == 't' {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d is in state %q, not %q, %v after the signal", pid, st, want, d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// procState is the state letter of /proc/PID/stat (0 if unreadable). The
+// command name may contain spaces and parentheses: the state follows the
+// last ')'.
+func procState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
+// shaper injects tc netem faults on the devices the data path crosses:
+// the initiator's veth end of a namespace pair, or devices named by the
+// caller (Config.NetemDevices: the rxe link's veths in the Soft-RoCE VM).
+type shaper struct {
+	prefix []string // how to run tc (in a namespace, or directly)
+	devs   []string
+	err    error // why netem cannot be used here (nil: it can)
+}
+
+// newShaper probes netem (a kernel module, sch_netem, some kernels lack),
+// so that the report never claims a fault that was not injected.
+func newShaper(prefix []string, devs ...string) *shaper {
+	sh := &shaper{prefix: prefix, devs: devs}
+	if sh.err = sh.netem("delay 1ms"); sh.err == nil {
+		sh.err = sh.netem("")
+	}
+	return sh
+}
+
+func (sh *shaper) tc(args ...string) ([]byte, error) {
+	cmd := append(append([]string(nil), sh.prefix...), append([]string{"tc"}, args...)...)
+	out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("%s: %v: %s", strings.Join(cmd, " "), err, strings.TrimSpace(string(out)))
+	}
+	return out, nil
+}
+
+// netem installs spec ("delay 20ms loss 5%") on every device; "" removes it.
+func (sh *shaper) netem(spec string) error {
+	for _, dev := range sh.devs {
+		args := []string{"qdisc", "del", "dev", dev, "root"}
+		if spec != "" {
+			args = append([]string{"qdisc", "replace", "dev", dev, "root", "netem"}, strings.Fields(spec)...)
+		}
+		if _, err := sh.tc(args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// installed reads the qdiscs back (tc qdisc show) and checks that each
+// device has a netem qdisc with every parameter of spec.
+func (sh *shaper) installed(spec string) error {
+	for _, dev := range sh.devs {
+		out, err := sh.tc("qdisc", "show", "dev", dev)
+		if err != nil {
+			return err
+		}
+		got := string(out)
+		if !strings.Contains(got, "netem") {
+			return fmt.Errorf("no netem qdisc on %s after installing %q: %s", dev, spec, strings.TrimSpace(got))
+		}
+		for _, word := range strings.Fields(spec) {
+			if word != "delay" && word != "loss" && !strings.Contains(got, word) {
+				return fmt.Errorf("netem on %s lacks %q of %q: %s", dev, word, spec, strings.TrimSpace(got))
+			}
+		}
+	}
+	return nil
+}
+
+// fault is netem spec on the shaped devices, confirmed installed.
+func (sh *shaper) fault(spec string) fault {
+	return fault{name: "netem " + spec, underFault: spec != "loss 100%",
+		apply: func() error {
+			if err := sh.netem(spec); err != nil {
+				return err
+			}
+			return sh.installed(spec)
+		},
+		release: func() { _ = sh.netem("") },
+	}
+}

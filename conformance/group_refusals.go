@@ -1,0 +1,113 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// refusalsGroup: writes the target must refuse. The outcome is checked, not
+// only the call: the batch is never Succeeded, a definite failure carries
+// the class the contract gives the refusal, and nothing lands.
+func refusalsGroup() group {
+	return group{name: "remote-refusals", needs: needsGranter, checks: []check{
+		{"unknown-key", PromiseErrorClass, checkRefusedUnknownKey},
+		{"out-of-window", PromiseErrorClass, checkRefusedOutOfWindow},
+		{"revoked-key", PromiseErrorClass, checkRefusedRevokedKey},
+	}}
+}
+
+// The class of each target-side refusal, at Post or in a FailedDefinite
+// completion: an unknown key is not found, a write past the window is an
+// invalid argument, a revoked key is a failed precondition.
+const (
+	classUnknownKey  = sdk.ClassNotFound
+	classOutOfWindow = sdk.ClassInvalidArgument
+	classRevokedKey  = sdk.ClassFailedPrecondition
+)
+
+// refused posts b, which the target must refuse, and judges the outcome:
+// a Post refusal or a FailedDefinite completion must carry want; InDoubt is
+// honest (the batch is quiesced); Succeeded is a lie. watched must keep its
+// sentinel for the guard window.
+func (se *session) refused(ctx context.Context, r *Result, b sdk.Batch, want sdk.Class, watched []byte, sentinel byte) error {
+	s := se.s
+	if err := se.ini.t.Post(ctx, b); err != nil {
+		if got := sdk.ClassOf(err); got != want {
+			return fmt.Errorf("refused at Post with class %v (%v), want %v", got, err, want)
+		}
+		r.Notes = append(r.Notes, "refused at Post: "+err.Error())
+	} else {
+		c, err := se.wait(b.ID, s.cfg.CompletionTimeout)
+		if err != nil {
+			return err
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("completed %v, class %v (%s)", c.Status, c.Class, c.Detail))
+		switch c.Status {
+		case sdk.Succeeded:
+			return broke(PromiseSucceeded, fmt.Errorf("a write the target must refuse reported Succeeded"))
+		case sdk.FailedDefinite:
+			if c.Class != want {
+				return fmt.Errorf("the target refused the write; the completion says class %v (%s), want %v", c.Class, c.Detail, want)
+			}
+		default:
+			if _, err := se.quiesce(ctx, b.ID); err != nil {
+				r.Notes = append(r.Notes, "Quiesce: "+err.Error())
+			}
+		}
+	}
+	if ch := watch(watched, s.guard); ch != nil {
+		return broke(PromiseFailed, fmt.Errorf("a refused write changed target memory: %v", ch))
+	}
+	return broke(PromiseFailed, untouched(watched, sentinel))
+}
+
+func checkRefusedUnknownKey(ctx context.Context, s *suite, r *Result) error {
+	se := s.main
+	k, err := se.grant(ctx, 4096, 64<<10, 0x3A)
+	if err != nil {
+		return err
+	}
+	defer se.tgt.g.Revoke(ctx, k)
+	if err := se.warm(ctx, k); err != nil {
+		return err
+	}
+	mem := se.dst.Bytes()
+	fill(mem, 0x3A)
+	unknown := k ^ 0x5a5a5a5a5a5a5a5a
+	return se.refused(ctx, r, se.write(unknown, 0, 0, 4096), classUnknownKey, mem, 0x3A)
+}
+
+func checkRefusedOutOfWindow(ctx context.Context, s *suite, r *Result) error {
+	se := s.main
+	const off, n = 64 << 10, 8192
+	k, err := se.grant(ctx, off, n, 0x3B)
+	if err != nil {
+		return err
+	}
+	defer se.tgt.g.Revoke(ctx, k)
+	if err := se.warm(ctx, k); err != nil {
+		return err
+	}
+	fill(se.dst.Bytes()[off:off+n], 0x3B)
+	// Starts inside the window, ends past it.
+	return se.refused(ctx, r, se.write(k, 0, n/2, n), classOutOfWindow, se.dst.Bytes()[off-4096:off+n+4096], 0x3B)
+}
+
+func checkRefusedRevokedKey(ctx context.Context, s *suite, r *Result) error {
+	se := s.main
+	const off, n = 64 << 10, 8192
+	k, err := se.grant(ctx, off, n, 0x3C)
+	if err != nil {
+		return err
+	}
+	if err := se.warm(ctx, k); err != nil {
+		return err
+	}
+	if _, err := se.tgt.g.Revoke(ctx, k); err != nil {
+		return fmt.Errorf("Revoke: %w", err)
+	}
+	fill(se.dst.Bytes()[off-4096:off+n+4096], 0x3C)
+	return se.refused(ctx, r, se.write(k, 0, 0, n), classRevokedKey, se.dst.Bytes()[off-4096:off+n+4096], 0x3C)
+}

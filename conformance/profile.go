@@ -1,0 +1,125 @@
+package conformance
+
+import (
+	"fmt"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// A certification profile is what a certificate covers, derived from the
+// capabilities the plugin declares — never from what the run happened to
+// manage. Every check the profile requires must run and pass; a run in
+// which one was skipped (or not selected) is partial and yields no
+// certificate.
+const (
+	// ProfileFull: initiator and target, with Granter/Revoke. Every check
+	// except the information-only performance profile is required.
+	ProfileFull = "full"
+	// ProfileInitiatorOnly: no Granter. The suite has no way to obtain a
+	// key, so the write, honesty and revocation checks it requires cannot
+	// run against such a plugin alone: it is reported partial, never
+	// certified, by this suite version.
+	ProfileInitiatorOnly = "initiator-only"
+)
+
+func profileOf(c sdk.Capabilities) string {
+	if c.Revoke {
+		return ProfileFull
+	}
+	return ProfileInitiatorOnly
+}
+
+// Link-fault families: the same promises are checked through the in-path
+// proxy (loopback) or through tc netem (--netns). A run must exercise the
+// family its link offers; a link that offers neither leaves the link-fault
+// checks skipped, and the run partial.
+const (
+	familyProxy = "proxy"
+	familyNetem = "netem"
+)
+
+var linkFamily = map[string]string{
+	"failure-honesty/link-delayed":                 familyProxy,
+	"failure-honesty/link-stalled":                 familyProxy,
+	"failure-honesty/link-stalled-quiesce-at-once": familyProxy,
+	"failure-honesty/link-lossy":                   familyProxy,
+	"failure-honesty/link-reset":                   familyProxy,
+	"failure-honesty/netem-delay-loss":             familyNetem,
+	"tail/link-restored-late":                      familyProxy,
+	"tail/netem-restored-late":                     familyNetem,
+}
+
+// infoOnlyGroups never count towards a certificate.
+var infoOnlyGroups = map[string]bool{"performance": true}
+
+func (s *suite) netemOK() bool { return s.shaper != nil && s.shaper.err == nil }
+
+// required says whether the profile needs check c of group g on this link.
+func (s *suite) required(g, c string) bool {
+	if infoOnlyGroups[g] {
+		return false
+	}
+	switch linkFamily[g+"/"+c] {
+	case familyProxy:
+		return s.proxyOK || !s.netemOK()
+	case familyNetem:
+		return s.netemOK() || !s.proxyOK
+	}
+	return true
+}
+
+// SkippedCheck is a check that did not run to a verdict, and why.
+type SkippedCheck struct {
+	Check    string `json:"check"` // group/check
+	Reason   string `json:"reason"`
+	Required bool   `json:"required"` // by the profile: the run is partial
+}
+
+// account lists every check of the suite that did not run to a verdict and
+// decides whether the run is partial.
+func (s *suite) account() {
+	r := s.report
+	r.Skipped, r.PartialReasons = nil, nil
+	if len(s.cfg.Groups) > 0 {
+		r.PartialReasons = append(r.PartialReasons, fmt.Sprintf("run restricted to groups %v", s.cfg.Groups))
+	}
+	ran := map[string]GroupResult{}
+	for _, g := range r.Groups {
+		ran[g.Name] = g
+	}
+	missing := 0
+	for _, g := range groups() {
+		gr, ok := ran[g.name]
+		for _, c := range g.checks {
+			why, na := "", false
+			switch {
+			case !ok:
+				why = "group not selected"
+			case gr.Skipped != "":
+				why = gr.Skipped
+			default:
+				why = "not run"
+				for _, res := range gr.Results {
+					if res.Check == c.name {
+						why = ""
+						if res.Outcome == Skip {
+							why, na = res.Reason, res.NotApplicable
+						}
+					}
+				}
+			}
+			if why == "" {
+				continue
+			}
+			req := !na && s.required(g.name, c.name)
+			r.Skipped = append(r.Skipped, SkippedCheck{Check: g.name + "/" + c.name, Reason: why, Required: req})
+			if req {
+				missing++
+			}
+		}
+	}
+	if missing > 0 {
+		r.PartialReasons = append(r.PartialReasons, fmt.Sprintf("%d check(s) required by profile %q did not run (see skipped)", missing, r.Profile))
+	}
+	r.Partial = len(r.PartialReasons) > 0
+}

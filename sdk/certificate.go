@@ -1,0 +1,190 @@
+package sdk
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"slices"
+)
+
+// CertificateFile is the certificate a conformance run writes: the
+// certificate's JSON exactly as signed, and an ed25519 signature over those
+// bytes. Only the fields in CertificateClaims are enforced by hosts; the
+// rest (link, kernel, checks) is for people.
+type CertificateFile struct {
+	Certificate json.RawMessage       `json:"certificate"`
+	Signature   *CertificateSignature `json:"signature,omitempty"`
+}
+
+// CertificateSignature is an ed25519 signature and the public key that
+// made it (base64, standard encoding). The key must also be trusted by
+// whoever verifies: carrying it only says which one to look for.
+type CertificateSignature struct {
+	Algorithm string `json:"algorithm"`
+	PublicKey string `json:"public_key"`
+	Value     string `json:"value"`
+}
+
+// CertificateClaims are the fields a host enforces before loading a plugin.
+type CertificateClaims struct {
+	Certified bool `json:"certified"`
+	Plugin    struct {
+		Name   string `json:"name"`
+		SHA256 string `json:"sha256"`
+	} `json:"plugin"`
+	SuiteVersion string `json:"suite_version"`
+	Profile      string `json:"profile"`
+}
+
+const sigAlgorithm = "ed25519"
+
+// SignCertificate signs the certificate JSON cert with key. The signature
+// covers the compact form of cert, so re-indenting the file (as writing it
+// with json.MarshalIndent does) does not break it, and changing any value
+// does.
+func SignCertificate(cert []byte, key ed25519.PrivateKey) CertificateFile {
+	pub := key.Public().(ed25519.PublicKey)
+	cert = compact(cert)
+	return CertificateFile{Certificate: cert, Signature: &CertificateSignature{Algorithm: sigAlgorithm,
+		PublicKey: base64.StdEncoding.EncodeToString(pub), Value: base64.StdEncoding.EncodeToString(ed25519.Sign(key, cert))}}
+}
+
+// CertificatePolicy is what a certificate must satisfy for a host to load
+// the plugin it names.
+type CertificatePolicy struct {
+	// TrustedKeys: the certificate must be signed by one of these.
+	TrustedKeys []ed25519.PublicKey
+	// SuiteVersions accepted (empty: any).
+	SuiteVersions []string
+	// Profiles accepted (empty: any certified profile).
+	Profiles []string
+}
+
+// Verify checks a certificate file against the policy and the sha256 of the
+// exact binary about to run: a valid signature by a trusted key, certified,
+// for this sha256, an accepted suite version and profile. Every refusal is
+// FailedPrecondition (InvalidArgument for a malformed file) and says why.
+func (p CertificatePolicy) Verify(file []byte, binarySHA256 []byte) (CertificateClaims, error) {
+	var cl CertificateClaims
+	var f CertificateFile
+	if err := json.Unmarshal(file, &f); err != nil || len(f.Certificate) == 0 {
+		return cl, Errorf(ClassInvalidArgument, "certificate: not a kvfence certificate file: %v", err)
+	}
+	if f.Signature == nil {
+		return cl, Errorf(ClassFailedPrecondition, "certificate: not signed")
+	}
+	if f.Signature.Algorithm != sigAlgorithm {
+		return cl, Errorf(ClassFailedPrecondition, "certificate: signature algorithm %q, want %s", f.Signature.Algorithm, sigAlgorithm)
+	}
+	pub, err1 := base64.StdEncoding.DecodeString(f.Signature.PublicKey)
+	sig, err2 := base64.StdEncoding.DecodeString(f.Signature.Value)
+	if err1 != nil || err2 != nil || len(pub) != ed25519.PublicKeySize {
+		return cl, Errorf(ClassInvalidArgument, "certificate: malformed signature")
+	}
+	if !slices.ContainsFunc(p.TrustedKeys, func(k ed25519.PublicKey) bool { return bytes.Equal(k, pub) }) {
+		return cl, Errorf(ClassFailedPrecondition, "certificate: signed by key %s, which is not trusted", f.Signature.PublicKey)
+	}
+	if !ed25519.Verify(pub, compact(f.Certificate), sig) {
+		return cl, Errorf(ClassFailedPrecondition, "certificate: signature does not verify (the certificate was altered)")
+	}
+	if err := json.Unmarshal(f.Certificate, &cl); err != nil {
+		return cl, Errorf(ClassInvalidArgument, "certificate: %v", err)
+	}
+	switch {
+	case !cl.Certified:
+		return cl, Errorf(ClassFailedPrecondition, "certificate: the plugin was not certified")
+	case cl.Plugin.SHA256 != hex.EncodeToString(binarySHA256):
+		return cl, Errorf(ClassFailedPrecondition, "certificate: it is for sha256 %s, the binary's is %x", cl.Plugin.SHA256, binarySHA256)
+	case len(p.SuiteVersions) > 0 && !slices.Contains(p.SuiteVersions, cl.SuiteVersion):
+		return cl, Errorf(ClassFailedPrecondition, "certificate: suite version %q is not accepted (want one of %v)", cl.SuiteVersion, p.SuiteVersions)
+	case cl.Profile == "" || len(p.Profiles) > 0 && !slices.Contains(p.Profiles, cl.Profile):
+		return cl, Errorf(ClassFailedPrecondition, "certificate: profile %q is not accepted (want one of %v)", cl.Profile, p.Profiles)
+	}
+	return cl, nil
+}
+
+// GenerateSigningKey makes an ed25519 key pair as PEM (PKCS#8 private key,
+// PKIX public key), the formats LoadPrivateKey and LoadPublicKey read and
+// `openssl genpkey -algorithm ed25519` writes.
+func GenerateSigningKey() (private, public []byte, err error) {
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	p8, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return nil, nil, err
+	}
+	px, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: px}), nil
+}
+
+// LoadPrivateKey reads an ed25519 private key (PEM, PKCS#8).
+func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
+	der, err := readPEM(path, "PRIVATE KEY")
+	if err != nil {
+		return nil, err
+	}
+	k, err := x509.ParsePKCS8PrivateKey(der)
+	if err != nil {
+		return nil, Errorf(ClassInvalidArgument, "%s: %v", path, err)
+	}
+	ek, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, Errorf(ClassInvalidArgument, "%s: a %T, want an ed25519 key", path, k)
+	}
+	return ek, nil
+}
+
+// LoadPublicKey reads an ed25519 public key (PEM, PKIX).
+func LoadPublicKey(path string) (ed25519.PublicKey, error) {
+	der, err := readPEM(path, "PUBLIC KEY")
+	if err != nil {
+		return nil, err
+	}
+	k, err := x509.ParsePKIXPublicKey(der)
+	if err != nil {
+		return nil, Errorf(ClassInvalidArgument, "%s: %v", path, err)
+	}
+	ek, ok := k.(ed25519.PublicKey)
+	if !ok {
+		return nil, Errorf(ClassInvalidArgument, "%s: a %T, want an ed25519 key", path, k)
+	}
+	return ek, nil
+}
+
+func readPEM(path, typ string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, Errorf(ClassNotFound, "%v", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != typ {
+		return nil, Errorf(ClassInvalidArgument, "%s: want a PEM %q block", path, typ)
+	}
+	return blk.Bytes, nil
+}
+
+// compact is JSON without insignificant whitespace (invalid JSON is
+// returned unchanged, and then fails to verify or to parse).
+func compact(b []byte) []byte {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return b
+	}
+	return buf.Bytes()
+}
+
+// String is a one-line summary for logs.
+func (c CertificateClaims) String() string {
+	return fmt.Sprintf("%s sha256 %s, profile %s, suite %s", c.Plugin.Name, c.Plugin.SHA256, c.Profile, c.SuiteVersion)
+}

@@ -1,0 +1,159 @@
+package sdk_test
+
+import (
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/sdk/sdktest"
+)
+
+const tcpPluginPkg = "github.com/kvfence/kvfence/plugins/tcp/cmd/kvfence-plugin-tcp"
+
+// plugin builds the TCP plugin into a fresh directory and returns its
+// path and sha256.
+func plugin(t *testing.T) (string, []byte) {
+	t.Helper()
+	bin, err := sdktest.BuildPlugin(t.TempDir(), tcpPluginPkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := sdk.FileSHA256(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin, sum
+}
+
+// The pinned binary that runs is the sealed copy that was hashed, and a
+// binary that differs from the pin by one byte is refused.
+func TestPinnedOpenRunsTheHashedCopy(t *testing.T) {
+	bin, sum := plugin(t)
+	p := sdktest.Subprocess(t, bin, sdk.OpenOptions{SHA256: sum})
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(exe, "/memfd:kvfence-plugin:") {
+		t.Fatalf("the plugin runs %q, not the sealed copy", exe)
+	}
+	appendByte(t, bin)
+	_, err = sdk.Open(bin, sdk.OpenOptions{SHA256: sum})
+	if !sdk.IsClass(err, sdk.ClassFailedPrecondition) || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("modified binary: %v, want a failed-precondition checksum refusal", err)
+	}
+}
+
+func appendByte(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte{0}); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+}
+
+// certFor is a certificate file for sha256 sum, signed by key (nil: unsigned).
+func certFor(t *testing.T, sum []byte, key ed25519.PrivateKey, certified bool) []byte {
+	t.Helper()
+	cert := fmt.Sprintf(`{"certified":%v,"profile":"full","plugin":{"name":"kvfence-tcp","sha256":%q},"suite_version":"test"}`, certified, hex.EncodeToString(sum))
+	f := sdk.CertificateFile{Certificate: json.RawMessage(cert)}
+	if key != nil {
+		f = sdk.SignCertificate([]byte(cert), key)
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A host that requires a certificate loads only a binary with a valid,
+// signed certificate for its exact sha256, and says why otherwise.
+func TestRequireCertificate(t *testing.T) {
+	bin, sum := plugin(t)
+	pub, key, _ := ed25519.GenerateKey(nil)
+	_, stranger, _ := ed25519.GenerateKey(nil)
+	policy := &sdk.CertificatePolicy{TrustedKeys: []ed25519.PublicKey{pub}, SuiteVersions: []string{"test"}}
+	good := certFor(t, sum, key, true)
+	sdktest.Subprocess(t, bin, sdk.OpenOptions{CertificatePolicy: policy, Certificate: good})
+
+	tampered := []byte(strings.Replace(string(good), `\"profile\":\"full\"`, `\"profile\":\"fulL\"`, 1))
+	if string(tampered) == string(good) {
+		tampered = []byte(strings.Replace(string(good), "kvfence-tcp", "kvfence-tcP", 1))
+	}
+	other := sdk.CertificatePolicy{TrustedKeys: []ed25519.PublicKey{pub}, SuiteVersions: []string{"another"}}
+	cases := []struct {
+		name, want string
+		cert       []byte
+		policy     *sdk.CertificatePolicy
+	}{
+		{"no certificate", "none was given", nil, policy},
+		{"unsigned", "not signed", certFor(t, sum, nil, true), policy},
+		{"signed by an untrusted key", "not trusted", certFor(t, sum, stranger, true), policy},
+		{"altered after signing", "does not verify", tampered, policy},
+		{"not certified", "not certified", certFor(t, sum, key, false), policy},
+		{"another binary's certificate", "it is for sha256", certFor(t, make([]byte, 32), key, true), policy},
+		{"suite version not accepted", "suite version", good, &other},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := sdk.Open(bin, sdk.OpenOptions{CertificatePolicy: c.policy, Certificate: c.cert})
+			if !sdk.IsClass(err, sdk.ClassFailedPrecondition) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Open: %v, want failed-precondition saying %q", err, c.want)
+			}
+		})
+	}
+	t.Run("modified binary", func(t *testing.T) {
+		appendByte(t, bin)
+		_, err := sdk.Open(bin, sdk.OpenOptions{CertificatePolicy: policy, Certificate: good})
+		if !sdk.IsClass(err, sdk.ClassFailedPrecondition) || !strings.Contains(err.Error(), "it is for sha256") {
+			t.Fatalf("Open of a modified binary: %v", err)
+		}
+	})
+}
+
+// A plugin that never handshakes while a child it started (in a session
+// of its own, out of reach of a process-group kill) keeps its stdout open:
+// Open still fails when StartTimeout is up, not when that child exits.
+func TestStartTimeoutWithChildHoldingStdout(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	script := filepath.Join(dir, "stubborn-plugin")
+	body := "#!/bin/sh\nsetsid sleep 120 &\necho $! > " + pidFile + "\nsleep 120\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := sdk.Open(script, sdk.OpenOptions{StartTimeout: time.Second})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "timeout") {
+			t.Fatalf("Open: %v, want a start timeout", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Open still waiting 60 s after a 1 s start timeout: the child holding stdout defeats it")
+	}
+}
