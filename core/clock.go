@@ -1,0 +1,68 @@
+package core
+
+import (
+	"math"
+	"time"
+)
+
+// Time is a point on the caller's clock in nanoseconds. The core never reads
+// a clock: every input carries the time.
+//
+// Every computation on Time and on the durations that make up a bound
+// saturates instead of wrapping: a lease, tail or margin from a peer or a
+// configuration, however large, can only push a deadline later (to MaxTime,
+// which no real clock reaches), never around to the past where it would
+// release memory early.
+type Time int64
+
+// MinTime and MaxTime are the ends of the clock; arithmetic stops there.
+const (
+	MinTime Time = math.MinInt64
+	MaxTime Time = math.MaxInt64
+)
+
+// Add returns t+d, saturated at MinTime and MaxTime.
+func (t Time) Add(d time.Duration) Time {
+	switch {
+	case d > 0 && t > MaxTime-Time(d):
+		return MaxTime
+	case d < 0 && t < MinTime-Time(d):
+		return MinTime
+	}
+	return t + Time(d)
+}
+
+// Sub returns t-u as a duration, saturated at the largest and smallest
+// durations.
+func (t Time) Sub(u Time) time.Duration {
+	switch {
+	case u < 0 && t > MaxTime+u:
+		return math.MaxInt64
+	case u > 0 && t < MinTime+u:
+		return math.MinInt64
+	}
+	return time.Duration(t - u)
+}
+
+// sumDurations adds durations, saturated at the largest and smallest
+// durations, so that lease + tail + margin never wraps.
+func sumDurations(ds ...time.Duration) time.Duration {
+	var s time.Duration
+	for _, d := range ds {
+		switch {
+		case d > 0 && s > math.MaxInt64-d:
+			s = math.MaxInt64
+		case d < 0 && s < math.MinInt64-d:
+			s = math.MinInt64
+		default:
+			s += d
+		}
+	}
+	return s
+}
+
+// elapsed is how long ago since was, never negative: a clock that went
+// backwards shows no time passed rather than a negative hold.
+func elapsed(now, since Time) time.Duration {
+	return max(now.Sub(since), 0)
+}
