@@ -8,11 +8,13 @@ import (
 // Time is a point on the caller's clock in nanoseconds. The core never reads
 // a clock: every input carries the time.
 //
-// Every computation on Time and on the durations that make up a bound
-// saturates instead of wrapping: a lease, tail or margin from a peer or a
-// configuration, however large, can only push a deadline later (to MaxTime,
-// which no real clock reaches), never around to the past where it would
-// release memory early.
+// Every computation on Time saturates instead of wrapping: a lease, tail or
+// margin from a peer or a configuration, however large, can only push a
+// deadline later (to MaxTime, which no real clock reaches), never around to
+// the past where it would release memory early. A bound adds its durations
+// to the time one at a time (t.Add(lease).Add(tail)...): summing them first
+// would saturate the sum and, for a clock below zero, give an earlier
+// deadline than the exact one.
 type Time int64
 
 // MinTime and MaxTime are the ends of the clock; arithmetic stops there.
@@ -42,23 +44,6 @@ func (t Time) Sub(u Time) time.Duration {
 		return math.MinInt64
 	}
 	return time.Duration(t - u)
-}
-
-// sumDurations adds durations, saturated at the largest and smallest
-// durations, so that lease + tail + margin never wraps.
-func sumDurations(ds ...time.Duration) time.Duration {
-	var s time.Duration
-	for _, d := range ds {
-		switch {
-		case d > 0 && s > math.MaxInt64-d:
-			s = math.MaxInt64
-		case d < 0 && s < math.MinInt64-d:
-			s = math.MinInt64
-		default:
-			s += d
-		}
-	}
-	return s
 }
 
 // elapsed is how long ago since was, never negative: a clock that went

@@ -93,7 +93,7 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 		// The earlier instance's writers and their tails are unknown here:
 		// the bound starts from our own MaxTail, and RankTail extends it for
 		// every writer that declares a longer one while it lasts.
-		r.quarantineUntil = now.Add(sumDurations(cfg.MaxHold, cfg.MaxTail, cfg.ClockMargin))
+		r.quarantineUntil = now.Add(cfg.MaxHold).Add(cfg.MaxTail).Add(cfg.ClockMargin)
 		r.metrics.QuarantinedSlots = len(r.quarantine)
 		if cfg.CanRevoke {
 			r.out.Revokes = append(r.out.Revokes, Revoke{All: true})
@@ -128,7 +128,7 @@ func (r *Receiver) RankTail(rank RankID, tail time.Duration) error {
 		r.tails[rank] = tail
 	}
 	if r.quarantine != nil {
-		if until := r.quarantineStart.Add(sumDurations(r.cfg.MaxHold, r.Tail(rank), r.cfg.ClockMargin)); until > r.quarantineUntil {
+		if until := r.quarantineStart.Add(r.cfg.MaxHold).Add(r.Tail(rank)).Add(r.cfg.ClockMargin); until > r.quarantineUntil {
 			r.quarantineUntil = until
 		}
 	}
@@ -626,7 +626,7 @@ func (r *Receiver) releaseAtBound(e *exposure, unacked bool, path ReleasePath, n
 		// sender that ignores its lease.
 		r.requestRevoke(e, now)
 		return false
-	case r.cfg.CanRevoke && now < e.revokeAt.Add(sumDurations(tail, r.cfg.ClockMargin)):
+	case r.cfg.CanRevoke && now < e.revokeAt.Add(tail).Add(r.cfg.ClockMargin):
 		// A revoke that was never confirmed: wait out the longest tail of
 		// the writers.
 		return false
@@ -647,7 +647,7 @@ func (r *Receiver) writeBound(e *exposure, unacked bool) (bound Time, tail time.
 		}
 		rt := r.Tail(t.rank)
 		tail = max(tail, rt)
-		d := t.lease.Add(sumDurations(rt, r.cfg.ClockMargin))
+		d := t.lease.Add(rt).Add(r.cfg.ClockMargin)
 		if r.cfg.Unsafe == knownunsafe.UnboundedTimeout && e.state == StateAborting {
 			d = e.stopped.Add(r.cfg.Lease / 8) // "a short fixed timeout"
 		}
