@@ -28,6 +28,7 @@ type DecodeConfig struct {
 	Shards     int
 
 	Lease, MaxHold, ClockMargin time.Duration
+	MaxDeclaredTail             time.Duration // longest tail a prefill rank may declare; zero: core.DefaultMaxDeclaredTail
 	Tick                        time.Duration // core timer resolution; default 10ms
 	PeerDeadAfter               time.Duration // a rank whose link stays down this long is dead; default 1s
 
@@ -164,7 +165,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	d.core, err = core.NewReceiver(core.ReceiverConfig{
 		Instance: cfg.Instance, Self: cfg.Rank, Slots: cfg.Slots, SlotBytes: d.slotB,
 		Lease: cfg.Lease, MaxHold: cfg.MaxHold, MaxTail: info.Capabilities.MaxTail, ClockMargin: cfg.ClockMargin,
-		CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, Unsafe: knownunsafe.AgentVariant(),
+		MaxDeclaredTail: cfg.MaxDeclaredTail, CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, Unsafe: knownunsafe.AgentVariant(),
 	}, now())
 	if err != nil {
 		return nil, err
@@ -225,7 +226,11 @@ func (d *Decode) accept(h peerHello) (peerHello, error) {
 		}
 		return d.hello, nil
 	case RolePrefill:
-		if err := compatible(h, d.hello); err != nil {
+		err := compatible(h, d.hello)
+		if err == nil {
+			err = d.core.CheckTail(core.RankID(h.Rank), time.Duration(h.Caps.MaxTail)) // reads only configuration
+		}
+		if err != nil {
 			d.log.Error("refusing prefill rank", "rank", h.Rank, "error", err)
 			return peerHello{}, err
 		}
@@ -244,14 +249,18 @@ func (d *Decode) serveLink(l *link) {
 	rank := core.RankID(l.peer.Rank)
 	declared := time.Duration(l.peer.Caps.MaxTail)
 	d.lp.post(func() {
+		// The rank's writes can land as late as its own transport allows
+		// (accept refused a tail the core would refuse).
+		if err := d.core.RankTail(rank, declared); err != nil {
+			d.log.Error("refusing prefill rank", "rank", rank, "error", err)
+			l.close()
+			return
+		}
 		if old := d.links[rank]; old != nil && old != l {
 			old.close()
 		}
 		d.links[rank] = l
 		delete(d.deadline, rank)
-		// The rank's writes can land as late as its own transport allows
-		// (accept refused a negative tail, so this cannot fail).
-		_ = d.core.RankTail(rank, declared)
 		d.Metrics.tail(rank, d.core.Tail(rank))
 		d.log.Info("prefill rank linked", "rank", rank, "declared_tail", declared, "tail", d.core.Tail(rank))
 	})

@@ -6,6 +6,13 @@ import (
 	"github.com/kvfence/kvfence/internal/knownunsafe"
 )
 
+// DefaultMaxDeclaredTail is the longest tail a prefill rank may declare
+// unless ReceiverConfig.MaxDeclaredTail says otherwise. Honest transports
+// declare seconds (the TCP plugin's write deadline, an RDMA queue pair's
+// retry budget plus margin); five minutes leaves room for slow fabrics while
+// keeping the longest hold a peer can cause bounded.
+const DefaultMaxDeclaredTail = 5 * time.Minute
+
 // ReceiverConfig configures one decode rank's Receiver.
 type ReceiverConfig struct {
 	Instance  uint64 // this decode process incarnation; new on every restart
@@ -13,10 +20,16 @@ type ReceiverConfig struct {
 	Slots     int    // KV slots in the pool
 	SlotBytes int64  // bytes per slot, for the held-capacity figures
 
-	Lease       time.Duration // lease granted by Assign and by each Grant
-	MaxHold     time.Duration // no lease reaches past admission + MaxHold
-	MaxTail     time.Duration // this transport's declared tail; a writer's may be longer (RankTail)
-	ClockMargin time.Duration // at least the largest clock skew between peers
+	Lease   time.Duration // lease granted by Assign and by each Grant
+	MaxHold time.Duration // no lease reaches past admission + MaxHold
+	MaxTail time.Duration // this transport's declared tail; a writer's may be longer (RankTail)
+	// MaxDeclaredTail is the longest tail a prefill rank may declare
+	// (RankTail refuses longer ones): a declared tail extends every timeout
+	// hold over that rank's writes, so an unbounded one lets a peer hold
+	// memory for ever. Zero means DefaultMaxDeclaredTail (or MaxTail, if
+	// that is longer); it may not be shorter than MaxTail.
+	MaxDeclaredTail time.Duration
+	ClockMargin     time.Duration // at least the largest clock skew between peers
 
 	CanRevoke   bool // the transport can revoke keys (receiver-side fence)
 	EagerRevoke bool // revoke as soon as a tag aborts, to shorten holds
@@ -43,6 +56,13 @@ func (c *ReceiverConfig) validate() error {
 		return errorf(ErrInvalidArgument, "MaxHold %v shorter than Lease %v", c.MaxHold, c.Lease)
 	case c.MaxTail < 0 || c.ClockMargin < 0:
 		return errorf(ErrInvalidArgument, "MaxTail and ClockMargin must not be negative")
+	case c.MaxDeclaredTail < 0:
+		return errorf(ErrInvalidArgument, "MaxDeclaredTail must not be negative, got %v", c.MaxDeclaredTail)
+	case c.MaxDeclaredTail == 0:
+		c.MaxDeclaredTail = max(DefaultMaxDeclaredTail, c.MaxTail)
+	case c.MaxDeclaredTail < c.MaxTail:
+		return errorf(ErrInvalidArgument, "MaxDeclaredTail %v shorter than this receiver's own MaxTail %v: a rank on the same transport would be refused",
+			c.MaxDeclaredTail, c.MaxTail)
 	}
 	if c.AbortRetransmit <= 0 {
 		c.AbortRetransmit = c.Lease / 2

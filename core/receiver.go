@@ -51,6 +51,8 @@ type exposure struct {
 	rejected  bool
 	revoking  bool
 	revokeAt  Time
+	revoked   bool // the transport confirmed the revocation (handed exposures only)
+	finished  bool // the decode loop finished it; waiting for revoked
 	lastAbort Time
 	idx       int
 }
@@ -91,7 +93,7 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 		// The earlier instance's writers and their tails are unknown here:
 		// the bound starts from our own MaxTail, and RankTail extends it for
 		// every writer that declares a longer one while it lasts.
-		r.quarantineUntil = now.Add(cfg.MaxHold + cfg.MaxTail + cfg.ClockMargin)
+		r.quarantineUntil = now.Add(cfg.MaxHold).Add(cfg.MaxTail).Add(cfg.ClockMargin)
 		r.metrics.QuarantinedSlots = len(r.quarantine)
 		if cfg.CanRevoke {
 			r.out.Revokes = append(r.out.Revokes, Revoke{All: true})
@@ -110,11 +112,14 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 // still be in flight. While the restart quarantine lasts, a longer tail
 // extends it too (the rank may have written to the earlier instance).
 //
-// It changes no state that could release anything, so it produces no output
-// and leaves Ready as it was.
+// A tail above the configured MaxDeclaredTail (or a negative one) is
+// refused with ErrInvalidArgument and changes nothing: the caller must not
+// let that rank write here (refuse its Hello). It changes no state that
+// could release anything, so it produces no output and leaves Ready as it
+// was.
 func (r *Receiver) RankTail(rank RankID, tail time.Duration) error {
-	if tail < 0 {
-		return errorf(ErrInvalidArgument, "rank %d: tail must not be negative, got %v", rank, tail)
+	if err := r.CheckTail(rank, tail); err != nil {
+		return err
 	}
 	if r.tails == nil {
 		r.tails = make(map[RankID]time.Duration)
@@ -123,9 +128,23 @@ func (r *Receiver) RankTail(rank RankID, tail time.Duration) error {
 		r.tails[rank] = tail
 	}
 	if r.quarantine != nil {
-		if until := r.quarantineStart.Add(r.cfg.MaxHold + r.Tail(rank) + r.cfg.ClockMargin); until > r.quarantineUntil {
+		if until := r.quarantineStart.Add(r.cfg.MaxHold).Add(r.Tail(rank)).Add(r.cfg.ClockMargin); until > r.quarantineUntil {
 			r.quarantineUntil = until
 		}
+	}
+	return nil
+}
+
+// CheckTail says whether RankTail would accept a tail a rank declares, and
+// if not, why. It reads only the configuration, so a caller may use it from
+// any goroutine (to refuse a Hello before the rank links).
+func (r *Receiver) CheckTail(rank RankID, tail time.Duration) error {
+	switch {
+	case tail < 0:
+		return errorf(ErrInvalidArgument, "rank %d: declared transport tail must not be negative, got %v", rank, tail)
+	case tail > r.cfg.MaxDeclaredTail:
+		return errorf(ErrInvalidArgument, "rank %d: declared transport tail %v is above this decode rank's maximum %v (MaxDeclaredTail): every hold over its writes would last that long",
+			rank, tail, r.cfg.MaxDeclaredTail)
 	}
 	return nil
 }
@@ -242,6 +261,10 @@ func (r *Receiver) stop(tag Tag, reason Reason, reject bool, now Time) error {
 }
 
 // Finish returns a handed-off request's slots once the decode loop is done.
+// With a fence, the slots go back only once the keys the ranks wrote under
+// are revoked (Revoked; the revoke was asked for at handoff, so it has
+// usually been confirmed by then): a rank's Commit is its word, not
+// evidence. Finishing twice is harmless.
 func (r *Receiver) Finish(tag Tag, now Time) error {
 	r.out.reset()
 	e := r.lookup(tag)
@@ -250,6 +273,10 @@ func (r *Receiver) Finish(tag Tag, now Time) error {
 	}
 	if e.state != StateHanded {
 		return errorf(ErrFailedPrecondition, "tag %s is %s: only handed-off requests finish", tag, e.state)
+	}
+	if r.fenceFirst() && !e.revoked {
+		e.finished = true
+		return nil
 	}
 	r.release(e, PathCompleted, now)
 	return nil
@@ -276,14 +303,29 @@ func (r *Receiver) PeerDead(rank RankID, now Time) {
 }
 
 // Revoked reports that the transport revoked a tag's keys: no write under
-// them can land any more.
+// them can land any more. An aborting exposure is released at once: by
+// drained if every rank had acknowledged its drain (with a fence, drained
+// releases wait for this), by fenced if not. A handed-off one is released
+// if the decode loop already finished it.
 func (r *Receiver) Revoked(tag Tag, now Time) {
 	r.out.reset()
 	e := r.lookup(tag)
-	if e == nil || e.state != StateAborting {
+	if e == nil {
 		return
 	}
-	r.release(e, PathFenced, now)
+	switch e.state {
+	case StateAborting:
+		path := PathFenced
+		if e.allAcked() {
+			path = PathDrained
+		}
+		r.release(e, path, now)
+	case StateHanded:
+		e.revoked = true
+		if e.finished {
+			r.release(e, PathCompleted, now)
+		}
+	}
 }
 
 // RevokedAll reports that every key of an earlier instance is revoked: the
@@ -370,6 +412,11 @@ func (r *Receiver) onCommit(e *exposure, t *rankTrack, coverage uint32, now Time
 		r.metrics.AssignedSlots -= len(e.slots)
 		r.metrics.HandedSlots += len(e.slots)
 		r.out.Handoffs = append(r.out.Handoffs, Handoff{Tag: e.tag, Slots: e.slots})
+		if r.fenceFirst() {
+			// Nobody may write any more: fence now, so that the revocation
+			// is usually confirmed before the decode loop finishes.
+			r.requestRevoke(e, now)
+		}
 	}
 }
 
@@ -454,6 +501,10 @@ func (r *Receiver) Tick(now Time) {
 			if r.checkRelease(e, now) {
 				i--
 			}
+		case StateHanded:
+			if e.finished && r.releaseAtBound(e, false, PathCompleted, now) {
+				i--
+			}
 		}
 	}
 }
@@ -516,6 +567,15 @@ func (r *Receiver) requestRevoke(e *exposure, now Time) {
 	r.out.Revokes = append(r.out.Revokes, Revoke{Tag: e.tag})
 }
 
+// fenceFirst says whether slots go back only after their keys are revoked
+// and the revocation confirmed, whatever the acks say: always when the
+// transport can revoke. A rank's DrainAck or Commit is its word; a rank
+// that acks and keeps writing (buggy or hostile) would otherwise write into
+// memory that another request reuses.
+func (r *Receiver) fenceFirst() bool {
+	return r.cfg.CanRevoke && r.cfg.Unsafe != knownunsafe.ReleaseOnDrainAck
+}
+
 // checkRelease releases an aborting exposure when I3 allows it, and reports
 // whether it did.
 func (r *Receiver) checkRelease(e *exposure, now Time) bool {
@@ -523,36 +583,42 @@ func (r *Receiver) checkRelease(e *exposure, now Time) bool {
 		return false
 	}
 	allAcked, deadWriter := true, false
-	bound := Time(0)         // the latest deadline among ranks that did not drain
-	tail := time.Duration(0) // the longest tail among them
 	for i := range e.ranks {
-		t := &e.ranks[i]
-		if t.acked {
-			continue
-		}
-		allAcked = false
-		deadWriter = deadWriter || t.dead
-		rt := r.Tail(t.rank)
-		if rt > tail {
-			tail = rt
-		}
-		d := t.lease.Add(rt + r.cfg.ClockMargin)
-		if r.cfg.Unsafe == knownunsafe.UnboundedTimeout {
-			d = e.stopped.Add(r.cfg.Lease / 8) // "a short fixed timeout"
-		}
-		if d > bound {
-			bound = d
+		if t := &e.ranks[i]; !t.acked {
+			allAcked = false
+			deadWriter = deadWriter || t.dead
 		}
 	}
 	switch {
-	case allAcked:
+	case allAcked && !r.fenceFirst():
 		r.release(e, PathDrained, now)
 		return true
+	case allAcked && !e.revoking:
+		// Every rank says it drained. Release as drained once the fence
+		// confirms it (Revoked).
+		r.requestRevoke(e, now)
+		return false
+	case allAcked:
+		// A fence that was asked for and never confirmed: the ranks' word
+		// is all there is, so hold to the bound of every writer's lease
+		// and tail, as if none had acked.
+		return r.releaseAtBound(e, false, PathTimeout, now)
 	case r.cfg.CanRevoke && !e.revoking && deadWriter:
 		// A dead rank never drains: waiting for the bound only keeps the
 		// memory held. Fence now (a fence is safe at any time).
 		r.requestRevoke(e, now)
 		return false
+	}
+	return r.releaseAtBound(e, true, PathTimeout, now)
+}
+
+// releaseAtBound releases e by path once no write of its ranks (only those
+// that did not ack, with unacked) can land any more by time alone: past
+// each one's lease + tail + margin, and with a fence, past an unconfirmed
+// revoke by the longest tail too. It reports whether it released.
+func (r *Receiver) releaseAtBound(e *exposure, unacked bool, path ReleasePath, now Time) bool {
+	bound, tail := r.writeBound(e, unacked)
+	switch {
 	case now < bound:
 		return false
 	case r.cfg.CanRevoke && !e.revoking:
@@ -560,13 +626,34 @@ func (r *Receiver) checkRelease(e *exposure, now Time) bool {
 		// sender that ignores its lease.
 		r.requestRevoke(e, now)
 		return false
-	case r.cfg.CanRevoke && now < e.revokeAt.Add(tail+r.cfg.ClockMargin):
+	case r.cfg.CanRevoke && now < e.revokeAt.Add(tail).Add(r.cfg.ClockMargin):
 		// A revoke that was never confirmed: wait out the longest tail of
-		// the writers that did not drain.
+		// the writers.
 		return false
 	}
-	r.release(e, PathTimeout, now)
+	r.release(e, path, now)
 	return true
+}
+
+// writeBound is the latest time a write of e's ranks (only those that did
+// not ack, with unacked) can land by time alone, and the longest tail among
+// them. Every sum saturates: no declared tail can wrap it into the past.
+func (r *Receiver) writeBound(e *exposure, unacked bool) (bound Time, tail time.Duration) {
+	bound = MinTime
+	for i := range e.ranks {
+		t := &e.ranks[i]
+		if unacked && t.acked {
+			continue
+		}
+		rt := r.Tail(t.rank)
+		tail = max(tail, rt)
+		d := t.lease.Add(rt).Add(r.cfg.ClockMargin)
+		if r.cfg.Unsafe == knownunsafe.UnboundedTimeout && e.state == StateAborting {
+			d = e.stopped.Add(r.cfg.Lease / 8) // "a short fixed timeout"
+		}
+		bound = max(bound, d)
+	}
+	return bound, tail
 }
 
 func (r *Receiver) release(e *exposure, path ReleasePath, now Time) {
@@ -577,7 +664,7 @@ func (r *Receiver) release(e *exposure, path ReleasePath, now Time) {
 	case StateAborting:
 		r.metrics.HeldSlots -= len(e.slots)
 		r.metrics.HeldBytes -= int64(len(e.slots)) * r.cfg.SlotBytes
-		held = now.Sub(e.stopped)
+		held = elapsed(now, e.stopped)
 	case StateHanded:
 		r.metrics.HandedSlots -= len(e.slots)
 	}
@@ -599,7 +686,7 @@ func (r *Receiver) endQuarantine(path ReleasePath, now Time) {
 	r.metrics.Released[path]++
 	r.metrics.QuarantinedSlots = 0
 	r.pool.give(r.quarantine)
-	r.out.Releases = append(r.out.Releases, Release{Slots: r.quarantine, Path: path, Held: now.Sub(r.quarantineStart)})
+	r.out.Releases = append(r.out.Releases, Release{Slots: r.quarantine, Path: path, Held: elapsed(now, r.quarantineStart)})
 	r.quarantine = nil
 }
 
@@ -645,6 +732,15 @@ func (r *Receiver) newExposure() *exposure {
 		return e
 	}
 	return &exposure{}
+}
+
+func (e *exposure) allAcked() bool {
+	for i := range e.ranks {
+		if !e.ranks[i].acked {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *exposure) track(rank RankID) *rankTrack {

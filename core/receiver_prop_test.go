@@ -1,8 +1,10 @@
 package core
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"math/big"
 	"testing"
 	"time"
 
@@ -22,6 +24,17 @@ type shadowExposure struct {
 	handed    bool
 	lease     map[RankID]Time // latest lease seen in Assign/Grant
 	revoked   bool
+	finished  bool // the test finished it (after its handoff)
+}
+
+func (s *shadowExposure) maxBound(bound func(Time, RankID) *big.Int) *big.Int {
+	var b *big.Int
+	for _, rk := range s.ranks {
+		if x := bound(s.lease[rk], rk); b == nil || x.Cmp(b) > 0 {
+			b = x
+		}
+	}
+	return b
 }
 
 // TestReceiverProperties drives a Receiver with random inputs (including
@@ -33,26 +46,78 @@ func TestReceiverProperties(t *testing.T) {
 }
 
 func receiverProperties(variant knownunsafe.Variant) func(*rapid.T) {
+	return receiverPropertiesWith(variant, ordinaryTimes)
+}
+
+// propTimes draws the receiver's configuration, the tails ranks declare,
+// the first clock reading and the clock's steps.
+type propTimes struct {
+	config func(t *rapid.T, cfg *ReceiverConfig)
+	tail   func(t *rapid.T) time.Duration // negative: the rank declares none
+	start  func(t *rapid.T) Time
+	step   func(t *rapid.T, now Time) Time
+}
+
+var ordinaryTimes = propTimes{
+	config: func(t *rapid.T, cfg *ReceiverConfig) {
+		cfg.Lease, cfg.MaxHold, cfg.MaxTail, cfg.ClockMargin = time.Millisecond, 3*time.Millisecond, 300*time.Microsecond, 50*time.Microsecond
+	},
+	tail: func(t *rapid.T) time.Duration {
+		return time.Duration(rapid.SampledFrom([]int{-1, 100, 300, 600, 1000}).Draw(t, "tail")) * time.Microsecond
+	},
+	start: func(*rapid.T) Time { return 0 },
+	step: func(t *rapid.T, now Time) Time {
+		return now + Time(rapid.IntRange(0, 400).Draw(t, "dt"))*Time(time.Microsecond)
+	},
+}
+
+// exactSum is t + ds with no overflow, for checking bounds against the
+// mathematics rather than the core's own saturating arithmetic.
+func exactSum(t Time, ds ...time.Duration) *big.Int {
+	s := big.NewInt(int64(t))
+	for _, d := range ds {
+		s.Add(s, big.NewInt(int64(d)))
+	}
+	return s
+}
+
+func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*rapid.T) {
 	return func(t *rapid.T) {
 		cfg := ReceiverConfig{Instance: 2, Self: 100, Slots: rapid.IntRange(1, 6).Draw(t, "slots"), SlotBytes: 1,
-			Lease: time.Millisecond, MaxHold: 3 * time.Millisecond, MaxTail: 300 * time.Microsecond,
-			ClockMargin: 50 * time.Microsecond, CanRevoke: rapid.Bool().Draw(t, "revoke"), Unsafe: variant}
-		now := Time(0)
+			CanRevoke: rapid.Bool().Draw(t, "revoke"), Unsafe: variant}
+		times.config(t, &cfg)
+		now := times.start(t)
 		r, err := NewReceiver(cfg, now)
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Writers' transports may declare tails longer than ours (RankTail).
+		maxDeclared := cfg.MaxDeclaredTail
+		if maxDeclared == 0 {
+			maxDeclared = max(DefaultMaxDeclaredTail, cfg.MaxTail)
+		}
+		// Writers' transports may declare tails longer than ours (RankTail),
+		// up to the configured maximum.
 		tails := map[RankID]time.Duration{}
 		for _, rk := range []RankID{0, 1} {
-			if tl := time.Duration(rapid.SampledFrom([]int{-1, 100, 300, 600, 1000}).Draw(t, "tail")) * time.Microsecond; tl >= 0 {
-				tails[rk] = tl
-				if err := r.RankTail(rk, tl); err != nil {
-					t.Fatal(err)
-				}
+			tl := times.tail(t)
+			if tl < 0 && rapid.Bool().Draw(t, "declare-none") {
+				continue
+			}
+			err := r.RankTail(rk, tl)
+			switch refuse := tl < 0 || tl > maxDeclared; {
+			case refuse && !errors.Is(err, ErrInvalidArgument):
+				t.Fatalf("tail %v (maximum %v) not refused as invalid argument: %v", tl, maxDeclared, err)
+			case !refuse && err != nil:
+				t.Fatalf("tail %v (maximum %v) refused: %v", tl, maxDeclared, err)
+			case !refuse:
+				tails[rk] = max(tails[rk], tl)
 			}
 		}
-		bound := func(rk RankID) time.Duration { return max(cfg.MaxTail, tails[rk]) + cfg.ClockMargin }
+		// bound is the earliest a timeout may release rank rk's writes
+		// under a lease, in exact arithmetic.
+		bound := func(lease Time, rk RankID) *big.Int {
+			return exactSum(lease, max(cfg.MaxTail, tails[rk]), cfg.ClockMargin)
+		}
 		shadow := map[Tag]*shadowExposure{}
 		var tags []Tag
 		pickTag := func() Tag {
@@ -65,7 +130,7 @@ func receiverProperties(variant knownunsafe.Variant) func(*rapid.T) {
 			out := r.Ready()
 			for _, m := range out.Messages {
 				if s := shadow[m.Msg.Tag]; s != nil && (m.Msg.Kind == KindAssign || m.Msg.Kind == KindGrant) {
-					if m.Msg.LeaseUntil > s.lease[m.To] {
+					if old, ok := s.lease[m.To]; !ok || m.Msg.LeaseUntil > old {
 						s.lease[m.To] = m.Msg.LeaseUntil
 					}
 				}
@@ -97,11 +162,21 @@ func receiverProperties(variant knownunsafe.Variant) func(*rapid.T) {
 					if !s.handed {
 						t.Fatalf("%s: completed release of %s that was never handed off", step, rel.Tag)
 					}
+					if cfg.CanRevoke && !s.revoked && (!s.finished || big.NewInt(int64(now)).Cmp(s.maxBound(bound)) < 0) {
+						// Without the revocation, only the bound of every
+						// rank's lease and tail lets it go (I6).
+						t.Fatalf("%s: completed release of %s before its keys were revoked", step, rel.Tag)
+					}
 				case PathDrained:
 					for _, rk := range s.ranks {
 						if _, c := s.committed[rk]; !c && !s.drained[rk] {
 							t.Fatalf("%s: drained release of %s without rank %d's drain", step, rel.Tag, rk)
 						}
+					}
+					if cfg.CanRevoke && !s.revoked {
+						// Acks are the ranks' word: with a fence, slots go
+						// back only after the revocation is confirmed.
+						t.Fatalf("%s: drained release of %s before its keys were revoked (a lying rank writes into reused memory)", step, rel.Tag)
 					}
 				case PathFenced:
 					if !s.revoked {
@@ -109,12 +184,15 @@ func receiverProperties(variant knownunsafe.Variant) func(*rapid.T) {
 					}
 				case PathTimeout:
 					for _, rk := range s.ranks {
-						if _, c := s.committed[rk]; !c && !s.drained[rk] && now < s.lease[rk].Add(bound(rk)) {
-							t.Fatalf("%s: timeout release of %s before rank %d's bound (%d < %d)", step, rel.Tag, rk, now, s.lease[rk].Add(bound(rk)))
+						if _, c := s.committed[rk]; !c && !s.drained[rk] && big.NewInt(int64(now)).Cmp(bound(s.lease[rk], rk)) < 0 {
+							t.Fatalf("%s: timeout release of %s before rank %d's bound (%d < %s)", step, rel.Tag, rk, now, bound(s.lease[rk], rk))
 						}
 					}
 				default:
 					t.Fatalf("%s: release by %s", step, rel.Path)
+				}
+				if rel.Held < 0 {
+					t.Fatalf("%s: release of %s held for %v", step, rel.Tag, rel.Held)
 				}
 				delete(shadow, rel.Tag)
 			}
@@ -135,7 +213,7 @@ func receiverProperties(variant knownunsafe.Variant) func(*rapid.T) {
 		ranks := []RankID{0, 1}
 		steps := rapid.IntRange(1, 80).Draw(t, "steps")
 		for i := 0; i < steps; i++ {
-			now = now.Add(time.Duration(rapid.IntRange(0, 400).Draw(t, "dt")) * time.Microsecond)
+			now = times.step(t, now)
 			switch op := rapid.IntRange(0, 9).Draw(t, "op"); op {
 			case 0, 1:
 				key := RequestKey{Room: uint64(rapid.IntRange(0, 2).Draw(t, "room")), Gen: uint64(rapid.IntRange(0, 3).Draw(t, "gen"))}
@@ -181,10 +259,17 @@ func receiverProperties(variant knownunsafe.Variant) func(*rapid.T) {
 				r.Tick(now)
 			case 8:
 				tag := pickTag()
-				if s := shadow[tag]; s != nil && cfg.CanRevoke {
-					s.revoked = true
+				if s := shadow[tag]; s != nil && cfg.CanRevoke && rapid.Bool().Draw(t, "revoked") {
+					// Only the core's own Aborting or Handed exposures
+					// take a revocation as evidence.
+					if st, ok := r.State(tag); ok && st != StateAssigned {
+						s.revoked = true
+					}
 					r.Revoked(tag, now)
 				} else {
+					if s := shadow[tag]; s != nil && s.handed {
+						s.finished = true
+					}
 					_ = r.Finish(tag, now)
 				}
 			case 9:
@@ -251,7 +336,8 @@ func propertyFails(t *testing.T, prop func(*rapid.T)) (failed bool, msg string) 
 // decode-side known-unsafe variant, so they are not a test that cannot fail.
 func TestReceiverPropertiesCatchUnsafe(t *testing.T) {
 	for _, v := range []knownunsafe.Variant{knownunsafe.ReleaseOnAbort, knownunsafe.UnboundedTimeout,
-		knownunsafe.SingleAckTarget, knownunsafe.NoCoverageCheck, knownunsafe.ReleaseOnRemoteFailure, knownunsafe.OwnTailOnly} {
+		knownunsafe.SingleAckTarget, knownunsafe.NoCoverageCheck, knownunsafe.ReleaseOnRemoteFailure, knownunsafe.OwnTailOnly,
+		knownunsafe.ReleaseOnDrainAck} {
 		failed, msg := propertyFails(t, receiverProperties(v))
 		if !failed {
 			t.Errorf("%s: the receiver properties did not catch it", v.Name())

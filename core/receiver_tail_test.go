@@ -1,6 +1,9 @@
 package core
 
 import (
+	"errors"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +111,101 @@ func TestRankTailExtendsQuarantine(t *testing.T) {
 	r.Tick(Time(6050 * us))
 	if r.FreeSlots() != 1 {
 		t.Fatal("quarantine did not end at MaxHold + the declared tail + margin")
+	}
+}
+
+// heldUntil admits one page for rank 0 at time 0 (lease 1ms), aborts it at
+// 100us with no drain and no fence, and ticks every 10us up to 10ms: it
+// returns when the exposure was released, or -1 if it is still held.
+func heldUntil(t *testing.T, r *Receiver) Time {
+	t.Helper()
+	tag, err := r.Admit(RequestKey{Room: 1, Gen: 1}, []RankID{0}, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Abort(tag, ReasonClientAbort, Time(100*us)); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Ready().Releases) > 0 {
+		return Time(100 * us) // at the abort itself
+	}
+	for now := Time(100 * us); now <= Time(10*time.Millisecond); now = now.Add(10 * us) {
+		r.Tick(now)
+		if len(r.Ready().Releases) > 0 {
+			return now
+		}
+	}
+	return -1
+}
+
+// TestDeclaredTailClamped is the regression test for finding 1 of issue 15:
+// a Hello declaring MaxTail = MaxInt64 was accepted, lease + tail + margin
+// wrapped, and the aborted exposure was released by "timeout" at the abort
+// (an honest in-flight write then landed in free memory); 2^62 ns held the
+// memory for 146 years. Tails above MaxDeclaredTail are refused now, and the
+// rank's writes stay bounded by the receiver's own tail.
+func TestDeclaredTailClamped(t *testing.T) {
+	for _, tail := range []time.Duration{math.MaxInt64, 1 << 62, DefaultMaxDeclaredTail + 1} {
+		r, err := NewReceiver(ReceiverConfig{Instance: 1, Self: 100, Slots: 1, Lease: time.Millisecond,
+			MaxHold: 4 * time.Millisecond, MaxTail: 300 * us, ClockMargin: 50 * us}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = r.RankTail(0, tail)
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "maximum") {
+			t.Fatalf("tail %v: want an invalid-argument error naming the maximum, got %v", tail, err)
+		}
+		if got := r.Tail(0); got != 300*us {
+			t.Fatalf("tail %v: a refused declaration changed the rank's tail to %v", tail, got)
+		}
+		// lease 1ms + own tail 300us + margin 50us.
+		if got := heldUntil(t, r); got != Time(1350*us) {
+			t.Fatalf("tail %v refused: released at %v, want 1.35ms", tail, time.Duration(got))
+		}
+	}
+	if err := func() error {
+		r, _ := NewReceiver(ReceiverConfig{Instance: 1, Self: 100, Slots: 1, Lease: time.Millisecond, MaxHold: 4 * time.Millisecond}, 0)
+		return r.RankTail(0, DefaultMaxDeclaredTail)
+	}(); err != nil {
+		t.Fatalf("a tail at the default maximum was refused: %v", err)
+	}
+}
+
+// TestDeclaredTailSaturates: an operator who allows any tail
+// (MaxDeclaredTail = MaxInt64) gets a hold that saturates at the end of
+// time, never one that wraps into an early release.
+func TestDeclaredTailSaturates(t *testing.T) {
+	for _, tail := range []time.Duration{math.MaxInt64, math.MaxInt64 - 1, 1 << 62} {
+		r, err := NewReceiver(ReceiverConfig{Instance: 1, Self: 100, Slots: 1, Lease: time.Millisecond,
+			MaxHold: 4 * time.Millisecond, MaxTail: 300 * us, ClockMargin: 50 * us, MaxDeclaredTail: math.MaxInt64}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.RankTail(0, tail); err != nil {
+			t.Fatal(err)
+		}
+		if got := heldUntil(t, r); got != -1 {
+			t.Fatalf("tail %v: released at %v, 0 s after the abort's bound wrapped", tail, time.Duration(got))
+		}
+	}
+}
+
+// TestMaxDeclaredTailValidated: the maximum may not be negative or shorter
+// than the receiver's own tail; zero means the default.
+func TestMaxDeclaredTailValidated(t *testing.T) {
+	base := ReceiverConfig{Instance: 1, Self: 100, Slots: 1, Lease: time.Millisecond, MaxHold: 4 * time.Millisecond, MaxTail: time.Second}
+	for _, bad := range []time.Duration{-1, time.Second - 1} {
+		cfg := base
+		cfg.MaxDeclaredTail = bad
+		if _, err := NewReceiver(cfg, 0); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("MaxDeclaredTail %v: want invalid argument, got %v", bad, err)
+		}
+	}
+	r, err := NewReceiver(base, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.CheckTail(0, DefaultMaxDeclaredTail) != nil || r.CheckTail(0, DefaultMaxDeclaredTail+1) == nil {
+		t.Fatal("zero MaxDeclaredTail is not the default")
 	}
 }

@@ -1,19 +1,6 @@
 package core
 
-import (
-	"fmt"
-	"time"
-)
-
-// Time is a point on the caller's clock in nanoseconds. The core never reads
-// a clock: every input carries the time.
-type Time int64
-
-// Add returns t+d.
-func (t Time) Add(d time.Duration) Time { return t + Time(d) }
-
-// Sub returns t-u as a duration.
-func (t Time) Sub(u Time) time.Duration { return time.Duration(t - u) }
+import "fmt"
 
 // RankID names one rank (a prefill rank or a decode rank) in a deployment.
 type RankID uint32

@@ -34,6 +34,7 @@ type decodeNode struct {
 	revoked  map[core.Tag]bool
 	revBelow uint64 // every tag of an instance below this is revoked
 	stopped  map[core.Tag]bool
+	exposed  map[core.Tag][]uint32 // each tag's slots, as its Assign named them
 	tagReq   map[core.Tag]*simReq
 	admitted map[core.Tag]int64
 }
@@ -79,6 +80,7 @@ type flight struct {
 	pending int   // landings still scheduled
 	lastAt  int64 // last scheduled landing
 	done    bool  // completion delivered
+	rogue   bool  // a lying rank's write after its DrainAck
 }
 
 type streamRef struct {
@@ -102,6 +104,7 @@ type cluster struct {
 	noMore   bool
 	flights  map[flightKey]*flight
 	pending  map[streamRef]int
+	rogue    int // a lying rank's writes still to land
 	res      Result
 	trace    []string
 	stopped  bool
@@ -133,6 +136,9 @@ func newCluster(cfg Config) *cluster {
 	c := &cluster{cfg: cfg, rng: rng, reqs: map[core.RequestKey]*simReq{},
 		flights: map[flightKey]*flight{}, pending: map[streamRef]int{}}
 	c.p = drawProfile(rng)
+	if cfg.Tweak != nil {
+		cfg.Tweak(&c.p)
+	}
 	c.res.Seed = cfg.Seed
 	c.res.Profile = c.p
 	c.roomGen = make([]uint64, c.p.Rooms)
@@ -169,6 +175,7 @@ func newCluster(cfg Config) *cluster {
 func (c *cluster) startDecode(d *decodeNode, restarted bool) {
 	d.inst++
 	d.stopped = map[core.Tag]bool{}
+	d.exposed = map[core.Tag][]uint32{}
 	d.tagReq = map[core.Tag]*simReq{}
 	d.admitted = map[core.Tag]int64{}
 	r, err := core.NewReceiver(core.ReceiverConfig{
@@ -284,7 +291,7 @@ func (c *cluster) unsettledReason() string {
 			return fmt.Sprintf("request %s (tags %v) not resolved: %d of %d exposures released", r.key, r.tags, r.released, len(r.tags))
 		}
 	}
-	if len(c.flights) > 0 {
+	if len(c.flights) > 0 || c.rogue > 0 {
 		return "writes in flight"
 	}
 	for _, d := range c.decodes {

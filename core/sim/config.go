@@ -45,6 +45,13 @@ type Profile struct {
 	// Tails is each prefill rank's transport tail (ns), declared to decode
 	// (RankTail): a write's tail is the writer's, and may exceed decode's.
 	Tails []int64
+	// Liar is the index of a prefill rank that lies (-1: none): its
+	// DrainAcks are sent as the honest core says, but it keeps writing
+	// under the tag for up to LieFor ns afterwards (a buggy or hostile
+	// rank). Only drawn with a fence: without one no receiver can stop it
+	// (docs/failure-paths.md).
+	Liar   int
+	LieFor int64
 }
 
 func drawProfile(rng *rand.Rand) Profile {
@@ -78,6 +85,11 @@ func drawProfile(rng *rand.Rand) Profile {
 	for i := 0; i < p.Prefill; i++ {
 		p.Tails = append(p.Tails, int64(pick(rng, 0.5, 1, 2, 4)*float64(maxTail)))
 	}
+	p.Liar = -1
+	if p.CanRevoke && rng.IntN(3) == 0 {
+		p.Liar = rng.IntN(p.Prefill)
+		p.LieFor = int64(pick(rng, 0.5, 2, 4) * float64(lease))
+	}
 	return p
 }
 
@@ -90,6 +102,9 @@ type Config struct {
 	Trace   bool // keep a trace of the run (used to replay a violation)
 	// TraceLen is how many trailing events a trace keeps (default 60).
 	TraceLen int
+	// Tweak, if set, changes the drawn profile before the run (tests that
+	// force one fault, such as a lying rank without a fence).
+	Tweak func(*Profile)
 }
 
 func tdur(ns int64) time.Duration { return time.Duration(ns) }

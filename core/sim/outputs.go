@@ -44,6 +44,7 @@ func (c *cluster) decodeOut(d *decodeNode) {
 }
 
 func (c *cluster) expose(d *decodeNode, tag core.Tag, slots []uint32) {
+	d.exposed[tag] = append([]uint32(nil), slots...)
 	for _, s := range slots {
 		sh := &d.slots[s]
 		if sh.state == slotExposed && sh.tag == tag {
@@ -142,6 +143,9 @@ func (c *cluster) prefillOut(p *prefillNode) {
 				c.violate("I5", "prefill %d sent %s while %d of its writes for it can still land", p.id, m, n)
 				return
 			}
+		}
+		if m.Kind == core.KindDrainAck && p.idx == c.p.Liar {
+			c.lie(p, m)
 		}
 		if d := c.decodeByID(env.To); d != nil {
 			c.tracef("prefill %d -> decode %d: %s", p.id, d.id, m)

@@ -37,5 +37,6 @@ type Result struct {
 	Released                   [5]int // by core.ReleasePath
 	FencedWrites               int    // writes dropped by a revoked key
 	LateWrites                 int    // writes that landed after their tag stopped (held memory)
+	RogueWrites                int    // a lying rank's writes after its DrainAck that landed (in held memory)
 	MaxHoldNs                  int64
 }

@@ -17,12 +17,12 @@ var (
 // TestSimSafe: the real core shows no violation of I1–I7 on any seed.
 func TestSimSafe(t *testing.T) {
 	s := Sweep(knownunsafe.Safe, *firstSeed, *seeds, false)
-	t.Logf("safe: %d seeds, %d steps, %d handoffs, releases drained/fenced/timeout/completed %v, %d late writes held, %d fenced writes",
-		s.Seeds, s.Steps, s.Handoffs, s.Released[:4], s.LateWrites, s.Fenced)
+	t.Logf("safe: %d seeds, %d steps, %d handoffs, releases drained/fenced/timeout/completed %v, %d late writes held, %d fenced writes, %d lying-rank writes held",
+		s.Seeds, s.Steps, s.Handoffs, s.Released[:4], s.LateWrites, s.Fenced, s.Rogue)
 	if s.Violations > 0 {
 		t.Fatalf("%d of %d seeds violate an invariant; first:\n%s", s.Violations, s.Seeds, s.First)
 	}
-	if s.LateWrites == 0 || s.Released[0] == 0 || s.Released[1] == 0 || s.Released[2] == 0 {
+	if s.LateWrites == 0 || s.Rogue == 0 || s.Released[0] == 0 || s.Released[1] == 0 || s.Released[2] == 0 {
 		t.Fatalf("the sweep never exercised late writes or every release path: %+v", s)
 	}
 }
@@ -40,6 +40,47 @@ func TestSimCatchesEveryUnsafeVariant(t *testing.T) {
 			t.Logf("caught at seed %d (%s): %s", s.First.Seed, s.First.Invariant, s.First.What)
 		})
 	}
+}
+
+// liar makes prefill rank 0 lie on every seed: it keeps writing for two
+// leases after each DrainAck.
+func liar(fence bool) func(*Profile) {
+	return func(p *Profile) {
+		p.CanRevoke, p.Liar, p.LieFor = fence, 0, 2*lease
+	}
+}
+
+// TestSimLyingRankFenced: with a fence, a rank that acks its drain and keeps
+// writing never writes into released memory (finding 2 of issue 15), and
+// the release-on-drain-ack variant (slots back on the acks, before the
+// revoke) is caught.
+func TestSimLyingRankFenced(t *testing.T) {
+	n := min(*seeds, 1000)
+	s := SweepTweaked(knownunsafe.Safe, *firstSeed, n, false, liar(true))
+	t.Logf("safe with a lying rank: %d seeds, %d of its writes held, %d fenced, releases drained/fenced/timeout/completed %v",
+		s.Seeds, s.Rogue, s.Fenced, s.Released[:4])
+	if s.Violations > 0 {
+		t.Fatalf("%d of %d seeds violate an invariant; first:\n%s", s.Violations, s.Seeds, s.First)
+	}
+	if s.Rogue == 0 || s.Fenced == 0 {
+		t.Fatalf("the lying rank never wrote after its ack, or no write was fenced: %+v", s)
+	}
+	u := SweepTweaked(knownunsafe.ReleaseOnDrainAck, 1, 200, true, liar(true))
+	if u.First == nil || u.First.Invariant != "I1" {
+		t.Fatalf("release-on-drain-ack not caught as I1 within %d seeds: %+v", u.Seeds, u.First)
+	}
+	t.Logf("release-on-drain-ack caught at seed %d: %s", u.First.Seed, u.First.What)
+}
+
+// TestSimLyingRankWithoutFence documents the limit: without a fence the
+// receiver has only the ranks' word, and a lying rank writes into memory
+// that was released on its ack (docs/failure-paths.md says so).
+func TestSimLyingRankWithoutFence(t *testing.T) {
+	s := SweepTweaked(knownunsafe.Safe, 1, 200, true, liar(false))
+	if s.First == nil || s.First.Invariant != "I1" {
+		t.Fatalf("a lying rank without a fence was never caught writing into released memory in %d seeds: the sim's liar is too weak", s.Seeds)
+	}
+	t.Logf("without a fence, a lying rank breaks I1 at seed %d: %s", s.First.Seed, s.First.What)
 }
 
 // TestSimReplaysExactly: the same seed gives the same run, event for event,

@@ -13,19 +13,26 @@ type Summary struct {
 	Released   [5]int
 	Fenced     int
 	LateWrites int
+	Rogue      int // a lying rank's writes after its DrainAck, landed in held memory
 }
 
 // Sweep runs seeds [from, from+n) of one variant. With stopAtFirst it stops
 // at the first violation (enough to show that the checker catches it).
 func Sweep(v knownunsafe.Variant, from uint64, n int, stopAtFirst bool) Summary {
+	return SweepTweaked(v, from, n, stopAtFirst, nil)
+}
+
+// SweepTweaked is Sweep with every drawn profile changed by tweak first.
+func SweepTweaked(v knownunsafe.Variant, from uint64, n int, stopAtFirst bool, tweak func(*Profile)) Summary {
 	s := Summary{Variant: v.Name()}
 	for i := 0; i < n; i++ {
-		r := Run(Config{Seed: from + uint64(i), Variant: v})
+		r := Run(Config{Seed: from + uint64(i), Variant: v, Tweak: tweak})
 		s.Seeds++
 		s.Steps += r.Steps
 		s.Handoffs += r.Handoffs
 		s.Fenced += r.FencedWrites
 		s.LateWrites += r.LateWrites
+		s.Rogue += r.RogueWrites
 		for p := range r.Released {
 			s.Released[p] += r.Released[p]
 		}

@@ -125,7 +125,9 @@ func (c *cluster) land(f *flight, slot uint32) {
 			f.tag, f.uid, d.id, slot, describe(s))
 		return
 	}
-	if f.rank.srcReleased[f.key] {
+	if f.rogue {
+		c.res.RogueWrites++
+	} else if f.rank.srcReleased[f.key] {
 		c.violate("I7", "write of %s read prefill %d source pages after they were released", f.tag, f.rank.id)
 		return
 	}
@@ -145,6 +147,32 @@ func describe(s *slotShadow) string {
 		return "quarantined"
 	}
 	return "?"
+}
+
+// lie makes the lying rank keep writing after its honest core sent a
+// DrainAck: one to three writes to the tag's slots, within LieFor. They are
+// not the core's (no I5 or I7 check), but wherever they land I1 is checked.
+func (c *cluster) lie(p *prefillNode, m core.Message) {
+	if m.Evidence != core.EvidenceCompleted && m.Evidence != core.EvidenceQuiesced {
+		return // it never posted for the tag, so it does not know where to write
+	}
+	d := c.decodeByID(m.Decode)
+	slots := d.exposed[m.Tag]
+	r := c.reqs[m.Tag.Key()]
+	if len(slots) == 0 || r == nil {
+		return
+	}
+	f := &flight{rank: p, tag: m.Tag, dec: d, key: m.Tag.Key(), uid: r.uid, rogue: true}
+	for n := 1 + c.rng.IntN(3); n > 0; n-- {
+		slot := slots[c.rng.IntN(len(slots))]
+		at := c.sch.now + 1_000 + c.rng.Int64N(c.p.LieFor)
+		c.rogue++
+		c.tracef("prefill %d: LIES: acked %s and will still write slot %d at %dus", p.id, m.Tag, slot, at/1000)
+		c.sch.at(at, func() {
+			c.rogue--
+			c.land(f, slot)
+		})
+	}
 }
 
 // quiesce answers honestly: only once none of the batches can move.

@@ -24,13 +24,18 @@ var (
 	NoTombstones           = Variant{name: "no-tombstones"}
 	RestartReuse           = Variant{name: "restart-reuse"}
 	OwnTailOnly            = Variant{name: "own-tail-only"}
+	// ReleaseOnDrainAck trusts the ranks' acks with a fence at hand: slots
+	// go back on every rank's DrainAck (or the decode loop's finish) before
+	// their keys are revoked, so a rank that acks and keeps writing writes
+	// into reused memory.
+	ReleaseOnDrainAck = Variant{name: "release-on-drain-ack"}
 )
 
 // All lists every unsafe variant, in a stable order.
 var All = []Variant{
 	ReleaseOnAbort, AckAfterFailedSend, IgnoreGenerations, UnboundedTimeout,
 	SingleAckTarget, ReleaseOnRemoteFailure, NoCoverageCheck, SelfRenewedLease,
-	NoTombstones, RestartReuse, OwnTailOnly,
+	NoTombstones, RestartReuse, OwnTailOnly, ReleaseOnDrainAck,
 }
 
 // Name is the variant's stable name ("safe" for the real core).
