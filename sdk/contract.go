@@ -88,8 +88,10 @@ type Transport interface {
 // With Capabilities.WriterBound, a Window naming a Writer yields a key that
 // only that writer's connection can use: the same write from any other
 // writer ends at its sender as refused (FailedDefinite or InDoubt, never
-// Succeeded). A Writer that is not connected, or is connected more than
-// once, is FailedPrecondition.
+// Succeeded). A Writer that is not connected is FailedPrecondition; so is
+// one connected more than once, where the key binds to one connection
+// (verbs: a queue pair) — a transport that binds it to the writer's proven
+// identity (tcp: its certificate) accepts any of that writer's connections.
 type Granter interface {
 	Grant(ctx context.Context, w Window) (Key, error)
 	Revoke(ctx context.Context, key Key) (RevokeResult, error)

@@ -211,9 +211,10 @@ type Endpoint struct {
 //
 // Writer, when set, names the only writer that may use the key: the
 // Address of the writing transport's LocalEndpoint. It must already be
-// connected to this transport (once: a writer with several connections here
-// is ambiguous, FailedPrecondition), and the key lives no longer than that
-// connection. A transport without Capabilities.WriterBound ignores Writer;
+// connected to this transport, and the key lives no longer than that
+// connection (see Granter: a transport binding keys to one connection
+// refuses a writer connected several times; tcp binds to the writer's
+// proven identity, and the key lives until its last connection closes). A transport without Capabilities.WriterBound ignores Writer;
 // empty Writer: whoever holds the key.
 type Window struct {
 	Region RegionID

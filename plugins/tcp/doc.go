@@ -28,8 +28,11 @@
 // cleartext; session tokens are 128 random bits; a Quiesce is obeyed only
 // from the identity that opened the session; Capabilities.WriterBound — a
 // key granted with Window.Writer (the writer's LocalEndpoint address, pin
-// included) is usable only on that writer's one live data connection and
-// dies with it. An unbound key is a bearer capability: whoever holds it may
+// included) is usable only on data connections that prove that writer's
+// certificate, and dies when the writer's last connection here closes
+// (receiver.go: presence). Unlike verbs (one queue pair per key), a writer
+// with several connections here (lanes) is not ambiguous: the key binds to
+// the proven identity, not to one socket. An unbound key is a bearer capability: whoever holds it may
 // write, so it must travel only over authenticated, encrypted channels (the
 // agents' control plane); keys are 64 random bits (the width of sdk.Key),
 // guessing online is capped per connection (maxUnknownKeyWrites) and by the

@@ -15,9 +15,10 @@ type exposure struct {
 	region *region
 	off    uint64
 	length uint64
-	// writer, when set, is the one data session that may write under the
-	// key (sdk.Window.Writer); fixed at Grant. The key dies with it.
-	writer *recvSession
+	// writer, when set, is the presence of the one identity whose data
+	// sessions may write under the key (sdk.Window.Writer); fixed at
+	// Grant. The key dies with it (receiver.go: presence).
+	writer *presence
 	queued bool // under Transport.mu: on the list of revoked keys to forget
 
 	mu       sync.Mutex

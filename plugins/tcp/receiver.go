@@ -32,7 +32,8 @@ type receiver struct {
 
 	mu       sync.Mutex
 	sessions map[sessionToken]*recvSession
-	conns    map[net.Conn]struct{} // every accepted connection still open
+	present  map[fingerprint]*presence // identities with a session open
+	conns    map[net.Conn]struct{}     // every accepted connection still open
 	closed   bool
 	stop     chan struct{} // closed by close: ends the accept backoff
 	wg       sync.WaitGroup
@@ -48,6 +49,13 @@ func newSessionToken() sessionToken {
 	return t
 }
 
+// presence is one span of time during which an identity has at least one
+// data session open here. A writer-bound key is bound to the presence its
+// writer had at Grant: any of the writer's connections may use it while
+// one of them stays open, and it dies with the last one (a reconnection
+// starts a new presence). Guarded by receiver.mu.
+type presence struct{ live int }
+
 // recvSession is one data connection from a sender. Its sender may take
 // the end of the connection, seen from its side, as proof that nothing more
 // of it is applied (sdk.EvidenceReceiverClosed, closed.go), so: a payload is
@@ -57,6 +65,7 @@ func newSessionToken() sessionToken {
 type recvSession struct {
 	token sessionToken
 	peer  fingerprint // the sender's proven identity
+	at    *presence   // its identity's presence, which it keeps alive
 	raw   net.Conn    // the TCP socket
 	conn  net.Conn    // TLS over raw (raw itself in the cleartext variant)
 
@@ -244,11 +253,19 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 		return
 	}
 	r.sessions[s.token] = s
+	if s.at = r.present[peer]; s.at == nil {
+		s.at = &presence{}
+		r.present[peer] = s.at
+	}
+	s.at.live++
 	r.mu.Unlock()
 	defer func() {
 		s.abort()
 		r.mu.Lock()
 		delete(r.sessions, s.token)
+		if s.at.live--; s.at.live == 0 {
+			delete(r.present, peer)
+		}
 		r.mu.Unlock()
 		close(s.done)
 	}()
@@ -331,7 +348,7 @@ func (r *receiver) apply(s *recvSession, h header) (ackCode, error) {
 	switch {
 	case e == nil:
 		code = ackUnknownKey
-	case e.writer != nil && e.writer != s:
+	case e.writer != nil && e.writer != s.at:
 		code = ackNotWriter
 		r.t.stats.add(statNotWriter, 1)
 	case !inBounds(h.Offset, h.Length, e.length):
@@ -392,17 +409,11 @@ func (r *receiver) quiesce(c net.Conn, peer fingerprint, h header) {
 	_, _ = c.Write(hb[:])
 }
 
-// liveSessionsOf lists the open sessions whose sender proved fp.
-func (r *receiver) liveSessionsOf(fp fingerprint) []*recvSession {
+// presenceOf is fp's current presence, nil if it has no session open.
+func (r *receiver) presenceOf(fp fingerprint) *presence {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []*recvSession
-	for _, s := range r.sessions {
-		if s.peer.equal(fp) {
-			out = append(out, s)
-		}
-	}
-	return out
+	return r.present[fp]
 }
 
 // close stops listening and ends every connection.

@@ -366,6 +366,34 @@ func TestWriterBoundKeyRefusesStranger(t *testing.T) {
 	if c := post(t, e, e.Peer, bound, 0, 0, 4096); c.Status != sdk.Succeeded {
 		t.Fatalf("the bound writer's write: %+v", c)
 	}
+	// A second connection of the same writer may use it too.
+	again, err := s.Connect(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := post(t, e, again, bound, 0, 4096, 4096); c.Status != sdk.Succeeded {
+		t.Fatalf("the bound writer's write on its second connection: %+v", c)
+	}
+	// The key dies with the writer's last connection here: a reconnection
+	// does not revive it.
+	for _, p := range []sdk.PeerID{e.Peer, again} {
+		if err := s.Disconnect(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, fp, _, _ := splitPin(sep.Address)
+	for deadline := time.Now().Add(20 * time.Second); r.recv.presenceOf(fp) != nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer's connections are still open at the receiver")
+		}
+	}
+	later, err := s.Connect(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := post(t, e, later, bound, 0, 8192, 4096); c.Status != sdk.FailedDefinite {
+		t.Fatalf("the writer's write after it reconnected: %+v, want FailedDefinite", c)
+	}
 	if _, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: 4096, Writer: "127.0.0.1:1"}); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
 		t.Fatalf("Grant to a writer without a pin: %v, want FailedPrecondition", err)
 	}

@@ -81,7 +81,7 @@ func New(cfg Config, log hclog.Logger) (*Transport, error) {
 		pumpEnd:  make(chan struct{}),
 	}
 	t.compCond = sync.NewCond(&t.compMu)
-	t.recv = &receiver{t: t, ln: ln, log: log, sessions: map[sessionToken]*recvSession{}, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+	t.recv = &receiver{t: t, ln: ln, log: log, sessions: map[sessionToken]*recvSession{}, present: map[fingerprint]*presence{}, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
 	if cfg.unsafe != unsafeCleartext {
 		if t.id, err = newIdentity(); err != nil {
 			_ = ln.Close()
@@ -467,10 +467,10 @@ func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 	if w.Length == 0 {
 		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "Grant: zero-length window")
 	}
-	var writer *recvSession
+	var writer *presence
 	if w.Writer != "" && t.id != nil {
 		var err error
-		if writer, err = t.writerSession(w.Writer); err != nil {
+		if writer, err = t.writerPresence(w.Writer); err != nil {
 			return 0, err
 		}
 	}
@@ -496,9 +496,12 @@ func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 	return k, nil
 }
 
-// writerSession finds the one live data session whose sender proved the
-// certificate named in writer (an initiator's LocalEndpoint address).
-func (t *Transport) writerSession(writer string) (*recvSession, error) {
+// writerPresence is the presence of the identity named in writer (an
+// initiator's LocalEndpoint address, pin included): it must have a data
+// session open here. Unlike verbs, whose key binds to one queue pair, a
+// writer with several connections is not ambiguous: the key binds to the
+// proven identity, for as long as it stays connected.
+func (t *Transport) writerPresence(writer string) (*presence, error) {
 	_, fp, pinned, err := splitPin(writer)
 	switch {
 	case err != nil:
@@ -506,14 +509,11 @@ func (t *Transport) writerSession(writer string) (*recvSession, error) {
 	case !pinned:
 		return nil, sdk.Errorf(sdk.ClassFailedPrecondition, "Grant: writer %q names no certificate (%s<hex>), so no connection can be authenticated as it", writer, pinPrefix)
 	}
-	switch ss := t.recv.liveSessionsOf(fp); len(ss) {
-	case 0:
+	p := t.recv.presenceOf(fp)
+	if p == nil {
 		return nil, sdk.Errorf(sdk.ClassFailedPrecondition, "Grant: writer %q is not connected", writer)
-	case 1:
-		return ss[0], nil
-	default:
-		return nil, sdk.Errorf(sdk.ClassFailedPrecondition, "Grant: writer %q has %d connections here; a key binds to one", writer, len(ss))
 	}
+	return p, nil
 }
 
 // Revoke returns once no byte under key can land. The key stays known (so
