@@ -14,5 +14,9 @@
 // kvfence package except internal/knownunsafe (the switch for the deliberately
 // unsafe variants that only the simulation and the demo may select). Holds
 // belong to the core, not to request objects: no engine call releases exposed
-// memory except through drained, fenced or timeout.
+// memory except through drained, fenced or timeout. With a fence (the
+// transport can revoke), slots go back only after their keys are revoked,
+// whatever the ranks' acks say. Time arithmetic saturates, and a declared
+// tail above the configured maximum is refused, so that no peer's or
+// configuration's duration can wrap a bound into an early release.
 package core

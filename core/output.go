@@ -6,10 +6,10 @@ import "time"
 type ReleasePath uint8
 
 const (
-	PathDrained   ReleasePath = iota // every rank that may touch it acknowledged a drain
-	PathFenced                       // the transport revoked access (evidence)
-	PathTimeout                      // past lease + the writer's tail + margin, nothing else
-	PathCompleted                    // handed off and finished by the decode loop
+	PathDrained   ReleasePath = iota // every rank that may touch it acknowledged a drain (with a fence: and then the revoke was confirmed)
+	PathFenced                       // the transport revoked access before every rank acknowledged (evidence)
+	PathTimeout                      // past lease + the writer's tail + margin (with a fence: a revoke that never confirmed)
+	PathCompleted                    // handed off and finished by the decode loop (with a fence: and revoked)
 	PathUnsafe                       // a known-unsafe variant let it go early
 	numPaths
 )

@@ -310,8 +310,14 @@ end:
        assert(I2_handoff_full_coverage && landed[IX(0,cur)] && landed[IX(1,cur)]);
        assert(I2_handoff_not_aborted && !aborted[cur]);
        dst = D_HANDED; dl[0] = 0; dl[1] = 0 )
+#if defined(REVOKE) && !defined(M_RELEASE_ON_DRAIN_ACK)
+  /* With a fence, acks are the ranks' word: slots go back only once revoked. */
+  :: AT( dst == D_HANDED -> revoked[cur] = 1; release() )  /* request done, fenced, slot back to pool */
+  :: AT( dst == D_ABORTING && ALLACK -> revoked[cur] = 1; release() ) /* Released{drained}, after the fence */
+#else
   :: AT( dst == D_HANDED -> release() )                    /* request done, slot back to pool */
   :: AT( dst == D_ABORTING && ALLACK -> release() )        /* Released{drained} */
+#endif
   :: AT( dst == D_ABORTING && TOREL ->                     /* Released{timeout} */
 #ifdef REVOKE
        revoked[cur] = 1;
@@ -341,9 +347,14 @@ end:
   od
 }
 
+#ifdef LIAR
+#define LIAR_R(r) ((r) == 0)     /* the lying rank's acks are not the protocol's: not checked by I5 */
+#else
+#define LIAR_R(r) 0
+#endif
 inline sendDAK(r,g) {
 #ifndef NO_I5
-  assert(I5_failed_not_complete && ws[IX(r,g)] != W_INDOUBT && ws[IX(r,g)] != W_INFL);  /* I5 */
+  assert(I5_failed_not_complete && (LIAR_R(r) || (ws[IX(r,g)] != W_INDOUBT && ws[IX(r,g)] != W_INFL)));  /* I5 */
 #endif
   sendD(DAK,r,g)
 }
@@ -411,7 +422,18 @@ inline rabort(r,g) {
        rs[IX(r,g)] = R_ACKED; sendDAK(r,g) ) \
   :: AT( (rs[IX(r,g)] == R_SENDING || rs[IX(r,g)] == R_FAILED || rs[IX(r,g)] == R_DRAINING) \
               && hbc[IX(r,g)] < MAXHB -> hbc[IX(r,g)]++; sendD(HBT,r,g); rhb(r,g) ) \
-  MUT_ACK(r,g) FORGETSTEP(r,g)
+  MUT_ACK(r,g) FORGETSTEP(r,g) LIESTEP(r,g)
+
+#ifdef LIAR
+/* rank 0 lies (buggy or hostile): it acks its drain while its write still moves,
+   and the write then keeps moving with no tail (tl = 0 never clears mv) until it
+   lands or a fence (revoked) stops it. */
+#define LIESTEP(r,g) :: AT( (r) == 0 && (rs[IX(r,g)] == R_FAILED || rs[IX(r,g)] == R_DRAINING) && \
+       (ws[IX(r,g)] == W_INFL || ws[IX(r,g)] == W_INDOUBT) && mv[IX(r,g)] -> \
+       rs[IX(r,g)] = R_ACKED; tl[IX(r,g)] = 0; sendDAK(r,g) )
+#else
+#define LIESTEP(r,g)
+#endif
 
 #if TRUNC
 #define PICKCOV(k) if :: trunc[k] = 0 :: trunc[k] = 1 fi

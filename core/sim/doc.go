@@ -5,7 +5,8 @@
 // real backends' behaviour (late completions, "timeouts" after which writes
 // still land, failed slices that land again after the error, rank crashes
 // whose writes stop only after a reap delay, decode restarts, tiny pools so
-// freed slots are reused at once, room ids reused, abort storms).
+// freed slots are reused at once, room ids reused, abort storms) and, where
+// a fence exists, a lying prefill rank that acks its drain and keeps writing.
 //
 // A checker keeps shadow ownership and content of every decode slot and
 // asserts the invariants I1–I7 of docs/design.md §2 on every step. Everything random

@@ -1,0 +1,70 @@
+package core
+
+import (
+	"math"
+	"math/big"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// TestSenderExtremeLeases: whatever leases decode sends (MinTime, MaxTime,
+// one tick either side of now), whatever margins and timers the rank is
+// configured with (0, 1 ns, 2^62, MaxInt64) and whatever its clock does
+// (near either end, going backwards), a rank posts only while now is before
+// the latest lease it was granted minus its skew margin, in exact
+// arithmetic: no lease or margin wraps into a licence to write.
+func TestSenderExtremeLeases(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		durs := []time.Duration{1, time.Millisecond, 1 << 62, math.MaxInt64}
+		cfg := SenderConfig{Rank: 0, MaxInflight: 4, MaxBatchPages: 1,
+			SkewMargin:       rapid.SampledFrom(append(durs, 0)).Draw(t, "skew"),
+			Heartbeat:        rapid.SampledFrom(durs).Draw(t, "heartbeat"),
+			RequestTombstone: rapid.SampledFrom(durs).Draw(t, "tombstone"),
+			BootstrapTimeout: rapid.SampledFrom(durs).Draw(t, "bootstrap")}
+		s, err := NewSender(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := extremeTimes.start(t)
+		key := RequestKey{Room: 1, Gen: 1}
+		tag := Tag{Instance: 1, Room: 1, Gen: 1}
+		var lease *big.Int // the latest lease the rank was sent
+		var batches []BatchID
+		for i, steps := 0, rapid.IntRange(1, 40).Draw(t, "steps"); i < steps; i++ {
+			now = extremeTimes.step(t, now)
+			switch rapid.IntRange(0, 6).Draw(t, "op") {
+			case 0:
+				_ = s.Open(key, 4, now)
+			case 1:
+				_ = s.Produce(key, rapid.IntRange(0, 4).Draw(t, "upto"), now)
+			case 2, 3:
+				l := rapid.SampledFrom([]Time{MinTime, now.Add(-1), now, now.Add(1), now.Add(time.Millisecond), now.Add(1 << 62), MaxTime}).Draw(t, "lease")
+				kind := KindAssign
+				if rapid.Bool().Draw(t, "grant") {
+					kind = KindGrant
+				}
+				if lease == nil || big.NewInt(int64(l)).Cmp(lease) > 0 {
+					lease = big.NewInt(int64(l))
+				}
+				s.Step(Message{Kind: kind, Tag: tag, Rank: 0, Decode: 100, LeaseUntil: l, Ranks: []RankID{0}, Slots: []uint32{0, 1, 2, 3}}, now)
+			case 4:
+				s.Tick(now)
+			case 5:
+				if len(batches) > 0 {
+					b := rapid.SampledFrom(batches).Draw(t, "batch")
+					_ = s.Completed(b, rapid.SampledFrom([]BatchStatus{Succeeded, InDoubt}).Draw(t, "status"), now)
+				}
+			case 6:
+				s.Step(Message{Kind: KindAbort, Tag: tag, Rank: 0, Decode: 100, LeaseUntil: MaxTime}, now)
+			}
+			for _, p := range s.Ready().Posts {
+				batches = append(batches, p.Batch)
+				if lease == nil || big.NewInt(int64(now)).Cmp(new(big.Int).Sub(lease, big.NewInt(int64(cfg.SkewMargin)))) >= 0 {
+					t.Fatalf("step %d: posted batch %d at %d, not before lease %v - margin %v", i, p.Batch, now, lease, cfg.SkewMargin)
+				}
+			}
+		}
+	})
+}
