@@ -67,7 +67,7 @@ func TestLyingRankCannotWriteAfterRelease(t *testing.T) {
 	t.Cleanup(d.Close)
 
 	// The liar links as prefill rank 1 and opens its own transport.
-	l, _, err := dial(ctx, d.Addr(), nil, Hello{Role: RolePrefill, Rank: 1, Version: ProtocolVersion, Caps: Caps{Quiesce: true}})
+	l, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestLyingRankCannotWriteAfterRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var keys []KeyRef
+	var keys []keyRef
 	for keys == nil {
 		f, err := l.recv(nil)
 		if err != nil {
@@ -129,7 +129,7 @@ func TestLyingRankCannotWriteAfterRelease(t *testing.T) {
 	// Aborted; the rank acks its drain and will keep writing.
 	rv.Abort()
 	drain := core.Message{Kind: core.KindDrainAck, Tag: tag, Rank: 1, Decode: 0, Evidence: core.EvidenceCompleted}
-	l.send(&Frame{Type: FrameCore, Core: core.AppendMessage(nil, &drain)})
+	l.send(&frame{Type: frameCore, Core: core.AppendMessage(nil, &drain)})
 	waitFor(t, "the drained release", rv.Released)
 	if _, err := d.NewReceiver(core.RequestKey{Room: 2, Gen: 1}).Init(1, []core.RankID{2}); err != nil {
 		t.Fatalf("the next request did not get the freed slot: %v", err)
