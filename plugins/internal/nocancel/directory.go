@@ -94,7 +94,9 @@ type dirClient struct {
 	c  net.Conn
 }
 
-const dirTimeout = 5 * time.Second
+// dirTimeout bounds a lookup: Post waits at most this long for a key's
+// first use (then refuses, Unavailable, having sent nothing).
+const dirTimeout = 2 * time.Second
 
 func dialDirectory(addr string) (*dirClient, string, error) {
 	c, err := net.DialTimeout("tcp", addr, dirTimeout)

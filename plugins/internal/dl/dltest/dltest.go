@@ -6,24 +6,40 @@
 package dltest
 
 import (
+	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"testing"
 )
 
-// BuildSharedLib compiles srcs (paths) into dir/name with gcc and returns
-// its path. The test is skipped, saying why, when gcc is missing (make deps
-// installs it; CI has it).
-func BuildSharedLib(t testing.TB, dir, name string, srcs ...string) string {
-	t.Helper()
+// ErrNoCompiler: gcc is not installed (make deps installs it; CI has it).
+var ErrNoCompiler = errors.New("gcc not found: cannot build the fake C library (apt-get install gcc)")
+
+// Build compiles srcs (paths, and -D flags) into dir/name with gcc and
+// returns its path.
+func Build(dir, name string, srcs ...string) (string, error) {
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
-		t.Skip("gcc not found: cannot build the fake C library (apt-get install gcc)")
+		return "", ErrNoCompiler
 	}
 	out := filepath.Join(dir, name)
 	args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o", out}, srcs...)
 	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc %v: %v\n%s", args, err, b)
+		return "", fmt.Errorf("gcc %v: %v\n%s", args, err, b)
+	}
+	return out, nil
+}
+
+// BuildSharedLib is Build for a test: skipped, saying why, without gcc.
+func BuildSharedLib(t testing.TB, dir, name string, srcs ...string) string {
+	t.Helper()
+	out, err := Build(dir, name, srcs...)
+	if errors.Is(err, ErrNoCompiler) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
