@@ -16,8 +16,8 @@ import (
 // writes of 4 MiB or more have no status timeout (WAITING forever). The
 // plugin reports a batch still WAITING after 1 s.
 func fakeEnv(extra ...string) []string {
-	return append([]string{mooncake.EnvLib + "=" + fakeLib, "KVFENCE_FAKE_MC_STATUS_TIMEOUT_MS=300",
-		"KVFENCE_FAKE_MC_WAIT_FOREVER_BYTES=4194304", mooncake.EnvReportAfter + "=1s"}, extra...)
+	return append([]string{mooncake.EnvLib + "=" + fakeLib, "KVFENCE_FAKE_STATUS_TIMEOUT_MS=300",
+		"KVFENCE_FAKE_WAIT_FOREVER_BYTES=4194304", mooncake.EnvReportAfter + "=1s"}, extra...)
 }
 
 func newPair(t *testing.T, bin string, env, iniEnv []string) *nocanceltest.Pair {

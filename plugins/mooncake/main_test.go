@@ -21,7 +21,13 @@ var (
 const (
 	pluginPkg = "github.com/kvfence/kvfence/plugins/mooncake/cmd/kvfence-plugin-mooncake"
 	fakeSrc   = "testdata/fake_transfer_engine.c"
+	wireDir   = "../internal/nocancel/testdata"
 )
+
+// fakeArgs are gcc's inputs for the fake library plus extra flags.
+func fakeArgs(extra ...string) []string {
+	return append([]string{"-I" + wireDir, fakeSrc, wireDir + "/fakewire.c"}, extra...)
+}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "kvfence-mooncake-test")
@@ -50,13 +56,13 @@ func build(dir string) (err error) {
 	if unsafeBin, err = sdktest.BuildPlugin(dir, pluginPkg, "kvfenceunsafe"); err != nil {
 		return err
 	}
-	if fakeLib, err = dltest.Build(dir, "libfake_transfer_engine.so", fakeSrc); err != nil {
+	if fakeLib, err = dltest.Build(dir, "libfake_transfer_engine.so", fakeArgs()...); err != nil {
 		return err
 	}
-	if oldLib, err = dltest.Build(dir, "libfake_old.so", fakeSrc, "-DFAKE_OLD_API"); err != nil {
+	if oldLib, err = dltest.Build(dir, "libfake_old.so", fakeArgs("-DFAKE_OLD_API")...); err != nil {
 		return err
 	}
-	brokeLib, err = dltest.Build(dir, "libfake_nosubmit.so", fakeSrc, "-DFAKE_NO_SUBMIT")
+	brokeLib, err = dltest.Build(dir, "libfake_nosubmit.so", fakeArgs("-DFAKE_NO_SUBMIT")...)
 	return err
 }
 
