@@ -74,13 +74,13 @@ func newRemote(ctx context.Context, conn grpc.ClientConnInterface, processGone c
 	return r, nil
 }
 
-// asTransport exposes Granter only when the plugin declared Revoke, so that a
-// type assertion on the host side means what it means in process.
+// asTransport exposes Granter to the host. A plugin over a backend that
+// cannot revoke (Mooncake, NIXL, MORI) still grants keys, so that a peer can
+// address its memory, and answers Revoke with Unimplemented; whether Revoke
+// works is Capabilities.Revoke, never the type assertion. A plugin that
+// implements no Granter at all answers Grant with Unimplemented.
 func (r *remote) asTransport() Transport {
-	if r.info.Capabilities.Revoke {
-		return &remoteGranter{r}
-	}
-	return r
+	return &remoteGranter{r}
 }
 
 func (r *remote) receive(stream pb.Transport_CompletionsClient) {
@@ -362,7 +362,7 @@ func (r *remote) Close() error {
 	return err
 }
 
-// remoteGranter is a remote whose plugin declared Revoke.
+// remoteGranter is a remote with Grant and Revoke forwarded to the plugin.
 type remoteGranter struct{ *remote }
 
 func (r *remoteGranter) Grant(ctx context.Context, w Window) (Key, error) {

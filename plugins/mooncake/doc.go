@@ -1,10 +1,23 @@
-// Package mooncake will hold the kvfence transport plugin that wraps the
-// Mooncake Transfer Engine through its C API.
+// Package mooncake is the kvfence transport plugin over Mooncake Transfer
+// Engine's C API (libtransfer_engine.so), loaded at run time with
+// dlopen/dlsym: the plugin builds and its tests run without Mooncake, and
+// without the library it refuses its handshake with one classified line
+// naming KVFENCE_MOONCAKE_LIB.
 //
-// It owns the mapping from Mooncake's batch statuses onto the kvfence
-// completion contract (Succeeded / FailedDefinite / InDoubt). It must never
-// report a batch as failed-definite on Mooncake's word alone: Mooncake resends
-// failed slices and its timeouts do not stop writes.
+// It owns: the library's symbols and this plugin's version rule (required
+// core functions; getLocalIpAndPort marks the 2025 API it drives; newer
+// functions optional), the mapping of Mooncake's task statuses and return
+// codes, which links confirm application (RDMA; TCP only with v2 framing at
+// both ends), and its settings. The batch lifecycle and the verdicts are
+// package nocancel's.
 //
-// Not built yet: a later issue fills this package.
+// It must never report a batch Succeeded on a COMPLETED that the link does
+// not confirm (legacy TCP framing reports COMPLETED once bytes are queued),
+// FailedDefinite on Mooncake's word (FAILED, TIMEOUT and WAITING writes
+// land later: measured), free a batch before every task was polled terminal
+// (batch ids are raw pointers; BatchBusy), release a source a FAILED task
+// may still read, or declare Revoke or a bounded MaxTail.
+//
+// See README.md for what Mooncake promises, what it does not, and how
+// kvfence keeps memory safe anyway.
 package mooncake

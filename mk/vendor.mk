@@ -1,0 +1,27 @@
+# Vendor plugins (issue 14): Mooncake, NIXL, MORI-IO, loaded at run time.
+#   make vendor-smoke  builds every plugin binary (make plugins) and checks
+#                      that each vendor plugin, run without its library,
+#                      refuses with one classified line naming its variable
+#                      (a few seconds). Their fake-library tests, the
+#                      dishonest variants included, run in `make unit`.
+#   make vendor-real   the tests against real libraries; each runs only when
+#                      its variable (KVFENCE_MOONCAKE_LIB, KVFENCE_NIXL_LIB,
+#                      KVFENCE_MORI_SHIM) is set, and says it was skipped
+#                      otherwise. Never part of CI: CI has no vendor library.
+VENDOR_PLUGINS := mooncake:KVFENCE_MOONCAKE_LIB
+
+.PHONY: vendor-smoke vendor-real
+
+vendor-smoke: plugins
+	@for pv in $(VENDOR_PLUGINS); do \
+	  p=$${pv%%:*}; v=$${pv##*:}; \
+	  out=$$(env -u $$v LD_LIBRARY_PATH=/nonexistent $(BIN)/kvfence-plugin-$$p 2>&1 >/dev/null) && { echo "$$p started without its library" >&2; exit 1; }; \
+	  [ "$$(printf '%s\n' "$$out" | wc -l)" = 1 ] && printf '%s' "$$out" | grep -q "^failed-precondition: .*$$v" || \
+	    { echo "$$p: want one failed-precondition line naming $$v, got: $$out" >&2; exit 1; }; \
+	  echo "vendor-smoke $$p: $$out"; \
+	done
+
+vendor-real:
+	$(GO) test -count=1 -v -run 'TestRealLibrary' ./plugins/mooncake/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|skip|SKIP'
+
+TEST_STEPS += vendor-smoke

@@ -1,0 +1,242 @@
+package nocancel
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// batch is a posted batch: its backend job, its tasks as last polled, and
+// the source region of each task (pinned until the task ends clean).
+type batch struct {
+	id       sdk.BatchID
+	peer     *peer
+	job      Job
+	tasks    []Task
+	srcs     []*region
+	confirms bool
+	posted   time.Time
+	reported bool
+}
+
+// Post validates the batch, resolves its keys, pins its sources and
+// submits it. An error means the backend refused before anything left.
+func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
+	if len(b.Ops) == 0 {
+		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: empty batch")
+	}
+	if len(b.Ops) > t.cfg.MaxBatch {
+		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: %d ops, at most %d", len(b.Ops), t.cfg.MaxBatch)
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return sdk.Errorf(sdk.ClassFailedPrecondition, "Post: transport closed")
+	}
+	if _, dup := t.live[b.ID]; dup {
+		t.mu.Unlock()
+		return sdk.Errorf(sdk.ClassAlreadyExists, "Post: batch %d already posted", b.ID)
+	}
+	if _, dup := t.finished[b.ID]; dup {
+		t.mu.Unlock()
+		return sdk.Errorf(sdk.ClassAlreadyExists, "Post: batch %d already posted", b.ID)
+	}
+	p := t.peers[b.Peer]
+	if p == nil {
+		t.mu.Unlock()
+		return sdk.Errorf(sdk.ClassNotFound, "Post: peer %q", b.Peer)
+	}
+	ws := make([]Write, len(b.Ops))
+	srcs := make([]*region, len(b.Ops))
+	for i, op := range b.Ops {
+		r, err := t.checkOp(op)
+		if err != nil {
+			t.mu.Unlock()
+			return fmt.Errorf("Post: op %d: %w", i, err)
+		}
+		srcs[i] = r
+		ws[i] = Write{Src: r.addr + uintptr(op.LocalOffset), Length: op.Length}
+	}
+	t.mu.Unlock()
+	// Keys are resolved outside the lock (one directory round trip the first
+	// time a key is used; keys cannot be revoked, so the answer stays true).
+	for i, op := range b.Ops {
+		w, err := t.resolve(p, op.RemoteKey)
+		if err != nil {
+			return fmt.Errorf("Post: op %d: %w", i, err)
+		}
+		if !inBounds(op.RemoteOffset, op.Length, w.n) {
+			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: [%d,+%d) outside the %d-byte window of key %#x", i, op.RemoteOffset, op.Length, w.n, uint64(op.RemoteKey))
+		}
+		ws[i].Dst = w.addr + uintptr(op.RemoteOffset)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, dup := t.live[b.ID]; dup || t.closed {
+		return sdk.Errorf(sdk.ClassAlreadyExists, "Post: batch %d posted concurrently (or transport closed)", b.ID)
+	}
+	for _, r := range srcs {
+		if t.regions[r.id] != r {
+			return sdk.Errorf(sdk.ClassNotFound, "Post: region %d deregistered meanwhile", r.id)
+		}
+	}
+	job, err := t.be.Submit(p.seg, ws)
+	if err != nil {
+		return fmt.Errorf("Post: %s refused the batch (nothing was sent): %w", t.be.Name(), err)
+	}
+	bt := &batch{id: b.ID, peer: p, job: job, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: make([]Task, len(ws))}
+	for i, w := range ws {
+		bt.tasks[i] = Task{State: Waiting, Length: w.Length}
+		srcs[i].pins++
+	}
+	t.live[b.ID] = bt
+	t.stats["batches_posted"]++
+	return nil
+}
+
+func (t *Transport) checkOp(op sdk.Op) (*region, error) {
+	switch {
+	case op.Kind == sdk.OpRead:
+		return nil, sdk.Errorf(sdk.ClassUnimplemented, "reads are not supported by this plugin")
+	case op.Kind != sdk.OpWrite:
+		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "unknown op kind %d", op.Kind)
+	case op.Length == 0:
+		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "zero-length op")
+	case op.Length > t.cfg.MaxOpBytes:
+		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "op of %d bytes, at most %d", op.Length, t.cfg.MaxOpBytes)
+	}
+	r := t.regions[op.LocalRegion]
+	if r == nil {
+		return nil, sdk.Errorf(sdk.ClassNotFound, "local region %d", op.LocalRegion)
+	}
+	if !inBounds(op.LocalOffset, op.Length, r.size) {
+		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "[%d,+%d) outside local region %d of %d bytes", op.LocalOffset, op.Length, r.id, r.size)
+	}
+	return r, nil
+}
+
+func (t *Transport) resolve(p *peer, k sdk.Key) (window, error) {
+	t.mu.Lock()
+	w, ok := p.keys[k]
+	t.mu.Unlock()
+	if ok {
+		return w, nil
+	}
+	w, err := p.dir.resolve(k)
+	if err != nil {
+		return w, err
+	}
+	t.mu.Lock()
+	p.keys[k] = w
+	t.mu.Unlock()
+	return w, nil
+}
+
+// poll walks the live jobs until Close.
+func (t *Transport) poll() {
+	defer close(t.done)
+	tick := time.NewTicker(t.cfg.PollEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+		}
+		t.mu.Lock()
+		live := make([]*batch, 0, len(t.live))
+		for _, b := range t.live {
+			live = append(live, b)
+		}
+		t.mu.Unlock()
+		for _, b := range live {
+			t.step(b)
+		}
+	}
+}
+
+// step polls one batch's unfinished tasks, reports it once its verdict is
+// in, and frees it once every task is terminal.
+func (t *Transport) step(b *batch) {
+	all := true
+	for i := range b.tasks {
+		if b.tasks[i].State.Terminal() {
+			continue
+		}
+		got, err := t.be.Poll(b.job, i)
+		if err != nil {
+			got.State = Unknown
+		}
+		got.Length = b.tasks[i].Length
+		b.tasks[i] = got
+		if !got.State.Terminal() {
+			all = false
+		}
+	}
+	if !b.reported {
+		expired := time.Since(b.posted) >= t.cfg.ReportAfter
+		if c, ok := t.cfg.Verdict(b.tasks, b.confirms, expired); ok {
+			c.Batch = b.id
+			b.reported = true
+			t.mu.Lock()
+			t.stats["batches_"+c.Status.String()]++
+			t.mu.Unlock()
+			t.out <- c
+		}
+	}
+	if !all {
+		return
+	}
+	if err := t.be.Free(b.job); err != nil {
+		t.mu.Lock()
+		t.stats["free_refused"]++
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	clean := true
+	for i, task := range b.tasks {
+		r := b.srcs[i]
+		r.pins--
+		if !Clean(task, b.confirms) {
+			r.tainted++
+			clean = false
+		}
+	}
+	delete(t.live, b.id)
+	t.finished[b.id] = clean
+}
+
+// Quiesce has evidence only for batches every task of which ended with a
+// confirmed completion. For any other batch this backend has none: it
+// cannot cancel, its failures do not stop bytes, and its deregistration
+// does not revoke. The way to stop such a batch is to end the target's
+// plugin process (the host's process-exited evidence).
+func (t *Transport) Quiesce(_ context.Context, id sdk.PeerID, ids []sdk.BatchID) (sdk.QuiesceResult, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var doubt []sdk.BatchID
+	for _, bid := range ids {
+		if b, ok := t.live[bid]; ok {
+			if b.peer.id != id {
+				return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassInvalidArgument, "Quiesce: batch %d was not posted to %q", bid, id)
+			}
+			doubt = append(doubt, bid)
+			continue
+		}
+		clean, ok := t.finished[bid]
+		if !ok {
+			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassNotFound, "Quiesce: batch %d unknown", bid)
+		}
+		if !clean {
+			doubt = append(doubt, bid)
+		}
+	}
+	if len(doubt) > 0 {
+		return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassUnavailable, "Quiesce: %s cannot cancel or revoke, and batches %v did not confirm every task; only ending the target's plugin process stops their bytes", t.be.Name(), doubt)
+	}
+	return sdk.QuiesceResult{Evidence: sdk.EvidenceCompletionsHarvested, Batches: ids, Detail: "every task confirmed applied by the target"}, nil
+}

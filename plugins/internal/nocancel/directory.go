@@ -1,0 +1,154 @@
+package nocancel
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// The directory is how an initiator learns where a key's window is: the
+// backends address remote memory by absolute virtual address in the target
+// process, and none of their C APIs lists a peer's buffers. One TCP
+// listener per plugin process; a request is a key (8 bytes, little endian);
+// the answer is found (1 byte), the window's absolute address and length
+// (8 bytes each). Key 0 asks for the process's framing: found=1, address 0,
+// length n, then n bytes of text.
+//
+// It carries no payload and grants nothing the backend enforces: the
+// backend lets any peer write any registered address. It exists so that
+// honest initiators can bounds-check what they post.
+
+const dirAnswer = 17
+
+type window struct {
+	addr uintptr
+	n    uint64
+}
+
+type directory struct {
+	ln      net.Listener
+	framing string
+	lookup  func(sdk.Key) (window, bool)
+	wg      sync.WaitGroup
+}
+
+func listenDirectory(addr, framing string, lookup func(sdk.Key) (window, bool)) (*directory, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, sdk.Errorf(sdk.ClassUnavailable, "directory listen %s: %v", addr, err)
+	}
+	d := &directory{ln: ln, framing: framing, lookup: lookup}
+	d.wg.Add(1)
+	go d.accept()
+	return d, nil
+}
+
+func (d *directory) Addr() string { return d.ln.Addr().String() }
+
+func (d *directory) Close() { _ = d.ln.Close(); d.wg.Wait() }
+
+func (d *directory) accept() {
+	defer d.wg.Done()
+	for {
+		c, err := d.ln.Accept()
+		if err != nil {
+			return
+		}
+		go d.serve(c)
+	}
+}
+
+func (d *directory) serve(c net.Conn) {
+	defer c.Close()
+	var req [8]byte
+	for {
+		if _, err := io.ReadFull(c, req[:]); err != nil {
+			return
+		}
+		key := sdk.Key(binary.LittleEndian.Uint64(req[:]))
+		var ans [dirAnswer]byte
+		var tail []byte
+		if key == 0 {
+			ans[0] = 1
+			binary.LittleEndian.PutUint64(ans[9:], uint64(len(d.framing)))
+			tail = []byte(d.framing)
+		} else if w, ok := d.lookup(key); ok {
+			ans[0] = 1
+			binary.LittleEndian.PutUint64(ans[1:], uint64(w.addr))
+			binary.LittleEndian.PutUint64(ans[9:], w.n)
+		}
+		if _, err := c.Write(append(ans[:], tail...)); err != nil {
+			return
+		}
+	}
+}
+
+// dirClient asks one peer's directory; one request at a time.
+type dirClient struct {
+	mu sync.Mutex
+	c  net.Conn
+}
+
+// dirTimeout bounds a lookup: Post waits at most this long for a key's
+// first use (then refuses, Unavailable, having sent nothing).
+const dirTimeout = 2 * time.Second
+
+func dialDirectory(addr string) (*dirClient, string, error) {
+	c, err := net.DialTimeout("tcp", addr, dirTimeout)
+	if err != nil {
+		return nil, "", sdk.Errorf(sdk.ClassUnavailable, "peer directory %s: %v", addr, err)
+	}
+	dc := &dirClient{c: c}
+	found, _, n, err := dc.ask(0)
+	if err != nil || !found || n > 64 {
+		c.Close()
+		return nil, "", sdk.Errorf(sdk.ClassUnavailable, "peer directory %s: bad hello (%v)", addr, err)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		c.Close()
+		return nil, "", sdk.Errorf(sdk.ClassUnavailable, "peer directory %s: %v", addr, err)
+	}
+	return dc, string(buf), nil
+}
+
+func (dc *dirClient) ask(key sdk.Key) (found bool, addr uintptr, n uint64, err error) {
+	_ = dc.c.SetDeadline(time.Now().Add(dirTimeout))
+	var req [8]byte
+	binary.LittleEndian.PutUint64(req[:], uint64(key))
+	if _, err = dc.c.Write(req[:]); err != nil {
+		return
+	}
+	var ans [dirAnswer]byte
+	if _, err = io.ReadFull(dc.c, ans[:]); err != nil {
+		return
+	}
+	return ans[0] == 1, uintptr(binary.LittleEndian.Uint64(ans[1:])), binary.LittleEndian.Uint64(ans[9:]), nil
+}
+
+// resolve looks a key up; NotFound when the peer does not know it.
+func (dc *dirClient) resolve(key sdk.Key) (window, error) {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	found, addr, n, err := dc.ask(key)
+	if err != nil {
+		return window{}, sdk.Errorf(sdk.ClassUnavailable, "peer directory: %v", err)
+	}
+	if !found {
+		return window{}, sdk.Errorf(sdk.ClassNotFound, "key %#x unknown at the peer", uint64(key))
+	}
+	return window{addr, n}, nil
+}
+
+func (dc *dirClient) Close() {
+	if dc != nil {
+		_ = dc.c.Close()
+	}
+}
+
+var errClosed = errors.New("closed")

@@ -1,0 +1,210 @@
+package mooncake
+
+/*
+#include <stdint.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+// The Mooncake Transfer Engine C API, declared here in this project's own
+// words from its documented signatures (nothing is included from Mooncake).
+typedef struct {
+	int opcode;
+	void *source;
+	int32_t target_id;
+	uint32_t file_id;
+	uint64_t target_offset;
+	uint64_t length;
+} kvf_mc_request;
+
+typedef struct {
+	int status;
+	uint64_t transferred_bytes;
+} kvf_mc_status;
+
+typedef void *(*kvf_mc_create_fn)(const char *, const char *, const char *, uint64_t, int);
+typedef int (*kvf_mc_local_fn)(void *, char *, size_t);
+typedef void *(*kvf_mc_install_fn)(void *, const char *, void **);
+typedef int32_t (*kvf_mc_open_fn)(void *, const char *);
+typedef int (*kvf_mc_reg_fn)(void *, void *, size_t, const char *, int);
+typedef int (*kvf_mc_unreg_fn)(void *, void *);
+typedef uint64_t (*kvf_mc_alloc_fn)(void *, size_t);
+typedef int (*kvf_mc_submit_fn)(void *, uint64_t, kvf_mc_request *, size_t);
+typedef int (*kvf_mc_status_fn)(void *, uint64_t, size_t, kvf_mc_status *);
+typedef int (*kvf_mc_free_fn)(void *, uint64_t);
+
+static void *kvf_mc_create(void *f, const char *meta, const char *name, const char *ip, uint64_t port, int auto_discover) {
+	return ((kvf_mc_create_fn)f)(meta, name, ip, port, auto_discover);
+}
+static int kvf_mc_local(void *f, void *e, char *buf, size_t n) { return ((kvf_mc_local_fn)f)(e, buf, n); }
+static void *kvf_mc_install(void *f, void *e, const char *proto) { return ((kvf_mc_install_fn)f)(e, proto, NULL); }
+static int32_t kvf_mc_open(void *f, void *e, const char *name) { return ((kvf_mc_open_fn)f)(e, name); }
+static int kvf_mc_reg(void *f, void *e, uintptr_t addr, size_t n, const char *loc) {
+	return ((kvf_mc_reg_fn)f)(e, (void *)addr, n, loc, 1);
+}
+static int kvf_mc_unreg(void *f, void *e, uintptr_t addr) { return ((kvf_mc_unreg_fn)f)(e, (void *)addr); }
+static uint64_t kvf_mc_alloc(void *f, void *e, size_t n) { return ((kvf_mc_alloc_fn)f)(e, n); }
+static int kvf_mc_submit(void *f, void *e, uint64_t b, kvf_mc_request *r, size_t n) { return ((kvf_mc_submit_fn)f)(e, b, r, n); }
+static int kvf_mc_status_of(void *f, void *e, uint64_t b, size_t task, int *st, uint64_t *bytes) {
+	kvf_mc_status s = {0, 0};
+	int rc = ((kvf_mc_status_fn)f)(e, b, task, &s);
+	*st = s.status;
+	*bytes = s.transferred_bytes;
+	return rc;
+}
+static int kvf_mc_free(void *f, void *e, uint64_t b) { return ((kvf_mc_free_fn)f)(e, b); }
+static void kvf_mc_set(kvf_mc_request *r, size_t i, uintptr_t src, int32_t seg, uint64_t dst, uint64_t n) {
+	r[i].opcode = 1; // write
+	r[i].source = (void *)src;
+	r[i].target_id = seg;
+	r[i].file_id = 0;
+	r[i].target_offset = dst;
+	r[i].length = n;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/kvfence/kvfence/plugins/internal/dl"
+	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// invalidBatch is the API's "no batch" id (UINT64_MAX).
+const invalidBatch = ^uint64(0)
+
+// engine is a loaded library with one transfer engine.
+type engine struct {
+	lib   *dl.Library
+	e     unsafe.Pointer
+	cfg   Config
+	local string
+	fn    struct {
+		local, open, reg, unreg, alloc, submit, status, free unsafe.Pointer
+	}
+}
+
+// Spec is what the plugin needs from the library. getLocalIpAndPort is
+// looked up as optional so that a library that lacks it is refused as an
+// unsupported version (one line naming it) rather than as a foreign file:
+// it marks the five-argument createTransferEngine that this plugin calls.
+var Spec = dl.Spec{
+	What: "mooncake", EnvVar: EnvLib, Names: []string{"libtransfer_engine.so"},
+	Required: []string{"createTransferEngine", "installTransport", "openSegment", "registerLocalMemory",
+		"unregisterLocalMemory", "allocateBatchID", "submitTransfer", "getTransferStatus", "freeBatchID"},
+	Optional: []string{"getLocalIpAndPort", "openSegmentNoCache", "closeSegment", "registerLocalMemoryBatch", "syncSegmentCache"},
+}
+
+// Load loads the library named by the environment and starts an engine.
+func Load(cfg Config, getenv func(string) string) (nocancel.Backend, error) {
+	lib, err := dl.Load(Spec, getenv)
+	if err != nil {
+		return nil, err
+	}
+	if !lib.Has("getLocalIpAndPort") {
+		lib.Close()
+		return nil, lib.Refuse(Spec, "no getLocalIpAndPort: an engine older than the 2025 C API (createTransferEngine with auto_discover), which this plugin cannot drive")
+	}
+	g := &engine{lib: lib, cfg: cfg}
+	g.fn.local, g.fn.open, g.fn.reg, g.fn.unreg = lib.Sym("getLocalIpAndPort"), lib.Sym("openSegment"), lib.Sym("registerLocalMemory"), lib.Sym("unregisterLocalMemory")
+	g.fn.alloc, g.fn.submit, g.fn.status, g.fn.free = lib.Sym("allocateBatchID"), lib.Sym("submitTransfer"), lib.Sym("getTransferStatus"), lib.Sym("freeBatchID")
+	meta, host, proto := C.CString(cfg.Metadata), C.CString(cfg.Host), C.CString(cfg.Protocol)
+	defer C.free(unsafe.Pointer(meta))
+	defer C.free(unsafe.Pointer(host))
+	defer C.free(unsafe.Pointer(proto))
+	discover := C.int(0)
+	if cfg.Protocol == "rdma" {
+		discover = 1 // let the engine find its NICs
+	}
+	g.e = C.kvf_mc_create(lib.Sym("createTransferEngine"), meta, host, host, 0, discover)
+	if g.e == nil {
+		return nil, sdk.Errorf(sdk.ClassUnavailable, "mooncake: createTransferEngine(%q, %q) failed (metadata server reachable? see the library's log)", cfg.Metadata, cfg.Host)
+	}
+	if C.kvf_mc_install(lib.Sym("installTransport"), g.e, proto) == nil {
+		return nil, sdk.Errorf(sdk.ClassUnavailable, "mooncake: installTransport(%q) failed", cfg.Protocol)
+	}
+	buf := make([]byte, 256)
+	if rc := C.kvf_mc_local(g.fn.local, g.e, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf))); rc != 0 {
+		return nil, sdk.Errorf(sdk.ClassUnavailable, "mooncake: getLocalIpAndPort: rc %d", int(rc))
+	}
+	g.local = C.GoString((*C.char)(unsafe.Pointer(&buf[0])))
+	return g, nil
+}
+
+func (g *engine) Name() string      { return "mooncake" }
+func (g *engine) Version() string   { return "c-api (" + g.lib.Path + ")" }
+func (g *engine) LocalName() string { return g.local }
+func (g *engine) Framing() string   { return g.cfg.framing() }
+
+// Confirms: over RDMA a COMPLETED write was acknowledged by the remote NIC;
+// over TCP only when both ends speak the v2 framing (the server acknowledges
+// after applying). Legacy framing reports COMPLETED once the bytes are
+// queued.
+func (g *engine) Confirms(peer string) bool {
+	return g.cfg.Protocol == "rdma" || (g.cfg.framing() == "v2" && peer == "v2")
+}
+
+func (g *engine) Register(addr uintptr, n uint64) error {
+	loc := C.CString(g.cfg.Location)
+	defer C.free(unsafe.Pointer(loc))
+	if rc := C.kvf_mc_reg(g.fn.reg, g.e, C.uintptr_t(addr), C.size_t(n), loc); rc != 0 {
+		return sdk.Errorf(classOf(int(rc)), "mooncake: registerLocalMemory: %s", rcName(int(rc)))
+	}
+	return nil
+}
+
+func (g *engine) Unregister(addr uintptr) error {
+	if rc := C.kvf_mc_unreg(g.fn.unreg, g.e, C.uintptr_t(addr)); rc != 0 {
+		return sdk.Errorf(classOf(int(rc)), "mooncake: unregisterLocalMemory: %s", rcName(int(rc)))
+	}
+	return nil
+}
+
+func (g *engine) Open(name string) (nocancel.Segment, error) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	id := C.kvf_mc_open(g.fn.open, g.e, cs)
+	if id < 0 {
+		return 0, sdk.Errorf(sdk.ClassUnavailable, "mooncake: openSegment(%q) failed", name)
+	}
+	return nocancel.Segment(id), nil
+}
+
+// Submit allocates a batch and submits the writes. A refused submit (the
+// library checks its arguments and connects before queueing) moved nothing;
+// the batch is then freed at once, having no task.
+func (g *engine) Submit(seg nocancel.Segment, ws []nocancel.Write) (nocancel.Job, error) {
+	b := uint64(C.kvf_mc_alloc(g.fn.alloc, g.e, C.size_t(len(ws))))
+	if b == invalidBatch {
+		return 0, sdk.Errorf(sdk.ClassResourceExhausted, "mooncake: allocateBatchID(%d) failed", len(ws))
+	}
+	reqs := (*C.kvf_mc_request)(C.calloc(C.size_t(len(ws)), C.size_t(unsafe.Sizeof(C.kvf_mc_request{}))))
+	defer C.free(unsafe.Pointer(reqs))
+	for i, w := range ws {
+		C.kvf_mc_set(reqs, C.size_t(i), C.uintptr_t(w.Src), C.int32_t(seg), C.uint64_t(w.Dst), C.uint64_t(w.Length))
+	}
+	if rc := C.kvf_mc_submit(g.fn.submit, g.e, C.uint64_t(b), reqs, C.size_t(len(ws))); rc != 0 {
+		C.kvf_mc_free(g.fn.free, g.e, C.uint64_t(b))
+		return 0, sdk.Errorf(classOf(int(rc)), "mooncake: submitTransfer: %s", rcName(int(rc)))
+	}
+	return nocancel.Job(b), nil
+}
+
+func (g *engine) Poll(j nocancel.Job, task int) (nocancel.Task, error) {
+	var st C.int
+	var bytes C.uint64_t
+	if rc := C.kvf_mc_status_of(g.fn.status, g.e, C.uint64_t(j), C.size_t(task), &st, &bytes); rc != 0 {
+		return nocancel.Task{State: nocancel.Unknown}, fmt.Errorf("getTransferStatus: %s", rcName(int(rc)))
+	}
+	return nocancel.Task{State: StateOf(int(st)), Reported: uint64(bytes)}, nil
+}
+
+// Free returns an error while the library answers BatchBusy.
+func (g *engine) Free(j nocancel.Job) error {
+	if rc := C.kvf_mc_free(g.fn.free, g.e, C.uint64_t(j)); rc != 0 {
+		return sdk.Errorf(sdk.ClassUnavailable, "mooncake: freeBatchID: %s", rcName(int(rc)))
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+package mooncake
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// The environment a host passes to the plugin (sdk.OpenOptions.Env).
+const (
+	EnvLib         = "KVFENCE_MOONCAKE_LIB"          // path of libtransfer_engine.so (else the library path)
+	EnvMetadata    = "KVFENCE_MOONCAKE_METADATA"     // P2PHANDSHAKE (default) or etcd://host:port, ...
+	EnvProtocol    = "KVFENCE_MOONCAKE_PROTOCOL"     // tcp (default) or rdma
+	EnvHost        = "KVFENCE_MOONCAKE_HOST"         // this host's address (default 127.0.0.1)
+	EnvLocation    = "KVFENCE_MOONCAKE_LOCATION"     // registration location (default cpu:0)
+	EnvFraming     = "KVFENCE_MOONCAKE_TCP_FRAMING"  // v2 (default) or legacy
+	EnvReportAfter = "KVFENCE_MOONCAKE_REPORT_AFTER" // report a still-WAITING batch InDoubt after this (default 30s)
+	EnvDirListen   = "KVFENCE_MOONCAKE_DIR_LISTEN"   // the key directory's listen address (default 127.0.0.1:0)
+)
+
+// Config is the plugin's settings.
+type Config struct {
+	Metadata, Protocol, Host, Location string
+	// Framing is what this end's TCP transport speaks. Mooncake falls back
+	// to legacy framing by itself with peers older than v0.3.12 and with
+	// MC_TCP_PROTO=1; the C API does not say which was negotiated, so an
+	// operator with such peers must set legacy. MC_TCP_PROTO=1 in the
+	// plugin's environment forces legacy.
+	Framing     string
+	ReportAfter time.Duration
+	DirListen   string
+}
+
+func (c Config) framing() string {
+	if c.Protocol == "tcp" && c.Framing != "v2" {
+		return "legacy"
+	}
+	return "v2"
+}
+
+// ConfigFromEnv reads the settings; a bad value is InvalidArgument.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	c := Config{Metadata: "P2PHANDSHAKE", Protocol: "tcp", Host: "127.0.0.1", Location: "cpu:0", Framing: "v2", ReportAfter: 30 * time.Second}
+	set := func(dst *string, key string) {
+		if v := getenv(key); v != "" {
+			*dst = v
+		}
+	}
+	set(&c.Metadata, EnvMetadata)
+	set(&c.Protocol, EnvProtocol)
+	set(&c.Host, EnvHost)
+	set(&c.Location, EnvLocation)
+	set(&c.Framing, EnvFraming)
+	set(&c.DirListen, EnvDirListen)
+	if c.Protocol != "tcp" && c.Protocol != "rdma" {
+		return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want tcp or rdma", EnvProtocol, c.Protocol)
+	}
+	if c.Framing != "v2" && c.Framing != "legacy" {
+		return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want v2 or legacy", EnvFraming, c.Framing)
+	}
+	if strings.TrimSpace(getenv("MC_TCP_PROTO")) == "1" {
+		c.Framing = "legacy"
+	}
+	if v := getenv(EnvReportAfter); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a positive duration", EnvReportAfter, v)
+		}
+		c.ReportAfter = d
+	}
+	return c, nil
+}
+
+// Limits the plugin declares (the C API has no limits call; these keep one
+// batch's bookkeeping small and one op within what a TCP slice handles).
+const (
+	maxBatch   = 1024
+	maxOpBytes = 1 << 30
+)
+
+// New builds the transport over a loaded backend. MaxTail is unbounded on
+// both transports: over TCP a write to a stopped target waits for as long
+// as it is stopped (measured); over RDMA failed slices are resent on other
+// NICs and TIMEOUT tears nothing down.
+func New(cfg Config, be nocancel.Backend, log hclog.Logger) (*nocancel.Transport, error) {
+	if be == nil {
+		return nil, fmt.Errorf("mooncake: no backend")
+	}
+	return nocancel.New(nocancel.Config{Backend: be, MaxTail: nocancel.UnboundedTail, MaxBatch: maxBatch, MaxOpBytes: maxOpBytes,
+		DirListen: cfg.DirListen, ReportAfter: cfg.ReportAfter, Verdict: unsafeVerdict(), Logger: log})
+}

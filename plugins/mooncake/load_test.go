@@ -1,0 +1,71 @@
+package mooncake_test
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/kvfence/kvfence/plugins/mooncake"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// Without a usable library the plugin exits before the handshake with one
+// classified line that names KVFENCE_MOONCAKE_LIB.
+func TestHandshakeRefusals(t *testing.T) {
+	needFakes(t)
+	cases := []struct{ name, lib, want string }{
+		{"library missing", "", "KVFENCE_MOONCAKE_LIB is not set"},
+		{"library path wrong", "/nonexistent/libtransfer_engine.so", "cannot be loaded"},
+		{"required symbol missing", brokeLib, "lacks the required symbol submitTransfer"},
+		{"unsupported version", oldLib, "unsupported version"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(pluginBin)
+			cmd.Env = []string{"PATH=/usr/bin:/bin", "LD_LIBRARY_PATH=/nonexistent"}
+			if c.lib != "" {
+				cmd.Env = append(cmd.Env, mooncake.EnvLib+"="+c.lib)
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			line := strings.TrimRight(stderr.String(), "\n")
+			if err == nil || strings.Contains(line, "\n") || !strings.Contains(line, c.want) ||
+				!strings.Contains(line, mooncake.EnvLib) || !strings.HasPrefix(line, sdk.ClassFailedPrecondition.String()+":") {
+				t.Fatalf("exit %v, stderr %q: want one failed-precondition line with %q naming %s", err, stderr.String(), c.want, mooncake.EnvLib)
+			}
+			t.Log(line)
+		})
+	}
+	// Through a host: Open fails (the handshake never happens).
+	var stderr bytes.Buffer
+	if p, err := sdk.Open(pluginBin, sdk.OpenOptions{Env: []string{mooncake.EnvLib + "="}, Stderr: &stderr}); err == nil {
+		_ = p.Close()
+		t.Fatal("Open succeeded without the library")
+	} else if !strings.Contains(stderr.String(), mooncake.EnvLib) {
+		t.Fatalf("Open: %v; plugin stderr %q does not name %s", err, stderr.String(), mooncake.EnvLib)
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	c, err := mooncake.ConfigFromEnv(env())
+	if err != nil || c.Metadata != "P2PHANDSHAKE" || c.Protocol != "tcp" || c.Framing != "v2" {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	if c, _ := mooncake.ConfigFromEnv(env("MC_TCP_PROTO", "1")); c.Framing != "legacy" {
+		t.Errorf("MC_TCP_PROTO=1 must force legacy framing, got %q", c.Framing)
+	}
+	for _, bad := range [][]string{{mooncake.EnvProtocol, "udp"}, {mooncake.EnvFraming, "v3"}, {mooncake.EnvReportAfter, "-1s"}} {
+		if _, err := mooncake.ConfigFromEnv(env(bad...)); !sdk.IsClass(err, sdk.ClassInvalidArgument) {
+			t.Errorf("%v: %v, want invalid-argument", bad, err)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+/*
+ * A stand-in for Mooncake Transfer Engine's C API, written for kvfence's
+ * tests from the API's documented signatures; the bytes move through the
+ * shared fake data path (../../internal/nocancel/testdata/fakewire.h),
+ * which reproduces Mooncake's measured TCP behaviours: FAILED after
+ * MC_TCP_STATUS_TIMEOUT_SEC (or KVFENCE_FAKE_STATUS_TIMEOUT_MS) while the
+ * bytes still land, WAITING forever for large writes, transferred_bytes 0
+ * on failure, legacy framing with MC_TCP_PROTO=1, registration checked once
+ * per request. Batch ids are pointers; freeBatchID answers BatchBusy (4)
+ * until every task was polled terminal.
+ *
+ * -DFAKE_OLD_API hides getLocalIpAndPort, -DFAKE_NO_SUBMIT hides
+ * submitTransfer (each exported under another name): the refusal tests.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fakewire.h"
+
+#ifdef FAKE_OLD_API
+#define getLocalIpAndPort fake_hidden_getLocalIpAndPort
+#endif
+#ifdef FAKE_NO_SUBMIT
+#define submitTransfer fake_hidden_submitTransfer
+#endif
+
+#define MAX_SEGS 256
+
+struct fengine {
+	struct fw_engine *w;
+	char segs[MAX_SEGS][128];
+	int nsegs;
+};
+
+struct request { int opcode; void *source; int32_t target_id; uint32_t file_id; uint64_t target_offset; uint64_t length; };
+struct status { int status; uint64_t transferred_bytes; };
+
+void *createTransferEngine(const char *meta, const char *name, const char *ip, uint64_t port, int auto_discover) {
+	(void)meta; (void)name; (void)port; (void)auto_discover;
+	if (!getenv("KVFENCE_FAKE_STATUS_TIMEOUT_MS") && getenv("MC_TCP_STATUS_TIMEOUT_SEC")) {
+		char ms[32];
+		snprintf(ms, sizeof ms, "%lld", atoll(getenv("MC_TCP_STATUS_TIMEOUT_SEC")) * 1000);
+		setenv("KVFENCE_FAKE_STATUS_TIMEOUT_MS", ms, 1);
+	}
+	struct fengine *e = calloc(1, sizeof *e);
+	if (!(e->w = fw_start(ip))) {
+		free(e);
+		return NULL;
+	}
+	return e;
+}
+
+int getLocalIpAndPort(void *engine, char *buf, size_t n) { return fw_name(((struct fengine *)engine)->w, buf, n); }
+
+void *installTransport(void *engine, const char *proto, void **args) {
+	(void)args;
+	return proto && strcmp(proto, "tcp") == 0 ? engine : NULL;
+}
+
+int32_t openSegment(void *engine, const char *name) {
+	struct fengine *e = engine;
+	for (int i = 0; i < e->nsegs; i++)
+		if (strcmp(e->segs[i], name) == 0) return i + 1;
+	if (e->nsegs == MAX_SEGS || strlen(name) >= 128 || !strchr(name, ':')) return -1;
+	snprintf(e->segs[e->nsegs], 128, "%s", name);
+	return ++e->nsegs;
+}
+
+int registerLocalMemory(void *engine, void *addr, size_t len, const char *loc, int remote) {
+	(void)loc; (void)remote;
+	return fw_register(((struct fengine *)engine)->w, (uintptr_t)addr, len) == 0 ? 0 : 2;
+}
+
+int unregisterLocalMemory(void *engine, void *addr) {
+	return fw_unregister(((struct fengine *)engine)->w, (uintptr_t)addr) == 0 ? 0 : 3;
+}
+
+uint64_t allocateBatchID(void *engine, size_t n) {
+	(void)engine;
+	return (uint64_t)(uintptr_t)fw_batch_new(n);
+}
+
+int submitTransfer(void *engine, uint64_t batch_id, struct request *r, size_t count) {
+	struct fengine *e = engine;
+	struct fw_batch *b = (struct fw_batch *)(uintptr_t)batch_id;
+	for (size_t k = 0; k < count; k++)
+		if (r[k].opcode != 1 || r[k].target_id < 1 || r[k].target_id > e->nsegs) return 1;
+	for (size_t k = 0; k < count; k++)
+		if (fw_batch_add(b, e->segs[r[k].target_id - 1], (uintptr_t)r[k].source, r[k].target_offset, r[k].length) != 0) return 2;
+	fw_batch_start(b);
+	return 0;
+}
+
+int getTransferStatus(void *engine, uint64_t batch_id, size_t task, struct status *s) {
+	(void)engine;
+	int st;
+	uint64_t bytes;
+	if (fw_task_status((struct fw_batch *)(uintptr_t)batch_id, task, &st, &bytes) != 0) return 1;
+	s->status = st; /* FW_* use Mooncake's numbers */
+	s->transferred_bytes = bytes;
+	return 0;
+}
+
+int freeBatchID(void *engine, uint64_t batch_id) {
+	(void)engine;
+	return fw_batch_free((struct fw_batch *)(uintptr_t)batch_id, 0);
+}
