@@ -360,6 +360,9 @@ func (d *Decode) tick() {
 
 // admit exposes slots for a request (loop only).
 func (d *Decode) admit(key core.RequestKey, pages int, ranks []core.RankID, rv *KVReceiver) (core.Tag, error) {
+	if err := d.checkAdmission(key, pages, ranks); err != nil {
+		return core.Tag{}, err
+	}
 	tag, err := d.core.Admit(key, ranks, pages, now())
 	if err != nil {
 		return core.Tag{}, err

@@ -129,7 +129,8 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	// Every sdk transport can quiesce: Quiesce is part of the required
 	// contract, and the plugin host turns a reaped process into evidence.
 	p.hello = peerHello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ControlVersion,
-		Caps: peerCaps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)}, Checksums: cfg.Checksums}
+		Caps:       peerCaps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)},
+		ShardBytes: cfg.ShardBytes, Checksums: cfg.Checksums}
 	p.Metrics = newMetrics("prefill", uint32(cfg.Rank), func() metricsSnapshot { return metricsSnapshot{Sender: p.snap.Load()} })
 	p.publish()
 	if cfg.ControlAddr != "" {
@@ -210,6 +211,18 @@ func (p *Prefill) connectLoop() {
 			}
 			continue
 		}
+		if err := compatible(p.hello, l.peer); err != nil || l.peer.Role != RoleDecode {
+			// Decode checked us; we check it too: a decode whose slots
+			// are laid out otherwise would be written out of place.
+			p.log.Error("refusing decode", "role", l.peer.Role, "rank", l.peer.Rank, "error", err)
+			l.close()
+			select {
+			case <-p.quit:
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
 		backoff = 50 * time.Millisecond
 		if !p.lp.call(func() { p.linked(l) }) {
 			l.close()
@@ -284,17 +297,13 @@ func (p *Prefill) step(l *link, m core.Message, keys []keyRef) {
 	}
 	switch m.Kind {
 	case core.KindAssign:
-		pos := -1
-		for i, r := range m.Ranks {
-			if r == p.cfg.Rank {
-				pos = i
-			}
-		}
-		if pos < 0 {
-			p.Metrics.reject("foreign")
+		pos, why := p.checkAssign(m, keys)
+		if why != "" {
+			p.Metrics.reject(why)
+			p.log.Warn("assign refused", "tag", m.Tag, "why", why, "ranks", len(m.Ranks), "slots", len(m.Slots), "keys", len(keys))
 			return
 		}
-		if _, seen := p.keys[m.Tag]; !seen && len(keys) == len(m.Slots) {
+		if _, seen := p.keys[m.Tag]; !seen {
 			p.keys[m.Tag] = tagKeys{keys: keys, pos: pos}
 		}
 	case core.KindGrant, core.KindAbort, core.KindReject:

@@ -80,7 +80,9 @@ type peerHello struct {
 	// (NICs, proxies): lane i of a prefill rank uses DataAddresses[i % n].
 	DataAddresses []string `json:"data_addresses,omitempty"`
 	SlotBytes     int64    `json:"slot_bytes,omitempty"`
-	ShardBytes    int64    `json:"shard_bytes,omitempty"`
+	// ShardBytes is what one prefill rank writes per page: both sides
+	// declare it and must agree, or a rank's writes would straddle shards.
+	ShardBytes int64 `json:"shard_bytes,omitempty"`
 	// Checksums: a prefill rank puts checksums in its Commits; a decode
 	// rank requires them (and refuses a prefill rank that sends none).
 	Checksums bool `json:"checksums,omitempty"`
@@ -96,6 +98,10 @@ func compatible(p, d peerHello) error {
 	if d.Checksums && !p.Checksums {
 		return errdefs.Errorf(errdefs.FailedPrecondition, "incompatible peers: decode rank %d requires checksums at commit and prefill rank %d does not compute them (enable checksums on the prefill rank)",
 			d.Rank, p.Rank)
+	}
+	if p.ShardBytes != d.ShardBytes || d.SlotBytes < d.ShardBytes {
+		return errdefs.Errorf(errdefs.FailedPrecondition, "incompatible peers: prefill rank %d writes shards of %d bytes, decode rank %d holds shards of %d bytes (slots of %d)",
+			p.Rank, p.ShardBytes, d.Rank, d.ShardBytes, d.SlotBytes)
 	}
 	if p.Caps.MaxTail < 0 {
 		return errdefs.Errorf(errdefs.InvalidArgument, "incompatible peers: prefill rank %d declares a negative transport tail (%dns)", p.Rank, p.Caps.MaxTail)
