@@ -1,0 +1,168 @@
+package main
+
+// #include "abi.h"
+import "C"
+
+import (
+	"bytes"
+	"encoding/json"
+	"unsafe"
+
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/kvfence/kvfence/errdefs"
+)
+
+// kvfence_decode_open starts a decode rank (config: a JSON object, see
+// config.go) with its transport plugin and control plane.
+//
+//export kvfence_decode_open
+func kvfence_decode_open(config *C.char, out *C.kvfence_handle, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	return openAgent(config, out, e, openDecode)
+}
+
+// kvfence_prefill_open starts a prefill rank that links to the decode rank
+// named in its config.
+//
+//export kvfence_prefill_open
+func kvfence_prefill_open(config *C.char, out *C.kvfence_handle, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	return openAgent(config, out, e, openPrefill)
+}
+
+func openAgent(config *C.char, out *C.kvfence_handle, e *C.kvfence_error, open func(string) (*agentObj, error)) C.int {
+	if config == nil || out == nil {
+		return fail(e, invalid("config and out must not be NULL"))
+	}
+	a, err := open(C.GoString(config))
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.kvfence_handle(register(a))
+	return fail(e, nil)
+}
+
+// kvfence_close closes any handle. An agent stops (exposed memory is not
+// released by it: a restarted rank quarantines it); a receiver or sender
+// handle is dropped (SGLang's clear: a hold is never dropped with it).
+//
+//export kvfence_close
+func kvfence_close(h C.kvfence_handle, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	v, ok := unregister(uint64(h))
+	if !ok {
+		return fail(e, errdefs.Errorf(errdefs.NotFound, "no object with handle %d", h))
+	}
+	switch o := v.(type) {
+	case *agentObj:
+		o.close()
+	case *receiverObj:
+		o.rv.Clear()
+	case *senderObj:
+		o.s.Close()
+	}
+	return fail(e, nil)
+}
+
+// kvfence_agent_addr writes the rank's control address (decode: where
+// prefill ranks connect) into buf.
+//
+//export kvfence_agent_addr
+func kvfence_agent_addr(h C.kvfence_handle, buf *C.char, size C.size_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	a, err := lookup[*agentObj](uint64(h), "agent")
+	if err != nil {
+		return fail(e, err)
+	}
+	addr := ""
+	if a.dec != nil {
+		addr = a.dec.Addr()
+	} else {
+		addr = a.pre.Addr()
+	}
+	return fail(e, copyOut([]byte(addr), buf, size, nil))
+}
+
+// kvfence_prefill_linked is 1 once the prefill rank's link to decode is up,
+// 0 while not, or a negated error code.
+//
+//export kvfence_prefill_linked
+func kvfence_prefill_linked(h C.kvfence_handle) (code C.int) {
+	defer guard(nil, &code)
+	a, err := lookup[*agentObj](uint64(h), "agent")
+	if err == nil && a.pre == nil {
+		err = invalid("handle %d is a decode rank", h)
+	}
+	if err != nil {
+		return -codeOf(err)
+	}
+	if a.pre.Linked() {
+		return 1
+	}
+	return 0
+}
+
+// kvfence_agent_metrics writes the rank's Prometheus metrics (text
+// exposition format) into buf; *needed (when not NULL) gets the length.
+// A buffer too small is RESOURCE_EXHAUSTED.
+//
+//export kvfence_agent_metrics
+func kvfence_agent_metrics(h C.kvfence_handle, buf *C.char, size C.size_t, needed *C.size_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	a, err := lookup[*agentObj](uint64(h), "agent")
+	if err != nil {
+		return fail(e, err)
+	}
+	fams, err := a.metrics().Registry.Gather()
+	if err != nil {
+		return fail(e, errdefs.Errorf(errdefs.Internal, "gather metrics: %v", err))
+	}
+	var b bytes.Buffer
+	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range fams {
+		if err := enc.Encode(f); err != nil {
+			return fail(e, errdefs.Errorf(errdefs.Internal, "encode metrics: %v", err))
+		}
+	}
+	return fail(e, copyOut(b.Bytes(), buf, size, needed))
+}
+
+// kvfence_agent_stats writes the rank's figures as JSON: decode's
+// agent.DecodeStats (release paths, hold durations, corrupt pages) or
+// prefill's core.SenderMetrics.
+//
+//export kvfence_agent_stats
+func kvfence_agent_stats(h C.kvfence_handle, buf *C.char, size C.size_t, needed *C.size_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	a, err := lookup[*agentObj](uint64(h), "agent")
+	if err != nil {
+		return fail(e, err)
+	}
+	var v any
+	if a.dec != nil {
+		v = a.dec.Stats()
+	} else {
+		v = a.pre.Stats()
+	}
+	js, err := json.Marshal(v)
+	if err != nil {
+		return fail(e, errdefs.Errorf(errdefs.Internal, "stats: %v", err))
+	}
+	return fail(e, copyOut(js, buf, size, needed))
+}
+
+// copyOut copies b and a NUL into C memory of size bytes; *needed (when not
+// NULL) gets len(b)+1 either way.
+func copyOut(b []byte, buf *C.char, size C.size_t, needed *C.size_t) error {
+	if needed != nil {
+		*needed = C.size_t(len(b) + 1)
+	}
+	if buf == nil || int(size) < len(b)+1 {
+		return errdefs.Errorf(errdefs.ResourceExhausted, "buffer of %d bytes, %d needed", size, len(b)+1)
+	}
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(size))
+	copy(dst, b)
+	dst[len(b)] = 0
+	return nil
+}

@@ -1,0 +1,27 @@
+// Command libkvfence is kvfence's C ABI: built with -buildmode=c-shared
+// (`make bindings`) it becomes bin/libkvfence.so and bin/kvfence.h, through
+// which C, Python (ctypes, python/kvfence) or any language with a C FFI
+// embeds the runtime of package agent.
+//
+// The ABI's rules, each for a reason:
+//   - Handles are opaque 64-bit integers from a registry (handles.go), never
+//     Go pointers: cgo forbids C from keeping Go pointers, and a registry
+//     turns a stale or forged handle into an InvalidArgument error instead
+//     of a crash. Handles are never reused.
+//   - Every call that can fail returns 0 or a kvfence error code (the
+//     errdefs class plus one; errors.go) and fills a caller-owned
+//     kvfence_error with the code and a message. No thread-local "last
+//     error", so concurrent callers never see each other's errors.
+//   - Bytes cross by copy into and out of caller memory (write_page,
+//     read_page); the runtime's pools never leave Go's control.
+//   - Poll-based: callers poll (or wait with a timeout); Go never calls
+//     into C.
+//   - Safe from several threads: agent calls go through each rank's event
+//     loop; the registry is locked; a panic becomes an Internal error.
+//   - Configuration is a JSON object (config.go), so the ABI does not break
+//     when a field is added.
+//
+// It must never hand C a pointer into Go memory, call back into C, release
+// memory on its own (the runtime and core decide that), or let a Go panic
+// unwind into C.
+package main

@@ -1,0 +1,309 @@
+package main
+
+// #include "abi.h"
+import "C"
+
+import (
+	"time"
+	"unsafe"
+
+	"github.com/kvfence/kvfence/agent"
+	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
+)
+
+type receiverObj struct {
+	a  *agentObj
+	rv *agent.KVReceiver
+}
+
+type senderObj struct {
+	a *agentObj
+	s *agent.KVSender
+}
+
+// request is what receivers and senders share for polling.
+type request interface {
+	Poll() agent.PollState
+	Done() <-chan struct{}
+	Err() error
+}
+
+func (r *receiverObj) req() request { return r.rv }
+func (s *senderObj) req() request   { return s.s }
+
+type hasReq interface{ req() request }
+
+// kvfence_page_bytes is the bytes of one page on this rank (decode: a slot,
+// one shard per prefill rank; prefill: one shard), or a negated error code.
+//
+//export kvfence_page_bytes
+func kvfence_page_bytes(h C.kvfence_handle) (n C.int64_t) {
+	defer func() {
+		if recover() != nil {
+			n = -C.int64_t(errdefs.Internal + 1)
+		}
+	}()
+	a, err := lookup[*agentObj](uint64(h), "agent")
+	if err != nil {
+		return -C.int64_t(codeOf(err))
+	}
+	return C.int64_t(a.pageBytes)
+}
+
+// kvfence_receiver_new makes decode's handle for request (room, gen).
+//
+//export kvfence_receiver_new
+func kvfence_receiver_new(dec C.kvfence_handle, room, gen C.uint64_t, out *C.kvfence_handle, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	a, err := lookup[*agentObj](uint64(dec), "agent")
+	if err == nil && a.dec == nil {
+		err = invalid("handle %d is a prefill rank; receivers live on decode", dec)
+	}
+	if err == nil && out == nil {
+		err = invalid("out must not be NULL")
+	}
+	if err != nil {
+		return fail(e, err)
+	}
+	rv := a.dec.NewReceiver(core.RequestKey{Room: uint64(room), Gen: uint64(gen)})
+	*out = C.kvfence_handle(register(&receiverObj{a: a, rv: rv}))
+	return fail(e, nil)
+}
+
+// kvfence_receiver_init exposes pages slots that each of the nranks prefill
+// ranks writes (a slot holds one shard per rank, in this order).
+// RESOURCE_EXHAUSTED: the pool is full (holds count); retry later.
+//
+//export kvfence_receiver_init
+func kvfence_receiver_init(r C.kvfence_handle, pages C.int, ranks *C.uint32_t, nranks C.int, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	if err == nil && (ranks == nil || nranks <= 0) {
+		err = invalid("a request has at least one prefill rank")
+	}
+	if err != nil {
+		return fail(e, err)
+	}
+	var rs []core.RankID
+	for _, x := range unsafe.Slice((*uint32)(unsafe.Pointer(ranks)), int(nranks)) {
+		rs = append(rs, core.RankID(x))
+	}
+	_, err = o.rv.Init(int(pages), rs)
+	return fail(e, err)
+}
+
+// kvfence_receiver_read copies count pages from first on of a handed-off
+// request (state SUCCESS) into dst: count × page_bytes bytes, each page
+// holding one shard per prefill rank. Before Success it is
+// FAILED_PRECONDITION.
+//
+//export kvfence_receiver_read
+func kvfence_receiver_read(r C.kvfence_handle, first, count C.int, dst unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	if err != nil {
+		return fail(e, err)
+	}
+	pages := o.rv.Pages()
+	if pages == nil {
+		return fail(e, errdefs.Errorf(errdefs.FailedPrecondition, "request not handed off (state %s)", o.rv.Poll()))
+	}
+	if first < 0 || count < 0 || int(first)+int(count) > len(pages) {
+		return fail(e, invalid("pages [%d, %d) of a %d-page request", first, first+count, len(pages)))
+	}
+	need := int(count) * int(o.a.pageBytes)
+	if dst == nil || int(size) < need {
+		return fail(e, invalid("dst holds %d bytes, %d needed", size, need))
+	}
+	out := unsafe.Slice((*byte)(dst), need)
+	for i, p := range pages[first : first+count] {
+		copy(out[i*int(o.a.pageBytes):], p)
+	}
+	return fail(e, nil)
+}
+
+// kvfence_receiver_finish gives a handed-off request's slots back.
+//
+//export kvfence_receiver_finish
+func kvfence_receiver_finish(r C.kvfence_handle, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	if err != nil {
+		return fail(e, err)
+	}
+	o.rv.Finish()
+	return fail(e, nil)
+}
+
+// kvfence_receiver_abort stops the request; its slots stay held until the
+// runtime proves no write can land (drained, fenced or timeout).
+//
+//export kvfence_receiver_abort
+func kvfence_receiver_abort(r C.kvfence_handle, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	if err != nil {
+		return fail(e, err)
+	}
+	o.rv.Abort()
+	return fail(e, nil)
+}
+
+// kvfence_receiver_released is 1 once the runtime gave the request's slots
+// back (finished, drained, fenced or timed out), 0 while held.
+//
+//export kvfence_receiver_released
+func kvfence_receiver_released(r C.kvfence_handle) (code C.int) {
+	defer guard(nil, &code)
+	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	if err != nil {
+		return -codeOf(err)
+	}
+	if o.rv.Released() {
+		return 1
+	}
+	return 0
+}
+
+// kvfence_sender_new makes prefill's handle for request (room, gen).
+//
+//export kvfence_sender_new
+func kvfence_sender_new(pre C.kvfence_handle, room, gen C.uint64_t, out *C.kvfence_handle, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	a, err := lookup[*agentObj](uint64(pre), "agent")
+	if err == nil && a.pre == nil {
+		err = invalid("handle %d is a decode rank; senders live on prefill", pre)
+	}
+	if err == nil && out == nil {
+		err = invalid("out must not be NULL")
+	}
+	if err != nil {
+		return fail(e, err)
+	}
+	s := a.pre.NewSender(core.RequestKey{Room: uint64(room), Gen: uint64(gen)})
+	*out = C.kvfence_handle(register(&senderObj{a: a, s: s}))
+	return fail(e, nil)
+}
+
+// kvfence_sender_init reserves pages source pages (RESOURCE_EXHAUSTED when
+// none are free: retry later).
+//
+//export kvfence_sender_init
+func kvfence_sender_init(s C.kvfence_handle, pages C.int, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := lookup[*senderObj](uint64(s), "sender")
+	if err != nil {
+		return fail(e, err)
+	}
+	return fail(e, o.s.Init(int(pages)))
+}
+
+// kvfence_sender_write copies count pages of KV (count × page_bytes bytes
+// at src) into source pages from first on, before a send covers them.
+//
+//export kvfence_sender_write
+func kvfence_sender_write(s C.kvfence_handle, first, count C.int, src unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := lookup[*senderObj](uint64(s), "sender")
+	if err != nil {
+		return fail(e, err)
+	}
+	if n := o.s.Pages(); first < 0 || count < 0 || int(first)+int(count) > n {
+		return fail(e, invalid("pages [%d, %d) of a %d-page request (init first)", first, first+count, n))
+	}
+	pb := int(o.a.pageBytes)
+	if src == nil || int(size) < int(count)*pb {
+		return fail(e, invalid("src holds %d bytes, %d needed", size, int(count)*pb))
+	}
+	in := unsafe.Slice((*byte)(src), int(count)*pb)
+	for i := 0; i < int(count); i++ {
+		copy(o.s.Page(int(first)+i), in[i*pb:(i+1)*pb])
+	}
+	return fail(e, nil)
+}
+
+// kvfence_sender_send marks pages [0, upto) computed and sendable.
+//
+//export kvfence_sender_send
+func kvfence_sender_send(s C.kvfence_handle, upto C.int, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := lookup[*senderObj](uint64(s), "sender")
+	if err != nil {
+		return fail(e, err)
+	}
+	return fail(e, o.s.Send(int(upto)))
+}
+
+// kvfence_sender_finish says the request's last page is produced (total
+// pages in all).
+//
+//export kvfence_sender_finish
+func kvfence_sender_finish(s C.kvfence_handle, total C.int, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := lookup[*senderObj](uint64(s), "sender")
+	if err != nil {
+		return fail(e, err)
+	}
+	return fail(e, o.s.Finish(int(total)))
+}
+
+// kvfence_sender_abort cancels the request here: unsent pages are dropped,
+// writes in flight drain, and the source pages come back only once no
+// write can still read them.
+//
+//export kvfence_sender_abort
+func kvfence_sender_abort(s C.kvfence_handle, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := lookup[*senderObj](uint64(s), "sender")
+	if err != nil {
+		return fail(e, err)
+	}
+	o.s.Abort()
+	return fail(e, nil)
+}
+
+// kvfence_poll is a receiver's or sender's state (KVFENCE_POLL_*), or a
+// negated error code.
+//
+//export kvfence_poll
+func kvfence_poll(h C.kvfence_handle) (code C.int) {
+	defer guard(nil, &code)
+	r, err := lookup[hasReq](uint64(h), "receiver or sender")
+	if err != nil {
+		return -codeOf(err)
+	}
+	return C.int(r.req().Poll())
+}
+
+// kvfence_wait waits up to timeout_ms for a receiver or sender to reach
+// Success or Failed, then returns its state as kvfence_poll does.
+//
+//export kvfence_wait
+func kvfence_wait(h C.kvfence_handle, timeoutMs C.int64_t) (code C.int) {
+	defer guard(nil, &code)
+	r, err := lookup[hasReq](uint64(h), "receiver or sender")
+	if err != nil {
+		return -codeOf(err)
+	}
+	t := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-r.req().Done():
+	case <-t.C:
+	}
+	return C.int(r.req().Poll())
+}
+
+// kvfence_failure fills e with why a failed receiver or sender failed and
+// returns its code; 0 when it has not failed.
+//
+//export kvfence_failure
+func kvfence_failure(h C.kvfence_handle, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	r, err := lookup[hasReq](uint64(h), "receiver or sender")
+	if err != nil {
+		return fail(e, err)
+	}
+	return fail(e, r.req().Err())
+}

@@ -1,0 +1,33 @@
+# The C ABI and the Python package (issue 12).
+#   make bindings      bin/libkvfence.so + bin/kvfence.h (and the TCP plugin
+#                      they start), the library python/kvfence loads
+#   make bindings-c    builds and runs the C test (bindings/c), ~5 s
+#   make bindings-py   the pytest suite (python/tests) with Debian's python3,
+#                      ~30 s; SGLang's base classes are checked only when
+#                      SGLANG_SRC names a checkout of sgl-project/sglang
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+.PHONY: bindings bindings-c bindings-py bindings-deps
+
+bindings: plugins
+	$(GO) build -buildmode=c-shared -o $(BIN)/libkvfence.so ./cmd/libkvfence
+	awk -v abi=cmd/libkvfence/abi.h '/#include "abi.h"/ { if (!done) { while ((getline l < abi) > 0) print l; done = 1 } next } { print }' \
+	  $(BIN)/libkvfence.h > $(BIN)/kvfence.h
+	rm -f $(BIN)/libkvfence.h
+
+bindings-c: bindings
+	gcc -std=c11 -Wall -Wextra -Werror -pthread -I$(BIN) bindings/c/kvfence_test.c \
+	  -L$(BIN) -lkvfence -Wl,-rpath,'$$ORIGIN' -o $(BIN)/kvfence-c-test
+	KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp $(BIN)/kvfence-c-test
+
+# python3, pytest and numpy from Debian (installed when run as root, as CI does).
+bindings-deps:
+	@$(PYTHON) -c 'import pytest, numpy' 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-pytest python3-numpy >/dev/null; \
+	  else echo "need python3, pytest and numpy: sudo apt-get install python3 python3-pytest python3-numpy" >&2; exit 1; fi; }
+
+bindings-py: bindings bindings-deps
+	PYTHONPATH=python $(PYTHON) -c 'from kvfence.sglang import KVFenceBackendProvider'
+	PYTHONPATH=python KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
+	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider python/tests
+
+TEST_STEPS += bindings-c bindings-py
