@@ -4,7 +4,8 @@ import "sync"
 
 // ackBacklog bounds the acknowledgements a session holds for a sender that
 // does not read them: past it, the session stops applying until they are
-// written (as when it wrote each one itself), so the backlog cannot grow.
+// written (as when it wrote each one itself), so the backlog cannot grow
+// (at most ackBacklog queued, and as much again being written).
 const ackBacklog = 64 << 10
 
 // ackWriter sends a receiving session's acknowledgements from its own
@@ -35,7 +36,7 @@ func startAckWriter(s *recvSession) *ackWriter {
 // once a write failed (the session then ends).
 func (a *ackWriter) push(h header) error {
 	a.mu.Lock()
-	for len(a.buf) >= ackBacklog && a.failed == nil {
+	for len(a.buf)+headerSize > ackBacklog && a.failed == nil {
 		a.room.Wait()
 	}
 	if err := a.failed; err != nil {

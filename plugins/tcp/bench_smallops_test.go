@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -16,7 +17,9 @@ import (
 // encrypted data plane. Each arm moves the same bytes in chunks of the op
 // size; the baselines stream with no acknowledgements, the plugin waits for
 // every op's acknowledgement (window: batches in flight). The cleartext
-// known-unsafe variant is reported too, to separate TLS from the rest.
+// known-unsafe variant is reported too, to separate TLS from the rest. The
+// cpu-* ratios compare the process's CPU time (both ends) per arm: less
+// sensitive than wall time to other load on the machine.
 func BenchmarkSmallOps(b *testing.B) {
 	const size = 32 << 20
 	for _, c := range []struct {
@@ -41,19 +44,27 @@ func BenchmarkSmallOps(b *testing.B) {
 			srv, cli := rawTLSWrappers(b)
 			chunk := int(c.opBytes)
 			var tSec, tClear, tTCP, tTLS time.Duration
+			var cSec, cTCP, cTLS time.Duration // CPU time of the process (both ends) per arm
 			b.SetBytes(size)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
+				cpu := processCPU()
 				tTCP += rawStream(b, sec.src.Bytes(), rawDst, size, chunk, nil, nil)
-				start := time.Now()
+				cTCP += processCPU() - cpu
+				cpu, start := processCPU(), time.Now()
 				sec.run(b, batches, c.ops, c.opBytes, c.inflight)
 				tSec += time.Since(start)
+				cSec += processCPU() - cpu
+				cpu = processCPU()
 				tTLS += rawStream(b, sec.src.Bytes(), rawDst, size, chunk, srv, cli)
+				cTLS += processCPU() - cpu
 				start = time.Now()
 				clear.run(b, batches, c.ops, c.opBytes, c.inflight)
 				tClear += time.Since(start)
 			}
 			b.StopTimer()
+			b.ReportMetric(cSec.Seconds()/cTCP.Seconds(), "cpu-plugin/rawtcp")
+			b.ReportMetric(cSec.Seconds()/cTLS.Seconds(), "cpu-plugin/rawtls")
 			mb := float64(size) * float64(b.N) / (1 << 20)
 			b.ReportMetric(mb/tSec.Seconds(), "plugin-MiB/s")
 			b.ReportMetric(mb/tTCP.Seconds(), "rawtcp-MiB/s")
@@ -86,4 +97,13 @@ func rawTLSWrappers(b *testing.B) (server, client func(net.Conn) net.Conn) {
 		return tc
 	}
 	return server, client
+}
+
+// processCPU is the user and system time this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
