@@ -81,6 +81,18 @@ func (g *benchRig) run(b *testing.B, count, ops int, opBytes uint64, window int)
 // rawCopy is the baseline: the same bytes through one plain Go TCP
 // connection on loopback, read into a buffer of the same size.
 func rawCopy(b *testing.B, src, dst []byte, total int, chunk int) time.Duration {
+	return rawStream(b, src, dst, total, chunk, nil, nil)
+}
+
+// rawStream is rawCopy with the accepted and the dialled connection wrapped
+// (nil: used as they are); rawTLSCopy wraps them in TLS.
+func rawStream(b *testing.B, src, dst []byte, total, chunk int, server, client func(net.Conn) net.Conn) time.Duration {
+	if server == nil {
+		server = func(c net.Conn) net.Conn { return c }
+	}
+	if client == nil {
+		client = func(c net.Conn) net.Conn { return c }
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -88,12 +100,13 @@ func rawCopy(b *testing.B, src, dst []byte, total int, chunk int) time.Duration 
 	defer ln.Close()
 	done := make(chan error, 1)
 	go func() {
-		c, err := ln.Accept()
+		raw, err := ln.Accept()
 		if err != nil {
 			done <- err
 			return
 		}
-		defer c.Close()
+		defer raw.Close()
+		c := server(raw)
 		for n := 0; n < total; n += chunk {
 			if _, err := io.ReadFull(c, dst[n%len(dst):n%len(dst)+chunk]); err != nil {
 				done <- err
@@ -103,11 +116,12 @@ func rawCopy(b *testing.B, src, dst []byte, total int, chunk int) time.Duration 
 		_, err = c.Write([]byte{1})
 		done <- err
 	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	raw, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	defer raw.Close()
+	c := client(raw)
 	start := time.Now()
 	for n := 0; n < total; n += chunk {
 		if _, err := c.Write(src[n%len(src) : n%len(src)+chunk]); err != nil {

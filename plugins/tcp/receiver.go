@@ -74,7 +74,8 @@ type recvSession struct {
 	// the socket; abort takes readMu before closing the socket so that no
 	// such byte is applied after the close is visible to the sender.
 	readMu sync.Mutex
-	dead   bool // under readMu: abort has begun; no read starts
+	dead   bool      // under readMu: abort has begun; no read starts
+	rdl    time.Time // under readMu: the read deadline last set here
 	once   sync.Once
 	done   chan struct{} // closed when its goroutine will apply nothing more
 
@@ -108,8 +109,12 @@ func (s *recvSession) readFull(p []byte, deadline time.Time) error {
 			return errSessionEnded
 		}
 		// Set under readMu after the dead check, so abort's past deadline
-		// (set before it takes readMu) is never overwritten by ours.
-		_ = s.raw.SetReadDeadline(deadline)
+		// (set before it takes readMu) is never overwritten by ours. The
+		// records of one payload share a deadline: set it once.
+		if !deadline.Equal(s.rdl) {
+			_ = s.raw.SetReadDeadline(deadline)
+			s.rdl = deadline
+		}
 		n, err := s.conn.Read(p)
 		s.readMu.Unlock()
 		p = p[n:]
@@ -276,6 +281,8 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 	if err := s.write(hb[:]); err != nil {
 		return
 	}
+	acks := startAckWriter(s)
+	defer acks.end() // deferred last, runs first: queued acknowledgements leave before the abort
 	for {
 		if err := s.readFull(hb[:], time.Now().Add(r.t.cfg.IdleTimeout)); err != nil {
 			if errors.Is(err, errDeadline) {
@@ -293,7 +300,7 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 			return
 		}
 		if r.t.cfg.unsafe == unsafeAckBeforeApply {
-			if err := r.ackEarly(s, h); err != nil {
+			if err := r.ackEarly(s, acks, h); err != nil {
 				return
 			}
 			continue
@@ -306,9 +313,8 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 		if code == ackOK {
 			reply.Length = h.Length
 		}
-		reply.encode(hb[:])
-		// The acknowledgement goes out only after the bytes are in memory.
-		if err := s.write(hb[:]); err != nil {
+		// The acknowledgement is queued only after the bytes are in memory.
+		if err := acks.push(reply); err != nil {
 			return
 		}
 		if code == ackUnknownKey {
@@ -324,10 +330,8 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 // ackEarly is the known-unsafe ack-before-apply receiver: it acknowledges a
 // write as applied when its header arrives, and applies large payloads a
 // little later, as a NIC that acks on receipt and DMAs afterwards would.
-func (r *receiver) ackEarly(s *recvSession, h header) error {
-	var hb [headerSize]byte
-	(&header{Type: frameAck, Code: uint16(ackOK), Seq: h.Seq, Length: h.Length}).encode(hb[:])
-	if err := s.write(hb[:]); err != nil {
+func (r *receiver) ackEarly(s *recvSession, acks *ackWriter, h header) error {
+	if err := acks.push(header{Type: frameAck, Code: uint16(ackOK), Seq: h.Seq, Length: h.Length}); err != nil {
 		return err
 	}
 	if h.Length >= 64<<10 {

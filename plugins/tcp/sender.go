@@ -44,6 +44,9 @@ type batchState struct {
 	// in deferred until the writer lets go (see finishWrite).
 	writing  bool
 	deferred *deferredSettle
+	// doubtDeferred is an InDoubt report (the connection broke) that
+	// likewise waits for the writer to let go.
+	doubtDeferred string
 }
 
 // deferredSettle is a settle that waits for the writer to unpin the source.
@@ -76,6 +79,7 @@ type sendSession struct {
 	mu        sync.Mutex
 	conn      net.Conn     // TLS; nil until dialled
 	raw       net.Conn     // its TCP socket: what we close (sender_dial.go)
+	cork      *corkedConn  // between the two: gathers records (cork.go)
 	token     sessionToken // our session at the receiver (HELLO_ACK)
 	seq       uint64
 	pending   map[uint64]pendingOp
@@ -113,10 +117,10 @@ func newSendSession(t *Transport, p *peer) *sendSession {
 // run dials, then writes queued batches until stopped or broken.
 func (s *sendSession) run() {
 	defer close(s.writerEnd)
-	conn, raw, token, err := s.dial()
+	conn, raw, ck, token, err := s.dial()
 	s.mu.Lock()
 	if err == nil {
-		s.conn, s.raw, s.token = conn, raw, token
+		s.conn, s.raw, s.cork, s.token = conn, raw, ck, token
 	} else {
 		s.broken = err
 	}
@@ -143,6 +147,21 @@ func (s *sendSession) writeNext() bool {
 		return false
 	case b := <-s.queue:
 		return s.write(b)
+	default:
+	}
+	// Nothing queued: what is gathered leaves before the writer waits.
+	if err := s.cork.flush(); err != nil {
+		s.mu.Lock()
+		s.observe(err, false)
+		s.mu.Unlock()
+		s.fail(fmt.Errorf("write: %w", err))
+		return false
+	}
+	select {
+	case <-s.stop:
+		return false
+	case b := <-s.queue:
+		return s.write(b)
 	}
 }
 
@@ -152,8 +171,13 @@ func (s *sendSession) halt() { s.stopOnce.Do(func() { close(s.stop) }) }
 // usable reports whether Post may enqueue here. Caller holds s.mu.
 func (s *sendSession) usable() bool { return s.broken == nil && !s.stopping }
 
-// write sends one batch: a header and a payload per op, as one writev each,
-// straight from the shared mapping. It reports false if the session is over.
+// write sends one batch: a header and a payload per op, straight from the
+// shared mapping (the TLS layer seals from it). While more batches are
+// queued, the sealed records are gathered and leave in few large writes
+// (cork.go); the writer flushes before it waits for the queue. The sources
+// stay pinned until the batch is handed to the socket: the receiver's
+// acknowledgement can arrive before that, and its completion then waits
+// (finishWrite). It reports false if the session is over.
 func (s *sendSession) write(b *batchState) bool {
 	if s.t.cfg.unsafe == unsafeSucceedBeforeAck {
 		// KNOWN-UNSAFE: reports Succeeded as soon as the batch is handed to
@@ -165,17 +189,22 @@ func (s *sendSession) write(b *batchState) bool {
 		}
 		s.mu.Unlock()
 	}
+	s.cork.cork()
 	var hb [headerSize]byte
+	sent, goOn := 0, true // ops handed to the TLS layer; whether the session goes on
+	var err error
 	for i, op := range b.ops {
 		s.mu.Lock()
 		over := !s.usable()
 		if over || b.completed && s.t.cfg.unsafe != unsafeSucceedBeforeAck {
 			// A batch already reported InDoubt (timeout) is not sent further:
 			// that only shortens its tail.
+			b.writing = true // the resolution below waits for finishWrite
 			s.unpinFrom(b, i)
 			s.resolveUnsent(b, len(b.ops)-i, "not sent")
 			s.mu.Unlock()
-			return !over
+			goOn = !over
+			break
 		}
 		s.seq++
 		seq := s.seq
@@ -189,23 +218,31 @@ func (s *sendSession) write(b *batchState) bool {
 			Length: op.Length, Deadline: time.Now().Add(s.t.cfg.WriteTTL).UnixNano()}
 		h.encode(hb[:])
 		src := b.regs[i].mem[op.LocalOffset : op.LocalOffset+op.Length]
-		bufs := net.Buffers{hb[:], src}
-		_, err := bufs.WriteTo(conn)
-		afterSocketWrite()
-		s.finishWrite(b, i)
+		sent = i + 1
+		if _, err = conn.Write(hb[:]); err == nil {
+			_, err = conn.Write(src)
+		}
 		if err != nil {
-			s.mu.Lock()
-			s.observe(err, false)
-			s.mu.Unlock()
-			s.fail(fmt.Errorf("write: %w", err))
-			s.mu.Lock()
-			s.unpinFrom(b, i+1)
-			s.resolveUnsent(b, len(b.ops)-i-1, "not sent: connection lost")
-			s.mu.Unlock()
-			return false
+			break
 		}
 	}
-	return true
+	if err == nil && goOn && len(s.queue) == 0 {
+		err = s.cork.flush()
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.observe(err, false)
+		s.unpinFrom(b, sent)
+		s.resolveUnsent(b, len(b.ops)-sent, "not sent: connection lost")
+		s.mu.Unlock()
+	}
+	afterSocketWrite()
+	s.finishWrite(b, sent)
+	if err != nil {
+		s.fail(fmt.Errorf("write: %w", err))
+		return false
+	}
+	return goOn
 }
 
 func batchBytes(ops []sdk.Op) uint64 {
@@ -216,15 +253,22 @@ func batchBytes(ops []sdk.Op) uint64 {
 	return n
 }
 
-// finishWrite unpins the source of op i after its socket write, then
-// delivers a completion that resolved while the write was in progress: an
-// acknowledgement can arrive before WriteTo returns, and reporting the
-// batch then would let the engine deregister a region still pinned here.
-func (s *sendSession) finishWrite(b *batchState, i int) {
+// finishWrite unpins the sources of ops [0:sent] after their socket
+// writes, then delivers a completion that resolved while the writes were in
+// progress: an acknowledgement can arrive before the writer lets go, and
+// reporting the batch then would let the engine deregister a region still
+// pinned here.
+func (s *sendSession) finishWrite(b *batchState, sent int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b.regs[i].release()
+	for _, r := range b.regs[:sent] {
+		r.release()
+	}
 	b.writing = false
+	if why := b.doubtDeferred; why != "" && !b.completed {
+		b.completed = true
+		s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: sdk.ClassUnavailable, Detail: why})
+	}
 	if d := b.deferred; d != nil {
 		b.deferred = nil
 		s.settle(b, d.class, d.detail)
@@ -373,9 +417,14 @@ func (s *sendSession) fail(err error) {
 }
 
 // doubtWritten completes InDoubt every batch with a write awaiting its
-// acknowledgement. Caller holds s.mu.
+// acknowledgement (one the writer still pins, once it lets go). Caller
+// holds s.mu.
 func (s *sendSession) doubtWritten(err error) {
 	for _, b := range s.batches {
+		if !b.completed && b.pendingN > 0 && b.writing {
+			b.doubtDeferred = "connection lost: " + err.Error()
+			continue
+		}
 		if !b.completed && b.pendingN > 0 {
 			b.completed = true
 			s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: sdk.ClassUnavailable,

@@ -16,56 +16,58 @@ const dialTimeout = 5 * time.Second
 
 // open connects to the peer's receiver and proves both identities (TLS 1.3,
 // the receiver's certificate pinned: identity.go). It returns the
-// connection to use and its TCP socket. We close the socket, never the TLS
+// connection to use, its TCP socket, and the cork between them (cork.go;
+// uncorked until the writer corks it). We close the socket, never the TLS
 // connection: a TLS close first sends an alert, which can wait on a
 // receiver that does not read.
-func (s *sendSession) open(ctx context.Context) (conn, raw net.Conn, err error) {
+func (s *sendSession) open(ctx context.Context) (conn, raw net.Conn, ck *corkedConn, err error) {
 	d := net.Dialer{Timeout: dialTimeout}
 	raw, err = d.DialContext(ctx, "tcp", s.peer.addr)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if tc, ok := raw.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	ck = newCorkedConn(raw)
 	if s.t.id == nil {
-		return raw, raw, nil // KNOWN-UNSAFE: the cleartext variant
+		return ck, raw, ck, nil // KNOWN-UNSAFE: the cleartext variant
 	}
-	tc := tls.Client(raw, s.t.id.clientTLS(s.peer.pin))
+	tc := tls.Client(ck, s.t.id.clientTLS(s.peer.pin))
 	hctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
 		_ = raw.Close()
-		return nil, nil, fmt.Errorf("tls handshake with %s: %w", s.peer.addr, err)
+		return nil, nil, nil, fmt.Errorf("tls handshake with %s: %w", s.peer.addr, err)
 	}
-	return tc, raw, nil
+	return tc, raw, ck, nil
 }
 
 // dial opens the data connection and says hello; the receiver answers with
 // our session's token.
-func (s *sendSession) dial() (net.Conn, net.Conn, sessionToken, error) {
-	conn, raw, err := s.open(context.Background())
+func (s *sendSession) dial() (net.Conn, net.Conn, *corkedConn, sessionToken, error) {
+	conn, raw, ck, err := s.open(context.Background())
 	if err != nil {
-		return nil, nil, sessionToken{}, err
+		return nil, nil, nil, sessionToken{}, err
 	}
 	var hb [headerSize]byte
 	(&header{Type: frameHello}).encode(hb[:])
 	_ = raw.SetDeadline(time.Now().Add(dialTimeout))
 	if _, err := conn.Write(hb[:]); err != nil {
 		raw.Close()
-		return nil, nil, sessionToken{}, err
+		return nil, nil, nil, sessionToken{}, err
 	}
 	if _, err := io.ReadFull(conn, hb[:]); err != nil {
 		raw.Close()
-		return nil, nil, sessionToken{}, err
+		return nil, nil, nil, sessionToken{}, err
 	}
 	_ = raw.SetDeadline(time.Time{})
 	h, err := decodeHeader(hb[:], 0)
 	if err != nil || h.Type != frameHelloAck {
 		raw.Close()
-		return nil, nil, sessionToken{}, fmt.Errorf("bad hello reply: %v", err)
+		return nil, nil, nil, sessionToken{}, fmt.Errorf("bad hello reply: %v", err)
 	}
-	return conn, raw, h.token(), nil
+	return conn, raw, ck, h.token(), nil
 }
 
 // askReceiver opens a second connection, as the same identity, and asks
@@ -73,7 +75,7 @@ func (s *sendSession) dial() (net.Conn, net.Conn, sessionToken, error) {
 // receiver's confirmation. A receiver that is not the pinned one (another
 // incarnation on the address) fails the handshake: no confirmation.
 func (s *sendSession) askReceiver(ctx context.Context, token sessionToken) error {
-	c, raw, err := s.open(ctx)
+	c, raw, _, err := s.open(ctx)
 	if err != nil {
 		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: receiver unreachable or not the pinned one: %v", err)
 	}

@@ -95,6 +95,13 @@ func (h *header) encode(b []byte) {
 	binary.LittleEndian.PutUint64(b[40:], uint64(h.Deadline))
 }
 
+// encodeTo appends the encoded header to b.
+func (h *header) encodeTo(b []byte) []byte {
+	var hb [headerSize]byte
+	h.encode(hb[:])
+	return append(b, hb[:]...)
+}
+
 // wireError is a malformed frame: the connection cannot be resynchronised
 // and is closed; the process stays up.
 type wireError struct{ msg string }
