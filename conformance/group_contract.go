@@ -13,6 +13,11 @@ func contractGroup() group {
 	g := group{name: "sdk-contract", needs: needsGranter}
 	for _, c := range sdktest.Checks() {
 		g.checks = append(g.checks, check{c.Name, PromiseContract, func(ctx context.Context, s *suite, r *Result) error {
+			if c.NeedsRevoke {
+				if err := notRevoking(s); err != nil {
+					return err
+				}
+			}
 			e, err := s.contractEnv(ctx)
 			if err != nil {
 				return err

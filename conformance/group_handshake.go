@@ -52,10 +52,25 @@ func checkInfoLimits(_ context.Context, s *suite, _ *Result) error {
 // revocation check, attributed to the claim). Not claimed: no Granter.
 func checkRevokeClaim(ctx context.Context, s *suite, r *Result) error {
 	if !s.info.Capabilities.Revoke {
-		if s.granter {
-			return fmt.Errorf("Revoke not declared, but the plugin offers Grant/Revoke")
+		if !s.granter {
+			r.Notes = append(r.Notes, "Revoke not declared and no Granter offered")
+			return nil
 		}
-		r.Notes = append(r.Notes, "Revoke not declared and no Granter offered")
+		// Grant without Revoke (profile grant-only): Revoke must say it
+		// cannot, never pretend.
+		se := s.main
+		k, err := se.grant(ctx, 0, 4096, 0x5A)
+		if err != nil {
+			return err
+		}
+		_, err = se.tgt.g.Revoke(ctx, k)
+		switch {
+		case err == nil:
+			return fmt.Errorf("Revoke not declared, yet Revoke returned success")
+		case !sdk.IsClass(err, sdk.ClassUnimplemented):
+			return fmt.Errorf("Revoke not declared: Revoke must refuse as unimplemented, got %v (%s)", err, sdk.ClassOf(err))
+		}
+		r.Notes = append(r.Notes, "Revoke not declared; Grant offered and Revoke refuses: "+err.Error())
 		return nil
 	}
 	if !s.granter {

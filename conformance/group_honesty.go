@@ -270,6 +270,9 @@ func checkTargetStopped(ctx context.Context, s *suite, r *Result) error {
 // checkDstDeregistered: deregister target memory while a slow batch is in
 // flight; once DeregisterMemory returns, nothing may land in it.
 func checkDstDeregistered(ctx context.Context, s *suite, r *Result) error {
+	if err := notRevoking(s); err != nil {
+		return err
+	}
 	se := s.main
 	d := se.dst.Desc()
 	const base, n = 1 << 20, 2 << 20

@@ -96,6 +96,9 @@ func checkRefusedOutOfWindow(ctx context.Context, s *suite, r *Result) error {
 }
 
 func checkRefusedRevokedKey(ctx context.Context, s *suite, r *Result) error {
+	if err := notRevoking(s); err != nil {
+		return err
+	}
 	se := s.main
 	const off, n = 64 << 10, 8192
 	k, err := se.grant(ctx, off, n, 0x3C)

@@ -149,6 +149,14 @@ func checkDeregLive(ctx context.Context, s *suite, _ *Result) error {
 	if c, err := se.postWait(ctx, se.write(k, 0, 0, n)); err != nil || c.Status != sdk.Succeeded {
 		return healthy("write before deregistration", c, err)
 	}
+	if !s.info.Capabilities.Revoke {
+		// A plugin that cannot revoke must not pretend that deregistration
+		// stops writers: it refuses while keys are live.
+		if err := se.tgt.t.DeregisterMemory(ctx, id); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+			return fmt.Errorf("DeregisterMemory with a live key on a plugin that cannot revoke: want failed-precondition, got %v", err)
+		}
+		return nil
+	}
 	if err := se.tgt.t.DeregisterMemory(ctx, id); err != nil {
 		return fmt.Errorf("DeregisterMemory with a live key: %w (it must revoke the key, not refuse)", err)
 	}
@@ -173,6 +181,9 @@ func checkDeregLive(ctx context.Context, s *suite, _ *Result) error {
 // same operations give the same answers every time, repeated releases are
 // classified, and the plugins hold no more mappings of our memory after.
 func checkRegRepeat(ctx context.Context, s *suite, r *Result) error {
+	if err := notRevoking(s); err != nil {
+		return err
+	}
 	se := s.main
 	before := [2]int{memfdMaps(se.ini.p.Pid()), memfdMaps(se.tgt.p.Pid())}
 	for i := 0; i < s.cfg.Repeat; i++ {

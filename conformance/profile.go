@@ -20,11 +20,21 @@ const (
 	// run against such a plugin alone: it is reported partial, never
 	// certified, by this suite version.
 	ProfileInitiatorOnly = "initiator-only"
+	// ProfileGrantOnly: a target that grants keys but cannot revoke them
+	// (backends whose remote writes no receiver-side call can stop: Mooncake,
+	// NIXL). Every check runs except those whose promise is revocation,
+	// which are not applicable; in their place the plugin must refuse Revoke
+	// (unimplemented) and refuse to deregister memory that has live keys.
+	// The core fences such a transport only by ending its process.
+	ProfileGrantOnly = "grant-only"
 )
 
-func profileOf(c sdk.Capabilities) string {
-	if c.Revoke {
+func profileOf(c sdk.Capabilities, granter bool) string {
+	switch {
+	case c.Revoke:
 		return ProfileFull
+	case granter:
+		return ProfileGrantOnly
 	}
 	return ProfileInitiatorOnly
 }

@@ -118,10 +118,22 @@ type suite struct {
 }
 
 func needsGranter(s *suite) string {
-	if !s.info.Capabilities.Revoke {
-		return "the plugin does not declare Revoke (Granter): the suite has no way to obtain a key to write under"
+	if !s.granter {
+		return "the plugin offers no Granter: the suite has no way to obtain a key to write under"
 	}
 	return ""
+}
+
+// notRevoking marks a check whose promise is about revocation as not
+// applicable to a plugin that does not claim Revoke (profile grant-only);
+// such a plugin's own promise — Revoke refuses, deregistration with live keys
+// refuses — is checked by revoke-claim-matches-granter and
+// memory-registration/deregister-live-key.
+func notRevoking(s *suite) error {
+	if s.info.Capabilities.Revoke {
+		return nil
+	}
+	return errNotApplicable("the plugin does not claim Revoke (profile %s)", ProfileGrantOnly)
 }
 
 func needsProxy(s *suite) string {
@@ -193,7 +205,7 @@ func (s *suite) describe() {
 		r.Plugin.Capabilities.MemoryKinds = append(r.Plugin.Capabilities.MemoryKinds, k.String())
 	}
 	r.GuardWindow, r.GuardFloor = s.guard.String(), s.cfg.GuardFloor.String()
-	r.Profile = profileOf(c)
+	r.Profile = profileOf(c, s.granter)
 	if c.MaxTail > 0 {
 		r.GuardTails = float64(s.guard) / float64(c.MaxTail)
 	}

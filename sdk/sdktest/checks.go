@@ -14,19 +14,22 @@ import (
 type Check struct {
 	Name string
 	Run  func(ctx context.Context, e *Env) error
+	// NeedsRevoke: the check's promise is revocation; it does not apply to
+	// a transport that does not claim Capabilities.Revoke.
+	NeedsRevoke bool
 }
 
 // Checks are the contract checks, in the order RunContract runs them.
 func Checks() []Check {
 	return []Check{
-		{"info-declares-limits", checkInfo},
-		{"write-lands-then-succeeds", checkWriteLands},
-		{"unknown-key-is-not-success", checkUnknownKey},
-		{"out-of-window-is-refused", checkOutOfWindow},
-		{"revoke-stops-writes", checkRevoke},
-		{"bad-input-is-classified", checkBadInput},
-		{"one-completion-per-batch", checkOneCompletion},
-		{"quiesce-gives-evidence", checkQuiesce},
+		{"info-declares-limits", checkInfo, false},
+		{"write-lands-then-succeeds", checkWriteLands, false},
+		{"unknown-key-is-not-success", checkUnknownKey, false},
+		{"out-of-window-is-refused", checkOutOfWindow, false},
+		{"revoke-stops-writes", checkRevoke, true},
+		{"bad-input-is-classified", checkBadInput, false},
+		{"one-completion-per-batch", checkOneCompletion, false},
+		{"quiesce-gives-evidence", checkQuiesce, false},
 	}
 }
 
