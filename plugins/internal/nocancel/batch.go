@@ -82,7 +82,7 @@ func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 			return sdk.Errorf(sdk.ClassNotFound, "Post: region %d deregistered meanwhile", r.id)
 		}
 	}
-	job, err := t.be.Submit(p.seg, ws)
+	job, err := t.be.Submit(p.seg, ws) // p.seg is read under t.mu
 	if err != nil {
 		return fmt.Errorf("Post: %s refused the batch (nothing was sent): %w", t.be.Name(), err)
 	}
@@ -128,8 +128,19 @@ func (t *Transport) resolve(p *peer, k sdk.Key) (window, error) {
 	if err != nil {
 		return w, err
 	}
+	// The key's memory may have been registered after Connect: reload the
+	// peer's metadata before the first write under it.
+	h, err := p.dir.hello()
+	if err != nil {
+		return w, err
+	}
+	seg, err := t.be.Open(p.name, h.metadata)
+	if err != nil {
+		return w, err
+	}
 	t.mu.Lock()
 	p.keys[k] = w
+	p.seg = seg
 	t.mu.Unlock()
 	return w, nil
 }
