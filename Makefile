@@ -21,6 +21,7 @@ build: plugins
 plugins:
 	$(GO) build -o $(BIN)/kvfence-plugin-tcp ./plugins/tcp/cmd/kvfence-plugin-tcp
 	$(GO) build -o $(BIN)/kvfence-plugin-mooncake ./plugins/mooncake/cmd/kvfence-plugin-mooncake
+	$(GO) build -o $(BIN)/kvfence-plugin-nixl ./plugins/nixl/cmd/kvfence-plugin-nixl
 
 # The main job: the demo on the embedded TCP transport.
 run:

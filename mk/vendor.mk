@@ -8,7 +8,7 @@
 #                      its variable (KVFENCE_MOONCAKE_LIB, KVFENCE_NIXL_LIB,
 #                      KVFENCE_MORI_SHIM) is set, and says it was skipped
 #                      otherwise. Never part of CI: CI has no vendor library.
-VENDOR_PLUGINS := mooncake:KVFENCE_MOONCAKE_LIB
+VENDOR_PLUGINS := mooncake:KVFENCE_MOONCAKE_LIB nixl:KVFENCE_NIXL_LIB
 
 .PHONY: vendor-smoke vendor-real
 
@@ -22,6 +22,6 @@ vendor-smoke: plugins
 	done
 
 vendor-real:
-	$(GO) test -count=1 -v -run 'TestRealLibrary' ./plugins/mooncake/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|skip|SKIP'
+	$(GO) test -count=1 -v -run 'TestRealLibrary' ./plugins/mooncake/ ./plugins/nixl/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|skip|SKIP'
 
 TEST_STEPS += vendor-smoke
