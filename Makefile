@@ -21,6 +21,8 @@ build: plugins
 plugins:
 	$(GO) build -o $(BIN)/kvfence-plugin-tcp ./plugins/tcp/cmd/kvfence-plugin-tcp
 	$(GO) build -o $(BIN)/kvfence-plugin-mooncake ./plugins/mooncake/cmd/kvfence-plugin-mooncake
+	$(GO) build -o $(BIN)/kvfence-plugin-nixl ./plugins/nixl/cmd/kvfence-plugin-nixl
+	$(GO) build -o $(BIN)/kvfence-plugin-mori ./plugins/mori/cmd/kvfence-plugin-mori
 
 # The main job: the demo on the embedded TCP transport.
 run:

@@ -8,9 +8,21 @@
 #                      its variable (KVFENCE_MOONCAKE_LIB, KVFENCE_NIXL_LIB,
 #                      KVFENCE_MORI_SHIM) is set, and says it was skipped
 #                      otherwise. Never part of CI: CI has no vendor library.
-VENDOR_PLUGINS := mooncake:KVFENCE_MOONCAKE_LIB
+VENDOR_PLUGINS := mooncake:KVFENCE_MOONCAKE_LIB nixl:KVFENCE_NIXL_LIB mori:KVFENCE_MORI_SHIM
 
-.PHONY: vendor-smoke vendor-real
+#   make mori-shim     builds kvfence's MORI shim (plugins/mori/shim) into
+#                      $(BIN)/libkvfence_mori_shim.so, only where MORI-IO's
+#                      headers and library are (MORI_HOME); never in CI.
+MORI_HOME ?=
+
+.PHONY: vendor-smoke vendor-real mori-shim
+
+mori-shim:
+	@[ -n "$(MORI_HOME)" ] && [ -f "$(MORI_HOME)/include/mori/io/engine.hpp" ] || \
+	  { echo "mori-shim: set MORI_HOME to a MORI-IO install (include/mori/io/engine.hpp, lib/libmori_io.so)" >&2; exit 1; }
+	mkdir -p $(BIN)
+	$(CXX) -std=c++17 -shared -fPIC -O2 -Iplugins/mori/shim -I$(MORI_HOME)/include plugins/mori/shim/kvfence_mori_shim.cpp \
+	  -L$(MORI_HOME)/lib -Wl,-rpath,$(MORI_HOME)/lib -lmori_io -o $(BIN)/libkvfence_mori_shim.so
 
 vendor-smoke: plugins
 	@for pv in $(VENDOR_PLUGINS); do \
@@ -22,6 +34,6 @@ vendor-smoke: plugins
 	done
 
 vendor-real:
-	$(GO) test -count=1 -v -run 'TestRealLibrary' ./plugins/mooncake/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|skip|SKIP'
+	$(GO) test -count=1 -v -run 'TestRealLibrary|TestRealShim' ./plugins/mooncake/ ./plugins/nixl/ ./plugins/mori/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|skip|SKIP'
 
 TEST_STEPS += vendor-smoke

@@ -162,7 +162,11 @@ func (g *engine) Unregister(addr uintptr) error {
 	return nil
 }
 
-func (g *engine) Open(name string) (nocancel.Segment, error) {
+// Metadata: Mooncake exchanges none through kvfence (P2PHANDSHAKE or etcd
+// carry its own).
+func (g *engine) Metadata() []byte { return nil }
+
+func (g *engine) Open(name string, _ []byte) (nocancel.Segment, error) {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
 	id := C.kvf_mc_open(g.fn.open, g.e, cs)

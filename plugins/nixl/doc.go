@@ -1,8 +1,20 @@
-// Package nixl will hold the kvfence transport plugin that wraps NIXL.
+// Package nixl is the kvfence transport plugin over NIXL's C API
+// (libnixl_capi.so, the library NIXL's Rust bindings load) with its UCX
+// backend, loaded at run time with dlopen/dlsym: the plugin builds and its
+// tests run without NIXL, and without the library it refuses its handshake
+// with one classified line naming KVFENCE_NIXL_LIB.
 //
-// It owns the mapping of nixl_status_t results onto the kvfence completion
-// contract. It must never treat releaseXferReq or a backend error as proof
-// that writes stopped.
+// It owns: the library's symbols (all required: NIXL exports no version),
+// the agent and its UCX backend, the metadata exchange (served through the
+// key directory of package nocancel), the mapping of transfer-request
+// statuses, and the refusal of UCX transports by which the initiator
+// writes the target's memory itself (shared memory, CMA, XPMEM, KNEM, GPU
+// IPC): ending the target process does not fence those.
 //
-// Not built yet: a later issue fills this package.
+// It must never take releaseXferReq for a cancel (measured: every byte
+// landed after it returned), an error status for proof that bytes stopped
+// (the C API folds disconnects and cancels into ERROR_BACKEND), or a
+// deregistration for a revocation (measured: a deregistered buffer still
+// received a write reported SUCCESS); never release a request before it
+// reached a terminal status, and never declare Revoke or a bounded MaxTail.
 package nixl

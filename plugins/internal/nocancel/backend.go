@@ -30,8 +30,14 @@ type Backend interface {
 	// Register/Unregister make [addr, addr+n) a source or a target.
 	Register(addr uintptr, n uint64) error
 	Unregister(addr uintptr) error
-	// Open prepares a remote peer by the name it published.
-	Open(name string) (Segment, error)
+	// Open prepares a remote peer by the name it published and the
+	// metadata its directory serves (nil for backends without any). It is
+	// called again with fresh metadata before a new key of the peer is
+	// used, since the peer may have registered memory meanwhile.
+	Open(name string, metadata []byte) (Segment, error)
+	// Metadata is what peers need to load to reach this process's
+	// registered memory (NIXL: the agent's metadata), or nil.
+	Metadata() []byte
 	// Submit hands writes to the backend. An error means nothing of them
 	// was or will be moved (the binding only returns one when the library
 	// refused before anything left), classified.

@@ -82,7 +82,7 @@ func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 			return sdk.Errorf(sdk.ClassNotFound, "Post: region %d deregistered meanwhile", r.id)
 		}
 	}
-	job, err := t.be.Submit(p.seg, ws)
+	job, err := t.be.Submit(p.seg, ws) // p.seg is read under t.mu
 	if err != nil {
 		return fmt.Errorf("Post: %s refused the batch (nothing was sent): %w", t.be.Name(), err)
 	}
@@ -128,8 +128,19 @@ func (t *Transport) resolve(p *peer, k sdk.Key) (window, error) {
 	if err != nil {
 		return w, err
 	}
+	// The key's memory may have been registered after Connect: reload the
+	// peer's metadata before the first write under it.
+	h, err := p.dir.hello()
+	if err != nil {
+		return w, err
+	}
+	seg, err := t.be.Open(p.name, h.metadata)
+	if err != nil {
+		return w, err
+	}
 	t.mu.Lock()
 	p.keys[k] = w
+	p.seg = seg
 	t.mu.Unlock()
 	return w, nil
 }
@@ -210,33 +221,55 @@ func (t *Transport) step(b *batch) {
 	t.finished[b.id] = clean
 }
 
+// quiesceWait bounds how long Quiesce waits for live batches to end.
+const quiesceWait = 5 * time.Second
+
 // Quiesce has evidence only for batches every task of which ended with a
-// confirmed completion. For any other batch this backend has none: it
-// cannot cancel, its failures do not stop bytes, and its deregistration
-// does not revoke. The way to stop such a batch is to end the target's
-// plugin process (the host's process-exited evidence).
-func (t *Transport) Quiesce(_ context.Context, id sdk.PeerID, ids []sdk.BatchID) (sdk.QuiesceResult, error) {
+// confirmed completion; it waits a little (quiesceWait, or the caller's
+// deadline) for live ones to end first. For any other batch this backend
+// has none: it cannot cancel, its failures do not stop bytes, and its
+// deregistration does not revoke. The way to stop such a batch is to end
+// the target's plugin process (the host's process-exited evidence).
+func (t *Transport) Quiesce(ctx context.Context, id sdk.PeerID, ids []sdk.BatchID) (sdk.QuiesceResult, error) {
+	end := time.Now().Add(quiesceWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(end) {
+		end = d
+	}
+	for {
+		doubt, live, err := t.judge(id, ids)
+		if err != nil {
+			return sdk.QuiesceResult{}, err
+		}
+		if len(doubt) == 0 {
+			return sdk.QuiesceResult{Evidence: sdk.EvidenceCompletionsHarvested, Batches: ids, Detail: "every task confirmed applied by the target"}, nil
+		}
+		if live == 0 || time.Now().After(end) {
+			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassUnavailable, "Quiesce: %s cannot cancel or revoke, and batches %v did not confirm every task; only ending the target's plugin process stops their bytes", t.be.Name(), doubt)
+		}
+		time.Sleep(t.cfg.PollEvery * 10)
+	}
+}
+
+// judge lists the batches without evidence and how many are still live.
+func (t *Transport) judge(id sdk.PeerID, ids []sdk.BatchID) (doubt []sdk.BatchID, live int, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var doubt []sdk.BatchID
 	for _, bid := range ids {
 		if b, ok := t.live[bid]; ok {
 			if b.peer.id != id {
-				return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassInvalidArgument, "Quiesce: batch %d was not posted to %q", bid, id)
+				return nil, 0, sdk.Errorf(sdk.ClassInvalidArgument, "Quiesce: batch %d was not posted to %q", bid, id)
 			}
 			doubt = append(doubt, bid)
+			live++
 			continue
 		}
 		clean, ok := t.finished[bid]
 		if !ok {
-			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassNotFound, "Quiesce: batch %d unknown", bid)
+			return nil, 0, sdk.Errorf(sdk.ClassNotFound, "Quiesce: batch %d unknown", bid)
 		}
 		if !clean {
 			doubt = append(doubt, bid)
 		}
 	}
-	if len(doubt) > 0 {
-		return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassUnavailable, "Quiesce: %s cannot cancel or revoke, and batches %v did not confirm every task; only ending the target's plugin process stops their bytes", t.be.Name(), doubt)
-	}
-	return sdk.QuiesceResult{Evidence: sdk.EvidenceCompletionsHarvested, Batches: ids, Detail: "every task confirmed applied by the target"}, nil
+	return doubt, live, nil
 }

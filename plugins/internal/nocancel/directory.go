@@ -2,7 +2,6 @@ package nocancel
 
 import (
 	"encoding/binary"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -16,8 +15,9 @@ import (
 // process, and none of their C APIs lists a peer's buffers. One TCP
 // listener per plugin process; a request is a key (8 bytes, little endian);
 // the answer is found (1 byte), the window's absolute address and length
-// (8 bytes each). Key 0 asks for the process's framing: found=1, address 0,
-// length n, then n bytes of text.
+// (8 bytes each). Key 0 is the hello: found=1, then the lengths f and m of
+// the process's framing text and of its backend metadata (NIXL's agent
+// metadata; empty for Mooncake), then those f and m bytes.
 //
 // It carries no payload and grants nothing the backend enforces: the
 // backend lets any peer write any registered address. It exists so that
@@ -31,18 +31,25 @@ type window struct {
 }
 
 type directory struct {
-	ln      net.Listener
-	framing string
-	lookup  func(sdk.Key) (window, bool)
-	wg      sync.WaitGroup
+	ln       net.Listener
+	framing  string
+	metadata func() []byte
+	lookup   func(sdk.Key) (window, bool)
+	wg       sync.WaitGroup
 }
 
-func listenDirectory(addr, framing string, lookup func(sdk.Key) (window, bool)) (*directory, error) {
+// hello is what a peer learns at Connect and again at each new key.
+type hello struct {
+	framing  string
+	metadata []byte
+}
+
+func listenDirectory(addr, framing string, metadata func() []byte, lookup func(sdk.Key) (window, bool)) (*directory, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, sdk.Errorf(sdk.ClassUnavailable, "directory listen %s: %v", addr, err)
 	}
-	d := &directory{ln: ln, framing: framing, lookup: lookup}
+	d := &directory{ln: ln, framing: framing, metadata: metadata, lookup: lookup}
 	d.wg.Add(1)
 	go d.accept()
 	return d, nil
@@ -74,9 +81,11 @@ func (d *directory) serve(c net.Conn) {
 		var ans [dirAnswer]byte
 		var tail []byte
 		if key == 0 {
+			md := d.metadata()
 			ans[0] = 1
-			binary.LittleEndian.PutUint64(ans[9:], uint64(len(d.framing)))
-			tail = []byte(d.framing)
+			binary.LittleEndian.PutUint64(ans[1:], uint64(len(d.framing)))
+			binary.LittleEndian.PutUint64(ans[9:], uint64(len(md)))
+			tail = append([]byte(d.framing), md...)
 		} else if w, ok := d.lookup(key); ok {
 			ans[0] = 1
 			binary.LittleEndian.PutUint64(ans[1:], uint64(w.addr))
@@ -98,23 +107,35 @@ type dirClient struct {
 // first use (then refuses, Unavailable, having sent nothing).
 const dirTimeout = 2 * time.Second
 
-func dialDirectory(addr string) (*dirClient, string, error) {
+// maxMetadata bounds a peer's hello (NIXL metadata is a few KiB).
+const maxMetadata = 16 << 20
+
+func dialDirectory(addr string) (*dirClient, hello, error) {
 	c, err := net.DialTimeout("tcp", addr, dirTimeout)
 	if err != nil {
-		return nil, "", sdk.Errorf(sdk.ClassUnavailable, "peer directory %s: %v", addr, err)
+		return nil, hello{}, sdk.Errorf(sdk.ClassUnavailable, "peer directory %s: %v", addr, err)
 	}
 	dc := &dirClient{c: c}
-	found, _, n, err := dc.ask(0)
-	if err != nil || !found || n > 64 {
+	h, err := dc.hello()
+	if err != nil {
 		c.Close()
-		return nil, "", sdk.Errorf(sdk.ClassUnavailable, "peer directory %s: bad hello (%v)", addr, err)
+		return nil, h, err
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(c, buf); err != nil {
-		c.Close()
-		return nil, "", sdk.Errorf(sdk.ClassUnavailable, "peer directory %s: %v", addr, err)
+	return dc, h, nil
+}
+
+func (dc *dirClient) hello() (hello, error) {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	found, f, m, err := dc.ask(0)
+	if err != nil || !found || f > 64 || m > maxMetadata {
+		return hello{}, sdk.Errorf(sdk.ClassUnavailable, "peer directory: bad hello (%v)", err)
 	}
-	return dc, string(buf), nil
+	buf := make([]byte, uint64(f)+m)
+	if _, err := io.ReadFull(dc.c, buf); err != nil {
+		return hello{}, sdk.Errorf(sdk.ClassUnavailable, "peer directory: %v", err)
+	}
+	return hello{framing: string(buf[:f]), metadata: buf[f:]}, nil
 }
 
 func (dc *dirClient) ask(key sdk.Key) (found bool, addr uintptr, n uint64, err error) {
@@ -150,5 +171,3 @@ func (dc *dirClient) Close() {
 		_ = dc.c.Close()
 	}
 }
-
-var errClosed = errors.New("closed")

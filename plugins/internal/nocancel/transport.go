@@ -77,6 +77,7 @@ type grant struct {
 
 type peer struct {
 	id       sdk.PeerID
+	name     string
 	seg      Segment
 	dir      *dirClient
 	confirms bool
@@ -104,7 +105,7 @@ func New(cfg Config) (*Transport, error) {
 		regions: map[sdk.RegionID]*region{}, grants: map[sdk.Key]grant{}, peers: map[sdk.PeerID]*peer{},
 		live: map[sdk.BatchID]*batch{}, finished: map[sdk.BatchID]bool{}, stats: map[string]uint64{},
 		stop: make(chan struct{}), done: make(chan struct{})}
-	d, err := listenDirectory(cfg.DirListen, t.be.Framing(), t.lookup)
+	d, err := listenDirectory(cfg.DirListen, t.be.Framing(), t.be.Metadata, t.lookup)
 	if err != nil {
 		return nil, err
 	}
@@ -229,11 +230,12 @@ func (t *Transport) Connect(_ context.Context, ep sdk.Endpoint) (sdk.PeerID, err
 	if ep.Transport != t.be.Name() || ep.Address == "" || len(ep.Opaque) == 0 {
 		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: not a %s endpoint: %q %q", t.be.Name(), ep.Transport, ep.Address)
 	}
-	dc, framing, err := dialDirectory(string(ep.Opaque))
+	dc, h, err := dialDirectory(string(ep.Opaque))
 	if err != nil {
 		return "", err
 	}
-	seg, err := t.be.Open(ep.Address)
+	framing := h.framing
+	seg, err := t.be.Open(ep.Address, h.metadata)
 	if err != nil {
 		dc.Close()
 		return "", err
@@ -241,7 +243,7 @@ func (t *Transport) Connect(_ context.Context, ep sdk.Endpoint) (sdk.PeerID, err
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.nextPeer++
-	p := &peer{id: sdk.PeerID(fmt.Sprintf("%s-peer-%d", t.be.Name(), t.nextPeer)), seg: seg, dir: dc,
+	p := &peer{id: sdk.PeerID(fmt.Sprintf("%s-peer-%d", t.be.Name(), t.nextPeer)), name: ep.Address, seg: seg, dir: dc,
 		confirms: t.be.Confirms(framing), keys: map[sdk.Key]window{}}
 	t.peers[p.id] = p
 	t.log.Info("connected", "peer", p.id, "address", ep.Address, "framing", framing, "completed_means_applied", p.confirms)

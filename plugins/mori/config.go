@@ -1,0 +1,68 @@
+package mori
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// The environment a host passes to the plugin.
+const (
+	EnvShim        = "KVFENCE_MORI_SHIM"         // path of libkvfence_mori_shim.so (make mori-shim)
+	EnvHost        = "KVFENCE_MORI_HOST"         // the engine's out-of-band address (default 127.0.0.1)
+	EnvPort        = "KVFENCE_MORI_PORT"         // its port (default 0: any)
+	EnvReportAfter = "KVFENCE_MORI_REPORT_AFTER" // report a write still in progress as InDoubt after this (default 30s)
+	EnvDirListen   = "KVFENCE_MORI_DIR_LISTEN"   // the key directory's listen address
+)
+
+// Config is the plugin's settings.
+type Config struct {
+	Host, Backend string
+	Port          int
+	ReportAfter   time.Duration
+	DirListen     string
+}
+
+// ConfigFromEnv reads the settings.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	c := Config{Host: "127.0.0.1", Backend: "rdma", ReportAfter: 30 * time.Second, DirListen: getenv(EnvDirListen)}
+	if v := getenv(EnvHost); v != "" {
+		c.Host = v
+	}
+	if v := getenv(EnvPort); v != "" {
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 0 || p > 65535 {
+			return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a port", EnvPort, v)
+		}
+		c.Port = p
+	}
+	if v := getenv(EnvReportAfter); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a positive duration", EnvReportAfter, v)
+		}
+		c.ReportAfter = d
+	}
+	return c, nil
+}
+
+const (
+	maxBatch   = 1024
+	maxOpBytes = 1 << 30
+)
+
+// New builds the transport. MaxTail is unbounded: MORI cannot cancel, a
+// failed write's other queue pairs may still be writing, and its retry
+// timeouts depend on the NIC (34 s per try on some).
+func New(cfg Config, be nocancel.Backend, log hclog.Logger) (*nocancel.Transport, error) {
+	if be == nil {
+		return nil, fmt.Errorf("mori: no backend")
+	}
+	return nocancel.New(nocancel.Config{Backend: be, MaxTail: nocancel.UnboundedTail, MaxBatch: maxBatch, MaxOpBytes: maxOpBytes,
+		DirListen: cfg.DirListen, ReportAfter: cfg.ReportAfter, Verdict: unsafeVerdict(), Logger: log})
+}

@@ -1,0 +1,68 @@
+package mori_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/kvfence/kvfence/plugins/internal/dl/dltest"
+	"github.com/kvfence/kvfence/sdk/sdktest"
+)
+
+// Built once per run: the plugin, its broken variant, and fakes of
+// kvfence's MORI shim interface (testdata; no MORI anywhere).
+var (
+	pluginBin, unsafeBin string
+	fakeShim, oldShim    string
+	noCompiler           bool
+)
+
+const (
+	pluginPkg = "github.com/kvfence/kvfence/plugins/mori/cmd/kvfence-plugin-mori"
+	fakeSrc   = "testdata/fake_mori_shim.c"
+	wireDir   = "../internal/nocancel/testdata"
+)
+
+func fakeArgs(extra ...string) []string {
+	return append([]string{"-I" + wireDir, "-Ishim", fakeSrc, wireDir + "/fakewire.c"}, extra...)
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kvfence-mori-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := 1
+	if err = build(dir); errors.Is(err, dltest.ErrNoCompiler) {
+		noCompiler, err = true, nil
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+	}
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func build(dir string) (err error) {
+	if pluginBin, err = sdktest.BuildPlugin(dir, pluginPkg); err != nil {
+		return err
+	}
+	if unsafeBin, err = sdktest.BuildPlugin(dir, pluginPkg, "kvfenceunsafe"); err != nil {
+		return err
+	}
+	if fakeShim, err = dltest.Build(dir, "libfake_mori_shim.so", fakeArgs()...); err != nil {
+		return err
+	}
+	oldShim, err = dltest.Build(dir, "libfake_mori_shim_abi0.so", fakeArgs("-DFAKE_ABI=0")...)
+	return err
+}
+
+func needFakes(t *testing.T) {
+	if noCompiler {
+		t.Skip(dltest.ErrNoCompiler)
+	}
+}

@@ -1,0 +1,317 @@
+package nixl
+
+/*
+#include <stdint.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <stdbool.h>
+
+// NIXL's C API (libnixl_capi.so), declared here in this project's own words
+// from its documented signatures (nothing is included from NIXL). Handles
+// are opaque pointers; every call returns a status (0 success, 1 in
+// progress, negative errors).
+typedef int (*kvf_nx_create_agent_fn)(const char *, void **);
+typedef int (*kvf_nx_plugin_params_fn)(void *, const char *, void **, void **);
+typedef int (*kvf_nx_create_backend_fn)(void *, const char *, void *, void **);
+typedef int (*kvf_nx_destroy_fn)(void *);
+typedef int (*kvf_nx_create_opt_fn)(void **);
+typedef int (*kvf_nx_opt_add_backend_fn)(void *, void *);
+typedef int (*kvf_nx_create_dlist_fn)(int, void **, bool);
+typedef int (*kvf_nx_reg_add_fn)(void *, uintptr_t, size_t, uint64_t, const void *, size_t);
+typedef int (*kvf_nx_xfer_add_fn)(void *, uintptr_t, size_t, uint64_t);
+typedef int (*kvf_nx_reg_fn)(void *, void *, void *);
+typedef int (*kvf_nx_local_md_fn)(void *, void **, size_t *);
+typedef int (*kvf_nx_load_md_fn)(void *, const void *, size_t, char **);
+typedef int (*kvf_nx_create_req_fn)(void *, int, void *, void *, const char *, void **, void *);
+typedef int (*kvf_nx_req_fn)(void *, void *, void *);
+typedef int (*kvf_nx_status_fn)(void *, void *);
+typedef int (*kvf_nx_release_fn)(void *, void *);
+
+enum { KVF_NX_DRAM = 0, KVF_NX_WRITE = 1 };
+
+static int kvf_nx_create_agent(void *f, const char *name, void **a) { return ((kvf_nx_create_agent_fn)f)(name, a); }
+static int kvf_nx_plugin_params(void *f, void *a, const char *p, void **mems, void **params) { return ((kvf_nx_plugin_params_fn)f)(a, p, mems, params); }
+static int kvf_nx_create_backend(void *f, void *a, const char *p, void *params, void **b) { return ((kvf_nx_create_backend_fn)f)(a, p, params, b); }
+static int kvf_nx_destroy(void *f, void *h) { return ((kvf_nx_destroy_fn)f)(h); }
+static int kvf_nx_create_opt(void *f, void **o) { return ((kvf_nx_create_opt_fn)f)(o); }
+static int kvf_nx_opt_add_backend(void *f, void *o, void *b) { return ((kvf_nx_opt_add_backend_fn)f)(o, b); }
+static int kvf_nx_create_dlist(void *f, void **d) { return ((kvf_nx_create_dlist_fn)f)(KVF_NX_DRAM, d, false); }
+// The registration descriptor takes (metadata, length) in current NIXL and
+// not in older builds; passing them to an older build is harmless on the
+// SysV x86-64 and AArch64 ABIs (surplus register arguments are ignored).
+static int kvf_nx_reg_add(void *f, void *d, uintptr_t addr, size_t n) { return ((kvf_nx_reg_add_fn)f)(d, addr, n, 0, NULL, 0); }
+static int kvf_nx_xfer_add(void *f, void *d, uintptr_t addr, size_t n) { return ((kvf_nx_xfer_add_fn)f)(d, addr, n, 0); }
+static int kvf_nx_reg(void *f, void *a, void *d, void *o) { return ((kvf_nx_reg_fn)f)(a, d, o); }
+static int kvf_nx_local_md(void *f, void *a, void **data, size_t *n) { return ((kvf_nx_local_md_fn)f)(a, data, n); }
+static int kvf_nx_load_md(void *f, void *a, const void *data, size_t n, char **name) { return ((kvf_nx_load_md_fn)f)(a, data, n, name); }
+static int kvf_nx_create_req(void *f, void *a, void *local, void *remote, const char *peer, void **req, void *o) {
+	return ((kvf_nx_create_req_fn)f)(a, KVF_NX_WRITE, local, remote, peer, req, o);
+}
+static int kvf_nx_post(void *f, void *a, void *req, void *o) { return ((kvf_nx_req_fn)f)(a, req, o); }
+static int kvf_nx_status(void *f, void *a, void *req) { return ((kvf_nx_status_fn)f)(a, req); }
+static int kvf_nx_release(void *f, void *a, void *req) { return ((kvf_nx_release_fn)f)(a, req); }
+*/
+import "C"
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"unsafe"
+
+	"github.com/kvfence/kvfence/plugins/internal/dl"
+	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// Spec is what the plugin needs from libnixl_capi.so. NIXL exports no
+// version; a library lacking any of these is refused.
+var Spec = dl.Spec{
+	What: "nixl", EnvVar: EnvLib, Names: []string{"libnixl_capi.so"},
+	Required: []string{"nixl_capi_create_agent", "nixl_capi_get_plugin_params", "nixl_capi_create_backend",
+		"nixl_capi_destroy_mem_list", "nixl_capi_destroy_params", "nixl_capi_create_opt_args", "nixl_capi_opt_args_add_backend",
+		"nixl_capi_create_reg_dlist", "nixl_capi_reg_dlist_add_desc", "nixl_capi_destroy_reg_dlist", "nixl_capi_register_mem",
+		"nixl_capi_deregister_mem", "nixl_capi_get_local_md", "nixl_capi_load_remote_md", "nixl_capi_create_xfer_dlist",
+		"nixl_capi_xfer_dlist_add_desc", "nixl_capi_destroy_xfer_dlist", "nixl_capi_create_xfer_req",
+		"nixl_capi_post_xfer_req", "nixl_capi_get_xfer_status", "nixl_capi_release_xfer_req"},
+	Optional: []string{"nixl_capi_destroy_xfer_req", "nixl_capi_invalidate_remote_md"},
+}
+
+type agent struct {
+	lib  *dl.Library
+	a    unsafe.Pointer
+	opt  unsafe.Pointer
+	name string
+	cfg  Config
+
+	mu    sync.Mutex
+	segs  map[string]nocancel.Segment
+	names []string // segment -> remote agent name
+	jobs  map[nocancel.Job]*job
+	next  nocancel.Job
+	lens  map[uintptr]uint64 // registered address -> length (NIXL deregisters by descriptor)
+}
+
+// job is one NIXL transfer request and the descriptor lists it was made of
+// (kept until the request is released).
+type job struct {
+	req, local, remote unsafe.Pointer
+	tasks              int
+}
+
+func (g *agent) sym(name string) unsafe.Pointer { return g.lib.Sym(name) }
+
+// Load loads the library, refuses a UCX_TLS that allows shared-memory
+// transports, and starts an agent with the UCX backend.
+func Load(cfg Config, getenv func(string) string) (nocancel.Backend, error) {
+	lib, err := dl.Load(Spec, getenv)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckUCXTransports(getenv("UCX_TLS")); err != nil {
+		return nil, err // before UCX reads it
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	g := &agent{lib: lib, cfg: cfg, name: "kvfence-" + hex.EncodeToString(rnd[:]), segs: map[string]nocancel.Segment{}, jobs: map[nocancel.Job]*job{}, lens: map[uintptr]uint64{}}
+	cname, cplug := C.CString(g.name), C.CString(cfg.Backend)
+	defer C.free(unsafe.Pointer(cname))
+	defer C.free(unsafe.Pointer(cplug))
+	if rc := C.kvf_nx_create_agent(g.sym("nixl_capi_create_agent"), cname, &g.a); rc != 0 {
+		return nil, sdk.Errorf(sdk.ClassUnavailable, "nixl: create_agent: %s", statusName(int(rc)))
+	}
+	var mems, params unsafe.Pointer
+	if rc := C.kvf_nx_plugin_params(g.sym("nixl_capi_get_plugin_params"), g.a, cplug, &mems, &params); rc != 0 {
+		return nil, sdk.Errorf(sdk.ClassUnavailable, "nixl: no %s backend plugin (get_plugin_params: %s); is NIXL_PLUGIN_DIR set?", cfg.Backend, statusName(int(rc)))
+	}
+	var be unsafe.Pointer
+	rc := C.kvf_nx_create_backend(g.sym("nixl_capi_create_backend"), g.a, cplug, params, &be)
+	C.kvf_nx_destroy(g.sym("nixl_capi_destroy_mem_list"), mems)
+	C.kvf_nx_destroy(g.sym("nixl_capi_destroy_params"), params)
+	if rc != 0 {
+		return nil, sdk.Errorf(sdk.ClassUnavailable, "nixl: create_backend(%s): %s (UCX must be >= 1.19 and built with multi-threading)", cfg.Backend, statusName(int(rc)))
+	}
+	if rc := C.kvf_nx_create_opt(g.sym("nixl_capi_create_opt_args"), &g.opt); rc != 0 {
+		return nil, sdk.Errorf(sdk.ClassInternal, "nixl: create_opt_args: %s", statusName(int(rc)))
+	}
+	if rc := C.kvf_nx_opt_add_backend(g.sym("nixl_capi_opt_args_add_backend"), g.opt, be); rc != 0 {
+		return nil, sdk.Errorf(sdk.ClassInternal, "nixl: opt_args_add_backend: %s", statusName(int(rc)))
+	}
+	return g, nil
+}
+
+func (g *agent) Name() string      { return "nixl" }
+func (g *agent) Version() string   { return "c-api (" + g.lib.Path + ")" }
+func (g *agent) LocalName() string { return g.name }
+
+// Framing: NIXL's UCX backend completes a write request only after the
+// endpoint was flushed, so SUCCESS means the target has the bytes.
+func (g *agent) Framing() string        { return "ucx-flushed" }
+func (g *agent) Confirms(p string) bool { return p == "ucx-flushed" }
+
+// regList runs fn on a one-descriptor registration list.
+func (g *agent) regList(addr uintptr, n uint64, fn string) error {
+	var d unsafe.Pointer
+	if rc := C.kvf_nx_create_dlist(g.sym("nixl_capi_create_reg_dlist"), &d); rc != 0 {
+		return sdk.Errorf(sdk.ClassInternal, "nixl: create_reg_dlist: %s", statusName(int(rc)))
+	}
+	defer C.kvf_nx_destroy(g.sym("nixl_capi_destroy_reg_dlist"), d)
+	if rc := C.kvf_nx_reg_add(g.sym("nixl_capi_reg_dlist_add_desc"), d, C.uintptr_t(addr), C.size_t(n)); rc != 0 {
+		return sdk.Errorf(classOf(int(rc)), "nixl: reg_dlist_add_desc: %s", statusName(int(rc)))
+	}
+	if rc := C.kvf_nx_reg(g.sym(fn), g.a, d, g.opt); rc != 0 {
+		return sdk.Errorf(classOf(int(rc)), "nixl: %s: %s", fn, statusName(int(rc)))
+	}
+	return nil
+}
+
+func (g *agent) Register(addr uintptr, n uint64) error {
+	if err := g.regList(addr, n, "nixl_capi_register_mem"); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.lens[addr] = n
+	g.mu.Unlock()
+	return nil
+}
+
+func (g *agent) Unregister(addr uintptr) error {
+	g.mu.Lock()
+	n := g.lens[addr]
+	delete(g.lens, addr)
+	g.mu.Unlock()
+	return g.regList(addr, n, "nixl_capi_deregister_mem")
+}
+
+// Metadata is the agent's metadata, which peers load to reach its memory.
+func (g *agent) Metadata() []byte {
+	var data unsafe.Pointer
+	var n C.size_t
+	if rc := C.kvf_nx_local_md(g.sym("nixl_capi_get_local_md"), g.a, &data, &n); rc != 0 || data == nil {
+		return nil
+	}
+	defer C.free(data)
+	return C.GoBytes(data, C.int(n))
+}
+
+// Open loads the peer's metadata (again: it grows as the peer registers).
+func (g *agent) Open(name string, md []byte) (nocancel.Segment, error) {
+	if len(md) == 0 {
+		return 0, sdk.Errorf(sdk.ClassUnavailable, "nixl: peer %q published no metadata", name)
+	}
+	var got *C.char
+	cmd := C.CBytes(md)
+	defer C.free(cmd)
+	if rc := C.kvf_nx_load_md(g.sym("nixl_capi_load_remote_md"), g.a, cmd, C.size_t(len(md)), &got); rc != 0 {
+		return 0, sdk.Errorf(classOf(int(rc)), "nixl: load_remote_md(%s): %s", name, statusName(int(rc)))
+	}
+	remote := C.GoString(got)
+	C.free(unsafe.Pointer(got))
+	if remote != name {
+		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "nixl: endpoint names agent %q, its metadata agent %q", name, remote)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s, ok := g.segs[name]; ok {
+		return s, nil
+	}
+	g.names = append(g.names, name)
+	g.segs[name] = nocancel.Segment(len(g.names))
+	return g.segs[name], nil
+}
+
+func (g *agent) xferList(addrs []uintptr, lens []uint64) (unsafe.Pointer, error) {
+	var d unsafe.Pointer
+	if rc := C.kvf_nx_create_dlist(g.sym("nixl_capi_create_xfer_dlist"), &d); rc != 0 {
+		return nil, sdk.Errorf(sdk.ClassInternal, "nixl: create_xfer_dlist: %s", statusName(int(rc)))
+	}
+	for i := range addrs {
+		if rc := C.kvf_nx_xfer_add(g.sym("nixl_capi_xfer_dlist_add_desc"), d, C.uintptr_t(addrs[i]), C.size_t(lens[i])); rc != 0 {
+			C.kvf_nx_destroy(g.sym("nixl_capi_destroy_xfer_dlist"), d)
+			return nil, sdk.Errorf(classOf(int(rc)), "nixl: xfer_dlist_add_desc: %s", statusName(int(rc)))
+		}
+	}
+	return d, nil
+}
+
+// Submit makes one transfer request of the writes and posts it. A request
+// NIXL refused to make moved nothing (Post's error); a post that fails is
+// a job whose tasks read as failed: the C API folds "not posted" into the
+// same backend error as failures after bytes left, so it proves nothing.
+func (g *agent) Submit(seg nocancel.Segment, ws []nocancel.Write) (nocancel.Job, error) {
+	g.mu.Lock()
+	if int(seg) < 1 || int(seg) > len(g.names) {
+		g.mu.Unlock()
+		return 0, sdk.Errorf(sdk.ClassNotFound, "nixl: segment %d", seg)
+	}
+	peer := g.names[seg-1]
+	g.mu.Unlock()
+	src, dst, lens := make([]uintptr, len(ws)), make([]uintptr, len(ws)), make([]uint64, len(ws))
+	for i, w := range ws {
+		src[i], dst[i], lens[i] = w.Src, w.Dst, w.Length
+	}
+	j := &job{tasks: len(ws)}
+	var err error
+	if j.local, err = g.xferList(src, lens); err != nil {
+		return 0, err
+	}
+	if j.remote, err = g.xferList(dst, lens); err != nil {
+		g.dropLists(j)
+		return 0, err
+	}
+	cpeer := C.CString(peer)
+	defer C.free(unsafe.Pointer(cpeer))
+	if rc := C.kvf_nx_create_req(g.sym("nixl_capi_create_xfer_req"), g.a, j.local, j.remote, cpeer, &j.req, g.opt); rc != 0 {
+		g.dropLists(j)
+		return 0, sdk.Errorf(classOf(int(rc)), "nixl: create_xfer_req: %s", statusName(int(rc)))
+	}
+	C.kvf_nx_post(g.sym("nixl_capi_post_xfer_req"), g.a, j.req, g.opt) // its result is read by Poll
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.next++
+	g.jobs[g.next] = j
+	return g.next, nil
+}
+
+func (g *agent) dropLists(j *job) {
+	for _, d := range []unsafe.Pointer{j.local, j.remote} {
+		if d != nil {
+			C.kvf_nx_destroy(g.sym("nixl_capi_destroy_xfer_dlist"), d)
+		}
+	}
+}
+
+// Poll reads the request's status; NIXL has one status per request, so
+// every task of it reads the same.
+func (g *agent) Poll(id nocancel.Job, _ int) (nocancel.Task, error) {
+	g.mu.Lock()
+	j := g.jobs[id]
+	g.mu.Unlock()
+	if j == nil {
+		return nocancel.Task{State: nocancel.Unknown}, sdk.Errorf(sdk.ClassNotFound, "nixl: job %d", id)
+	}
+	return nocancel.Task{State: StateOf(int(C.kvf_nx_status(g.sym("nixl_capi_get_xfer_status"), g.a, j.req)))}, nil
+}
+
+// Free releases the request. Only called once every task is terminal:
+// releasing a request in flight does not stop it (measured).
+func (g *agent) Free(id nocancel.Job) error {
+	g.mu.Lock()
+	j := g.jobs[id]
+	delete(g.jobs, id)
+	g.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	if rc := C.kvf_nx_release(g.sym("nixl_capi_release_xfer_req"), g.a, j.req); rc != 0 {
+		g.mu.Lock()
+		g.jobs[id] = j
+		g.mu.Unlock()
+		return sdk.Errorf(sdk.ClassUnavailable, "nixl: release_xfer_req: %s", statusName(int(rc)))
+	}
+	if g.lib.Has("nixl_capi_destroy_xfer_req") {
+		C.kvf_nx_destroy(g.sym("nixl_capi_destroy_xfer_req"), j.req)
+	}
+	g.dropLists(j)
+	return nil
+}

@@ -1,0 +1,90 @@
+package nixl
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// The environment a host passes to the plugin.
+const (
+	EnvLib         = "KVFENCE_NIXL_LIB"          // path of libnixl_capi.so (else the library path)
+	EnvBackend     = "KVFENCE_NIXL_BACKEND"      // NIXL backend plugin (default UCX)
+	EnvReportAfter = "KVFENCE_NIXL_REPORT_AFTER" // report a request still IN_PROG as InDoubt after this (default 30s)
+	EnvDirListen   = "KVFENCE_NIXL_DIR_LISTEN"   // the key directory's listen address
+)
+
+// Config is the plugin's settings.
+type Config struct {
+	Backend     string
+	ReportAfter time.Duration
+	DirListen   string
+}
+
+// sharedMemoryTLS are UCX transports by which the initiator writes the
+// target's memory itself (shared memory, CMA, XPMEM, KNEM, GPU IPC): no
+// byte passes through the target process, so ending that process does not
+// stop them, and a post can report SUCCESS at once. Refused.
+var sharedMemoryTLS = []string{"all", "sm", "shm", "posix", "sysv", "mm", "xpmem", "cma", "knem", "cuda_ipc", "rocm_ipc", "ze_ipc"}
+
+// CheckUCXTransports refuses a UCX_TLS that allows shared-memory
+// transports; UCX_TLS must name the transports explicitly (tcp; rc, ud,
+// dc and their variants for RDMA).
+func CheckUCXTransports(tls string) error {
+	if strings.TrimSpace(tls) == "" {
+		return sdk.Errorf(sdk.ClassFailedPrecondition, "nixl: UCX_TLS is not set, so UCX may use shared memory between processes on one host (the initiator then writes target memory directly and ending the target process does not fence it); set UCX_TLS=tcp (or rc,tcp on RDMA)")
+	}
+	if strings.HasPrefix(strings.TrimSpace(tls), "^") {
+		return sdk.Errorf(sdk.ClassFailedPrecondition, "nixl: UCX_TLS=%s excludes transports instead of naming them; name them (UCX_TLS=tcp or rc,tcp)", tls)
+	}
+	for _, t := range strings.Split(tls, ",") {
+		t = strings.ToLower(strings.TrimSpace(t))
+		for _, bad := range sharedMemoryTLS {
+			if t == bad || strings.HasPrefix(t, bad+"_") {
+				return sdk.Errorf(sdk.ClassFailedPrecondition, "nixl: UCX_TLS=%s allows %s, a transport by which the initiator writes target memory directly (not fenced by ending the target process); remove it", tls, t)
+			}
+		}
+	}
+	return nil
+}
+
+// ConfigFromEnv reads the settings (UCX_TLS is checked by Load, once the
+// library is known to be there).
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	c := Config{Backend: "UCX", ReportAfter: 30 * time.Second, DirListen: getenv(EnvDirListen)}
+	if v := getenv(EnvBackend); v != "" {
+		c.Backend = v
+	}
+	if c.Backend != "UCX" {
+		return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: only UCX is supported", EnvBackend, c.Backend)
+	}
+	if v := getenv(EnvReportAfter); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a positive duration", EnvReportAfter, v)
+		}
+		c.ReportAfter = d
+	}
+	return c, nil
+}
+
+const (
+	maxBatch   = 1024
+	maxOpBytes = 1 << 30
+)
+
+// New builds the transport. MaxTail is unbounded: NIXL has no timeout (a
+// request to a stopped target stays IN_PROG for as long as it is stopped)
+// and releasing a request does not cancel it.
+func New(cfg Config, be nocancel.Backend, log hclog.Logger) (*nocancel.Transport, error) {
+	if be == nil {
+		return nil, fmt.Errorf("nixl: no backend")
+	}
+	return nocancel.New(nocancel.Config{Backend: be, MaxTail: nocancel.UnboundedTail, MaxBatch: maxBatch, MaxOpBytes: maxOpBytes,
+		DirListen: cfg.DirListen, ReportAfter: cfg.ReportAfter, Verdict: unsafeVerdict(), Logger: log})
+}

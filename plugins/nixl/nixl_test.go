@@ -1,0 +1,141 @@
+package nixl_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
+	"github.com/kvfence/kvfence/plugins/nixl"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// Without a usable library, or with a UCX_TLS that allows shared-memory
+// transports, the plugin exits before the handshake with one classified
+// line naming what to set.
+func TestHandshakeRefusals(t *testing.T) {
+	needFakes(t)
+	cases := []struct{ name, lib, tls, want string }{
+		{"library missing", "", "tcp", "KVFENCE_NIXL_LIB is not set"},
+		{"required symbol missing", brokeLib, "tcp", "lacks the required symbol nixl_capi_get_xfer_status"},
+		{"UCX_TLS unset", fakeLib, "", "UCX_TLS is not set"},
+		{"shared-memory transport", fakeLib, "tcp,cma", "allows cma"},
+		{"exclusion list", fakeLib, "^ib", "excludes transports"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(pluginBin)
+			cmd.Env = []string{"PATH=/usr/bin:/bin", "LD_LIBRARY_PATH=/nonexistent", "UCX_TLS=" + c.tls}
+			if c.lib != "" {
+				cmd.Env = append(cmd.Env, nixl.EnvLib+"="+c.lib)
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			line := strings.TrimRight(stderr.String(), "\n")
+			if err == nil || strings.Contains(line, "\n") || !strings.Contains(line, c.want) || !strings.HasPrefix(line, "failed-precondition:") {
+				t.Fatalf("exit %v, stderr %q: want one failed-precondition line with %q", err, stderr.String(), c.want)
+			}
+			t.Log(line)
+		})
+	}
+}
+
+func TestUCXTransports(t *testing.T) {
+	for _, ok := range []string{"tcp", "rc,tcp", "rc_x,ud_x", "dc_mlx5,tcp"} {
+		if err := nixl.CheckUCXTransports(ok); err != nil {
+			t.Errorf("UCX_TLS=%s refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "all", "sm", "tcp,shm", "posix", "sysv", "cma", "xpmem", "knem", "cuda_ipc,tcp", "^cma", "rc,TCP,Cma"} {
+		if err := nixl.CheckUCXTransports(bad); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+			t.Errorf("UCX_TLS=%q accepted: %v", bad, err)
+		}
+	}
+}
+
+// fakeEnv: the fake with no status timeout (NIXL has none); the plugin
+// reports a request still IN_PROG after 1 s.
+func fakeEnv(extra ...string) []string {
+	return append([]string{nixl.EnvLib + "=" + fakeLib, "UCX_TLS=tcp", "KVFENCE_FAKE_WAIT_FOREVER_BYTES=1073741824", nixl.EnvReportAfter + "=1s"}, extra...)
+}
+
+func newPair(t *testing.T, bin string, env []string) *nocanceltest.Pair {
+	needFakes(t)
+	if testing.Verbose() {
+		return nocanceltest.NewPair(t, bin, env, nil, nil, os.Stderr)
+	}
+	return nocanceltest.NewPair(t, bin, env, nil, nil, nil)
+}
+
+func TestHealthyWrite(t *testing.T) {
+	p := newPair(t, pluginBin, fakeEnv())
+	b := p.Write(4096, 3<<20, 256<<10)
+	if err := p.Ini.Transport().Post(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.Wait(b.ID, 10*time.Second)
+	if err != nil || c.Status != sdk.Succeeded || !p.Landed(4096, 3<<20) {
+		t.Fatalf("completion %+v err %v", c, err)
+	}
+}
+
+// IN_PROG for as long as the target is stopped: InDoubt at the deadline,
+// the request kept (release is not cancel), the bytes land after SIGCONT.
+func TestInProgressForever(t *testing.T) {
+	p := newPair(t, pluginBin, fakeEnv())
+	o, err := nocanceltest.StoppedTarget(p, 1<<20, 256<<10, 64<<10, 10*time.Second, 1500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(o)
+	if o.Broken != "" || o.Completion.Status != sdk.InDoubt || !o.LateLanded {
+		t.Fatalf("IN_PROG forever: %v", o)
+	}
+}
+
+// ERROR_BACKEND while the bytes still land: InDoubt; and the variant that
+// takes the error as proof is caught.
+func TestBackendErrorThenLanding(t *testing.T) {
+	env := fakeEnv("KVFENCE_FAKE_STATUS_TIMEOUT_MS=300")
+	p := newPair(t, pluginBin, env)
+	o, err := nocanceltest.StoppedTarget(p, 1<<20, 256<<10, 64<<10, 10*time.Second, 1500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("honest:", o)
+	if o.Broken != "" || o.Completion.Status != sdk.InDoubt || !o.LateLanded {
+		t.Fatalf("honest plugin: %v", o)
+	}
+	u := newPair(t, unsafeBin, append(env, "KVFENCE_NIXL_UNSAFE=failed-is-definite"))
+	o, err = nocanceltest.StoppedTarget(u, 1<<20, 256<<10, 64<<10, 10*time.Second, 1500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("dishonest:", o)
+	if o.Completion.Status != sdk.FailedDefinite || o.Broken != nocanceltest.PromiseFailed {
+		t.Fatalf("the failed-is-definite variant was not caught: %v", o)
+	}
+}
+
+// TestRealLibrary runs the scenarios against a real NIXL build (UCX over
+// TCP, loopback), only when KVFENCE_NIXL_LIB is set.
+func TestRealLibrary(t *testing.T) {
+	lib := os.Getenv(nixl.EnvLib)
+	if lib == "" {
+		t.Skip("skipped: KVFENCE_NIXL_LIB is not set (no real NIXL library to test against)")
+	}
+	p := nocanceltest.NewPair(t, pluginBin, []string{nixl.EnvLib + "=" + lib, "UCX_TLS=tcp", nixl.EnvReportAfter + "=10s"}, nil, nil, os.Stderr)
+	o, err := nocanceltest.StoppedTarget(p, 2<<20, 256<<10, 64<<10, 60*time.Second, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("stopped target:", o)
+	if o.Broken != "" {
+		t.Fatalf("broke %q: %v", o.Broken, o)
+	}
+}

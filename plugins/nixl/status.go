@@ -1,0 +1,62 @@
+package nixl
+
+import (
+	"fmt"
+
+	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// NIXL C API statuses. The C API folds NIXL's own codes (REMOTE_DISCONNECT,
+// CANCELED, NOT_ALLOWED, ...) into BACKEND.
+const (
+	capiSuccess      = 0
+	capiInProgress   = 1
+	capiInvalidParam = -1
+	capiBackend      = -2
+	capiInvalidState = -3
+	capiException    = -4
+)
+
+// StateOf maps a transfer request's status. Every error is Failed (InDoubt):
+// measured, a target that deregistered its buffer still received a write,
+// and release does not cancel.
+func StateOf(code int) nocancel.TaskState {
+	switch {
+	case code == capiSuccess:
+		return nocancel.Completed
+	case code == capiInProgress:
+		return nocancel.Pending
+	case code < 0:
+		return nocancel.Failed
+	}
+	return nocancel.Unknown
+}
+
+func statusName(rc int) string {
+	switch rc {
+	case capiSuccess:
+		return "SUCCESS"
+	case capiInProgress:
+		return "IN_PROG"
+	case capiInvalidParam:
+		return "ERROR_INVALID_PARAM (-1)"
+	case capiBackend:
+		return "ERROR_BACKEND (-2)"
+	case capiInvalidState:
+		return "ERROR_INVALID_STATE (-3)"
+	case capiException:
+		return "ERROR_EXCEPTION (-4)"
+	}
+	return fmt.Sprintf("status %d", rc)
+}
+
+func classOf(rc int) sdk.Class {
+	switch rc {
+	case capiInvalidParam:
+		return sdk.ClassInvalidArgument
+	case capiInvalidState:
+		return sdk.ClassFailedPrecondition
+	}
+	return sdk.ClassUnavailable
+}

@@ -1,0 +1,180 @@
+/*
+ * A stand-in for NIXL's C API (libnixl_capi.so), written for kvfence's
+ * tests from the API's documented signatures: only the calls the plugin
+ * makes. The bytes move through the shared fake data path
+ * (../../internal/nocancel/testdata/fakewire.h). Behaviours reproduced:
+ * a request to a stopped target stays IN_PROG with no timeout (unless
+ * KVFENCE_FAKE_STATUS_TIMEOUT_MS turns a stall into ERROR_BACKEND while the
+ * bytes still land later); release_xfer_req returns success in flight and
+ * does not stop the transfer; deregistration is checked once per write.
+ * -DFAKE_NO_STATUS hides nixl_capi_get_xfer_status (the refusal test).
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fakewire.h"
+
+#ifdef FAKE_NO_STATUS
+#define nixl_capi_get_xfer_status fake_hidden_get_xfer_status
+#endif
+
+enum { OK = 0, IN_PROG = 1, INVALID_PARAM = -1, BACKEND = -2 };
+#define MAX_PEERS 64
+#define MAX_DESCS 4096
+
+struct agent {
+	char name[64];
+	struct fw_engine *w;
+	char peers[MAX_PEERS][64], addrs[MAX_PEERS][64];
+	int npeers;
+};
+struct dlist { size_t n; uintptr_t addr[MAX_DESCS]; size_t len[MAX_DESCS]; };
+struct req { struct fw_batch *b; int released; };
+
+int nixl_capi_create_agent(const char *name, void **out) {
+	struct agent *a = calloc(1, sizeof *a);
+	snprintf(a->name, sizeof a->name, "%s", name);
+	if (!getenv("KVFENCE_FAKE_STATUS_TIMEOUT_MS")) setenv("KVFENCE_FAKE_STATUS_TIMEOUT_MS", "0", 1); /* NIXL has no timeout */
+	if (!(a->w = fw_start("127.0.0.1"))) return BACKEND;
+	*out = a;
+	return OK;
+}
+
+int nixl_capi_get_plugin_params(void *a, const char *plugin, void **mems, void **params) {
+	(void)a;
+	if (strcmp(plugin, "UCX") != 0) return INVALID_PARAM;
+	*mems = malloc(1);
+	*params = malloc(1);
+	return OK;
+}
+int nixl_capi_create_backend(void *a, const char *plugin, void *params, void **out) {
+	(void)params;
+	*out = a;
+	return strcmp(plugin, "UCX") == 0 ? OK : INVALID_PARAM;
+}
+int nixl_capi_destroy_mem_list(void *p) { free(p); return OK; }
+int nixl_capi_destroy_params(void *p) { free(p); return OK; }
+int nixl_capi_create_opt_args(void **out) { *out = malloc(1); return OK; }
+int nixl_capi_opt_args_add_backend(void *o, void *b) { (void)o; (void)b; return OK; }
+
+static int new_dlist(void **out) { *out = calloc(1, sizeof(struct dlist)); return OK; }
+static int add_desc(void *d, uintptr_t addr, size_t len) {
+	struct dlist *l = d;
+	if (l->n == MAX_DESCS) return INVALID_PARAM;
+	l->addr[l->n] = addr;
+	l->len[l->n++] = len;
+	return OK;
+}
+int nixl_capi_create_reg_dlist(int type, void **out, bool sorted) { (void)type; (void)sorted; return new_dlist(out); }
+int nixl_capi_reg_dlist_add_desc(void *d, uintptr_t addr, size_t len, uint64_t dev, const void *md, size_t mdlen) {
+	(void)dev; (void)md; (void)mdlen;
+	return add_desc(d, addr, len);
+}
+int nixl_capi_destroy_reg_dlist(void *d) { free(d); return OK; }
+int nixl_capi_create_xfer_dlist(int type, void **out, bool sorted) { (void)type; (void)sorted; return new_dlist(out); }
+int nixl_capi_xfer_dlist_add_desc(void *d, uintptr_t addr, size_t len, uint64_t dev) { (void)dev; return add_desc(d, addr, len); }
+int nixl_capi_destroy_xfer_dlist(void *d) { free(d); return OK; }
+
+int nixl_capi_register_mem(void *ag, void *d, void *o) {
+	(void)o;
+	struct agent *a = ag;
+	struct dlist *l = d;
+	for (size_t i = 0; i < l->n; i++)
+		if (fw_register(a->w, l->addr[i], l->len[i]) != 0) return BACKEND;
+	return OK;
+}
+int nixl_capi_deregister_mem(void *ag, void *d, void *o) {
+	(void)o;
+	struct agent *a = ag;
+	struct dlist *l = d;
+	for (size_t i = 0; i < l->n; i++)
+		if (fw_unregister(a->w, l->addr[i]) != 0) return INVALID_PARAM;
+	return OK;
+}
+
+/* Metadata: "name|host:port". */
+int nixl_capi_get_local_md(void *ag, void **data, size_t *len) {
+	struct agent *a = ag;
+	char where[64], buf[160];
+	fw_name(a->w, where, sizeof where);
+	int n = snprintf(buf, sizeof buf, "%s|%s", a->name, where);
+	*data = malloc(n);
+	memcpy(*data, buf, n);
+	*len = n;
+	return OK;
+}
+int nixl_capi_load_remote_md(void *ag, const void *data, size_t len, char **name) {
+	struct agent *a = ag;
+	char buf[160];
+	if (len >= sizeof buf) return INVALID_PARAM;
+	memcpy(buf, data, len);
+	buf[len] = 0;
+	char *bar = strchr(buf, '|');
+	if (!bar) return INVALID_PARAM;
+	*bar = 0;
+	if (strlen(buf) >= 64 || strlen(bar + 1) >= 64) return INVALID_PARAM;
+	int i;
+	for (i = 0; i < a->npeers && strcmp(a->peers[i], buf) != 0; i++) {}
+	if (i == a->npeers) {
+		if (a->npeers == MAX_PEERS) return BACKEND;
+		a->npeers++;
+	}
+	memcpy(a->peers[i], buf, strlen(buf) + 1);
+	memcpy(a->addrs[i], bar + 1, strlen(bar + 1) + 1);
+	*name = strdup(buf);
+	return OK;
+}
+
+int nixl_capi_create_xfer_req(void *ag, int op, void *local, void *remote, const char *peer, void **out, void *o) {
+	(void)o;
+	struct agent *a = ag;
+	struct dlist *l = local, *r = remote;
+	if (op != 1 || l->n != r->n) return INVALID_PARAM;
+	int i;
+	for (i = 0; i < a->npeers && strcmp(a->peers[i], peer) != 0; i++) {}
+	if (i == a->npeers) return INVALID_PARAM; /* metadata not loaded */
+	struct req *q = calloc(1, sizeof *q);
+	q->b = fw_batch_new(l->n);
+	for (size_t k = 0; k < l->n; k++) {
+		if (l->len[k] != r->len[k] || fw_batch_add(q->b, a->addrs[i], l->addr[k], r->addr[k], l->len[k]) != 0) {
+			fw_batch_free(q->b, 1);
+			free(q);
+			return INVALID_PARAM;
+		}
+	}
+	*out = q;
+	return OK;
+}
+
+int nixl_capi_post_xfer_req(void *ag, void *rq, void *o) {
+	(void)ag; (void)o;
+	fw_batch_start(((struct req *)rq)->b);
+	return IN_PROG;
+}
+
+int nixl_capi_get_xfer_status(void *ag, void *rq) {
+	(void)ag;
+	struct req *q = rq;
+	int done = 1;
+	for (size_t i = 0; i < fw_batch_len(q->b); i++) {
+		int st;
+		uint64_t bytes;
+		fw_task_status(q->b, i, &st, &bytes);
+		if (st == FW_FAILED) return BACKEND;
+		if (st != FW_COMPLETED) done = 0;
+	}
+	return done ? OK : IN_PROG;
+}
+
+/* Release is not cancel: the senders go on. */
+int nixl_capi_release_xfer_req(void *ag, void *rq) {
+	(void)ag;
+	struct req *q = rq;
+	if (!q->released) fw_batch_free(q->b, 1);
+	q->released = 1;
+	return OK;
+}
+int nixl_capi_destroy_xfer_req(void *rq) { free(rq); return OK; }
