@@ -15,7 +15,7 @@ func printBench(w io.Writer, r *benchResult) {
 	}
 	mode := "ample"
 	if r.Scarce {
-		mode = "scarce (--scarce)"
+		mode = "scarce"
 	}
 	fmt.Fprintf(w, "kvfence bench — the cost of safety: arms differ only in the decode core\n")
 	fmt.Fprintf(w, "  %d requests at concurrency %d, %.0f%% aborted mid-transfer, fence %s in every arm, %d decode slots (%s)\n",

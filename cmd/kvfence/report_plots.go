@@ -126,8 +126,9 @@ func capacityPlot(title string, series []agent.HeldSample, poolSlots int) (*plot
 	p.Y.Label.Text = "decode slots"
 	p.Add(plotter.NewGrid())
 	var tmax float64
+	peak := 1
 	for _, s := range series {
-		tmax = max(tmax, s.T)
+		tmax, peak = max(tmax, s.T), max(peak, s.Assigned+s.Handed+s.Held)
 	}
 	for _, c := range []struct {
 		name string
@@ -137,6 +138,7 @@ func capacityPlot(title string, series []agent.HeldSample, poolSlots int) (*plot
 		{"assigned (transfer in flight)", blue, func(h agent.HeldSample) int { return h.Assigned }},
 		{"handed (decoding)", green, func(h agent.HeldSample) int { return h.Handed }},
 		{"held (aborted, waiting for drain/fence/timeout)", red, func(h agent.HeldSample) int { return h.Held }},
+		{"in use (all three)", grey, func(h agent.HeldSample) int { return h.Assigned + h.Handed + h.Held }},
 	} {
 		xys := make(plotter.XYs, len(series))
 		for i, s := range series {
@@ -155,10 +157,17 @@ func capacityPlot(title string, series []agent.HeldSample, poolSlots int) (*plot
 		return nil, err
 	}
 	pool.Color, pool.Width, pool.Dashes = black, vg.Points(1), []vg.Length{vg.Points(6), vg.Points(3)}
-	p.Add(pool)
-	p.Legend.Add(fmt.Sprintf("pool size (%d slots)", poolSlots), pool)
 	p.Legend.Top = true
-	p.Y.Min, p.Y.Max = 0, float64(poolSlots)*1.45 // room for the legend above the pool line
+	// Room for the legend above the curves. A pool far above the peak
+	// would flatten them: then it is named in the legend, not drawn.
+	if float64(peak)*2 >= float64(poolSlots) {
+		p.Add(pool)
+		p.Legend.Add(fmt.Sprintf("pool size (%d slots)", poolSlots), pool)
+		p.Y.Min, p.Y.Max = 0, float64(poolSlots)*1.5
+	} else {
+		p.Legend.Add(fmt.Sprintf("pool size %d slots: off the chart (peak use %d)", poolSlots, peak), pool)
+		p.Y.Min, p.Y.Max = 0, float64(peak)*1.7
+	}
 	p.X.Min = 0
 	p.X.Tick.Marker, p.Y.Tick.Marker = plainTicks{}, plainTicks{}
 	return p, nil
