@@ -65,7 +65,7 @@ func holdsPlot(title string, series []holdSeries) (*plot.Plot, error) {
 	p.X.Label.Text = "hold duration (ms)"
 	p.Y.Label.Text = "share of holds ≤ x"
 	p.Add(plotter.NewGrid())
-	drawn := 0
+	drawn, longest := 0, 0.0
 	for _, s := range series {
 		if len(s.holds) == 0 {
 			continue
@@ -84,6 +84,7 @@ func holdsPlot(title string, series []holdSeries) (*plot.Plot, error) {
 		if s.dash {
 			line.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 		}
+		longest = max(longest, v[len(v)-1])
 		p50, p99 := quantile(v, 0.50), quantile(v, 0.99)
 		marks, err := plotter.NewScatter(plotter.XYs{{X: p50, Y: 0.50}, {X: p99, Y: 0.99}})
 		if err != nil {
@@ -109,7 +110,7 @@ func holdsPlot(title string, series []holdSeries) (*plot.Plot, error) {
 	p.Y.Min, p.Y.Max = 0, 1.04+0.075*float64(drawn)
 	p.Y.Tick.Marker = plot.ConstantTicks([]plot.Tick{{Value: 0, Label: "0"}, {Value: 0.25, Label: "0.25"},
 		{Value: 0.5, Label: "0.5"}, {Value: 0.75, Label: "0.75"}, {Value: 0.99, Label: "0.99"}, {Value: 1, Label: ""}})
-	p.X.Min = 0
+	p.X.Min, p.X.Max = 0, max(1, longest*1.04) // the p99 marks stay whole
 	p.X.Tick.Marker = plainTicks{}
 	return p, nil
 }
@@ -282,13 +283,20 @@ func deltaPlot(d benchDelta) (*plot.Plot, error) {
 }
 
 // plainTicks are gonum's default ticks labelled without trailing zeros
-// (5000, not 5000.00).
+// (5000, not 5000.00), and at least three of them.
 type plainTicks struct{}
 
 func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
 	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	labelled := 0
+	for _, t := range ts {
+		if t.Label != "" {
+			labelled++
+		}
+	}
 	for i := range ts {
-		if ts[i].Label != "" {
+		// With fewer than three labels, the minor ticks get one too.
+		if ts[i].Label != "" || labelled < 3 {
 			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
 		}
 	}
