@@ -29,6 +29,18 @@ func TestCLIRefusesNonsense(t *testing.T) {
 		{"demo", "--requests", "many"},
 		{"bench", "--reps", "0"},
 		{"bench", "--concurrency", "0"},
+		{"bench", "--reps", "1"},
+		{"bench", "--reps", "-2"},
+		{"bench", "--reps", "99999999"},
+		{"bench", "--abort-share", "NaN"},
+		{"bench", "--abort-share", "-0.1"},
+		{"bench", "--slots", "0"},
+		{"bench", "--slots", "-4"},
+		{"bench", "--slots", "99999999999"},
+		{"bench", "--slots", "8", "--max-pages", "16"},
+		{"bench", "--scarce", "--slots", "100"},
+		{"bench", "--fence", "maybe"},
+		{"bench", "--report", "/nonexistent-dir/bench.html"},
 		{"__agent", "--role", "router"},
 	} {
 		code, stderr := runCLI(t, agentExe, args...)

@@ -41,6 +41,9 @@ type demoOptions struct {
 	Progress                                  io.Writer // nil: no progress bar
 	Dir                                       string    // run directory (logs, certs); created if empty
 	Seed                                      uint64
+	// Slots sizes decode's KV pool (0: demoSlots, the agent's default);
+	// the bench's scarce mode makes it small so holds cost admissions.
+	Slots int
 	// KillPrefillAfter, when positive, kill -9s prefill rank 2 that long
 	// into the run (the crash test).
 	KillPrefillAfter time.Duration
@@ -59,6 +62,14 @@ type demoOptions struct {
 	// AgentArgs are extra __agent flags for every rank (e.g. a longer
 	// --lease on a slow emulated machine).
 	AgentArgs []string
+}
+
+// poolSlots is the size of the decode pool the run starts.
+func (o demoOptions) poolSlots() int {
+	if o.Slots > 0 {
+		return o.Slots
+	}
+	return demoSlots
 }
 
 // pluginArgs are the __agent flags that load o.Plugin with env.
@@ -109,6 +120,7 @@ type demoSummary struct {
 	// and the tail of the run, whose length depends on which slot drew
 	// which requests — the benchmark compares arms on it.
 	SteadyRequestsPerSec float64 `json:"steady_requests_per_second"`
+	PoolSlots            int     `json:"pool_slots"`
 	Dir                  string  `json:"run_dir"`
 	Report               string  `json:"report,omitempty"`
 
@@ -208,7 +220,8 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 	for _, d := range o.Delays {
 		delays = append(delays, d.String())
 	}
-	dargs := append(append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence)}, common...), tlsArgs...)
+	dargs := append(append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence),
+		fmt.Sprintf("--slots=%d", o.poolSlots())}, common...), tlsArgs...)
 	if len(delays) > 0 && o.Plugin == "" {
 		dargs = append(dargs, "--data-delay", strings.Join(delays, ","))
 	}
@@ -407,7 +420,7 @@ func drive(ctx context.Context, o demoOptions, router *demo.Router) (*demoSummar
 		Unreleased: st.LiveTags, Seconds: elapsed.Seconds(), RequestsPerSec: float64(o.Requests) / elapsed.Seconds(),
 		MeanLatencyMs:        latSum.Seconds() * 1000 / float64(max(1, o.Requests)),
 		SteadyRequestsPerSec: float64(o.Concurrency) / (latSum.Seconds() / float64(max(1, o.Requests))),
-		Dir:                  o.Dir, holds: st.HoldsMs, series: st.Series}
+		PoolSlots:            o.poolSlots(), Dir: o.Dir, holds: st.HoldsMs, series: st.Series}
 	for path, v := range st.HoldsMs {
 		s.HoldP50Ms[path] = quantile(v, 0.50)
 		s.HoldP99Ms[path] = quantile(v, 0.99)

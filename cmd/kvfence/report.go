@@ -3,94 +3,96 @@ package main
 import (
 	"fmt"
 	"html"
-	"math"
 	"os"
-	"sort"
 	"strings"
+
+	"gonum.org/v1/plot/vg"
 )
 
-// writeReport writes a self-contained HTML page: the summary, hold
-// durations by release path (sorted, one curve per path) and held capacity
-// over time, as inline SVG.
+// reportStyle is shared by the demo's and bench's HTML reports; .bad marks
+// what broke the promise (corrupt pages) so it cannot be missed.
+const reportStyle = `<style>body{font-family:sans-serif;margin:2em;max-width:1000px}` +
+	`td,th{padding:3px 10px;text-align:right}th{background:#eee}td:first-child{text-align:left}` +
+	`.bad{background:#c22;color:#fff;font-weight:bold}.ok{color:#292}.empty{color:#777;font-style:italic}` +
+	`img{display:block;margin:1em 0}</style>`
+
+const chartW, chartH = 9 * vg.Inch, 4.5 * vg.Inch
+
+// htmlReport accumulates a report page.
+type htmlReport struct{ b strings.Builder }
+
+func newHTMLReport(title string) *htmlReport {
+	r := &htmlReport{}
+	fmt.Fprintf(&r.b, "<!doctype html><html><head><meta charset=utf-8><title>%s</title>%s</head><body><h1>%s</h1>",
+		html.EscapeString(title), reportStyle, html.EscapeString(title))
+	return r
+}
+
+func (r *htmlReport) raw(s string) { r.b.WriteString(s) }
+func (r *htmlReport) para(format string, a ...any) {
+	r.b.WriteString("<p>" + html.EscapeString(fmt.Sprintf(format, a...)) + "</p>")
+}
+func (r *htmlReport) heading(s string) { r.b.WriteString("<h2>" + html.EscapeString(s) + "</h2>") }
+
+// corruptCell shows a corrupt-page count, highlighted when above zero.
+func corruptCell(n int) string {
+	if n > 0 {
+		return fmt.Sprintf("<td class=bad>%d corrupt</td>", n)
+	}
+	return "<td class=ok>0</td>"
+}
+
+func (r *htmlReport) write(path string) error {
+	r.b.WriteString("</body></html>")
+	return os.WriteFile(path, []byte(r.b.String()), 0o644)
+}
+
+// writeReport writes the demo's self-contained HTML page: the summary,
+// hold durations by release path with p50/p99, and held capacity over time
+// against the pool size.
 func writeReport(path string, s *demoSummary) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "<!doctype html><html><head><meta charset=utf-8><title>kvfence demo</title>"+
-		"<style>body{font-family:sans-serif;margin:2em}td{padding:2px 10px}svg{border:1px solid #ccc}</style></head><body>")
-	fmt.Fprintf(&b, "<h1>kvfence demo — %s</h1><table>", html.EscapeString(s.Variant))
-	row := func(k string, v any) { fmt.Fprintf(&b, "<tr><td>%s</td><td><b>%v</b></td></tr>", k, v) }
+	r := newHTMLReport("kvfence demo — " + s.Variant)
+	r.raw("<table>")
+	row := func(k string, v any) {
+		fmt.Fprintf(&r.b, "<tr><td>%s</td><td>%s</td></tr>", html.EscapeString(k), html.EscapeString(fmt.Sprint(v)))
+	}
 	row("requests", s.Requests)
 	row("handoffs", s.Handoffs)
 	row("aborts", s.Aborts)
 	row("released drained / fenced / timeout / completed / unsafe", fmt.Sprintf("%d / %d / %d / %d / %d",
 		s.ReleasedDrained, s.ReleasedFenced, s.ReleasedTimeout, s.ReleasedDone, s.ReleasedUnsafe))
 	row("pages verified", s.PagesVerified)
-	row("corrupt pages", s.CorruptPages)
+	fmt.Fprintf(&r.b, "<tr><td>corrupt pages (of which written while free: %d)</td>%s</tr>", s.FreeWrites, corruptCell(s.CorruptPages))
 	row("fence (per-exposure keys)", s.Fence)
-	row("seconds", fmt.Sprintf("%.1f", s.Seconds))
-	b.WriteString("</table>")
+	row("decode pool", fmt.Sprintf("%d slots", s.PoolSlots))
+	row("seconds", fmt.Sprintf("%.1f (%.0f req/s)", s.Seconds, s.RequestsPerSec))
+	r.raw("</table>")
 
-	b.WriteString("<h2>Hold durations by release path</h2><p>Each curve: the holds of aborted requests released by that path, sorted (x = rank, y = ms).</p>")
-	var paths []string
-	for p := range s.holds {
-		paths = append(paths, p)
+	r.heading("Hold durations of aborted requests, by release path")
+	r.para("Cumulative share of holds at most x ms long; circles mark each path's p50, triangles its p99. A hold ends when the request's writes drained, were fenced, or its bound timed out; 'unsafe' is a known-unsafe core freeing at once.")
+	var series []holdSeries
+	for _, p := range releasePaths(s.holds) {
+		series = append(series, holdSeries{name: p, path: p, holds: s.holds[p]})
 	}
-	sort.Strings(paths)
-	var curves []curve
-	colors := map[string]string{"drained": "#2a7", "fenced": "#27c", "timeout": "#c72", "unsafe": "#c22"}
-	for _, p := range paths {
-		v := append([]float64(nil), s.holds[p]...)
-		sort.Float64s(v)
-		c := curve{name: fmt.Sprintf("%s (%d)", p, len(v)), color: colors[p]}
-		for i, y := range v {
-			c.x = append(c.x, float64(i)/math.Max(1, float64(len(v)-1)))
-			c.y = append(c.y, y)
-		}
-		curves = append(curves, c)
+	hp, err := holdsPlot("Hold durations by release path", series)
+	if err != nil {
+		return err
 	}
-	b.WriteString(svgPlot(curves, "share of holds", "hold ms"))
+	img, err := plotImg(hp, chartW, chartH, "hold durations by release path", "No aborted request was held in this run: nothing to draw.")
+	if err != nil {
+		return err
+	}
+	r.raw(img)
 
-	b.WriteString("<h2>Held capacity over time</h2><p>Decode slots by state, sampled every 100 ms.</p>")
-	held := curve{name: "held (aborting)", color: "#c22"}
-	asg := curve{name: "assigned", color: "#27c"}
-	hnd := curve{name: "handed", color: "#2a7"}
-	for _, p := range s.series {
-		held.x, held.y = append(held.x, p.T), append(held.y, float64(p.Held))
-		asg.x, asg.y = append(asg.x, p.T), append(asg.y, float64(p.Assigned))
-		hnd.x, hnd.y = append(hnd.x, p.T), append(hnd.y, float64(p.Handed))
+	r.heading("Held capacity over time")
+	r.para("Decode slots by state, sampled every 100 ms, under the pool size: red is capacity that aborted requests still hold.")
+	cp, err := capacityPlot("Decode slots by state", s.series, s.PoolSlots)
+	if err != nil {
+		return err
 	}
-	b.WriteString(svgPlot([]curve{held, asg, hnd}, "seconds", "slots"))
-	b.WriteString("</body></html>")
-	return os.WriteFile(path, []byte(b.String()), 0o644)
-}
-
-type curve struct {
-	name, color string
-	x, y        []float64
-}
-
-func svgPlot(cs []curve, xl, yl string) string {
-	const W, H, m = 720.0, 300.0, 50.0
-	var xmax, ymax float64 = 1e-9, 1e-9
-	for _, c := range cs {
-		for i := range c.x {
-			xmax, ymax = math.Max(xmax, c.x[i]), math.Max(ymax, c.y[i])
-		}
+	if img, err = plotImg(cp, chartW, chartH, "held capacity over time", "No slot samples in this run."); err != nil {
+		return err
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg width="%v" height="%v" xmlns="http://www.w3.org/2000/svg">`, W, H+30)
-	fmt.Fprintf(&b, `<line x1="%v" y1="%v" x2="%v" y2="%v" stroke="#000"/><line x1="%v" y1="%v" x2="%v" y2="%v" stroke="#000"/>`, m, H-m, W-10, H-m, m, 10, m, H-m)
-	fmt.Fprintf(&b, `<text x="%v" y="%v" font-size="12">%s (max %.3g)</text><text x="5" y="20" font-size="12">%s (max %.4g)</text>`, W/2, H-m+30, xl, xmax, yl, ymax)
-	for i, c := range cs {
-		if len(c.x) == 0 {
-			continue
-		}
-		var pts strings.Builder
-		for j := range c.x {
-			fmt.Fprintf(&pts, "%.1f,%.1f ", m+(W-10-m)*c.x[j]/xmax, (H-m)-(H-m-10)*c.y[j]/ymax)
-		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, c.color, pts.String())
-		fmt.Fprintf(&b, `<text x="%v" y="%v" font-size="12" fill="%s">%s</text>`, W-200, 20+16*i, c.color, html.EscapeString(c.name))
-	}
-	b.WriteString("</svg>")
-	return b.String()
+	r.raw(img)
+	return r.write(path)
 }

@@ -19,6 +19,7 @@ const (
 	maxRequests    = 1_000_000
 	maxConcurrency = 4096
 	demoSlots      = 4096
+	maxSlots       = 1 << 20
 	maxDelayFlag   = time.Minute
 )
 
@@ -60,8 +61,10 @@ func (o *demoOptions) validate() error {
 		return usagef("--min-pages must be at least 1, got %d", o.MinPages)
 	case o.MaxPages < o.MinPages:
 		return usagef("--max-pages (%d) must not be below --min-pages (%d)", o.MaxPages, o.MinPages)
-	case o.MaxPages > demoSlots:
-		return usagef("--max-pages %d exceeds the decode pool the demo starts (%d slots): such a request could never be admitted", o.MaxPages, demoSlots)
+	case o.Slots < 0 || o.Slots > maxSlots:
+		return usagef("--slots must be between 1 and %d, got %d", maxSlots, o.Slots)
+	case o.MaxPages > o.poolSlots():
+		return usagef("--max-pages %d exceeds the decode pool the run starts (%d slots): such a request could never be admitted", o.MaxPages, o.poolSlots())
 	case math.IsNaN(o.AbortShare) || o.AbortShare < 0 || o.AbortShare > 1:
 		return usagef("--abort-share must be between 0 and 1, got %v", o.AbortShare)
 	case o.PageEvery < 0 || o.PageEvery > maxDelayFlag:

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"math"
+	"sort"
+
+	"gonum.org/v1/gonum/stat/distuv"
+)
+
+// benchArm is one arm of kvfence bench: a core variant and what its
+// repetitions measured, pooled over reps (rep i of every arm uses seed i).
+type benchArm struct {
+	Name   string `json:"name"`
+	unsafe string // known-unsafe core variant; "" = the real core
+	// ReqPerSec: steady-state req/s per rep (concurrency / mean latency);
+	// WallReqPerSec: requests / wall time per rep.
+	ReqPerSec     []float64 `json:"req_per_s"`
+	WallReqPerSec []float64 `json:"wall_req_per_s"`
+	MeanReqPerSec float64   `json:"mean_req_per_s"`
+	CI95Low       float64   `json:"mean_ci95_low"`
+	CI95High      float64   `json:"mean_ci95_high"`
+	Aborts        int       `json:"aborts"`
+	// HeldSlotSecPerAbort is every held slot-second (all release paths)
+	// divided by the arm's aborts; lower is better.
+	HeldSlotSecPerAbort float64            `json:"held_slot_seconds_per_abort"`
+	HeldSlotSec         map[string]float64 `json:"held_slot_seconds"`
+	HoldP50Ms           map[string]float64 `json:"hold_p50_ms"`
+	HoldP99Ms           map[string]float64 `json:"hold_p99_ms"`
+	Holds               map[string]int     `json:"holds"`
+	CorruptPages        int                `json:"corrupt_pages"`
+	FreeWrites          int                `json:"free_writes"`
+	LostRequests        int                `json:"lost_requests"`
+
+	holds  map[string][]float64
+	first  *demoSummary // the first rep, for the report's capacity chart
+	seeded []uint64
+}
+
+// add pools one repetition into the arm.
+func (a *benchArm) add(s *demoSummary, seed uint64) {
+	if a.first == nil {
+		a.first = s
+		a.holds, a.HeldSlotSec = map[string][]float64{}, map[string]float64{}
+	}
+	a.seeded = append(a.seeded, seed)
+	a.ReqPerSec = append(a.ReqPerSec, s.SteadyRequestsPerSec)
+	a.WallReqPerSec = append(a.WallReqPerSec, s.RequestsPerSec)
+	a.Aborts += s.Aborts
+	a.CorruptPages += s.CorruptPages
+	a.FreeWrites += s.FreeWrites
+	a.LostRequests += s.Lost
+	for p, v := range s.HoldSlotSec {
+		a.HeldSlotSec[p] += v
+	}
+	for p, v := range s.holds {
+		a.holds[p] = append(a.holds[p], v...)
+	}
+}
+
+// finish computes the pooled figures once every rep is in.
+func (a *benchArm) finish() {
+	a.MeanReqPerSec, a.CI95Low, a.CI95High = meanCI(a.ReqPerSec)
+	var held float64
+	for _, v := range a.HeldSlotSec {
+		held += v
+	}
+	a.HeldSlotSecPerAbort = held / math.Max(1, float64(a.Aborts))
+	a.HoldP50Ms, a.HoldP99Ms, a.Holds = map[string]float64{}, map[string]float64{}, map[string]int{}
+	for p, v := range a.holds {
+		a.HoldP50Ms[p], a.HoldP99Ms[p], a.Holds[p] = quantile(v, 0.50), quantile(v, 0.99), len(v)
+	}
+}
+
+// releasePaths are the sorted release paths that held anything.
+func releasePaths(holds map[string][]float64) []string {
+	var ps []string
+	for p, v := range holds {
+		if len(v) > 0 {
+			ps = append(ps, p)
+		}
+	}
+	sort.Strings(ps)
+	return ps
+}
+
+// benchDelta is a paired comparison of two arms: the mean over reps of
+// (a/b - 1) in percent, with its 95% t-interval.
+type benchDelta struct {
+	Of       string    `json:"of"`
+	Against  string    `json:"against"`
+	PerRep   []float64 `json:"per_rep_pct"`
+	Pct      float64   `json:"delta_pct"`
+	CI95Low  float64   `json:"ci95_low_pct"`
+	CI95High float64   `json:"ci95_high_pct"`
+	// SpansZero: the interval contains 0, so this run cannot tell the
+	// arms apart (the difference is within the noise).
+	SpansZero bool   `json:"ci_spans_zero"`
+	Verdict   string `json:"verdict"`
+}
+
+func newBenchDelta(a, b *benchArm) benchDelta {
+	d := benchDelta{Of: a.Name, Against: b.Name}
+	for i := range min(len(a.ReqPerSec), len(b.ReqPerSec)) {
+		d.PerRep = append(d.PerRep, (a.ReqPerSec[i]/b.ReqPerSec[i]-1)*100)
+	}
+	d.Pct, d.CI95Low, d.CI95High = meanCI(d.PerRep)
+	d.SpansZero = d.CI95Low <= 0 && d.CI95High >= 0
+	switch {
+	case d.SpansZero:
+		d.Verdict = "the 95% CI spans 0: this run cannot tell the arms apart"
+	case d.Pct < 0:
+		d.Verdict = "the 95% CI excludes 0: " + a.Name + " is slower (higher req/s is better)"
+	default:
+		d.Verdict = "the 95% CI excludes 0: " + a.Name + " is faster (higher req/s is better)"
+	}
+	return d
+}
+
+// meanCI is the mean of xs with a 95% t-interval (the mean alone for
+// fewer than two values).
+func meanCI(xs []float64) (mean, lo, hi float64) {
+	n := len(xs)
+	if n == 0 {
+		return 0, 0, 0
+	}
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(n)
+	if n < 2 {
+		return mean, mean, mean
+	}
+	var ss float64
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	half := tQuantile975(n-1) * math.Sqrt(ss/float64(n-1)) / math.Sqrt(float64(n))
+	return mean, mean - half, mean + half
+}
+
+// tQuantile975 is Student's t 0.975 quantile for df degrees of freedom.
+func tQuantile975(df int) float64 {
+	return distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(df)}.Quantile(0.975)
+}

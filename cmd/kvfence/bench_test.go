@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// kvfence bench, end to end on a tiny workload (real rank and plugin
+// processes, the tagged build): with aborts the arms must differ where
+// safety lives — the known-unsafe arm frees at once (about no held slot-seconds)
+// and its late writes corrupt pages; the safe arm holds and corrupts none.
+// If the arms ran without aborts (the A/A bench this replaces), both
+// would show zero holds and zero corrupt pages and this test would fail.
+func TestBenchMeasuresTheCostOfSafetyWithAborts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	exe := unsafeBinary(t)
+	report := filepath.Join(t.TempDir(), "bench.html")
+	cmd := exec.Command(exe, "bench", "--json", "--reps", "2", "--requests", "48", "--concurrency", "12",
+		"--page-every", "2ms", "--decode-for", "100ms", "--data-delay", "150ms,1ms", "--abort-share", "0.5", "--scarce",
+		"--report", report)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kvfence bench: %v\n%s", err, stderr.String())
+	}
+	var res benchResult
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("bench --json: %v: %s", err, stdout.String())
+	}
+	if len(res.Arms) != 2 || res.Arms[0].Name != "safe" || res.Arms[1].Name != "release-on-abort" || !res.Scarce || res.Slots != 12*20/4 {
+		t.Fatalf("arms or mode: %s", stdout.String())
+	}
+	safe, unsafe := res.Arms[0], res.Arms[1]
+	if safe.Aborts == 0 || unsafe.Aborts == 0 {
+		t.Fatalf("no aborts in an arm (safe %d, unsafe %d): the comparison would be A/A", safe.Aborts, unsafe.Aborts)
+	}
+	if safe.CorruptPages != 0 || len(res.SafeArmFailures) != 0 {
+		t.Errorf("safe arm: %d corrupt pages, failures %v", safe.CorruptPages, res.SafeArmFailures)
+	}
+	if unsafe.CorruptPages == 0 {
+		t.Errorf("release-on-abort showed no corrupt pages with %d aborts: the bench does not exercise what safety prevents", unsafe.Aborts)
+	}
+	if safe.HeldSlotSecPerAbort <= 0 || unsafe.HeldSlotSecPerAbort*10 > safe.HeldSlotSecPerAbort {
+		t.Errorf("held slot-seconds per abort: safe %v (want > 0), release-on-abort %v (want about 0)", safe.HeldSlotSecPerAbort, unsafe.HeldSlotSecPerAbort)
+	}
+	if len(res.Delta.PerRep) != 2 || res.Delta.Verdict == "" || res.Better["req_per_s"] != "higher" {
+		t.Errorf("delta: %+v", res.Delta)
+	}
+	if page := readReport(t, report); strings.Count(page, "data:image/png") != 5 || !strings.Contains(page, "class=bad") {
+		t.Errorf("report: want 5 charts and the unsafe arm's corrupt pages highlighted")
+	}
+}
