@@ -53,6 +53,13 @@ type Config struct {
 	GuardFloor time.Duration
 	// GuardTails is the default multiple of MaxTail. Default 2.
 	GuardTails int
+	// MaxWatch caps every wait the suite derives from the plugin's MaxTail
+	// (guard windows, the crash settle watch, the tail checks' offsets). A
+	// backend with no bounded tail (Mooncake over TCP, NIXL) declares a
+	// MaxTail of years; it is watched MaxWatch long, and the report says that
+	// its tail was declared unbounded, not measured. Default
+	// DefaultMaxWatch.
+	MaxWatch time.Duration
 	// CompletionTimeout bounds the wait for any one completion. Default 30s.
 	CompletionTimeout time.Duration
 	// Repeat is how often the idempotency check repeats its cycle. Default 20.
@@ -78,6 +85,9 @@ type Config struct {
 // any scheduling hiccup on a loaded machine and independent of the claim.
 const DefaultGuardFloor = 3 * time.Second
 
+// DefaultMaxWatch is the default MaxWatch.
+const DefaultMaxWatch = 30 * time.Second
+
 const (
 	defaultMaxWrite = 8 << 20
 	minMaxWrite     = 64 << 10
@@ -102,6 +112,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CompletionTimeout <= 0 {
 		c.CompletionTimeout = 30 * time.Second
+	}
+	if c.MaxWatch <= 0 {
+		c.MaxWatch = DefaultMaxWatch
 	}
 	if c.Repeat <= 0 {
 		c.Repeat = 20
@@ -157,7 +170,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	for name, d := range map[string]time.Duration{"guard window": c.GuardWindow, "guard floor": c.GuardFloor, "completion timeout": c.CompletionTimeout} {
+	for name, d := range map[string]time.Duration{"guard window": c.GuardWindow, "guard floor": c.GuardFloor, "completion timeout": c.CompletionTimeout, "max watch": c.MaxWatch} {
 		if d < 0 {
 			return fmt.Errorf("%s %v is negative", name, d)
 		}

@@ -74,7 +74,7 @@ func checkInitiatorKilled(ctx context.Context, s *suite, r *Result) error {
 	mu.Lock()
 	ids := append([]sdk.BatchID(nil), accepted...)
 	mu.Unlock()
-	tail := s.info.Capabilities.MaxTail
+	tail := s.watchedTail()
 	last := watchLast(se.dst.Bytes(), tail+s.guard)
 	deadline := time.Now().Add(s.cfg.CompletionTimeout)
 	for _, id := range ids {

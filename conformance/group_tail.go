@@ -48,7 +48,11 @@ func checkTail(faultFor func(*suite) (fault, string)) func(context.Context, *sui
 			return errSkip("%s", why)
 		}
 		measured := 0
-		for _, off := range tailOffsets(s.info.Capabilities.MaxTail) {
+		if s.watchedTail() < s.info.Capabilities.MaxTail {
+			r.Notes = append(r.Notes, fmt.Sprintf("declared MaxTail %v is longer than the suite watches (%v): the tail is declared unbounded, not measured past %v",
+				s.info.Capabilities.MaxTail, s.cfg.MaxWatch, s.cfg.MaxWatch))
+		}
+		for _, off := range tailOffsets(s.watchedTail()) {
 			f, _ := faultFor(s)
 			tail, ok, err := s.main.lateBytes(ctx, r, f, off)
 			if err != nil {
@@ -110,7 +114,7 @@ func (se *session) lateBytes(ctx context.Context, r *Result, f fault, off time.D
 	lift := time.AfterFunc(off, release)
 	defer lift.Stop()
 	maxTail := s.info.Capabilities.MaxTail
-	last := w.latest(max(off, maxTail) + s.cfg.GuardFloor)
+	last := w.latest(max(off, s.watchedTail()) + s.cfg.GuardFloor)
 	release()
 	if c.Status == sdk.InDoubt {
 		// Only now, to leave the peer clean for the next check; the

@@ -136,6 +136,12 @@ func notRevoking(s *suite) error {
 	return errNotApplicable("the plugin does not claim Revoke (profile %s)", ProfileGrantOnly)
 }
 
+// watchedTail is the plugin's MaxTail as far as the suite can watch it:
+// capped at MaxWatch for backends that declare an unbounded tail.
+func (s *suite) watchedTail() time.Duration {
+	return min(s.info.Capabilities.MaxTail, s.cfg.MaxWatch)
+}
+
 func needsProxy(s *suite) string {
 	if !s.proxyOK {
 		return "no in-path TCP proxy on this link (the endpoint address is not host:port, or the target is in a namespace)"
@@ -186,7 +192,7 @@ func setup(ctx context.Context, cfg Config) (*suite, error) {
 	}
 	s.guard = cfg.GuardWindow
 	if s.guard <= 0 {
-		s.guard = max(time.Duration(cfg.GuardTails)*s.info.Capabilities.MaxTail, cfg.GuardFloor)
+		s.guard = max(min(time.Duration(cfg.GuardTails)*s.info.Capabilities.MaxTail, cfg.MaxWatch), cfg.GuardFloor)
 	}
 	s.describe()
 	if needsGranter(s) == "" {

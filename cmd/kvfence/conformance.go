@@ -128,6 +128,7 @@ Groups: ` + strings.Join(conformance.GroupNames(), ", "),
 	f.Uint64Var(&cfg.MaxWriteSize, "max-write", 8<<20, "largest single write checked (bytes, at most 64 MiB)")
 	f.DurationVar(&guard, "guard", 0, "guard window after each promise (default: --guard-tails x the plugin's MaxTail, at least --guard-floor)")
 	f.DurationVar(&cfg.GuardFloor, "guard-floor", conformance.DefaultGuardFloor, "shortest guard window, whatever MaxTail the plugin declares")
+	f.DurationVar(&cfg.MaxWatch, "max-watch", conformance.DefaultMaxWatch, "longest wait derived from MaxTail (a plugin declaring an unbounded tail is watched this long)")
 	f.BoolVar(&partial, "partial", false, "exit 0 after a partial run (restricted with --group, or a required check skipped); still no certificate")
 	f.StringVar(&signKey, "sign-key", "", "ed25519 private key (PEM, PKCS#8) to sign the certificate with (see kvfence cert keygen)")
 	f.IntVar(&cfg.GuardTails, "guard-tails", 2, "guard window in multiples of MaxTail")
@@ -153,8 +154,9 @@ func checkConformanceFlags(cmd *cobra.Command, cfg conformance.Config, guard tim
 	positive := map[string]bool{
 		"max-write": cfg.MaxWriteSize > 0, "perf-bytes": cfg.PerfBytes > 0, "repeat": cfg.Repeat > 0,
 		"guard-tails": cfg.GuardTails > 0, "completion-timeout": cfg.CompletionTimeout > 0, "guard-floor": cfg.GuardFloor > 0,
+		"max-watch": cfg.MaxWatch > 0,
 	}
-	for _, name := range []string{"max-write", "perf-bytes", "repeat", "guard-tails", "completion-timeout", "guard-floor"} {
+	for _, name := range []string{"max-write", "perf-bytes", "repeat", "guard-tails", "completion-timeout", "guard-floor", "max-watch"} {
 		if !positive[name] {
 			return fmt.Errorf("--%s %s: must be positive", name, cmd.Flags().Lookup(name).Value)
 		}
