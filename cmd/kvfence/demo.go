@@ -157,6 +157,9 @@ func printSummary(w io.Writer, s *demoSummary) {
 	fmt.Fprintf(w, "  requests        %d\n  handoffs        %d\n  aborts          %d (cancels sent %d)\n", s.Requests, s.Handoffs, s.Aborts, s.CancelsSent)
 	fmt.Fprintf(w, "  released        drained %d, fenced %d, timeout %d, completed %d, unsafe %d\n",
 		s.ReleasedDrained, s.ReleasedFenced, s.ReleasedTimeout, s.ReleasedDone, s.ReleasedUnsafe)
+	if s.Fence {
+		fmt.Fprintf(w, "  writer-bound    %d rank key sets bound; %d admissions with unbound keys\n", s.KeysBound, s.KeysUnbound)
+	}
 	paths := make([]string, 0, len(s.HoldP50Ms))
 	for p := range s.HoldP50Ms {
 		paths = append(paths, p)
