@@ -34,7 +34,8 @@ With --unsafe release-on-abort the decode core frees memory as soon as a
 request aborts (what engines do today): late writes land in the next
 request's pages and corrupt_pages goes above zero (unbounded-timeout and
 single-ack-target show too; the other variants need faults only kvfence sim
-injects). Known-unsafe cores exist only in a build with -tags kvfenceunsafe:
+injects, and release-on-drain-ack a lying rank the demo does not have).
+Known-unsafe cores exist only in a build with -tags kvfenceunsafe:
 
   go run -tags kvfenceunsafe ./cmd/kvfence demo --unsafe release-on-abort
 
