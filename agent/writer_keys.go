@@ -19,6 +19,14 @@ import (
 // down, it announced none) or not connected to our transport yet (the TCP
 // plugin dials on a rank's first write) gets the exposure's unbound keys,
 // as every rank did before.
+//
+// The cost beyond the extra Grants: a bound key lives as long as its
+// writer stays connected (tcp: while any of the rank's data sessions here
+// is open). A Quiesce that has to end a rank's only session (batches in
+// doubt) also ends the keys of that rank's other requests, whose later
+// writes are then refused and which fail — safely; unbound keys would have
+// carried on over a new connection. Ranks with several lanes keep their
+// identity present while any lane is connected.
 
 // slotRun is pages first..first+n-1 of an exposure, in consecutive slots.
 type slotRun struct{ first, n int }
