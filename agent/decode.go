@@ -37,6 +37,11 @@ type DecodeConfig struct {
 	// under one key and only drained and timeout release memory.
 	Fence       bool
 	EagerRevoke bool
+	// UnboundKeys: with a fence, grant keys any holder may use even where
+	// the transport could bind each rank's keys to its data identity
+	// (Capabilities.WriterBound; writer_keys.go). For measuring the cost
+	// of binding and for tests; off by default.
+	UnboundKeys bool
 	// Check, when set, checks page contents before exposure, at handoff,
 	// at finish and after release (the demo's content oracle; a real
 	// engine's bytes are its own: nil).
@@ -72,6 +77,8 @@ type Decode struct {
 	slotB   int64
 	hello   peerHello
 	fence   bool
+	// bindWriters: grant each rank keys bound to its data identity
+	bindWriters bool
 
 	core    *core.Receiver
 	lp      *loop
@@ -92,16 +99,17 @@ type Decode struct {
 
 // decTag is the agent's side of one exposure.
 type decTag struct {
-	tag     core.Tag
-	ranks   []core.RankID
-	slots   []uint32
-	keys    []keyRef
-	granted []sdk.Key // per-exposure keys still to revoke
-	state   PollState
-	reason  string
-	corrupt map[int]bool
-	recv    *KVReceiver
-	hold    holdTrack // the hold log (holdlog.go)
+	tag      core.Tag
+	ranks    []core.RankID
+	slots    []uint32
+	keys     []keyRef                 // unbound: every rank without its own
+	rankKeys map[core.RankID][]keyRef // bound to one rank's data identity
+	granted  []sdk.Key                // per-exposure keys still to revoke
+	state    PollState
+	reason   string
+	corrupt  map[int]bool
+	recv     *KVReceiver
+	hold     holdTrack // the hold log (holdlog.go)
 }
 
 // NewDecode starts a decode agent on an opened transport: it maps the KV
@@ -137,6 +145,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	}
 	d.granter = g
 	d.fence = cfg.Fence && info.Capabilities.Revoke
+	d.bindWriters = d.fence && info.Capabilities.WriterBound && !cfg.UnboundKeys
 	if d.mem, err = sdk.NewSharedMemory(fmt.Sprintf("decode-%d-pool", cfg.Rank), uint64(int64(cfg.Slots)*d.slotB)); err != nil {
 		return nil, err
 	}
@@ -182,7 +191,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	}
 	go d.lp.run(cfg.Tick, d.tick)
 	log.Info("decode agent up", "rank", cfg.Rank, "instance", cfg.Instance, "control", d.srv.Addr(),
-		"data", d.data.Address, "slots", cfg.Slots, "slot_bytes", d.slotB, "fence", d.fence, "max_tail", info.Capabilities.MaxTail,
+		"data", d.data.Address, "slots", cfg.Slots, "slot_bytes", d.slotB, "fence", d.fence, "writer_bound", d.bindWriters, "max_tail", info.Capabilities.MaxTail,
 		"variant", knownunsafe.AgentVariant().Name())
 	return d, nil
 }
@@ -386,52 +395,24 @@ func (d *Decode) admit(key core.RequestKey, pages int, ranks []core.RankID, rv *
 	return tag, nil
 }
 
-// grant makes the keys an Assign carries: one per page with a fence, else
-// the pool key at the slot's offset.
+// grant makes the keys an Assign carries: with a fence, one key per run of
+// consecutive slots covering this exposure only (bound to each rank's data
+// identity where the transport can: writer_keys.go), else the pool key at
+// the slot's offset.
 func (d *Decode) grant(dt *decTag) error {
-	dt.keys = make([]keyRef, len(dt.slots))
 	if !d.fence {
+		dt.keys = make([]keyRef, len(dt.slots))
 		for i, s := range dt.slots {
 			dt.keys[i] = keyRef{Key: uint64(d.poolKey), Base: uint64(int64(s) * d.slotB)}
 		}
 		return nil
 	}
-	// One key per run of consecutive slots (pages i..j-1 in slots s..s+j-i-1):
-	// the pool hands out runs, so an admission costs a few Grants, not one
-	// per page; every key still covers this exposure only.
-	type run struct{ first, n int }
-	var runs []run
-	for i := range dt.slots {
-		if k := len(runs) - 1; k >= 0 && dt.slots[i] == dt.slots[runs[k].first]+uint32(runs[k].n) {
-			runs[k].n++
-			continue
-		}
-		runs = append(runs, run{first: i, n: 1})
+	if d.bindWriters {
+		return d.grantBound(dt)
 	}
-	keys := make([]sdk.Key, len(runs))
-	errs := make([]error, len(runs))
-	var wg sync.WaitGroup
-	for i, r := range runs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			keys[i], errs[i] = d.granter.Grant(ctx, sdk.Window{Region: d.region,
-				Offset: uint64(int64(dt.slots[r.first]) * d.slotB), Length: uint64(int64(r.n) * d.slotB)})
-		}()
-	}
-	wg.Wait()
-	for i, k := range keys {
-		if errs[i] != nil {
-			continue
-		}
-		dt.granted = append(dt.granted, k)
-		for p := 0; p < runs[i].n; p++ {
-			dt.keys[runs[i].first+p] = keyRef{Key: uint64(k), Base: uint64(int64(p) * d.slotB)}
-		}
-	}
-	return errors.Join(errs...)
+	refs, granted, err := d.grantRuns(dt.slots, "")
+	dt.keys, dt.granted = refs, granted
+	return err
 }
 
 // act carries out what the core's last input asked for (loop only).
@@ -442,7 +423,7 @@ func (d *Decode) act() {
 		f := &frame{Type: frameCore, Core: core.AppendMessage(nil, &env.Msg)}
 		if env.Msg.Kind == core.KindAssign {
 			if dt := d.tags[env.Msg.Tag.Key()]; dt != nil && dt.tag == env.Msg.Tag {
-				f.Keys = dt.keys
+				f.Keys = dt.keysFor(env.To)
 			}
 		}
 		l := d.links[env.To]

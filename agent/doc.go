@@ -50,8 +50,9 @@
 // machine; every input — engine call, control message, completion, tick,
 // revoke or quiesce result — goes through it), the mapping of core Posts to
 // sdk batches and of sdk completions back to core.Completed, per-exposure
-// keys on decode (granted per Assign, revoked when the core asks, the result
-// fed back as Revoked), the hold log, metrics and logs. The demo's router,
+// keys on decode (granted per Assign — per rank, bound to the rank's data
+// identity, where the transport declares WriterBound — revoked when the
+// core asks, the result fed back as Revoked), the hold log, metrics and logs. The demo's router,
 // simulated engines and content oracle live in internal/demo, outside the
 // runtime; the runtime reaches them only through Commands and ContentCheck.
 //

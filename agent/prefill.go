@@ -131,6 +131,13 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	p.hello = peerHello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ControlVersion,
 		Caps:       peerCaps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)},
 		ShardBytes: cfg.ShardBytes, Checksums: cfg.Checksums}
+	// Decode binds this rank's keys to its data identity where it can; a
+	// transport with no endpoint of its own gets unbound keys.
+	if ep, err := tr.LocalEndpoint(ctx); err == nil {
+		p.hello.Writer = ep.Address
+	} else {
+		log.Debug("no local data endpoint to announce; decode will grant unbound keys", "error", err)
+	}
 	p.Metrics = newMetrics("prefill", uint32(cfg.Rank), func() metricsSnapshot { return metricsSnapshot{Sender: p.snap.Load()} })
 	p.publish()
 	if cfg.ControlAddr != "" {

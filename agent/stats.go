@@ -21,6 +21,11 @@ type DecodeStats struct {
 	Series         []HeldSample         `json:"series"`
 	LiveTags       int                  `json:"live_tags"`
 	ReplaysRefused uint64               `json:"replays_refused"`
+	// BoundGrants: rank key sets bound to the rank's data identity;
+	// UnboundGrants: exposures that also needed unbound keys (a rank's
+	// identity unknown or not connected yet). writer_keys.go.
+	BoundGrants   int `json:"bound_grants,omitempty"`
+	UnboundGrants int `json:"unbound_grants,omitempty"`
 }
 
 // HeldSample is decode's slot usage at one moment (seconds since start).

@@ -86,6 +86,10 @@ type peerHello struct {
 	// Checksums: a prefill rank puts checksums in its Commits; a decode
 	// rank requires them (and refuses a prefill rank that sends none).
 	Checksums bool `json:"checksums,omitempty"`
+	// Writer (a prefill rank): its transport's LocalEndpoint address, the
+	// identity its data connections prove. Decode binds the keys it grants
+	// this rank to it (sdk.Window.Writer) when its transport can.
+	Writer string `json:"writer,omitempty"`
 }
 
 // compatible says whether a prefill rank (p) and a decode rank (d) may run

@@ -59,7 +59,7 @@ type agentFlags struct {
 	rank, slots, shards, lanes, sourcePages, maxInflight     int
 	shardBytes                                               int64
 	fence, eager, checksums                                  bool
-	quiesceGrace, lease, maxHold                             time.Duration
+	quiesceGrace, lease, maxHold, maxDeclaredTail            time.Duration
 	delays                                                   []time.Duration
 }
 
@@ -95,6 +95,7 @@ func newAgentCommand() *cobra.Command {
 	fl.DurationVar(&f.quiesceGrace, "quiesce-grace", 2*time.Second, "wait this long for in-flight batches to complete before cutting a data lane to quiesce them (prefill)")
 	fl.DurationVar(&f.lease, "lease", 2*time.Second, "lease decode grants per Assign and per heartbeat (decode)")
 	fl.DurationVar(&f.maxHold, "max-hold", 10*time.Second, "no lease past admission + this (decode)")
+	fl.DurationVar(&f.maxDeclaredTail, "max-declared-tail", 0, "longest data-plane tail a prefill rank may declare; a rank declaring more is refused at link (decode; 0: the core's default, 5m, or this rank's own tail if longer)")
 	fl.BoolVar(&f.fence, "fence", true, "per-exposure keys with revocation (decode)")
 	fl.BoolVar(&f.eager, "eager-revoke", false, "revoke as soon as a request aborts (decode)")
 	fl.BoolVar(&f.checksums, "checksums", false, "checksums at commit: computed by prefill, required and checked by decode")
@@ -120,6 +121,12 @@ func runAgent(f agentFlags) error {
 	}
 	if f.role != "decode" && f.role != "prefill" {
 		return usagef("--role must be decode or prefill, not %q", f.role)
+	}
+	switch {
+	case f.maxDeclaredTail < 0:
+		return usagef("--max-declared-tail must not be negative, got %v", f.maxDeclaredTail)
+	case f.maxDeclaredTail != 0 && f.role != "decode":
+		return usagef("--max-declared-tail bounds what prefill ranks declare to a decode rank; it applies to --role decode only")
 	}
 	out := os.Stderr
 	if f.logFile != "" {
@@ -164,8 +171,11 @@ func runAgent(f agentFlags) error {
 	var stop func()
 	switch f.role {
 	case "decode":
+		if err := checkDeclaredTail(ctx, plug.Transport(), f.maxDeclaredTail); err != nil {
+			return err
+		}
 		cfg := agent.DecodeConfig{Rank: core.RankID(f.rank), Slots: f.slots, ShardBytes: f.shardBytes, Shards: f.shards,
-			Lease: f.lease, MaxHold: f.maxHold, ClockMargin: 100 * time.Millisecond,
+			Lease: f.lease, MaxHold: f.maxHold, MaxDeclaredTail: f.maxDeclaredTail, ClockMargin: 100 * time.Millisecond,
 			Fence: f.fence, EagerRevoke: f.eager, Check: oracle.Check{}, Checksums: f.checksums,
 			ControlAddr: f.control, TLS: tlsCfg, Logger: log}
 		// The demo's simulated engine takes the router's orders.
@@ -278,3 +288,20 @@ func pkiNames(prefills int) []string {
 }
 
 func joinPath(dir, name string) string { return filepath.Join(dir, strings.TrimSpace(name)) }
+
+// checkDeclaredTail refuses a --max-declared-tail shorter than this rank's
+// own transport's tail: a prefill rank on the same transport would be
+// refused (the core says so too, but only once the agent is half up).
+func checkDeclaredTail(ctx context.Context, tr sdk.Transport, limit time.Duration) error {
+	if limit == 0 {
+		return nil
+	}
+	info, err := tr.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if own := info.Capabilities.MaxTail; limit < own {
+		return usagef("--max-declared-tail %v is shorter than this rank's own transport tail (%s declares %v): prefill ranks on the same transport would be refused", limit, info.Name, own)
+	}
+	return nil
+}

@@ -42,12 +42,22 @@ func TestCLIRefusesNonsense(t *testing.T) {
 		{"bench", "--fence", "maybe"},
 		{"bench", "--report", "/nonexistent-dir/bench.html"},
 		{"__agent", "--role", "router"},
+		{"__agent", "--role", "decode", "--max-declared-tail", "-1s"},
+		{"__agent", "--role", "decode", "--max-declared-tail", "forever"},
+		{"__agent", "--role", "prefill", "--max-declared-tail", "1m"},
 	} {
 		code, stderr := runCLI(t, agentExe, args...)
 		line := strings.TrimRight(stderr, "\n")
 		if code != 2 || strings.Contains(line, "\n") || !strings.HasPrefix(line, "kvfence: ") || strings.Contains(line, "goroutine") {
 			t.Errorf("kvfence %s: exit %d, stderr %q; want exit 2 and one line", strings.Join(args, " "), code, stderr)
 		}
+	}
+	// Checked against the plugin's own tail, so the plugin was started (and
+	// its shutdown may log): exit 2, the reason on the last line.
+	code, stderr := runCLI(t, agentExe, "__agent", "--role", "decode", "--max-declared-tail", "1ms")
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if last := lines[len(lines)-1]; code != 2 || !strings.HasPrefix(last, "kvfence: --max-declared-tail 1ms is shorter than this rank's own transport tail") {
+		t.Errorf("--max-declared-tail below the transport's own tail: exit %d, stderr %q", code, stderr)
 	}
 	if code, _ := runCLI(t, agentExe, "--version"); code != 0 {
 		t.Errorf("--version: exit %d", code)

@@ -34,7 +34,8 @@ With --unsafe release-on-abort the decode core frees memory as soon as a
 request aborts (what engines do today): late writes land in the next
 request's pages and corrupt_pages goes above zero (unbounded-timeout and
 single-ack-target show too; the other variants need faults only kvfence sim
-injects). Known-unsafe cores exist only in a build with -tags kvfenceunsafe:
+injects, and release-on-drain-ack a lying rank the demo does not have).
+Known-unsafe cores exist only in a build with -tags kvfenceunsafe:
 
   go run -tags kvfenceunsafe ./cmd/kvfence demo --unsafe release-on-abort
 
@@ -157,6 +158,9 @@ func printSummary(w io.Writer, s *demoSummary) {
 	fmt.Fprintf(w, "  requests        %d\n  handoffs        %d\n  aborts          %d (cancels sent %d)\n", s.Requests, s.Handoffs, s.Aborts, s.CancelsSent)
 	fmt.Fprintf(w, "  released        drained %d, fenced %d, timeout %d, completed %d, unsafe %d\n",
 		s.ReleasedDrained, s.ReleasedFenced, s.ReleasedTimeout, s.ReleasedDone, s.ReleasedUnsafe)
+	if s.Fence {
+		fmt.Fprintf(w, "  writer-bound    %d rank key sets bound; %d admissions with unbound keys\n", s.KeysBound, s.KeysUnbound)
+	}
 	paths := make([]string, 0, len(s.HoldP50Ms))
 	for p := range s.HoldP50Ms {
 		paths = append(paths, p)

@@ -109,9 +109,14 @@ type demoSummary struct {
 	CorruptPages    int                `json:"corrupt_pages"`
 	FreeWrites      int                `json:"free_writes"` // of corrupt_pages: late writes found in released memory
 	StaleMessages   uint64             `json:"stale_messages"`
-	Unreleased      int                `json:"unreleased_exposures"`
-	Seconds         float64            `json:"seconds"`
-	RequestsPerSec  float64            `json:"requests_per_second"`
+	// KeysBound: rank key sets bound to the rank's data identity;
+	// KeysUnbound: admissions that also granted unbound keys (a rank not
+	// connected to decode's transport yet). agent/writer_keys.go.
+	KeysBound      int     `json:"keys_bound"`
+	KeysUnbound    int     `json:"keys_unbound"`
+	Unreleased     int     `json:"unreleased_exposures"`
+	Seconds        float64 `json:"seconds"`
+	RequestsPerSec float64 `json:"requests_per_second"`
 	// MeanLatencyMs is the mean time a request took, from the moment a
 	// client slot picked it up (admission retries included) to its end.
 	MeanLatencyMs float64 `json:"mean_latency_ms"`
@@ -417,6 +422,7 @@ func drive(ctx context.Context, o demoOptions, router *demo.Router) (*demoSummar
 		ReleasedDone: st.Released["completed"], ReleasedUnsafe: st.Released["unsafe"],
 		HoldP50Ms: map[string]float64{}, HoldP99Ms: map[string]float64{}, HoldSlotSec: st.HoldSlotSec,
 		PagesVerified: st.PagesVerified, CorruptPages: st.CorruptPages, FreeWrites: st.FreeWrites, StaleMessages: st.Core.StaleMessages,
+		KeysBound: st.BoundGrants, KeysUnbound: st.UnboundGrants,
 		Unreleased: st.LiveTags, Seconds: elapsed.Seconds(), RequestsPerSec: float64(o.Requests) / elapsed.Seconds(),
 		MeanLatencyMs:        latSum.Seconds() * 1000 / float64(max(1, o.Requests)),
 		SteadyRequestsPerSec: float64(o.Concurrency) / (latSum.Seconds() / float64(max(1, o.Requests))),

@@ -64,4 +64,9 @@ func TestTaggedBuildAcceptsUnsafeVariants(t *testing.T) {
 	if code, stderr := runCLI(t, exe, "demo", "--unsafe", "no-tombstones"); code != 2 || !strings.Contains(stderr, "kvfence sim") {
 		t.Fatalf("demo --unsafe no-tombstones: exit %d, stderr %q", code, stderr)
 	}
+	// release-on-drain-ack needs a lying rank, which the demo does not have.
+	if code, stderr := runCLI(t, exe, "demo", "--unsafe", "release-on-drain-ack"); code != 2 || !strings.Contains(stderr, "lying prefill rank") ||
+		strings.Count(strings.TrimRight(stderr, "\n"), "\n") != 0 {
+		t.Fatalf("demo --unsafe release-on-drain-ack: exit %d, stderr %q", code, stderr)
+	}
 }

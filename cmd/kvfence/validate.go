@@ -30,6 +30,12 @@ const (
 // would report "corrupt pages 0" for them as if they were safe.
 var demoShowable = []knownunsafe.Variant{knownunsafe.ReleaseOnAbort, knownunsafe.UnboundedTimeout, knownunsafe.SingleAckTarget}
 
+// demoLacks says, for a variant whose bug needs something the demo does not
+// have, what that is (the others need the simulation's injected faults).
+var demoLacks = map[string]string{
+	knownunsafe.ReleaseOnDrainAck.Name(): "it needs a lying prefill rank that acks its drain and keeps writing, and the demo's ranks are honest (TestLyingRankCannotWriteAfterRelease in agent/ has one)",
+}
+
 // checkDemoVariant refuses what this build or this demo cannot run.
 func checkDemoVariant(name string) error {
 	v, err := knownunsafe.ForAgents(name)
@@ -46,8 +52,12 @@ func checkDemoVariant(name string) error {
 		}
 		names[i] = s.Name()
 	}
-	return usagef("--unsafe %s: the demo's faults cannot show this variant's bug (it would report corrupt pages 0 as if safe); the demo shows %s, and `kvfence sim --variant %s` shows this one",
-		name, strings.Join(names, ", "), name)
+	why := "the demo's faults cannot show this variant's bug"
+	if lacks, ok := demoLacks[v.Name()]; ok {
+		why = "the demo cannot show this variant's bug: " + lacks
+	}
+	return usagef("--unsafe %s: %s (it would report corrupt pages 0 as if safe); the demo shows %s, and `kvfence sim --variant %s` shows this one",
+		name, why, strings.Join(names, ", "), name)
 }
 
 // validate checks the sizes and durations of a run.

@@ -399,10 +399,15 @@ func (r *receiver) quiesce(c net.Conn, peer fingerprint, h header) {
 		r.t.stats.add(statQuiesceRefused, 1)
 		r.log.Warn("refused a Quiesce for another identity's session", "from", peer.String())
 	case r.t.cfg.unsafe == unsafeConfirmBeforeStopped:
-		// KNOWN-UNSAFE: ends only its sending side, so the sender sees the
-		// close, while the session goes on reading and applying.
-		if hc, ok := s.conn.(interface{ CloseWrite() error }); ok {
-			_ = hc.CloseWrite()
+		// KNOWN-UNSAFE: half-closes the TCP socket, so the sender sees the
+		// end of the stream at once, while the session goes on reading and
+		// applying. It shuts the socket itself down: a TLS CloseWrite only
+		// queues a close_notify record, which waits behind whatever stalls
+		// the link, and by the time it arrives (or the sender gives up on it)
+		// the stalled writes are past their deadlines and refused — a
+		// variant that only looks unsafe.
+		if tc, ok := s.raw.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
 		}
 	default:
 		s.abort()
