@@ -8,6 +8,11 @@ import "sync"
 // (at most ackBacklog queued, and as much again being written).
 const ackBacklog = 64 << 10
 
+// ackAtOnceBytes: a write at least this large is acknowledged by the
+// session itself, at once: waking the ack writer costs more than it saves
+// when acknowledgements are this far apart.
+const ackAtOnceBytes = 256 << 10
+
 // ackWriter sends a receiving session's acknowledgements from its own
 // goroutine. The session queues an acknowledgement only once the write's
 // bytes are in memory (or it refused the write) and goes on reading; the

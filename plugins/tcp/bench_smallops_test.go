@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkSmallOps: the plugin's own data path (in process, no plugin
-// boundary) at 64 KiB and 1 MiB operations against two baselines measured
+// boundary) at 4 KiB, 64 KiB and 1 MiB operations against two baselines measured
 // in the same iteration, arms interleaved: plain Go TCP on loopback (what
 // issue 13 asks to compare with) and plain Go TLS 1.3 on loopback with this
 // plugin's TLS settings (full 16 KiB records), the fair ceiling for an
@@ -27,6 +27,7 @@ func BenchmarkSmallOps(b *testing.B) {
 		opBytes       uint64
 		ops, inflight int
 	}{
+		{"4KiB-1op-64inflight", 4 << 10, 1, 64},
 		{"64KiB-1op-64inflight", 64 << 10, 1, 64},
 		{"64KiB-16ops-8inflight", 64 << 10, 16, 8},
 		{"1MiB-1op-8inflight", 1 << 20, 1, 8},
