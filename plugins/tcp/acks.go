@@ -8,6 +8,12 @@ import "sync"
 // (at most ackBacklog queued, and as much again being written).
 const ackBacklog = 64 << 10
 
+// ackAtOnceBytes: a write at least this large is acknowledged by the
+// session itself, at once: its acknowledgements are far enough apart that
+// waking the ack writer for each costs more CPU than coalescing saves
+// (BenchmarkSmallOps: a loss at 64 KiB writes, a large gain at 4 KiB).
+const ackAtOnceBytes = 32 << 10
+
 // ackWriter sends a receiving session's acknowledgements from its own
 // goroutine. The session queues an acknowledgement only once the write's
 // bytes are in memory (or it refused the write) and goes on reading; the

@@ -57,8 +57,22 @@
 // a connection (or a timeout, or an unreachable peer) for the receiver's
 // close, send a frame to a receiver whose certificate is not the pinned
 // one, obey a Quiesce from another identity, or copy payload bytes through
-// gRPC or an intermediate buffer (the TLS record layer's ciphertext and its
-// one decrypted record are the only copies).
+// gRPC or an intermediate buffer (the TLS record layer's ciphertext, the
+// cork's copy of small sealed records, and the one decrypted record are the
+// only copies).
+//
+// Small operations (BenchmarkSmallOps). While a sender's writer has more
+// batches queued it gathers the small sealed records (frame headers, small
+// payloads) and sends them with the next large one in one vectored write
+// (cork.go), flushing before it waits; a batch's sources stay pinned until
+// it is handed to the socket. A receiver queues each acknowledgement after
+// the write is applied and a per-session writer sends what queued up in one
+// record (acks.go), with a bounded backlog; writes of 32 KiB and more are
+// acknowledged at once. At 4 KiB operations this cut the CPU per byte from
+// about 2.2 to 1.4 times that of plain Go TLS 1.3 over loopback. From 64
+// KiB up what remains is TLS: the plugin spends 1.0 to 1.2 times the CPU
+// per byte of plain Go TLS, which spends 1.5 to 2 times what plain TCP
+// does (noisy figures from a loaded 2-core machine).
 //
 // The wire format (wire.go) is decoded from untrusted peers; it is fuzzed.
 package tcp

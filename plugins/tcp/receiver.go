@@ -313,8 +313,15 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 		if code == ackOK {
 			reply.Length = h.Length
 		}
-		// The acknowledgement is queued only after the bytes are in memory.
-		if err := acks.push(reply); err != nil {
+		// The acknowledgement goes out only after the bytes are in memory:
+		// a large write's at once (nothing to gain from waiting), a small
+		// one's with those that queue up meanwhile (acks.go).
+		if h.Length >= ackAtOnceBytes {
+			reply.encode(hb[:])
+			if err := s.write(hb[:]); err != nil {
+				return
+			}
+		} else if err := acks.push(reply); err != nil {
 			return
 		}
 		if code == ackUnknownKey {
