@@ -69,6 +69,9 @@ func (s *suite) required(g, c string) bool {
 	if infoOnlyGroups[g] {
 		return false
 	}
+	if g == "revocation" && !s.info.Capabilities.Revoke {
+		return false // profile grant-only: its revocation promise is checked in handshake and memory-registration
+	}
 	switch linkFamily[g+"/"+c] {
 	case familyProxy:
 		return s.proxyOK || !s.netemOK()

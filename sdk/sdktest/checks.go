@@ -73,8 +73,13 @@ func checkInfo(ctx context.Context, e *Env) error {
 		return fmt.Errorf("Info: MaxBatch %d", i.Capabilities.MaxBatch)
 	case i.Capabilities.MaxTail <= 0:
 		return fmt.Errorf("Info: MaxTail %v: a transport with no tail does not exist", i.Capabilities.MaxTail)
-	case !i.Capabilities.Revoke:
-		return fmt.Errorf("Info: Revoke not declared but the receiver implements Granter")
+	}
+	if !i.Capabilities.Revoke {
+		// Grant without Revoke: a receiver whose backend cannot stop a
+		// peer's writes still hands out keys, and must say it cannot revoke.
+		if _, err := e.Granter.Revoke(ctx, sdk.Key(0x0bad0bad0bad0bad)); !sdk.IsClass(err, sdk.ClassUnimplemented) {
+			return fmt.Errorf("Info: Revoke not declared, but Revoke answers %v (want unimplemented)", err)
+		}
 	}
 	return nil
 }
@@ -279,7 +284,7 @@ func checkBadInput(ctx context.Context, e *Env) error {
 			_, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID, Offset: EnvSize, Length: 1})
 			return err
 		}},
-		{"revoke unknown key", sdk.ClassNotFound, func() error {
+		{"revoke unknown key", revokeRefusal(e.Info), func() error {
 			_, err := e.Granter.Revoke(ctx, sdk.Key(0x0bad0bad0bad0bad))
 			return err
 		}},
@@ -386,4 +391,13 @@ func checkQuiesce(ctx context.Context, e *Env) error {
 		return fmt.Errorf("after Quiesce: %v (%s)", c.Status, c.Detail)
 	}
 	return nil
+}
+
+// revokeRefusal is the class of a Revoke of an unknown key: not found where
+// the transport can revoke, unimplemented where it declares it cannot.
+func revokeRefusal(i sdk.Info) sdk.Class {
+	if i.Capabilities.Revoke {
+		return sdk.ClassNotFound
+	}
+	return sdk.ClassUnimplemented
 }

@@ -112,7 +112,7 @@ struct fw_engine *fw_start(const char *host) {
 	e->lfd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	inet_pton(AF_INET, e->host, &sa.sin_addr);
-	if (bind(e->lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(e->lfd, 128) < 0) {
+	if (bind(e->lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(e->lfd, 4096) < 0) {
 		close(e->lfd);
 		free(e);
 		return NULL;
@@ -176,7 +176,29 @@ static void finish(struct fw_batch *b, size_t i, int st) {
 	pthread_mutex_unlock(&b->mu);
 }
 
+/* Like a real engine's worker pool, at most FW_SENDERS tasks are on the
+ * wire at once: a thread and a connection per task for a 1024-op batch
+ * overflowed the listener and failed tasks on a healthy link. */
+#define FW_SENDERS 32
+static pthread_mutex_t senders_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t senders_cv = PTHREAD_COND_INITIALIZER;
+static int senders;
+
 static void *send_one(void *arg) {
+	pthread_mutex_lock(&senders_mu);
+	while (senders == FW_SENDERS) pthread_cond_wait(&senders_cv, &senders_mu);
+	senders++;
+	pthread_mutex_unlock(&senders_mu);
+	void *send_task(struct job *);
+	send_task(arg);
+	pthread_mutex_lock(&senders_mu);
+	senders--;
+	pthread_cond_signal(&senders_cv);
+	pthread_mutex_unlock(&senders_mu);
+	return NULL;
+}
+
+void *send_task(struct job *arg) {
 	struct job *j = arg;
 	struct fw_batch *b = j->b;
 	size_t i = j->i;
