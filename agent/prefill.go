@@ -48,7 +48,9 @@ type PrefillConfig struct {
 	// ends: the demo's simulated engine takes its orders this way. Nil:
 	// routers are refused.
 	Commands func(*CommandLink)
-	Logger   hclog.Logger
+	// Limits bound what one peer can cost this rank (limits.go).
+	Limits Limits
+	Logger hclog.Logger
 	// Events, when set, is the plugin's event stream (sdk.Plugin.Events):
 	// a reaped plugin is quiescence evidence for its batches.
 	Events <-chan sdk.Event
@@ -101,6 +103,10 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	if cfg.Lanes <= 0 {
 		cfg.Lanes = 1
 	}
+	if cfg.SourcePages <= 0 || cfg.ShardBytes <= 0 {
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "prefill: source pages (%d) and shard bytes (%d) must be positive", cfg.SourcePages, cfg.ShardBytes)
+	}
+	cfg.Limits = cfg.Limits.withDefaults(cfg.SourcePages)
 	log := cfg.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -141,7 +147,7 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	p.Metrics = newMetrics("prefill", uint32(cfg.Rank), func() metricsSnapshot { return metricsSnapshot{Sender: p.snap.Load()} })
 	p.publish()
 	if cfg.ControlAddr != "" {
-		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, p.accept, func(l *link) {
+		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, cfg.Limits, p.accept, func(l *link) {
 			cfg.Commands(&CommandLink{l: l, in: frameCommand, out: frameEvent})
 		})
 		if err != nil {
@@ -231,6 +237,7 @@ func (p *Prefill) connectLoop() {
 			continue
 		}
 		backoff = 50 * time.Millisecond
+		l.gate = p.cfg.Limits.gate()
 		if !p.lp.call(func() { p.linked(l) }) {
 			l.close()
 			return
@@ -288,7 +295,13 @@ func (p *Prefill) readDecode(l *link) {
 			continue
 		}
 		keys := f.Keys
-		p.lp.post(func() { p.step(l, m, keys) })
+		if !l.gate.admit(l.s.Context()) {
+			return
+		}
+		p.lp.post(func() {
+			defer l.gate.done()
+			p.step(l, m, keys)
+		})
 	}
 }
 

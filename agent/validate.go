@@ -48,6 +48,8 @@ func (p *Prefill) checkAssign(m core.Message, keys []keyRef) (pos int, reason st
 	switch {
 	case pos < 0:
 		return -1, "foreign"
+	case len(m.Slots) > p.cfg.SourcePages:
+		return -1, "oversized" // more pages than any request this rank can open
 	case len(keys) != len(m.Slots):
 		return -1, "malformed"
 	case int64(pos+1)*p.cfg.ShardBytes > p.decode.SlotBytes:

@@ -107,7 +107,7 @@ func TestAssignOutsideTheSlotIsRefusedAtPrefill(t *testing.T) {
 func fakeDecode(t *testing.T, welcome peerHello, links chan<- *link) string {
 	t.Helper()
 	done := make(chan struct{})
-	srv, err := newServer("127.0.0.1:0", nil, func(peerHello) (peerHello, error) { return welcome, nil }, func(l *link) {
+	srv, err := newServer("127.0.0.1:0", nil, Limits{}.withDefaults(16), func(peerHello) (peerHello, error) { return welcome, nil }, func(l *link) {
 		if links != nil {
 			links <- l
 		}
