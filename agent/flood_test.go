@@ -35,7 +35,7 @@ func TestFloodingPeerCostsBoundedMemory(t *testing.T) {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				l, _, err := dial(dctx, d.Addr(), nil, hello)
+				l, _, err := dial(dctx, d.Addr(), nil, identity{RoleDecode, 0}, hello)
 				cancel()
 				if err != nil {
 					continue

@@ -67,14 +67,14 @@ func TestControlPortDropsSilentConnections(t *testing.T) {
 	}
 
 	// Honest peers are served.
-	l, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
+	l, _, err := dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
 	if err != nil {
 		t.Fatalf("an honest rank after the silent connections: %v", err)
 	}
 	defer l.close()
 	var routers []*CommandLink
 	for i := 0; i < 2; i++ {
-		r, err := DialCommands(ctx, d.Addr(), nil)
+		r, err := DialCommands(ctx, d.Addr(), nil, RoleDecode, 0)
 		if err != nil {
 			t.Fatalf("router %d: %v", i, err)
 		}
@@ -85,7 +85,7 @@ func TestControlPortDropsSilentConnections(t *testing.T) {
 			r.Close()
 		}
 	}()
-	if _, err := DialCommands(ctx, d.Addr(), nil); !errdefs.IsResourceExhausted(err) {
+	if _, err := DialCommands(ctx, d.Addr(), nil, RoleDecode, 0); !errdefs.IsResourceExhausted(err) {
 		t.Fatalf("a router beyond the cap: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -267,20 +266,15 @@ func (s *server) checkIdentity(ctx context.Context, h peerHello) error {
 	return nil
 }
 
-// IdentityName is the certificate common name of a role and rank.
-func IdentityName(role Role, rank uint32) string {
-	if role == RoleRouter {
-		return "router"
-	}
-	return fmt.Sprintf("%s-%d", role, rank)
-}
-
-// dial opens a link to addr and exchanges Hello/Welcome. A Refuse comes back
-// as an error carrying the acceptor's words.
-func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello peerHello) (*link, *grpc.ClientConn, error) {
+// dial opens a link to addr, meaning to reach the peer want, and exchanges
+// Hello/Welcome. With TLS the server's certificate must name want (checked
+// in the handshake, before anything is sent); the Welcome must claim it
+// too. A Refuse comes back as an error carrying the acceptor's words.
+func dial(ctx context.Context, addr string, tlsCfg *tls.Config, want identity, hello peerHello) (*link, *grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
+	var wrongPeer atomic.Pointer[errdefs.Error]
 	if tlsCfg != nil {
-		creds = credentials.NewTLS(tlsCfg)
+		creds = credentials.NewTLS(clientTLS(tlsCfg, want, addr, &wrongPeer))
 	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(frameCodec{})))
@@ -288,16 +282,20 @@ func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello peerHello)
 		return nil, nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	st, err := cc.NewStream(sctx, linkStreamDesc, linkMethod)
-	if err != nil {
+	fail := func(err error) (*link, *grpc.ClientConn, error) {
 		cancel()
 		cc.Close()
+		if e := wrongPeer.Load(); e != nil {
+			return nil, nil, e
+		}
 		return nil, nil, err
 	}
+	st, err := cc.NewStream(sctx, linkStreamDesc, linkMethod)
+	if err != nil {
+		return fail(err)
+	}
 	if err := st.SendMsg(&frame{Type: frameHello, Seq: 1, Hello: &hello}); err != nil {
-		cancel()
-		cc.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	type res struct {
 		f   *frame
@@ -315,7 +313,9 @@ func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello peerHello)
 	case <-ctx.Done():
 		r.err = ctx.Err()
 	}
-	if r.err == nil && r.f.Type == frameRefuse {
+	if e := wrongPeer.Load(); e != nil {
+		r.err = e // whatever else failed, the handshake refused the peer first
+	} else if r.err == nil && r.f.Type == frameRefuse {
 		c := r.f.Class
 		if c == errdefs.Unknown {
 			c = errdefs.FailedPrecondition
@@ -323,6 +323,9 @@ func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello peerHello)
 		r.err = errdefs.Errorf(c, "refused by peer: %s", r.f.Refusal)
 	} else if r.err == nil && (r.f.Type != frameWelcome || r.f.Hello == nil) {
 		r.err = errdefs.Errorf(errdefs.Internal, "link to %s: expected Welcome, got frame type %d", addr, r.f.Type)
+	} else if r.err == nil && (identity{r.f.Hello.Role, r.f.Hello.Rank}) != want {
+		r.err = errdefs.Errorf(errdefs.FailedPrecondition, "link to %s: meant %s, but the peer welcomed as %s",
+			addr, want, identity{r.f.Hello.Role, r.f.Hello.Rank})
 	}
 	if r.err != nil {
 		cancel()

@@ -18,9 +18,13 @@ import (
 
 // PrefillConfig configures a prefill-rank agent.
 type PrefillConfig struct {
-	Rank        core.RankID
-	DecodeAddr  string // control address of the decode rank
-	SourcePages int    // source pages (one shard each) in shared memory
+	Rank       core.RankID
+	DecodeAddr string // control address of the decode rank
+	// DecodeRank is the decode rank at DecodeAddr: a peer there that is
+	// anyone else (by its certificate, or its Welcome) is not linked, so
+	// no page is ever written to it.
+	DecodeRank  core.RankID
+	SourcePages int // source pages (one shard each) in shared memory
 	ShardBytes  int64
 	// Lanes is how many transport connections to open per decode rank (as
 	// an RDMA engine spreads a request's writes over several QPs or NICs);
@@ -208,11 +212,11 @@ func (p *Prefill) connectLoop() {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		l, _, err := dial(ctx, p.cfg.DecodeAddr, clientTLS(p.cfg.TLS), p.hello)
+		l, _, err := dial(ctx, p.cfg.DecodeAddr, p.cfg.TLS, identity{RoleDecode, uint32(p.cfg.DecodeRank)}, p.hello)
 		cancel()
 		if err != nil {
 			if !errdefs.IsUnavailable(err) { // refused, not unreachable: say why (a restarted decode may still accept)
-				p.log.Error("decode refused this rank", "error", err)
+				p.log.Error("no link to decode (refused, or not the decode meant)", "error", err)
 			}
 			select {
 			case <-p.quit:
@@ -224,10 +228,10 @@ func (p *Prefill) connectLoop() {
 			}
 			continue
 		}
-		if err := compatible(p.hello, l.peer); err != nil || l.peer.Role != RoleDecode {
+		if err := compatible(p.hello, l.peer); err != nil {
 			// Decode checked us; we check it too: a decode whose slots
 			// are laid out otherwise would be written out of place.
-			p.log.Error("refusing decode", "role", l.peer.Role, "rank", l.peer.Rank, "error", err)
+			p.log.Error("refusing decode", "rank", l.peer.Rank, "error", err)
 			l.close()
 			select {
 			case <-p.quit:

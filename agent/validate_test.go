@@ -50,7 +50,7 @@ func TestAdmissionBeyondShardsIsRefused(t *testing.T) {
 func TestShardSizeMismatchIsRefusedBothWays(t *testing.T) {
 	d := startDecode(t) // shards of 4096
 	ctx := context.Background()
-	_, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 8192, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
+	_, _, err := dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 8192, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "shards of 8192 bytes") {
 		t.Fatalf("decode took a prefill rank with 8 KiB shards: %v", err)
 	}
@@ -124,17 +124,21 @@ func fakeDecode(t *testing.T, welcome peerHello, links chan<- *link) string {
 }
 
 // startPrefill starts prefill rank 1 (4 KiB shards) on a real plugin,
-// pointed at a decode control address.
-func startPrefill(t *testing.T, decodeAddr string) *Prefill {
+// pointed at a decode control address; tweaks adjust its config.
+func startPrefill(t *testing.T, decodeAddr string, tweaks ...func(*PrefillConfig)) *Prefill {
 	t.Helper()
 	pp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pp.Close() })
-	p, err := NewPrefill(context.Background(), PrefillConfig{Rank: 1, DecodeAddr: decodeAddr, SourcePages: 16, ShardBytes: 4096, Lanes: 1,
+	cfg := PrefillConfig{Rank: 1, DecodeAddr: decodeAddr, SourcePages: 16, ShardBytes: 4096, Lanes: 1,
 		MaxInflight: 16, MaxBatchPages: 4, Heartbeat: 100 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
-		RequestTombstone: 5 * time.Second, BootstrapTimeout: 5 * time.Second, Events: pp.Events()}, pp.Transport())
+		RequestTombstone: 5 * time.Second, BootstrapTimeout: 5 * time.Second, Events: pp.Events()}
+	for _, tw := range tweaks {
+		tw(&cfg)
+	}
+	p, err := NewPrefill(context.Background(), cfg, pp.Transport())
 	if err != nil {
 		t.Fatal(err)
 	}
