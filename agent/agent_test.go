@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func startDecode(t *testing.T) *Decode {
+func startDecode(t testing.TB) *Decode {
 	t.Helper()
 	p, err := sdk.Open(pluginBin, sdk.OpenOptions{})
 	if err != nil {
@@ -50,7 +50,7 @@ func startDecode(t *testing.T) *Decode {
 	return d
 }
 
-func counter(t *testing.T, m *Metrics, name, label string) float64 {
+func counter(t testing.TB, m *Metrics, name, label string) float64 {
 	t.Helper()
 	mfs, err := m.Registry.Gather()
 	if err != nil {
@@ -72,7 +72,7 @@ func counter(t *testing.T, m *Metrics, name, label string) float64 {
 	return v
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !cond(); {
 		if time.Now().After(deadline) {

@@ -288,30 +288,24 @@ func (d *Decode) serveLink(l *link) {
 	})
 	for {
 		f, err := l.recv(func() { d.Metrics.reject("replayed") })
-		if err != nil {
+		if err != nil || !d.onFrame(l, f) {
 			return
 		}
-		if f.Type != frameCore {
-			d.Metrics.reject("wrong-kind")
-			continue
-		}
-		m, err := core.DecodeMessage(f.Core)
-		if err != nil {
-			d.Metrics.reject("malformed")
-			continue
-		}
-		if len(m.Tags) > maxHeartbeatTags(d.cfg.Slots) {
-			d.Metrics.reject("oversized") // more tags than an honest rank can hold here
-			continue
-		}
-		if !l.gate.admit(l.s.Context()) {
-			return
-		}
-		d.lp.post(func() {
-			defer l.gate.done()
-			d.step(l, m)
-		})
 	}
+}
+
+// onFrame checks one frame from a prefill rank's link and queues it for the
+// loop; false when the link ended while it waited for its turn.
+func (d *Decode) onFrame(l *link, f *frame) bool {
+	m, ok := coreMessage(f, d.Metrics)
+	if !ok {
+		return true
+	}
+	if len(m.Tags) > maxHeartbeatTags(d.cfg.Slots) {
+		d.Metrics.reject("oversized") // more tags than an honest rank can hold here
+		return true
+	}
+	return l.toLoop(d.lp, func() { d.step(l, m) })
 }
 
 // step checks a control message at the agent before the core sees it: it

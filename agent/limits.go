@@ -121,3 +121,17 @@ func (g *gate) admit(ctx context.Context) bool {
 }
 
 func (g *gate) done() { <-g.inflight }
+
+// toLoop hands one received input to the event loop within the link's
+// bounds: it waits for the link's rate and for room among its inputs
+// queued; false when the link ended first.
+func (l *link) toLoop(lp *loop, input func()) bool {
+	if !l.gate.admit(l.s.Context()) {
+		return false
+	}
+	lp.post(func() {
+		defer l.gate.done()
+		input()
+	})
+	return true
+}

@@ -286,27 +286,20 @@ func (p *Prefill) linked(l *link) {
 func (p *Prefill) readDecode(l *link) {
 	for {
 		f, err := l.recv(func() { p.Metrics.reject("replayed") })
-		if err != nil {
+		if err != nil || !p.onFrame(l, f) {
 			return
 		}
-		if f.Type != frameCore {
-			p.Metrics.reject("wrong-kind")
-			continue
-		}
-		m, err := core.DecodeMessage(f.Core)
-		if err != nil {
-			p.Metrics.reject("malformed")
-			continue
-		}
-		keys := f.Keys
-		if !l.gate.admit(l.s.Context()) {
-			return
-		}
-		p.lp.post(func() {
-			defer l.gate.done()
-			p.step(l, m, keys)
-		})
 	}
+}
+
+// onFrame checks one frame from decode and queues it for the loop; false
+// when the link ended while it waited for its turn.
+func (p *Prefill) onFrame(l *link, f *frame) bool {
+	m, ok := coreMessage(f, p.Metrics)
+	if !ok {
+		return true
+	}
+	return l.toLoop(p.lp, func() { p.step(l, m, f.Keys) })
 }
 
 // step checks a message from decode before the core sees it.

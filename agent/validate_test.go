@@ -104,7 +104,7 @@ func TestAssignOutsideTheSlotIsRefusedAtPrefill(t *testing.T) {
 // fakeDecode serves the control plane as a decode would, answering every
 // Hello with welcome; each prefill link is handed to links (if set) and
 // kept until the test ends. It is the peer a hostile decode would be.
-func fakeDecode(t *testing.T, welcome peerHello, links chan<- *link) string {
+func fakeDecode(t testing.TB, welcome peerHello, links chan<- *link) string {
 	t.Helper()
 	done := make(chan struct{})
 	srv, err := newServer("127.0.0.1:0", nil, Limits{}.withDefaults(16), func(peerHello) (peerHello, error) { return welcome, nil }, func(l *link) {
@@ -125,7 +125,7 @@ func fakeDecode(t *testing.T, welcome peerHello, links chan<- *link) string {
 
 // startPrefill starts prefill rank 1 (4 KiB shards) on a real plugin,
 // pointed at a decode control address; tweaks adjust its config.
-func startPrefill(t *testing.T, decodeAddr string, tweaks ...func(*PrefillConfig)) *Prefill {
+func startPrefill(t testing.TB, decodeAddr string, tweaks ...func(*PrefillConfig)) *Prefill {
 	t.Helper()
 	pp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
 	if err != nil {
