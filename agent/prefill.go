@@ -84,9 +84,11 @@ type Prefill struct {
 	keys      map[core.Tag]tagKeys
 	reqs      map[core.RequestKey]*preReq
 	free      []int
+	swept     time.Time // last expireKeys
 }
 
 type tagKeys struct {
+	at   time.Time // when the Assign came (unopened requests' keys expire)
 	keys []keyRef
 	pos  int // this rank's shard in each slot
 }
@@ -320,8 +322,12 @@ func (p *Prefill) step(l *link, m core.Message, keys []keyRef) {
 			p.log.Warn("assign refused", "tag", m.Tag, "why", why, "ranks", len(m.Ranks), "slots", len(m.Slots), "keys", len(keys))
 			return
 		}
+		if len(p.keys) >= maxAssignedTags(p.cfg.SourcePages) {
+			p.Metrics.reject("excess-assigns") // neither the keys nor the core keep it
+			return
+		}
 		if _, seen := p.keys[m.Tag]; !seen {
-			p.keys[m.Tag] = tagKeys{keys: keys, pos: pos}
+			p.keys[m.Tag] = tagKeys{at: time.Now(), keys: keys, pos: pos}
 		}
 	case core.KindGrant, core.KindAbort, core.KindReject:
 	default:
@@ -335,6 +341,7 @@ func (p *Prefill) step(l *link, m core.Message, keys []keyRef) {
 func (p *Prefill) tick() {
 	p.core.Tick(now())
 	p.act()
+	p.expireKeys()
 }
 
 // act carries out the core's last output (loop only). Follow-up inputs

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"time"
+
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/errdefs"
 )
@@ -56,4 +58,26 @@ func (p *Prefill) checkAssign(m core.Message, keys []keyRef) (pos int, reason st
 		return -1, "oversized"
 	}
 	return pos, ""
+}
+
+// maxAssignedTags bounds the Assigns a prefill rank keeps keys for: those
+// of requests it opened (each holds at least one of its source pages) and
+// those that came before the engine opened theirs. An honest decode cannot
+// get near it; a hostile one cannot grow the rank's memory past it.
+func maxAssignedTags(sourcePages int) int { return 2*sourcePages + 1024 }
+
+// expireKeys drops the keys of Assigns whose request this rank never
+// opened, once the engine had every chance to (loop only): a router that
+// cancelled before opening, or a decode assigning what nobody asked for.
+func (p *Prefill) expireKeys() {
+	if time.Since(p.swept) < time.Second {
+		return
+	}
+	p.swept = time.Now()
+	keep := max(2*p.cfg.BootstrapTimeout+p.cfg.RequestTombstone, 30*time.Second)
+	for tag, tk := range p.keys {
+		if p.reqs[tag.Key()] == nil && time.Since(tk.at) > keep {
+			delete(p.keys, tag)
+		}
+	}
 }

@@ -67,11 +67,7 @@ func TestShardSizeMismatchIsRefusedBothWays(t *testing.T) {
 // rank a shard position past the slot it declared, or fewer keys than
 // slots, is refused at prefill: nothing is posted for it.
 func TestAssignOutsideTheSlotIsRefusedAtPrefill(t *testing.T) {
-	assigns := make(chan *link, 1)
-	fake := fakeDecode(t, peerHello{Role: RoleDecode, Rank: 0, Version: ControlVersion, SlotBytes: 4096, ShardBytes: 4096,
-		DataTransport: "tcp", DataAddress: "127.0.0.1:1"}, assigns)
-	p := startPrefill(t, fake)
-	l := <-assigns
+	p, l := prefillOnFakeDecode(t)
 	// The engine has both requests computed: any accepted Assign is posted.
 	for _, room := range []uint64{5, 6} {
 		snd := p.NewSender(core.RequestKey{Room: room, Gen: 1})
@@ -99,6 +95,17 @@ func TestAssignOutsideTheSlotIsRefusedAtPrefill(t *testing.T) {
 	if s := p.Stats(); s.Posted != 0 {
 		t.Fatalf("prefill posted %d batches for refused assignments", s.Posted)
 	}
+}
+
+// prefillOnFakeDecode starts prefill rank 1 linked to a fake decode with
+// one-shard slots of 4 KiB, and gives the fake decode's side of the link.
+func prefillOnFakeDecode(t *testing.T) (*Prefill, *link) {
+	t.Helper()
+	links := make(chan *link, 1)
+	fake := fakeDecode(t, peerHello{Role: RoleDecode, Rank: 0, Version: ControlVersion, SlotBytes: 4096, ShardBytes: 4096,
+		DataTransport: "tcp", DataAddress: "127.0.0.1:1"}, links)
+	p := startPrefill(t, fake)
+	return p, <-links
 }
 
 // fakeDecode serves the control plane as a decode would, answering every
@@ -144,4 +151,29 @@ func startPrefill(t testing.TB, decodeAddr string, tweaks ...func(*PrefillConfig
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+// A decode (hostile, or one whose router never opens what it admits) that
+// sends Assigns for requests this rank never opened cannot grow the rank's
+// memory: past maxAssignedTags they are refused and counted, and neither
+// the agent nor the core keeps them.
+func TestUnopenedAssignsAreBounded(t *testing.T) {
+	p, l := prefillOnFakeDecode(t)
+	limit := maxAssignedTags(16)
+	lease := core.Time(time.Now().Add(time.Minute).UnixNano())
+	for room := 0; room < limit+100; room++ {
+		m := core.Message{Kind: core.KindAssign, Tag: core.Tag{Instance: 1, Room: uint64(room), Gen: 1}, Rank: 1, Decode: 0,
+			LeaseUntil: lease, Ranks: []core.RankID{1}, Slots: []uint32{0}}
+		for !l.send(&frame{Type: frameCore, Core: core.AppendMessage(nil, &m), Keys: []keyRef{{Key: 1}}}) {
+			time.Sleep(time.Millisecond) // the link's queue is full: wait for the writer
+		}
+	}
+	waitFor(t, "excess assigns refused", func() bool {
+		return counter(t, p.Metrics, "kvfence_rejected_messages_total", "excess-assigns") == 100
+	})
+	var kept int
+	p.lp.call(func() { kept = len(p.keys) })
+	if kept != limit {
+		t.Fatalf("prefill keeps keys of %d assigns, want the bound %d", kept, limit)
+	}
 }
