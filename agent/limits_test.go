@@ -104,3 +104,44 @@ func openSilentStream(t *testing.T, ctx context.Context, addr string) (*grpc.Cli
 	}
 	return cc, st
 }
+
+// Finding 6, streams: one connection could open any number of link
+// streams. Now a fifth stream on a connection waits until one of the four
+// ends (each connection carries one link; a few allow overlap).
+func TestStreamsPerConnectionAreCapped(t *testing.T) {
+	d := startDecode(t)
+	cc, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(frameCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := 0; i < 4; i++ {
+		st, err := cc.NewStream(ctx, linkStreamDesc, linkMethod)
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		if err := st.SendMsg(&frame{Type: frameHello, Seq: 1, Hello: &peerHello{Role: RolePrefill, Rank: uint32(10 + i),
+			ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}}}); err != nil {
+			t.Fatalf("stream %d hello: %v", i, err)
+		}
+		if err := st.RecvMsg(new(frame)); err != nil { // its Welcome: the stream is up
+			t.Fatalf("stream %d welcome: %v", i, err)
+		}
+	}
+	fifth, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer stop()
+	st, err := cc.NewStream(fifth, linkStreamDesc, linkMethod)
+	if err == nil {
+		err = st.SendMsg(&frame{Type: frameHello, Seq: 1, Hello: &peerHello{Role: RolePrefill, Rank: 20, ShardBytes: 4096,
+			Version: ControlVersion, Caps: peerCaps{Quiesce: true}}})
+		if err == nil {
+			err = st.RecvMsg(new(frame))
+		}
+	}
+	if err == nil {
+		t.Fatal("a fifth link stream on one connection was served")
+	}
+}
