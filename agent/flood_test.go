@@ -13,13 +13,16 @@ import (
 )
 
 // Finding 6 (issue 15): a heartbeat naming 65,536 unknown tags, sent in a
-// loop, took decode to 3.7 GB and 20 s stalls. Here a peer that passed
-// Hello as prefill rank 2 floods decode with such heartbeats and with
+// loop, took decode to 3.7 GB and 20 s stalls. Here an authenticated peer
+// (mutual TLS, prefill rank 2's certificate) floods decode with such heartbeats and with
 // heartbeats just under the tag bound, as fast as it can, reconnecting
 // whenever decode cuts it off; meanwhile honest rank 1 runs requests.
 // Decode's heap must stay bounded and every honest request must succeed.
 func TestFloodingPeerCostsBoundedMemory(t *testing.T) {
-	d, p := startPair(t, func(c *DecodeConfig) { c.Shards = 2 }, nil, nil)
+	load := testPKI(t) // mutual TLS: the flooder holds prefill rank 2's valid certificate
+	d, p := startPair(t, func(c *DecodeConfig) { c.Shards = 2; c.TLS = load("decode-0") },
+		func(c *PrefillConfig) { c.TLS = load("prefill-1") }, nil)
+	floodTLS := load("prefill-2")
 	hello := peerHello{Role: RolePrefill, Rank: 2, ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}}
 	huge := heartbeatFrame(2, 1<<16)                  // finding 6: 65,536 tags no rank of a 16-slot pool can hold
 	wide := heartbeatFrame(2, maxHeartbeatTags(16)-1) // the most an honest rank may name; all unknown
@@ -35,7 +38,7 @@ func TestFloodingPeerCostsBoundedMemory(t *testing.T) {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				l, _, err := dial(dctx, d.Addr(), nil, identity{RoleDecode, 0}, hello)
+				l, _, err := dial(dctx, d.Addr(), floodTLS, identity{RoleDecode, 0}, hello)
 				cancel()
 				if err != nil {
 					continue
