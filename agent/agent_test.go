@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func startDecode(t *testing.T) *Decode {
+func startDecode(t testing.TB) *Decode {
 	t.Helper()
 	p, err := sdk.Open(pluginBin, sdk.OpenOptions{})
 	if err != nil {
@@ -50,7 +50,7 @@ func startDecode(t *testing.T) *Decode {
 	return d
 }
 
-func counter(t *testing.T, m *Metrics, name, label string) float64 {
+func counter(t testing.TB, m *Metrics, name, label string) float64 {
 	t.Helper()
 	mfs, err := m.Registry.Gather()
 	if err != nil {
@@ -72,7 +72,7 @@ func counter(t *testing.T, m *Metrics, name, label string) float64 {
 	return v
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !cond(); {
 		if time.Now().After(deadline) {
@@ -88,7 +88,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestForgedForeignAndReplayedMessagesAreRefused(t *testing.T) {
 	d := startDecode(t)
 	ctx := context.Background()
-	l, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
+	l, _, err := dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +125,11 @@ func TestForgedForeignAndReplayedMessagesAreRefused(t *testing.T) {
 func TestIncompatiblePeersAreRefused(t *testing.T) {
 	d := startDecode(t)
 	ctx := context.Background()
-	_, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion + 1, Caps: peerCaps{Quiesce: true}})
+	_, _, err := dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion + 1, Caps: peerCaps{Quiesce: true}})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "incompatible peers") {
 		t.Fatalf("version mismatch: err = %v", err)
 	}
-	_, _, err = dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion})
+	_, _, err = dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "cannot prove quiescence") {
 		t.Fatalf("no quiescence: err = %v", err)
 	}
@@ -143,7 +143,7 @@ func TestDecodeUsesWriterDeclaredTail(t *testing.T) {
 	ctx := context.Background()
 	own := d.info.Capabilities.MaxTail
 	for rank, declared := range map[uint32]time.Duration{1: own + 5*time.Second, 2: 0} {
-		l, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: rank, ShardBytes: 4096, Version: ControlVersion,
+		l, _, err := dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: rank, ShardBytes: 4096, Version: ControlVersion,
 			Caps: peerCaps{Quiesce: true, MaxTail: int64(declared)}})
 		if err != nil {
 			t.Fatal(err)
@@ -152,7 +152,7 @@ func TestDecodeUsesWriterDeclaredTail(t *testing.T) {
 		want := max(declared, own).Seconds()
 		waitFor(t, "the writer tail gauge", func() bool { return writerTail(t, d.Metrics, rank) == want })
 	}
-	_, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 3, ShardBytes: 4096, Version: ControlVersion,
+	_, _, err := dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 3, ShardBytes: 4096, Version: ControlVersion,
 		Caps: peerCaps{Quiesce: true, MaxTail: -1}})
 	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "negative transport tail") {
 		t.Fatalf("negative tail: err = %v", err)

@@ -136,7 +136,7 @@ func TestChecksumRequiredRefusesPrefillWithout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	_, _, err = dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
+	_, _, err = dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "requires checksums") {
 		t.Fatalf("want a refusal naming checksums, got %v", err)
 	}

@@ -20,9 +20,11 @@ type CommandLink struct {
 	out frameType // what Send sends
 }
 
-// DialCommands opens a router's link to the agent at addr.
-func DialCommands(ctx context.Context, addr string, tlsCfg *tls.Config) (*CommandLink, error) {
-	l, _, err := dial(ctx, addr, clientTLS(tlsCfg), peerHello{Role: RoleRouter, Version: ControlVersion})
+// DialCommands opens a router's link to the agent at addr, which must be
+// the agent of role and rank: a peer whose certificate (with TLS) or
+// Welcome names anyone else is refused, FailedPrecondition.
+func DialCommands(ctx context.Context, addr string, tlsCfg *tls.Config, role Role, rank uint32) (*CommandLink, error) {
+	l, _, err := dial(ctx, addr, tlsCfg, identity{role, rank}, peerHello{Role: RoleRouter, Version: ControlVersion})
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,9 @@ type DecodeConfig struct {
 	// one or more addresses, so proxies can sit on the data path (the
 	// demo's delaying proxy, one per lane).
 	AdvertiseData func(sdk.Endpoint) []sdk.Endpoint
-	Logger        hclog.Logger
+	// Limits bound what one peer can cost this rank (limits.go).
+	Limits Limits
+	Logger hclog.Logger
 }
 
 // Decode is one decode rank's agent.
@@ -127,6 +129,10 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	if cfg.Instance == 0 {
 		cfg.Instance = uint64(time.Now().UnixNano())
 	}
+	if cfg.Slots <= 0 || cfg.ShardBytes <= 0 {
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "decode: slots (%d) and shard bytes (%d) must be positive", cfg.Slots, cfg.ShardBytes)
+	}
+	cfg.Limits = cfg.Limits.withDefaults(cfg.Slots)
 	log := cfg.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -185,7 +191,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 		Checksums: cfg.Checksums}
 	d.Metrics = newMetrics("decode", uint32(cfg.Rank), d.snapshot)
 	d.publish()
-	d.srv, err = newServer(cfg.ControlAddr, cfg.TLS, d.accept, d.serveLink)
+	d.srv, err = newServer(cfg.ControlAddr, cfg.TLS, cfg.Limits, d.accept, d.serveLink)
 	if err != nil {
 		return nil, err
 	}
@@ -282,20 +288,24 @@ func (d *Decode) serveLink(l *link) {
 	})
 	for {
 		f, err := l.recv(func() { d.Metrics.reject("replayed") })
-		if err != nil {
+		if err != nil || !d.onFrame(l, f) {
 			return
 		}
-		if f.Type != frameCore {
-			d.Metrics.reject("wrong-kind")
-			continue
-		}
-		m, err := core.DecodeMessage(f.Core)
-		if err != nil {
-			d.Metrics.reject("malformed")
-			continue
-		}
-		d.lp.post(func() { d.step(l, m) })
 	}
+}
+
+// onFrame checks one frame from a prefill rank's link and queues it for the
+// loop; false when the link ended while it waited for its turn.
+func (d *Decode) onFrame(l *link, f *frame) bool {
+	m, ok := coreMessage(f, d.Metrics)
+	if !ok {
+		return true
+	}
+	if len(m.Tags) > maxHeartbeatTags(d.cfg.Slots) {
+		d.Metrics.reject("oversized") // more tags than an honest rank can hold here
+		return true
+	}
+	return l.toLoop(d.lp, func() { d.step(l, m) })
 }
 
 // step checks a control message at the agent before the core sees it: it
@@ -313,11 +323,7 @@ func (d *Decode) step(l *link, m core.Message) {
 	}
 	switch m.Kind {
 	case core.KindHeartbeat:
-		for _, t := range m.Tags {
-			if dt := d.tags[t.Key()]; dt != nil && dt.tag == t && dt.state == PollWaitingForInput {
-				dt.state = PollTransferring
-			}
-		}
+		m.Tags = d.heartbeatTags(m.Tags)
 	case core.KindCommit, core.KindFail, core.KindDrainAck:
 		if dt := d.tags[m.Tag.Key()]; dt != nil && dt.tag == m.Tag && !hasRank(dt.ranks, m.Rank) {
 			d.Metrics.reject("foreign")
@@ -335,6 +341,28 @@ func (d *Decode) step(l *link, m core.Message) {
 	}
 	d.core.Step(m, now())
 	d.act()
+}
+
+// heartbeatTags keeps a heartbeat's tags this rank holds and at most
+// maxStaleTagsAnswered others (each costs an Abort to send), and notes the
+// transfers that started (loop only).
+func (d *Decode) heartbeatTags(tags []core.Tag) []core.Tag {
+	kept, stale := tags[:0], 0
+	for _, t := range tags {
+		dt := d.tags[t.Key()]
+		if dt == nil || dt.tag != t {
+			if stale++; stale > maxStaleTagsAnswered {
+				continue
+			}
+		} else if dt.state == PollWaitingForInput {
+			dt.state = PollTransferring
+		}
+		kept = append(kept, t)
+	}
+	if stale > maxStaleTagsAnswered {
+		d.Metrics.reject("excess-tags")
+	}
+	return kept
 }
 
 func hasRank(rs []core.RankID, r core.RankID) bool {

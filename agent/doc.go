@@ -61,7 +61,11 @@
 // live here, not in request objects: dropping a KVReceiver or KVSender never
 // drops a hold. It must never accept a control message for a tag from a rank
 // that the assignment does not name, never run with a peer whose protocol
-// version or capabilities are weaker than required, and never run a
+// version or capabilities are weaker than required, never link to a peer
+// other than the role and rank it meant (tls.go), never admit an exposure
+// or take an Assign that its pool's layout cannot hold (validate.go), never
+// let one peer grow its memory or queues without bound (limits.go: a
+// flooding peer is pushed back on, not buffered), and never run a
 // known-unsafe core in a binary built without -tags kvfenceunsafe. The
 // design it implements is docs/design.md.
 package agent

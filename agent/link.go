@@ -4,10 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -65,6 +65,9 @@ type link struct {
 	recvSeq uint64 // only the reader touches it
 	dropped atomic.Uint64
 	replays atomic.Uint64
+	// gate bounds what the reader hands the event loop (limits.go); nil
+	// on links whose frames the loop never sees.
+	gate *gate
 }
 
 func newLink(s stream, peer peerHello, cancel func()) *link {
@@ -148,24 +151,26 @@ func (l *link) closed() <-chan struct{} { return l.done }
 // server accepts links. accept decides about a Hello: it returns the Welcome
 // to send, or an error that is sent as Refuse.
 type server struct {
-	grpc   *grpc.Server
-	lis    net.Listener
-	tls    bool
-	accept func(h peerHello) (peerHello, error)
-	serve  func(l *link) // runs the accepted link until it ends
+	grpc    *grpc.Server
+	lis     net.Listener
+	tls     bool
+	lim     Limits
+	routers atomic.Int32 // router links open
+	accept  func(h peerHello) (peerHello, error)
+	serve   func(l *link) // runs the accepted link until it ends
 }
 
-func newServer(addr string, tlsCfg *tls.Config, accept func(peerHello) (peerHello, error), serve func(*link)) (*server, error) {
+func newServer(addr string, tlsCfg *tls.Config, lim Limits, accept func(peerHello) (peerHello, error), serve func(*link)) (*server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	var opts []grpc.ServerOption
-	opts = append(opts, grpc.ForceServerCodec(frameCodec{}))
+	opts := append(lim.serverOptions(), grpc.ForceServerCodec(frameCodec{}))
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
-	s := &server{lis: lis, tls: tlsCfg != nil, accept: accept, serve: serve}
+	lis = lim.listener(lis)
+	s := &server{lis: lis, tls: tlsCfg != nil, lim: lim, accept: accept, serve: serve}
 	s.grpc = grpc.NewServer(opts...)
 	s.grpc.RegisterService(&controlDesc, s)
 	go func() { _ = s.grpc.Serve(lis) }()
@@ -177,8 +182,8 @@ func (s *server) Addr() string { return s.lis.Addr().String() }
 func (s *server) Stop() { s.grpc.Stop() }
 
 func (s *server) acceptLink(st grpc.ServerStream) error {
-	first := new(frame)
-	if err := st.RecvMsg(first); err != nil {
+	first, err := s.hello(st)
+	if err != nil {
 		return err
 	}
 	refuse := func(err error) error {
@@ -201,6 +206,13 @@ func (s *server) acceptLink(st grpc.ServerStream) error {
 	if err := s.checkIdentity(st.Context(), h); err != nil {
 		return refuse(err)
 	}
+	if h.Role == RoleRouter {
+		if n := s.routers.Add(1); int(n) > s.lim.MaxRouters {
+			s.routers.Add(-1)
+			return refuse(errdefs.Errorf(errdefs.ResourceExhausted, "already %d router links open", s.lim.MaxRouters))
+		}
+		defer s.routers.Add(-1)
+	}
 	welcome, err := s.accept(h)
 	if err != nil {
 		return refuse(err)
@@ -208,12 +220,29 @@ func (s *server) acceptLink(st grpc.ServerStream) error {
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
 	l := newLink(st, h, cancel)
+	l.gate = s.lim.gate()
 	l.recvSeq = first.Seq
 	l.send(&frame{Type: frameWelcome, Hello: &welcome})
 	s.serve(l)
 	l.close()
 	<-ctx.Done()
 	return nil
+}
+
+// hello reads a link's first frame, which must come within the handshake
+// timeout: a connection that opens a stream and stays silent is dropped.
+func (s *server) hello(st grpc.ServerStream) (*frame, error) {
+	got := make(chan error, 1)
+	first := new(frame)
+	go func() { got <- st.RecvMsg(first) }()
+	t := time.NewTimer(s.lim.HandshakeTimeout)
+	defer t.Stop()
+	select {
+	case err := <-got:
+		return first, err
+	case <-t.C:
+		return nil, errdefs.Errorf(errdefs.Unavailable, "no Hello within %v", s.lim.HandshakeTimeout)
+	}
 }
 
 // checkIdentity: with mutual TLS, the client certificate's common name must
@@ -237,20 +266,15 @@ func (s *server) checkIdentity(ctx context.Context, h peerHello) error {
 	return nil
 }
 
-// IdentityName is the certificate common name of a role and rank.
-func IdentityName(role Role, rank uint32) string {
-	if role == RoleRouter {
-		return "router"
-	}
-	return fmt.Sprintf("%s-%d", role, rank)
-}
-
-// dial opens a link to addr and exchanges Hello/Welcome. A Refuse comes back
-// as an error carrying the acceptor's words.
-func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello peerHello) (*link, *grpc.ClientConn, error) {
+// dial opens a link to addr, meaning to reach the peer want, and exchanges
+// Hello/Welcome. With TLS the server's certificate must name want (checked
+// in the handshake, before anything is sent); the Welcome must claim it
+// too. A Refuse comes back as an error carrying the acceptor's words.
+func dial(ctx context.Context, addr string, tlsCfg *tls.Config, want identity, hello peerHello) (*link, *grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
+	var wrongPeer atomic.Pointer[errdefs.Error]
 	if tlsCfg != nil {
-		creds = credentials.NewTLS(tlsCfg)
+		creds = credentials.NewTLS(clientTLS(tlsCfg, want, addr, &wrongPeer))
 	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(frameCodec{})))
@@ -258,16 +282,20 @@ func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello peerHello)
 		return nil, nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	st, err := cc.NewStream(sctx, linkStreamDesc, linkMethod)
-	if err != nil {
+	fail := func(err error) (*link, *grpc.ClientConn, error) {
 		cancel()
 		cc.Close()
+		if e := wrongPeer.Load(); e != nil {
+			return nil, nil, e
+		}
 		return nil, nil, err
 	}
+	st, err := cc.NewStream(sctx, linkStreamDesc, linkMethod)
+	if err != nil {
+		return fail(err)
+	}
 	if err := st.SendMsg(&frame{Type: frameHello, Seq: 1, Hello: &hello}); err != nil {
-		cancel()
-		cc.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	type res struct {
 		f   *frame
@@ -285,7 +313,9 @@ func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello peerHello)
 	case <-ctx.Done():
 		r.err = ctx.Err()
 	}
-	if r.err == nil && r.f.Type == frameRefuse {
+	if e := wrongPeer.Load(); e != nil {
+		r.err = e // whatever else failed, the handshake refused the peer first
+	} else if r.err == nil && r.f.Type == frameRefuse {
 		c := r.f.Class
 		if c == errdefs.Unknown {
 			c = errdefs.FailedPrecondition
@@ -293,6 +323,9 @@ func dial(ctx context.Context, addr string, tlsCfg *tls.Config, hello peerHello)
 		r.err = errdefs.Errorf(c, "refused by peer: %s", r.f.Refusal)
 	} else if r.err == nil && (r.f.Type != frameWelcome || r.f.Hello == nil) {
 		r.err = errdefs.Errorf(errdefs.Internal, "link to %s: expected Welcome, got frame type %d", addr, r.f.Type)
+	} else if r.err == nil && (identity{r.f.Hello.Role, r.f.Hello.Rank}) != want {
+		r.err = errdefs.Errorf(errdefs.FailedPrecondition, "link to %s: meant %s, but the peer welcomed as %s",
+			addr, want, identity{r.f.Hello.Role, r.f.Hello.Rank})
 	}
 	if r.err != nil {
 		cancel()

@@ -67,7 +67,7 @@ func TestLyingRankCannotWriteAfterRelease(t *testing.T) {
 	t.Cleanup(d.Close)
 
 	// The liar links as prefill rank 1 and opens its own transport.
-	l, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
+	l, _, err := dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,13 @@ import (
 
 // PrefillConfig configures a prefill-rank agent.
 type PrefillConfig struct {
-	Rank        core.RankID
-	DecodeAddr  string // control address of the decode rank
-	SourcePages int    // source pages (one shard each) in shared memory
+	Rank       core.RankID
+	DecodeAddr string // control address of the decode rank
+	// DecodeRank is the decode rank at DecodeAddr: a peer there that is
+	// anyone else (by its certificate, or its Welcome) is not linked, so
+	// no page is ever written to it.
+	DecodeRank  core.RankID
+	SourcePages int // source pages (one shard each) in shared memory
 	ShardBytes  int64
 	// Lanes is how many transport connections to open per decode rank (as
 	// an RDMA engine spreads a request's writes over several QPs or NICs);
@@ -48,7 +52,9 @@ type PrefillConfig struct {
 	// ends: the demo's simulated engine takes its orders this way. Nil:
 	// routers are refused.
 	Commands func(*CommandLink)
-	Logger   hclog.Logger
+	// Limits bound what one peer can cost this rank (limits.go).
+	Limits Limits
+	Logger hclog.Logger
 	// Events, when set, is the plugin's event stream (sdk.Plugin.Events):
 	// a reaped plugin is quiescence evidence for its batches.
 	Events <-chan sdk.Event
@@ -78,9 +84,11 @@ type Prefill struct {
 	keys      map[core.Tag]tagKeys
 	reqs      map[core.RequestKey]*preReq
 	free      []int
+	swept     time.Time // last expireKeys
 }
 
 type tagKeys struct {
+	at   time.Time // when the Assign came (unopened requests' keys expire)
 	keys []keyRef
 	pos  int // this rank's shard in each slot
 }
@@ -101,6 +109,10 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	if cfg.Lanes <= 0 {
 		cfg.Lanes = 1
 	}
+	if cfg.SourcePages <= 0 || cfg.ShardBytes <= 0 {
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "prefill: source pages (%d) and shard bytes (%d) must be positive", cfg.SourcePages, cfg.ShardBytes)
+	}
+	cfg.Limits = cfg.Limits.withDefaults(cfg.SourcePages)
 	log := cfg.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -141,7 +153,7 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	p.Metrics = newMetrics("prefill", uint32(cfg.Rank), func() metricsSnapshot { return metricsSnapshot{Sender: p.snap.Load()} })
 	p.publish()
 	if cfg.ControlAddr != "" {
-		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, p.accept, func(l *link) {
+		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, cfg.Limits, p.accept, func(l *link) {
 			cfg.Commands(&CommandLink{l: l, in: frameCommand, out: frameEvent})
 		})
 		if err != nil {
@@ -202,11 +214,11 @@ func (p *Prefill) connectLoop() {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		l, _, err := dial(ctx, p.cfg.DecodeAddr, clientTLS(p.cfg.TLS), p.hello)
+		l, _, err := dial(ctx, p.cfg.DecodeAddr, p.cfg.TLS, identity{RoleDecode, uint32(p.cfg.DecodeRank)}, p.hello)
 		cancel()
 		if err != nil {
 			if !errdefs.IsUnavailable(err) { // refused, not unreachable: say why (a restarted decode may still accept)
-				p.log.Error("decode refused this rank", "error", err)
+				p.log.Error("no link to decode (refused, or not the decode meant)", "error", err)
 			}
 			select {
 			case <-p.quit:
@@ -218,10 +230,10 @@ func (p *Prefill) connectLoop() {
 			}
 			continue
 		}
-		if err := compatible(p.hello, l.peer); err != nil || l.peer.Role != RoleDecode {
+		if err := compatible(p.hello, l.peer); err != nil {
 			// Decode checked us; we check it too: a decode whose slots
 			// are laid out otherwise would be written out of place.
-			p.log.Error("refusing decode", "role", l.peer.Role, "rank", l.peer.Rank, "error", err)
+			p.log.Error("refusing decode", "rank", l.peer.Rank, "error", err)
 			l.close()
 			select {
 			case <-p.quit:
@@ -231,6 +243,7 @@ func (p *Prefill) connectLoop() {
 			continue
 		}
 		backoff = 50 * time.Millisecond
+		l.gate = p.cfg.Limits.gate()
 		if !p.lp.call(func() { p.linked(l) }) {
 			l.close()
 			return
@@ -275,21 +288,20 @@ func (p *Prefill) linked(l *link) {
 func (p *Prefill) readDecode(l *link) {
 	for {
 		f, err := l.recv(func() { p.Metrics.reject("replayed") })
-		if err != nil {
+		if err != nil || !p.onFrame(l, f) {
 			return
 		}
-		if f.Type != frameCore {
-			p.Metrics.reject("wrong-kind")
-			continue
-		}
-		m, err := core.DecodeMessage(f.Core)
-		if err != nil {
-			p.Metrics.reject("malformed")
-			continue
-		}
-		keys := f.Keys
-		p.lp.post(func() { p.step(l, m, keys) })
 	}
+}
+
+// onFrame checks one frame from decode and queues it for the loop; false
+// when the link ended while it waited for its turn.
+func (p *Prefill) onFrame(l *link, f *frame) bool {
+	m, ok := coreMessage(f, p.Metrics)
+	if !ok {
+		return true
+	}
+	return l.toLoop(p.lp, func() { p.step(l, m, f.Keys) })
 }
 
 // step checks a message from decode before the core sees it.
@@ -310,8 +322,12 @@ func (p *Prefill) step(l *link, m core.Message, keys []keyRef) {
 			p.log.Warn("assign refused", "tag", m.Tag, "why", why, "ranks", len(m.Ranks), "slots", len(m.Slots), "keys", len(keys))
 			return
 		}
+		if len(p.keys) >= maxAssignedTags(p.cfg.SourcePages) {
+			p.Metrics.reject("excess-assigns") // neither the keys nor the core keep it
+			return
+		}
 		if _, seen := p.keys[m.Tag]; !seen {
-			p.keys[m.Tag] = tagKeys{keys: keys, pos: pos}
+			p.keys[m.Tag] = tagKeys{at: time.Now(), keys: keys, pos: pos}
 		}
 	case core.KindGrant, core.KindAbort, core.KindReject:
 	default:
@@ -325,6 +341,7 @@ func (p *Prefill) step(l *link, m core.Message, keys []keyRef) {
 func (p *Prefill) tick() {
 	p.core.Tick(now())
 	p.act()
+	p.expireKeys()
 }
 
 // act carries out the core's last output (loop only). Follow-up inputs

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"time"
+
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/errdefs"
 )
@@ -48,10 +50,34 @@ func (p *Prefill) checkAssign(m core.Message, keys []keyRef) (pos int, reason st
 	switch {
 	case pos < 0:
 		return -1, "foreign"
+	case len(m.Slots) > p.cfg.SourcePages:
+		return -1, "oversized" // more pages than any request this rank can open
 	case len(keys) != len(m.Slots):
 		return -1, "malformed"
 	case int64(pos+1)*p.cfg.ShardBytes > p.decode.SlotBytes:
 		return -1, "oversized"
 	}
 	return pos, ""
+}
+
+// maxAssignedTags bounds the Assigns a prefill rank keeps keys for: those
+// of requests it opened (each holds at least one of its source pages) and
+// those that came before the engine opened theirs. An honest decode cannot
+// get near it; a hostile one cannot grow the rank's memory past it.
+func maxAssignedTags(sourcePages int) int { return 2*sourcePages + 1024 }
+
+// expireKeys drops the keys of Assigns whose request this rank never
+// opened, once the engine had every chance to (loop only): a router that
+// cancelled before opening, or a decode assigning what nobody asked for.
+func (p *Prefill) expireKeys() {
+	if time.Since(p.swept) < time.Second {
+		return
+	}
+	p.swept = time.Now()
+	keep := max(2*p.cfg.BootstrapTimeout+p.cfg.RequestTombstone, 30*time.Second)
+	for tag, tk := range p.keys {
+		if p.reqs[tag.Key()] == nil && time.Since(tk.at) > keep {
+			delete(p.keys, tag)
+		}
+	}
 }

@@ -50,7 +50,7 @@ func TestAdmissionBeyondShardsIsRefused(t *testing.T) {
 func TestShardSizeMismatchIsRefusedBothWays(t *testing.T) {
 	d := startDecode(t) // shards of 4096
 	ctx := context.Background()
-	_, _, err := dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 8192, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
+	_, _, err := dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 8192, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "shards of 8192 bytes") {
 		t.Fatalf("decode took a prefill rank with 8 KiB shards: %v", err)
 	}
@@ -67,11 +67,7 @@ func TestShardSizeMismatchIsRefusedBothWays(t *testing.T) {
 // rank a shard position past the slot it declared, or fewer keys than
 // slots, is refused at prefill: nothing is posted for it.
 func TestAssignOutsideTheSlotIsRefusedAtPrefill(t *testing.T) {
-	assigns := make(chan *link, 1)
-	fake := fakeDecode(t, peerHello{Role: RoleDecode, Rank: 0, Version: ControlVersion, SlotBytes: 4096, ShardBytes: 4096,
-		DataTransport: "tcp", DataAddress: "127.0.0.1:1"}, assigns)
-	p := startPrefill(t, fake)
-	l := <-assigns
+	p, l := prefillOnFakeDecode(t)
 	// The engine has both requests computed: any accepted Assign is posted.
 	for _, room := range []uint64{5, 6} {
 		snd := p.NewSender(core.RequestKey{Room: room, Gen: 1})
@@ -101,13 +97,24 @@ func TestAssignOutsideTheSlotIsRefusedAtPrefill(t *testing.T) {
 	}
 }
 
+// prefillOnFakeDecode starts prefill rank 1 linked to a fake decode with
+// one-shard slots of 4 KiB, and gives the fake decode's side of the link.
+func prefillOnFakeDecode(t *testing.T) (*Prefill, *link) {
+	t.Helper()
+	links := make(chan *link, 1)
+	fake := fakeDecode(t, peerHello{Role: RoleDecode, Rank: 0, Version: ControlVersion, SlotBytes: 4096, ShardBytes: 4096,
+		DataTransport: "tcp", DataAddress: "127.0.0.1:1"}, links)
+	p := startPrefill(t, fake)
+	return p, <-links
+}
+
 // fakeDecode serves the control plane as a decode would, answering every
 // Hello with welcome; each prefill link is handed to links (if set) and
 // kept until the test ends. It is the peer a hostile decode would be.
-func fakeDecode(t *testing.T, welcome peerHello, links chan<- *link) string {
+func fakeDecode(t testing.TB, welcome peerHello, links chan<- *link) string {
 	t.Helper()
 	done := make(chan struct{})
-	srv, err := newServer("127.0.0.1:0", nil, func(peerHello) (peerHello, error) { return welcome, nil }, func(l *link) {
+	srv, err := newServer("127.0.0.1:0", nil, Limits{}.withDefaults(16), func(peerHello) (peerHello, error) { return welcome, nil }, func(l *link) {
 		if links != nil {
 			links <- l
 		}
@@ -124,20 +131,49 @@ func fakeDecode(t *testing.T, welcome peerHello, links chan<- *link) string {
 }
 
 // startPrefill starts prefill rank 1 (4 KiB shards) on a real plugin,
-// pointed at a decode control address.
-func startPrefill(t *testing.T, decodeAddr string) *Prefill {
+// pointed at a decode control address; tweaks adjust its config.
+func startPrefill(t testing.TB, decodeAddr string, tweaks ...func(*PrefillConfig)) *Prefill {
 	t.Helper()
 	pp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pp.Close() })
-	p, err := NewPrefill(context.Background(), PrefillConfig{Rank: 1, DecodeAddr: decodeAddr, SourcePages: 16, ShardBytes: 4096, Lanes: 1,
+	cfg := PrefillConfig{Rank: 1, DecodeAddr: decodeAddr, SourcePages: 16, ShardBytes: 4096, Lanes: 1,
 		MaxInflight: 16, MaxBatchPages: 4, Heartbeat: 100 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
-		RequestTombstone: 5 * time.Second, BootstrapTimeout: 5 * time.Second, Events: pp.Events()}, pp.Transport())
+		RequestTombstone: 5 * time.Second, BootstrapTimeout: 5 * time.Second, Events: pp.Events()}
+	for _, tw := range tweaks {
+		tw(&cfg)
+	}
+	p, err := NewPrefill(context.Background(), cfg, pp.Transport())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+// A decode (hostile, or one whose router never opens what it admits) that
+// sends Assigns for requests this rank never opened cannot grow the rank's
+// memory: past maxAssignedTags they are refused and counted, and neither
+// the agent nor the core keeps them.
+func TestUnopenedAssignsAreBounded(t *testing.T) {
+	p, l := prefillOnFakeDecode(t)
+	limit := maxAssignedTags(16)
+	lease := core.Time(time.Now().Add(time.Minute).UnixNano())
+	for room := 0; room < limit+100; room++ {
+		m := core.Message{Kind: core.KindAssign, Tag: core.Tag{Instance: 1, Room: uint64(room), Gen: 1}, Rank: 1, Decode: 0,
+			LeaseUntil: lease, Ranks: []core.RankID{1}, Slots: []uint32{0}}
+		for !l.send(&frame{Type: frameCore, Core: core.AppendMessage(nil, &m), Keys: []keyRef{{Key: 1}}}) {
+			time.Sleep(time.Millisecond) // the link's queue is full: wait for the writer
+		}
+	}
+	waitFor(t, "excess assigns refused", func() bool {
+		return counter(t, p.Metrics, "kvfence_rejected_messages_total", "excess-assigns") == 100
+	})
+	var kept int
+	p.lp.call(func() { kept = len(p.keys) })
+	if kept != limit {
+		t.Fatalf("prefill keeps keys of %d assigns, want the bound %d", kept, limit)
+	}
 }

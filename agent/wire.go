@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 
+	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/errdefs"
 )
 
@@ -115,4 +116,19 @@ func compatible(p, d peerHello) error {
 			p.Rank, d.Rank)
 	}
 	return nil
+}
+
+// coreMessage is the core message a frame carries; a frame of another
+// kind, or one that does not decode, is counted and refused.
+func coreMessage(f *frame, m *Metrics) (core.Message, bool) {
+	if f.Type != frameCore {
+		m.reject("wrong-kind")
+		return core.Message{}, false
+	}
+	msg, err := core.DecodeMessage(f.Core)
+	if err != nil {
+		m.reject("malformed")
+		return core.Message{}, false
+	}
+	return msg, true
 }

@@ -29,7 +29,7 @@ func newFakeRank(t *testing.T, d *Decode, rank core.RankID, shard int64) *fakeRa
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.l, _, err = dial(ctx, d.Addr(), nil, peerHello{Role: RolePrefill, Rank: uint32(rank), Version: ControlVersion,
+	if r.l, _, err = dial(ctx, d.Addr(), nil, identity{RoleDecode, uint32(d.cfg.Rank)}, peerHello{Role: RolePrefill, Rank: uint32(rank), Version: ControlVersion,
 		Caps: peerCaps{Quiesce: true}, ShardBytes: shard, Writer: ep.Address}); err != nil {
 		t.Fatal(err)
 	}

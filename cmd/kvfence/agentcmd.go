@@ -56,7 +56,8 @@ type agentFlags struct {
 	plugin                                                   string
 	pins                                                     sdk.PluginPins
 	pluginEnv, advertiseHosts                                []string
-	rank, slots, shards, lanes, sourcePages, maxInflight     int
+	rank, decodeRank, slots, shards, lanes, sourcePages      int
+	maxInflight                                              int
 	shardBytes                                               int64
 	fence, eager, checksums                                  bool
 	quiesceGrace, lease, maxHold, maxDeclaredTail            time.Duration
@@ -77,6 +78,7 @@ func newAgentCommand() *cobra.Command {
 	fl.IntVar(&f.rank, "rank", 0, "rank id")
 	fl.StringVar(&f.control, "control", "127.0.0.1:0", "control-plane listen address")
 	fl.StringVar(&f.decodeAddr, "decode", "", "decode control address (prefill)")
+	fl.IntVar(&f.decodeRank, "decode-rank", demo.DecodeRank, "the decode rank at --decode: a peer there with another identity is not linked (prefill)")
 	fl.StringVar(&f.pki, "pki", "", "directory with throwaway certificates (mutual TLS); empty = plaintext")
 	fl.StringVar(&f.unsafe, "unsafe", "", "known-unsafe core variant (demo only; needs a build with -tags kvfenceunsafe)")
 	fl.StringVar(&f.logFile, "log", "", "log file (default stderr)")
@@ -228,7 +230,7 @@ func runAgent(f agentFlags) error {
 		}
 	case "prefill":
 		eng := demo.NewPrefillEngine(uint32(f.rank))
-		p, err := agent.NewPrefill(ctx, agent.PrefillConfig{Commands: eng.Serve, Rank: core.RankID(f.rank), DecodeAddr: f.decodeAddr,
+		p, err := agent.NewPrefill(ctx, agent.PrefillConfig{Commands: eng.Serve, Rank: core.RankID(f.rank), DecodeAddr: f.decodeAddr, DecodeRank: core.RankID(f.decodeRank),
 			SourcePages: f.sourcePages, ShardBytes: f.shardBytes, Lanes: f.lanes,
 			MaxInflight: f.maxInflight, MaxBatchPages: 4, QuiesceGrace: f.quiesceGrace, Heartbeat: 200 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
 			RequestTombstone: 15 * time.Second, BootstrapTimeout: 10 * time.Second, Checksums: f.checksums,

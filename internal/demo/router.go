@@ -13,6 +13,9 @@ import (
 	"github.com/kvfence/kvfence/errdefs"
 )
 
+// DecodeRank is the demo's decode rank; its prefill ranks are 1..n.
+const DecodeRank = 0
+
 // Router is the demo's router: it admits a request on decode, opens it on
 // every prefill rank, and cancels prefill and decode of a request together,
 // over one CommandLink per agent.
@@ -31,11 +34,14 @@ type routerLink struct {
 	pending map[uint64]chan Event
 }
 
-// DialRouter connects the router to a decode agent and its prefill ranks.
+// DialRouter connects the router to the demo's decode agent (rank
+// DecodeRank) and its prefill ranks: prefillAddrs[i] is prefill rank i+1.
+// An agent that is not the one meant (by its certificate or Welcome) is
+// refused.
 func DialRouter(ctx context.Context, decodeAddr string, prefillAddrs []string, tlsCfg *tls.Config) (*Router, error) {
 	r := &Router{Done: make(chan Event, 1<<14)}
-	open := func(addr string) (*routerLink, error) {
-		l, err := agent.DialCommands(ctx, addr, tlsCfg)
+	open := func(addr string, role agent.Role, rank uint32) (*routerLink, error) {
+		l, err := agent.DialCommands(ctx, addr, tlsCfg, role, rank)
 		if err != nil {
 			return nil, fmt.Errorf("router: link to %s: %w", addr, err)
 		}
@@ -44,11 +50,11 @@ func DialRouter(ctx context.Context, decodeAddr string, prefillAddrs []string, t
 		return rl, nil
 	}
 	var err error
-	if r.decode, err = open(decodeAddr); err != nil {
+	if r.decode, err = open(decodeAddr, agent.RoleDecode, DecodeRank); err != nil {
 		return nil, err
 	}
-	for _, a := range prefillAddrs {
-		pl, err := open(a)
+	for i, a := range prefillAddrs {
+		pl, err := open(a, agent.RolePrefill, uint32(i+1))
 		if err != nil {
 			r.Close()
 			return nil, err
