@@ -173,10 +173,10 @@ func (t *transport) run(p *peer, bt *batch) sdk.Completion {
 		switch reply[0] {
 		case replyApplied:
 			landed += op.Length
-		case replyRefused, replyExpired:
+		case replyRevoked, replyExpired, replyUnknown, replyOutWindow:
 			// The target applied nothing of this op and nothing later of
 			// the batch is sent.
-			return sdk.Completion{Status: sdk.FailedDefinite, BytesLanded: landed, Class: sdk.ClassFailedPrecondition, Detail: fmt.Sprintf("op %d refused by the target (reply %d)", i, reply[0])}
+			return sdk.Completion{Status: sdk.FailedDefinite, BytesLanded: landed, Class: refusalClass[reply[0]], Detail: fmt.Sprintf("op %d refused by the target (reply %d)", i, reply[0])}
 		default:
 			p.conn.Close()
 			p.conn = nil

@@ -71,14 +71,17 @@ func (t *transport) apply(h header, buf []byte) byte {
 	e := t.keys[sdk.Key(h.key)]
 	t.mu.Unlock()
 	if e == nil {
-		return replyRefused
+		return replyUnknown
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	switch {
-	case e.revoked || h.n > e.n || h.off > e.n-h.n:
+	case e.revoked:
 		e.refused.Add(1)
-		return replyRefused
+		return replyRevoked
+	case h.n > e.n || h.off > e.n-h.n:
+		e.refused.Add(1)
+		return replyOutWindow
 	case time.Now().UnixNano() > h.deadline:
 		return replyExpired
 	}

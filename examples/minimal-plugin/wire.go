@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/binary"
 	"io"
+
+	"github.com/kvfence/kvfence/sdk"
 )
 
 // A frame header: magic, key, offset in the window, length, deadline (Unix
@@ -13,10 +15,21 @@ const (
 )
 
 const (
-	replyApplied = 0
-	replyRefused = 1 // unknown or revoked key, or outside the window
-	replyExpired = 2 // past its deadline: not applied
+	replyApplied   = 0
+	replyRevoked   = 1 // the key was revoked
+	replyExpired   = 2 // past its deadline: not applied
+	replyUnknown   = 3 // no such key
+	replyOutWindow = 4 // outside the key's window
 )
+
+// refusalClass is the class a refusal carries to the initiator: the
+// conformance suite checks it (remote-refusals).
+var refusalClass = map[byte]sdk.Class{
+	replyRevoked:   sdk.ClassFailedPrecondition,
+	replyExpired:   sdk.ClassUnavailable,
+	replyUnknown:   sdk.ClassNotFound,
+	replyOutWindow: sdk.ClassInvalidArgument,
+}
 
 type header struct {
 	key, off, n uint64
