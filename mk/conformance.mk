@@ -57,7 +57,7 @@ conformance-soak: conformance-build
 	for i in $$(seq 1 $(SOAK_FULL)); do \
 	  t0=$$(date +%s); \
 	  $(BIN)/kvfence conformance --plugin $(BIN)/kvfence-plugin-$(PLUGIN) $(CONFORMANCE_ENV) \
-	    --out $(SOAK_OUT)/full >$(SOAK_OUT)/full.log 2>&1 || { cat $(SOAK_OUT)/full.log; echo "full run $$i/$(SOAK_FULL) FAILED" >&2; exit 1; }; \
+	    --out $(SOAK_OUT)/full $(CONFORMANCE_FLAGS) >$(SOAK_OUT)/full.log 2>&1 || { cat $(SOAK_OUT)/full.log; echo "full run $$i/$(SOAK_FULL) FAILED" >&2; exit 1; }; \
 	  echo "full run $$i/$(SOAK_FULL) certified in $$(( $$(date +%s) - t0 )) s"; \
 	done
 
