@@ -79,17 +79,41 @@ func checkRevokeClaim(ctx context.Context, s *suite, r *Result) error {
 	return checkRevokeThenWrite(ctx, s, r)
 }
 
-// checkReadClaim: without the Read capability, a read must be refused as
-// unimplemented, not accepted.
+// checkReadLands: with Read declared, a read of a granted window brings its
+// bytes into local memory, exactly, by the time it reports Succeeded.
+func checkReadLands(ctx context.Context, se *session) error {
+	const off, n, srcOff = 128 << 10, 64<<10 + 7, 2<<20 + 3
+	k, err := se.grant(ctx, off, n, 0)
+	if err != nil {
+		return err
+	}
+	defer se.tgt.g.Revoke(ctx, k)
+	pattern(se.dst.Bytes()[off:off+n], 0x5D)
+	local := se.src.Bytes()[srcOff : srcOff+n]
+	saved := append([]byte(nil), local...) // other checks rely on the source pattern
+	defer copy(local, saved)
+	b := sdk.Batch{ID: se.id(), Peer: se.peer, Ops: []sdk.Op{{Kind: sdk.OpRead, LocalRegion: se.srcID, LocalOffset: srcOff,
+		RemoteKey: k, Length: n}}}
+	c, err := se.postWait(ctx, b)
+	if err != nil || c.Status != sdk.Succeeded {
+		return healthy("read of a granted window", c, err)
+	}
+	if err := mismatch(local, se.dst.Bytes()[off:off+n]); err != nil {
+		return broke(PromiseSucceeded, fmt.Errorf("read reported Succeeded, but local memory does not hold the remote bytes: %w", err))
+	}
+	return nil
+}
+
+// checkReadClaim: with the Read capability, a read lands; without it, a
+// read must be refused as unimplemented, not accepted.
 func checkReadClaim(ctx context.Context, s *suite, r *Result) error {
 	if s.main == nil {
 		return errSkip("no session (Revoke not declared)")
 	}
-	if s.info.Capabilities.Read {
-		r.Notes = append(r.Notes, "Read is declared; this suite version does not certify read correctness")
-		return errSkip("Read declared: read correctness is not certified by suite %s", SuiteVersion)
-	}
 	se := s.main
+	if s.info.Capabilities.Read {
+		return checkReadLands(ctx, se)
+	}
 	b := se.write(sdk.Key(1), 0, 0, 64)
 	b.Ops[0].Kind = sdk.OpRead
 	err := se.ini.t.Post(ctx, b)

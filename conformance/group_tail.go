@@ -66,7 +66,10 @@ func checkTail(faultFor func(*suite) (fault, string)) func(context.Context, *sui
 			}
 		}
 		if measured == 0 {
-			return errSkip("the plugin reported Succeeded under every fault: no InDoubt or FailedDefinite completion to measure a tail after")
+			// Succeeded with every byte verified (one-sided RDMA writes do
+			// not need a stopped target's CPU): this fault cannot provoke a
+			// tail here. The group still needs a tail measured by another.
+			return errNotApplicable("the plugin completed Succeeded, bytes verified, under every application of this fault: no tail to measure")
 		}
 		return nil
 	}

@@ -21,11 +21,11 @@ type proc struct {
 	info sdk.Info
 }
 
-// open starts one plugin process. In a network namespace the binary is
-// started through `ip netns exec NS`, which execs it in place (same pid,
-// same parent), so go-plugin's unix socket and the shared-memory paths under
-// /proc still work; sha256 pinning then cannot apply (go-plugin would hash
-// `ip`), so the suite checks the hash itself before starting.
+// open starts one plugin process, pinned to the sha256 the report names:
+// the sdk runs a sealed copy of the hashed file. In a network namespace the
+// copy is started through `ip netns exec NS`, which execs it in place (same
+// pid, same parent), so go-plugin's unix socket and the shared-memory paths
+// under /proc still work.
 func (s *suite) open(ctx context.Context, role string, env []string) (*proc, error) {
 	path, opts := s.cfg.Plugin, sdk.OpenOptions{
 		Env:          append(append([]string(nil), s.cfg.Env...), env...),
@@ -36,11 +36,10 @@ func (s *suite) open(ctx context.Context, role string, env []string) (*proc, err
 	if s.cfg.Device != "" {
 		opts.Env = append(opts.Env, "KVFENCE_DEVICE="+s.cfg.Device)
 	}
+	opts.SHA256 = s.sum
 	if ns := s.nsFor(role); ns != "" {
-		path, opts.Args = "ip", []string{"netns", "exec", ns, s.cfg.Plugin}
+		opts.ExecVia = []string{"ip", "netns", "exec", ns}
 		opts.Env = append(opts.Env, "KVFENCE_TCP_LISTEN="+s.net.addrFor(role)+":0")
-	} else {
-		opts.SHA256 = s.sum
 	}
 	p, err := sdk.Open(path, opts)
 	if err != nil {

@@ -131,6 +131,9 @@ func (s *suite) account() {
 			}
 		}
 	}
+	if g, ok := ran["tail"]; ok && g.Skipped == "" && s.worstTail < 0 {
+		r.PartialReasons = append(r.PartialReasons, "no tail check obtained a non-Succeeded completion: the tail was not measured")
+	}
 	if missing > 0 {
 		r.PartialReasons = append(r.PartialReasons, fmt.Sprintf("%d check(s) required by profile %q did not run (see skipped)", missing, r.Profile))
 	}

@@ -19,6 +19,11 @@ CONFORMANCE_ENV ?= --env KVFENCE_TCP_WRITE_TTL=2s --env KVFENCE_TCP_ACK_TIMEOUT=
 # tail (3 offsets x ~7 s per tail check). It is left at its default here:
 # CI certifies with the same floor a vendor's certificate would get.
 CONFORMANCE_FLAGS ?=
+# conformance-netns passes --partial: on a kernel without sch_netem (CI's
+# Firecracker kernel has none) the netns link offers no fault injector, so
+# that run cannot certify; it still fails on any failed check, says why it
+# is partial, and certifies (writes certificate.json) where netem exists.
+# The loopback run (proxy faults) is the one that must certify.
 # conformance-soak: the reference plugin, the whole suite SOAK_FULL times
 # and the memory-registration group SOAK_REG times; every run must pass.
 # Not part of CI (about 2.5 min per full run on an idle 2-core machine).
@@ -40,7 +45,7 @@ conformance-netns: conformance-build
 	@command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null; \
 	  else echo "need iproute2 (ip, tc) and root" >&2; exit 1; fi; }
-	$(BIN)/kvfence conformance --plugin $(BIN)/kvfence-plugin-$(PLUGIN) --netns $(CONFORMANCE_ENV) \
+	$(BIN)/kvfence conformance --plugin $(BIN)/kvfence-plugin-$(PLUGIN) --netns --partial $(CONFORMANCE_ENV) \
 	  --out $(CONFORMANCE_OUT)/$(PLUGIN)-netns $(CONFORMANCE_FLAGS)
 
 conformance-soak: conformance-build
@@ -52,7 +57,7 @@ conformance-soak: conformance-build
 	for i in $$(seq 1 $(SOAK_FULL)); do \
 	  t0=$$(date +%s); \
 	  $(BIN)/kvfence conformance --plugin $(BIN)/kvfence-plugin-$(PLUGIN) $(CONFORMANCE_ENV) \
-	    --out $(SOAK_OUT)/full >$(SOAK_OUT)/full.log 2>&1 || { cat $(SOAK_OUT)/full.log; echo "full run $$i/$(SOAK_FULL) FAILED" >&2; exit 1; }; \
+	    --out $(SOAK_OUT)/full $(CONFORMANCE_FLAGS) >$(SOAK_OUT)/full.log 2>&1 || { cat $(SOAK_OUT)/full.log; echo "full run $$i/$(SOAK_FULL) FAILED" >&2; exit 1; }; \
 	  echo "full run $$i/$(SOAK_FULL) certified in $$(( $$(date +%s) - t0 )) s"; \
 	done
 

@@ -5,8 +5,12 @@
 #   when run as root). Device tests skip on a machine without RDMA devices.
 # rxe-vm-test (ROOT_STEPS): vm/rxe-vm-test.sh — QEMU + Debian's kernel +
 #   rdma_rxe; the plugin's device tests, late-write under netem, bandwidth
-#   vs ib_write_bw, certification (clean and under netem). Measured: 8 min
-#   cold on 2 shared cores (TCG, packages preinstalled), 2.5-6 min warm.
+#   vs ib_write_bw, certification with real faults (netem on the rxe wire,
+#   SIGSTOP, SIGKILL; the job fails if the suite does not build, a check
+#   fails or a required check is skipped). KVM is used only if a 30 s boot
+#   probe succeeds, else TCG; the log says which. Measured (TCG, 2 shared
+#   cores, /dev/kvm present but the probe hung): 10.5 min all steps,
+#   8.2 min with GUEST_ARGS=kvf.steps=device-tests,certify (certify 3-5 min).
 #   GUEST_ARGS=kvf.steps=device-tests,bandwidth runs a subset.
 RXE_OUT ?= /tmp/kvfence-rxe
 

@@ -33,6 +33,10 @@ type OpenOptions struct {
 	// (FailedPrecondition) with the reason.
 	CertificatePolicy *CertificatePolicy
 	Certificate       []byte
+	// ExecVia, with pinning, runs the sealed copy through a wrapper that
+	// execs its last argument in place (for example ip netns exec NS): the
+	// command becomes ExecVia... /proc/self/fd/3 Args...
+	ExecVia []string
 	// Logger receives the host-side log and the plugin's forwarded JSON log.
 	Logger hclog.Logger
 	// SocketDir is where the plugin creates its unix socket. Default: a fresh
@@ -93,6 +97,17 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 		}
 		cmd.Path, cmd.Err, cmd.ExtraFiles = sealedExecPath, nil, []*os.File{sealed.f}
 		afterStart = cmd.ExtraFiles
+		if len(opts.ExecVia) > 0 {
+			wrapper, err := exec.LookPath(opts.ExecVia[0])
+			if err != nil {
+				sealed.f.Close()
+				return nil, removeOwn(dir, own, Errorf(ClassNotFound, "Open: %v", err))
+			}
+			cmd.Path = wrapper
+			cmd.Args = append(append(append([]string(nil), opts.ExecVia...), sealedExecPath), opts.Args...)
+		}
+	} else if len(opts.ExecVia) > 0 {
+		return nil, removeOwn(dir, own, Errorf(ClassInvalidArgument, "Open: ExecVia needs a pinned binary (SHA256 or CertificatePolicy)"))
 	}
 
 	cfg := &plugin.ClientConfig{

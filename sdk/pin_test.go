@@ -157,3 +157,20 @@ func TestStartTimeoutWithChildHoldingStdout(t *testing.T) {
 		t.Fatal("Open still waiting 60 s after a 1 s start timeout: the child holding stdout defeats it")
 	}
 }
+
+// Through a wrapper that execs in place (env here; ip netns exec in the
+// conformance suite), the sealed copy still is what runs.
+func TestPinnedOpenThroughWrapper(t *testing.T) {
+	bin, sum := plugin(t)
+	p := sdktest.Subprocess(t, bin, sdk.OpenOptions{SHA256: sum, ExecVia: []string{"env"}})
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(exe, "/memfd:kvfence-plugin:") {
+		t.Fatalf("the plugin runs %q, not the sealed copy", exe)
+	}
+	if _, err := sdk.Open(bin, sdk.OpenOptions{ExecVia: []string{"env"}}); !sdk.IsClass(err, sdk.ClassInvalidArgument) {
+		t.Fatalf("ExecVia without a pin: %v, want invalid-argument", err)
+	}
+}

@@ -58,7 +58,7 @@ vm() {
 # ("failed to set MSR 0x10a") or the guest hangs silently. Otherwise TCG.
 ACCEL=tcg CPU=max WHY="no writable /dev/kvm"
 if [ -w /dev/kvm ]; then
-  vm kvm host "${KVM_PROBE_TIMEOUT:-60}" "kvf.probe=1" "$OUT/kvm-probe.log"
+  vm kvm host "${KVM_PROBE_TIMEOUT:-30}" "kvf.probe=1" "$OUT/kvm-probe.log"
   if [ "$q" = 1 ] && grep -q "KVF probe: guest booted" "$OUT/kvm-probe.log"; then ACCEL=kvm CPU=host WHY="boot probe passed"
   else WHY="KVM boot probe failed (qemu status $q, see $OUT/kvm-probe.log)"; fi
 fi
