@@ -362,18 +362,6 @@ func (p *Prefill) act() {
 	for _, q := range out.Quiesces {
 		p.quiesce(q)
 	}
-	for _, sr := range out.SourceReleases {
-		if r := p.reqs[sr.Key]; r != nil {
-			p.free = append(p.free, r.src...)
-			r.src = nil
-			delete(p.reqs, sr.Key)
-			for tag := range p.keys {
-				if tag.Key() == sr.Key {
-					delete(p.keys, tag)
-				}
-			}
-		}
-	}
 	for _, f := range out.Failures {
 		if r := p.reqs[f.Tag.Key()]; r != nil && r.state != PollFailed {
 			r.state = PollFailed
@@ -384,6 +372,21 @@ func (p *Prefill) act() {
 		if r := p.reqs[s.Key]; r != nil && r.state != PollFailed {
 			r.state = PollSuccess
 			r.snd.settle(PollSuccess, "")
+		}
+	}
+	// Source releases last: a request whose pages come back in the same
+	// round as its Sent or Failure must settle first, or its sender never
+	// learns how it ended.
+	for _, sr := range out.SourceReleases {
+		if r := p.reqs[sr.Key]; r != nil {
+			p.free = append(p.free, r.src...)
+			r.src = nil
+			delete(p.reqs, sr.Key)
+			for tag := range p.keys {
+				if tag.Key() == sr.Key {
+					delete(p.keys, tag)
+				}
+			}
 		}
 	}
 	p.publish()

@@ -1,0 +1,249 @@
+"""The plain Python API over the C ABI, for any engine.
+
+A decode rank exposes slots and reads handed-off pages; a prefill rank fills
+source pages and sends them. Buffers are anything with the buffer protocol
+(bytes, bytearray, memoryview, array, numpy arrays) or a raw address (int)
+with an explicit size: pages are copied between the engine's memory and the
+runtime's registered pool, so the engine's buffer is free again as soon as a
+call returns.
+"""
+import ctypes
+import json
+import re
+
+from . import _lib
+from .errors import ResourceExhausted  # noqa: F401  (re-exported for callers)
+
+
+class KVPoll:
+    """Request states: SGLang's KVPoll integers."""
+
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
+
+
+def version():
+    return _lib.lib().kvfence_version().decode()
+
+
+def _address(buf, size, writable):
+    """(address, keepalive) of buf's first byte; size bytes must fit."""
+    if isinstance(buf, int):
+        return buf, None
+    if isinstance(buf, bytes):
+        if len(buf) < size:
+            raise ValueError("buffer holds %d bytes, %d needed" % (len(buf), size))
+        if writable:
+            raise TypeError("bytes are read-only")
+        p = ctypes.c_char_p(buf)
+        return ctypes.cast(p, ctypes.c_void_p).value, p
+    mv = memoryview(buf).cast("B")
+    if mv.nbytes < size:
+        raise ValueError("buffer holds %d bytes, %d needed" % (mv.nbytes, size))
+    if mv.readonly:
+        if writable:
+            raise TypeError("buffer is read-only")
+        c = (ctypes.c_char * mv.nbytes).from_buffer_copy(mv)
+    else:
+        c = (ctypes.c_char * mv.nbytes).from_buffer(mv)
+    return ctypes.addressof(c), c
+
+
+class _Handle:
+    _h = 0
+
+    def _handle(self):
+        if not self._h:
+            raise _lib.errors.FailedPrecondition("%s is closed" % type(self).__name__)
+        return self._h
+
+    def close(self):
+        """Drops the handle (an agent stops; a request handle goes, and
+        with it nothing that is held)."""
+        if self._h:
+            h, self._h = self._h, 0
+            _lib.call("kvfence_close", h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class _Agent(_Handle):
+    def _open(self, fn, config):
+        config.setdefault("plugin", _lib.plugin_path())
+        h = _lib.H(0)
+        _lib.call(fn, json.dumps(config).encode(), ctypes.byref(h))
+        self._h = h.value
+        self.page_bytes = _lib.check_state(_lib.lib().kvfence_page_bytes(self._h))
+
+    @property
+    def addr(self):
+        buf = ctypes.create_string_buffer(256)
+        _lib.call("kvfence_agent_addr", self._handle(), buf, len(buf))
+        return buf.value.decode()
+
+    def metrics_text(self):
+        """The rank's Prometheus metrics (text exposition format)."""
+        return _lib.text_out("kvfence_agent_metrics", self._handle())
+
+    def metrics(self):
+        """{(name, ((label, value), ...)): float} from the Prometheus text."""
+        return parse_metrics(self.metrics_text())
+
+    def stats(self):
+        """Decode: release paths, hold durations, corrupt pages; prefill: the
+        sender core's counters."""
+        return json.loads(_lib.text_out("kvfence_agent_stats", self._handle()))
+
+
+class Decode(_Agent):
+    """A decode rank: Decode(rank=0, slots=1024, shard_bytes=..., shards=TP of
+    prefill, control_addr="0.0.0.0:7000", ...). Keyword arguments are the
+    library's JSON config (cmd/libkvfence/config.go)."""
+
+    def __init__(self, **config):
+        self._open("kvfence_decode_open", config)
+
+    def receiver(self, room, gen=1):
+        h = _lib.H(0)
+        _lib.call("kvfence_receiver_new", self._handle(), room, gen, ctypes.byref(h))
+        return Receiver(self, h.value)
+
+
+class Prefill(_Agent):
+    """A prefill rank linked to one decode rank (decode_addr)."""
+
+    def __init__(self, **config):
+        self._open("kvfence_prefill_open", config)
+
+    @property
+    def linked(self):
+        return _lib.check_state(_lib.lib().kvfence_prefill_linked(self._handle())) == 1
+
+    def wait_linked(self, timeout=10.0):
+        import time
+        end = time.monotonic() + timeout
+        while not self.linked:
+            if time.monotonic() > end:
+                raise _lib.errors.Unavailable("prefill rank not linked to decode after %.1fs" % timeout)
+            time.sleep(0.01)
+
+    def sender(self, room, gen=1):
+        h = _lib.H(0)
+        _lib.call("kvfence_sender_new", self._handle(), room, gen, ctypes.byref(h))
+        return Sender(self, h.value)
+
+
+class _Request(_Handle):
+    def __init__(self, agent, h):
+        self.agent, self._h = agent, h
+
+    def poll(self):
+        """KVPoll state."""
+        return _lib.check_state(_lib.lib().kvfence_poll(self._handle()))
+
+    def wait(self, timeout=10.0):
+        """Waits up to timeout seconds for Success or Failed; the state."""
+        return _lib.check_state(_lib.lib().kvfence_wait(self._handle(), int(timeout * 1000)))
+
+    def failure(self):
+        """The classified error a failed request failed with, else None."""
+        err = _lib.Error()
+        code = _lib.lib().kvfence_failure(self._handle(), ctypes.byref(err))
+        if code == 0:
+            return None
+        return _lib.errors.from_code(code, err.message.decode("utf-8", "replace"))
+
+
+class Receiver(_Request):
+    """Decode's handle on one request."""
+
+    def init(self, pages, ranks):
+        """Exposes pages slots written by each prefill rank in ranks (a slot
+        holds one shard per rank, in this order). ResourceExhausted: the
+        pool is full; retry later."""
+        arr = (ctypes.c_uint32 * len(ranks))(*ranks)
+        _lib.call("kvfence_receiver_init", self._handle(), pages, arr, len(ranks))
+
+    def read_into(self, buf, first=0, count=1, size=None):
+        """Copies count pages from first on into buf (count × page_bytes)."""
+        need = count * self.agent.page_bytes
+        addr, keep = _address(buf, need, writable=True)
+        _lib.call("kvfence_receiver_read", self._handle(), first, count, addr, size or need)
+        del keep
+
+    def read(self, first=0, count=1):
+        out = bytearray(count * self.agent.page_bytes)
+        self.read_into(out, first, count)
+        return out
+
+    def finish(self):
+        """Gives a handed-off request's slots back."""
+        _lib.call("kvfence_receiver_finish", self._handle())
+
+    def abort(self):
+        """Stops the request; its slots stay held until no write can land."""
+        _lib.call("kvfence_receiver_abort", self._handle())
+
+    @property
+    def released(self):
+        return _lib.check_state(_lib.lib().kvfence_receiver_released(self._handle())) == 1
+
+
+class Sender(_Request):
+    """Prefill's handle on one request."""
+
+    def init(self, pages):
+        _lib.call("kvfence_sender_init", self._handle(), pages)
+
+    def write(self, first, buf, count=1, size=None):
+        """Copies count pages (count × page_bytes) from buf into the source
+        pages from first on."""
+        need = count * self.agent.page_bytes
+        addr, keep = _address(buf, need, writable=False)
+        _lib.call("kvfence_sender_write", self._handle(), first, count, addr, size or need)
+        del keep
+
+    def send(self, upto):
+        """Pages [0, upto) are computed and may be sent."""
+        _lib.call("kvfence_sender_send", self._handle(), upto)
+
+    def finish(self, total):
+        _lib.call("kvfence_sender_finish", self._handle(), total)
+
+    def abort(self):
+        _lib.call("kvfence_sender_abort", self._handle())
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text):
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m:
+            labels = tuple(sorted(_LABEL.findall(m.group(2) or "")))
+            out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def metric_sum(metrics, name, **labels):
+    """Sum of the samples of name whose labels include labels."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in metrics.items() if n == name and want <= set(ls))
