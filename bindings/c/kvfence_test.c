@@ -157,6 +157,10 @@ int main(void) {
 	for (int i = 0; i < 500 && kvfence_prefill_linked(pre) != 1; i++)
 		usleep(10000);
 	CHECK(kvfence_prefill_linked(pre) == 1, "prefill never linked");
+	for (int i = 0; i < 500 && kvfence_decode_linked(dec, 1) != 1; i++)
+		usleep(10000);
+	CHECK(kvfence_decode_linked(dec, 1) == 1, "decode never saw rank 1 link");
+	CHECK(kvfence_decode_linked(pre, 1) == -KVFENCE_E_INVALID_ARGUMENT, "decode_linked on a prefill handle");
 	bad_input();
 
 	pthread_t th[THREADS];

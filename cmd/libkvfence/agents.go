@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/errdefs"
 )
 
@@ -165,4 +166,24 @@ func copyOut(b []byte, buf *C.char, size C.size_t, needed *C.size_t) error {
 	copy(dst, b)
 	dst[len(b)] = 0
 	return nil
+}
+
+// kvfence_decode_linked is 1 while prefill rank's control link to this
+// decode rank is up, 0 while not, or a negated error code. A request
+// exposed before its ranks are linked fails (their Assign is lost).
+//
+//export kvfence_decode_linked
+func kvfence_decode_linked(h C.kvfence_handle, rank C.uint32_t) (code C.int) {
+	defer guard(nil, &code)
+	a, err := lookup[*agentObj](uint64(h), "agent")
+	if err == nil && a.dec == nil {
+		err = invalid("handle %d is a prefill rank", h)
+	}
+	if err != nil {
+		return -codeOf(err)
+	}
+	if a.dec.Linked(core.RankID(rank)) {
+		return 1
+	}
+	return 0
 }

@@ -116,6 +116,19 @@ class Decode(_Agent):
     def __init__(self, **config):
         self._open("kvfence_decode_open", config)
 
+    def linked(self, rank):
+        """Whether prefill rank's control link is up: a request exposed to a
+        rank that is not linked fails (its Assign is lost)."""
+        return _lib.check_state(_lib.lib().kvfence_decode_linked(self._handle(), rank)) == 1
+
+    def wait_linked(self, ranks, timeout=10.0):
+        import time
+        end = time.monotonic() + timeout
+        while not all(self.linked(r) for r in ranks):
+            if time.monotonic() > end:
+                raise _lib.errors.Unavailable("prefill ranks %s not all linked after %.1fs" % (list(ranks), timeout))
+            time.sleep(0.01)
+
     def receiver(self, room, gen=1):
         h = _lib.H(0)
         _lib.call("kvfence_receiver_new", self._handle(), room, gen, ctypes.byref(h))

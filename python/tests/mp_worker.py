@@ -88,15 +88,22 @@ def retry_full(fn, deadline=30.0):
             time.sleep(0.005)
 
 
+WHO = {}  # first 32 bytes of a shard -> whose shard it is (diagnostics)
+
+
 def run_decode(args, reqs):
-    dec = kvfence.Decode(rank=0, slots=24, shard_bytes=SHARD, shards=len(PREFILL_RANKS), lease_ms=1000,
-                         max_hold_ms=10000, control_addr="127.0.0.1:0", log_level=os.environ.get("KVFENCE_TEST_LOG", "error"))
+    for r in reqs:
+        for rank in PREFILL_RANKS:
+            for i in range(r["pages"]):
+                WHO[shard(r["room"], rank, i)[:32]] = "room %d rank %d page %d" % (r["room"], rank, i)
+    dec = kvfence.Decode(rank=0, slots=48, shard_bytes=SHARD, shards=len(PREFILL_RANKS), lease_ms=5000,
+                         max_hold_ms=20000, control_addr="127.0.0.1:0", log_level=os.environ.get("KVFENCE_TEST_LOG", "error"))
     with open(args.addr_file + ".tmp", "w") as f:
         f.write(dec.addr)
     os.rename(args.addr_file + ".tmp", args.addr_file)
-    pool = HostPool(64, dec.page_bytes)
+    pool = HostPool(64, dec.page_bytes)  # the pools hold every request of a window (6 × 5 pages) and holds
     # An exposure's Assign reaches only linked ranks: start once both are.
-    wait_files([args.addr_file + ".linked.%d" % r for r in PREFILL_RANKS])
+    dec.wait_linked(PREFILL_RANKS, timeout=60)
     out = dict(verified=0, corrupt=0, succeeded=0, aborted=0, abort_won=0, held_after_abort=0)
     lock = threading.Lock()
     aborted = []
@@ -120,8 +127,13 @@ def run_decode(args, reqs):
                 for i, p in enumerate(dst):
                     page = pool.view(p)
                     for k, rank in enumerate(PREFILL_RANKS):
-                        if bytes(page[k * SHARD:(k + 1) * SHARD]) != shard(r["room"], rank, i):
+                        got = bytes(page[k * SHARD:(k + 1) * SHARD])
+                        if got != shard(r["room"], rank, i):
                             bad += 1
+                            with lock:
+                                out.setdefault("corrupt_detail", []).append(dict(
+                                    room=r["room"], rank=rank, page=i, pages=r["pages"], planned_abort=r["abort"],
+                                    holds=WHO.get(got[:32], "unknown bytes (zero: %s)" % (got == bytes(SHARD)))))
             finally:
                 pool.give(dst)
             rv.finish()
@@ -134,6 +146,8 @@ def run_decode(args, reqs):
             assert state == kvfence.KVPoll.Failed, state
             with lock:
                 out["aborted"] += 1
+                if not r["abort"]:
+                    out.setdefault("unexpected", []).append((r["room"], str(rv.failure())))
                 out["held_after_abort"] += not rv.released
                 aborted.append(rv)
             return
@@ -146,6 +160,10 @@ def run_decode(args, reqs):
     while any(not rv.released for rv in aborted) and time.monotonic() < end:
         time.sleep(0.02)
     out["unreleased"] = sum(not rv.released for rv in aborted)
+    # Finish returns slots through the rank's event loop: wait until the
+    # metrics count every handed-off request before reading them.
+    while dec.stats().get("released", {}).get("completed", 0) < out["succeeded"] and time.monotonic() < end:
+        time.sleep(0.02)
     out["stats"] = dec.stats()
     m = dec.metrics()
     out["releases"] = {dict(ls)["path"]: v for (n, ls), v in m.items() if n == "kvfence_releases_total"}
@@ -164,7 +182,6 @@ def run_prefill(args, reqs):
     pre = kvfence.Prefill(rank=args.rank, decode_addr=addr, source_pages=64, shard_bytes=SHARD,
                           heartbeat_ms=100, request_tombstone_ms=5000, bootstrap_timeout_ms=20000, log_level=os.environ.get("KVFENCE_TEST_LOG", "error"))
     pre.wait_linked()
-    open(args.addr_file + ".linked.%d" % args.rank, "w").close()
     pool = HostPool(64, SHARD)
     out = dict(succeeded=0, failed=0, failed_after_sending=0, unexpected=[])
     lock = threading.Lock()
