@@ -6,7 +6,7 @@
 #                      ~30 s; SGLang's base classes are checked only when
 #                      SGLANG_SRC names a checkout of sgl-project/sglang
 PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
-.PHONY: bindings bindings-c bindings-py bindings-deps
+.PHONY: bindings bindings-c bindings-py bindings-deps bindings-bench
 
 bindings: plugins
 	$(GO) build -buildmode=c-shared -o $(BIN)/libkvfence.so ./cmd/libkvfence
@@ -29,5 +29,12 @@ bindings-py: bindings bindings-deps
 	PYTHONPATH=python $(PYTHON) -c 'from kvfence.sglang import KVFenceBackendProvider'
 	PYTHONPATH=python KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
 	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider python/tests
+	@echo "(boundary cost: make bindings-bench)"
 
 TEST_STEPS += bindings-c bindings-py
+
+# The C/Python boundary's cost per call, as ratios to the same call made
+# from Go in the same run (figures only; the machine may be shared).
+bindings-bench: bindings
+	PYTHONPATH=python KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
+	  $(PYTHON) -m pytest -q -s -p no:cacheprovider python/tests/test_boundary.py | grep boundary:

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SHARD 4096
@@ -132,6 +133,25 @@ static int count_path(const char *stats, const char *path) {
 	return atoi(k + strlen(key));
 }
 
+/* boundary_cost prints what a poll costs from C against the same poll
+ * made from Go in the same run (a figure, not a check: the machine is shared). */
+static void boundary_cost(void) {
+	kvfence_error e;
+	kvfence_handle rv;
+	const int64_t n = 200000;
+	if (kvfence_receiver_new(dec, 999999, 1, &rv, &e) != 0)
+		return;
+	double go_ns = kvfence_poll_go_ns(rv, n);
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (int64_t i = 0; i < n; i++)
+		kvfence_poll(rv);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double c_ns = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)n;
+	printf("boundary: poll from Go %.0f ns, from C %.0f ns per call (C/Go %.2fx)\n", go_ns, c_ns, c_ns / go_ns);
+	kvfence_close(rv, &e);
+}
+
 int main(void) {
 	const char *plugin = getenv("KVFENCE_PLUGIN");
 	if (!plugin) {
@@ -180,6 +200,7 @@ int main(void) {
 	CHECK(strstr(metrics, "kvfence_releases_total") != NULL, "no kvfence_releases_total in metrics");
 	printf("requests %d, completed %d, aborted and released safely %d\n", THREADS * ROUNDS, completed, aborted);
 
+	boundary_cost();
 	CHECK(kvfence_close(pre, &e) == 0, "close prefill: %s", e.message);
 	CHECK(kvfence_close(dec, &e) == 0, "close decode: %s", e.message);
 	CHECK(kvfence_close(dec, &e) == KVFENCE_E_NOT_FOUND, "double close: %d", e.code);

@@ -86,6 +86,25 @@ def _mode(mode):
     return str(getattr(mode, "value", mode)).lower()
 
 
+def _refuse_device_memory(ptrs):
+    """These classes stage pages with memmove, so every buffer must be host
+    memory: a CUDA device pointer is refused here (Unimplemented) instead of
+    crashing the scheduler at the first send. Checked with the CUDA driver's
+    cuPointerGetAttribute when libcuda is present; without it, no GPU memory
+    can exist in this process."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return
+    mem_type = ctypes.c_uint(0)
+    for p in ptrs:
+        # CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2; CU_MEMORYTYPE_DEVICE = 2.
+        if cuda.cuPointerGetAttribute(ctypes.byref(mem_type), 2, ctypes.c_uint64(int(p))) == 0 and mem_type.value == 2:
+            raise errors.Unimplemented(
+                "kvfence: buffer at 0x%x is CUDA device memory; this release stages through host memory only "
+                "(README: GPU memory)" % int(p))
+
+
 class KVFenceKVArgs(KVArgs):
     """SGLang fills the attributes; kvfence reads the buffer layout."""
 
@@ -109,6 +128,7 @@ class KVFenceKVManager(BaseKVManager):
         self.is_dummy_cp_rank = False
         self.prefill_info_table, self.transfer_infos, self.req_to_decode_prefix_len = {}, {}, {}
         self.enable_deferred_decode_kv_release = True
+        _refuse_device_memory(list(args.kv_data_ptrs) + list(getattr(args, "aux_data_ptrs", []) or []))
         self.rank = int(getattr(args, "engine_rank", 0))
         self.page_bytes = sum(int(x) for x in args.kv_item_lens)
         self.aux_bytes = sum(int(x) for x in getattr(args, "aux_item_lens", []) or [])
