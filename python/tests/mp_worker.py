@@ -28,8 +28,14 @@ PREFILL_RANKS = [1, 2]
 
 def plan(seed, n):
     rng = random.Random(seed)
-    return [dict(room=1000 + i, pages=rng.randint(1, 5), abort=rng.random() < 0.35,
-                 abort_after=rng.uniform(0.002, 0.04)) for i in range(n)]
+    reqs = []
+    for i in range(n):
+        abort = rng.random() < 0.35
+        # An aborted request has 3-5 pages that prefill sends 10 ms apart, so
+        # decode's abort (2-30 ms after exposure) lands while pages move.
+        reqs.append(dict(room=1000 + i, pages=rng.randint(3 if abort else 1, 5), abort=abort,
+                         abort_after=rng.uniform(0.002, 0.03), pace=0.01 if abort else 0.004))
+    return reqs
 
 
 def shard(room, rank, page):
@@ -180,7 +186,8 @@ def run_prefill(args, reqs):
     wait_files([args.addr_file])
     addr = open(args.addr_file).read()
     pre = kvfence.Prefill(rank=args.rank, decode_addr=addr, source_pages=64, shard_bytes=SHARD,
-                          heartbeat_ms=100, request_tombstone_ms=5000, bootstrap_timeout_ms=3000, log_level=os.environ.get("KVFENCE_TEST_LOG", "error"))
+                          heartbeat_ms=100, request_tombstone_ms=5000, bootstrap_timeout_ms=3000,
+                          max_batch_pages=int(os.environ.get("KVFENCE_TEST_BATCH_PAGES", "4")), log_level=os.environ.get("KVFENCE_TEST_LOG", "error"))
     pre.wait_linked()
     pool = HostPool(64, SHARD)
     out = dict(succeeded=0, failed=0, failed_after_sending=0, unexpected=[])
@@ -199,7 +206,7 @@ def run_prefill(args, reqs):
                 s.write(i, pool.addr(p))  # from the engine's page, by address
                 s.send(i + 1)
                 sent = i + 1
-                time.sleep(0.004)
+                time.sleep(r["pace"])
             else:
                 s.finish(r["pages"])
         except kvfence.NotFound:
