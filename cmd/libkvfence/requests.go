@@ -201,6 +201,7 @@ func kvfence_sender_init(s C.kvfence_handle, pages C.int, e *C.kvfence_error) (c
 
 // kvfence_sender_write copies count pages of KV (count × page_bytes bytes
 // at src) into source pages from first on, before a send covers them.
+// FAILED_PRECONDITION once the request ended and its pages went back.
 //
 //export kvfence_sender_write
 func kvfence_sender_write(s C.kvfence_handle, first, count C.int, src unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
@@ -216,11 +217,9 @@ func kvfence_sender_write(s C.kvfence_handle, first, count C.int, src unsafe.Poi
 	if src == nil || int(size) < int(count)*pb {
 		return fail(e, invalid("src holds %d bytes, %d needed", size, int(count)*pb))
 	}
-	in := unsafe.Slice((*byte)(src), int(count)*pb)
-	for i := 0; i < int(count); i++ {
-		copy(o.s.Page(int(first)+i), in[i*pb:(i+1)*pb])
-	}
-	return fail(e, nil)
+	// Write copies inside the rank's loop and refuses once the request's
+	// source pages went back to the pool (they may be another request's).
+	return fail(e, o.s.Write(int(first), unsafe.Slice((*byte)(src), int(count)*pb)))
 }
 
 // kvfence_sender_send marks pages [0, upto) computed and sendable.

@@ -223,7 +223,8 @@ class Sender(_Request):
 
     def write(self, first, buf, count=1, size=None):
         """Copies count pages (count × page_bytes) from buf into the source
-        pages from first on."""
+        pages from first on. FailedPrecondition once the request ended (its
+        source pages went back to the pool)."""
         need = count * self.agent.page_bytes
         addr, keep = _address(buf, need, writable=False)
         _lib.call("kvfence_sender_write", self._handle(), first, count, addr, size or need)

@@ -209,8 +209,8 @@ def run_prefill(args, reqs):
                 time.sleep(r["pace"])
             else:
                 s.finish(r["pages"])
-        except kvfence.NotFound:
-            pass  # decode aborted it meanwhile: the request is gone here (its state says Failed)
+        except (kvfence.NotFound, kvfence.FailedPrecondition):
+            pass  # decode aborted it meanwhile: the request (and its source pages) are gone here
         finally:
             pool.give(src)  # write copied it: the engine's page is free again
         t0 = time.monotonic()
