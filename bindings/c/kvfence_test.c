@@ -149,6 +149,16 @@ static void boundary_cost(void) {
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	double c_ns = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)n;
 	printf("boundary: poll from Go %.0f ns, from C %.0f ns per call (C/Go %.2fx)\n", go_ns, c_ns, c_ns / go_ns);
+	/* A call without the event loop: the crossing itself. */
+	double go_pb = kvfence_page_bytes_go_ns(dec, n);
+	int64_t sink = 0;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (int64_t i = 0; i < n; i++)
+		sink += kvfence_page_bytes(dec);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double c_pb = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)n;
+	printf("boundary: page_bytes from Go %.0f ns, from C %.0f ns per call (C/Go %.1fx)%s\n", go_pb, c_pb, c_pb / go_pb,
+	       sink > 0 ? "" : " ?");
 	kvfence_close(rv, &e);
 }
 
