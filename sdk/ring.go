@@ -269,6 +269,14 @@ func (r *ring) wait(stop <-chan struct{}) {
 	futexWait(r.bell, bell, ringSleepTimeout)
 }
 
+// interrupt wakes this ring's consumer from its sleep (it was told to
+// stop): the bell is loaded before the stop check in wait, so a wake that
+// comes between them still ends the futex wait at once.
+func (r *ring) interrupt() {
+	r.bell.Add(1)
+	futexWake(r.bell)
+}
+
 // waitRoom is the producer's side of a full ring: rare (the consumer
 // drains continuously), so it just naps until there is room.
 func waitRoom(stop <-chan struct{}) bool {
