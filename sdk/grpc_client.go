@@ -38,7 +38,7 @@ type remote struct {
 	events     chan Event
 	violations atomic.Uint64
 	rings      *hostRings // nil: Post and completions over gRPC
-	onLost     func() // Open's hook: make sure the process dies and is reaped
+	onLost     func()     // Open's hook: make sure the process dies and is reaped
 }
 
 const (

@@ -92,8 +92,8 @@ type pluginRings struct {
 	compMu sync.Mutex // verdicts (consumer goroutine) and completions (stream goroutine) share it
 	comp   *ring
 
-	stop    chan struct{}
-	stopped chan struct{}
+	stop     chan struct{}
+	stopped  chan struct{}
 	unmapped bool // under compMu
 }
 
