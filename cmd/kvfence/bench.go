@@ -156,6 +156,7 @@ func newBenchCommand() *cobra.Command {
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
 	fl.BoolVar(&checksumArm, "checksums", false, "add a third arm: safe with checksums at commit")
 	fl.BoolVar(&keep, "keep", false, "keep every repetition's run directory (logs, throwaway certificates)")
+	cmd.AddCommand(newBenchBoundaryCommand())
 	return cmd
 }
 
