@@ -30,6 +30,7 @@ type boundaryArm struct {
 	rig  *sdktest.BoundaryRig
 	us   map[string][]float64 // per size: µs per batch, one per rep
 	cpu  map[string][]float64 // per size: CPU µs per batch (both processes)
+	sw   map[string][]float64 // per size: context switches per batch (both processes)
 }
 
 // kvfence bench boundary: what crossing the plugin boundary costs per
@@ -69,6 +70,7 @@ func newBenchBoundaryCommand() *cobra.Command {
 						}
 						a.us[size.name] = append(a.us[size.name], r.MicrosPerBatch())
 						a.cpu[size.name] = append(a.cpu[size.name], r.CPUMicrosPerBatch())
+						a.sw[size.name] = append(a.sw[size.name], r.SwitchesPerBatch())
 					}
 				}
 				fmt.Fprintf(os.Stderr, "rep %d/%d done\n", rep+1, reps)
@@ -160,7 +162,7 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 			return nil, closeAll, fmt.Errorf("%s: %w", a.name, err)
 		}
 		closers = append(closers, rig.Close)
-		arms = append(arms, &boundaryArm{name: a.name, rig: rig, us: map[string][]float64{}, cpu: map[string][]float64{}})
+		arms = append(arms, &boundaryArm{name: a.name, rig: rig, us: map[string][]float64{}, cpu: map[string][]float64{}, sw: map[string][]float64{}})
 	}
 	return arms, closeAll, nil
 }
@@ -180,6 +182,7 @@ func boundaryReport(arms []*boundaryArm, reps, window int) map[string]any {
 			us := median(a.us[n])
 			res[a.name+"_us_per_batch_"+n] = us
 			res[a.name+"_cpu_us_per_batch_"+n] = median(a.cpu[n])
+			res[a.name+"_context_switches_per_batch_"+n] = median(a.sw[n])
 			if a == in {
 				continue
 			}

@@ -33,6 +33,14 @@ type BoundaryResult struct {
 	Batches int
 	Wall    time.Duration
 	CPU     time.Duration // this process plus the sender's plugin process
+	// Switches counts context switches (voluntary and not) of every
+	// thread of this process and the plugin process.
+	Switches uint64
+}
+
+// SwitchesPerBatch is context switches (both processes) per batch.
+func (r BoundaryResult) SwitchesPerBatch() float64 {
+	return float64(r.Switches) / float64(max(1, r.Batches))
 }
 
 // MicrosPerBatch is wall time per batch.
@@ -92,7 +100,7 @@ func (g *BoundaryRig) Run(ctx context.Context, batches, window int, opBytes uint
 		return BoundaryResult{}, fmt.Errorf("boundary rig: op of %d bytes in %d", opBytes, g.size)
 	}
 	slots := g.size / opBytes
-	cpu0 := g.cpu()
+	cpu0, sw0 := g.cpu(), g.switches()
 	start := time.Now()
 	inflight := 0
 	for posted := 0; posted < batches || inflight > 0; {
@@ -120,7 +128,8 @@ func (g *BoundaryRig) Run(ctx context.Context, batches, window int, opBytes uint
 			return BoundaryResult{}, ctx.Err()
 		}
 	}
-	return BoundaryResult{Batches: batches, Wall: time.Since(start), CPU: g.cpu() - cpu0}, nil
+	wall := time.Since(start)
+	return BoundaryResult{Batches: batches, Wall: wall, CPU: g.cpu() - cpu0, Switches: g.switches() - sw0}, nil
 }
 
 // cpu is this process's CPU time plus the plugin process's.
@@ -132,6 +141,38 @@ func (g *BoundaryRig) cpu() time.Duration {
 		d += processCPU(g.senderPID)
 	}
 	return d
+}
+
+// switches sums the context switches of this process's threads and the
+// plugin's (threads that ended meanwhile are not counted).
+func (g *BoundaryRig) switches() uint64 {
+	n := threadSwitches(os.Getpid())
+	if g.senderPID > 0 {
+		n += threadSwitches(g.senderPID)
+	}
+	return n
+}
+
+func threadSwitches(pid int) uint64 {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				c, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
 }
 
 // processCPU reads utime+stime of pid from /proc (clock ticks of 10 ms:
