@@ -68,7 +68,7 @@ func newRemote(ctx context.Context, conn grpc.ClientConnInterface, processGone c
 	}
 	// The rings are attached before the stream opens: the plugin's stream
 	// then forwards completions into them (ring_host.go).
-	if r.rings, err = attachRings(ctx, conn, r.deliver, r.ringViolation); err != nil {
+	if r.rings, err = attachRings(ctx, conn, r, r.ringViolation); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -116,20 +116,27 @@ func (r *remote) receive(stream pb.Transport_CompletionsClient) {
 
 // deliver passes on a plugin's completion if it is the first for its batch.
 func (r *remote) deliver(c Completion) {
+	if r.admit(c) {
+		r.emit(c)
+	}
+}
+
+// admit does deliver's bookkeeping: false when c must be dropped.
+func (r *remote) admit(c Completion) bool {
 	r.mu.Lock()
 	if _, ok := r.outstanding[c.Batch]; !ok {
 		r.mu.Unlock()
 		r.violations.Add(1)
 		r.event(Event{Kind: EventProtocolViolation, Batches: []BatchID{c.Batch},
 			Detail: "completion for a batch that is not outstanding (duplicate or unknown): dropped"})
-		return
+		return false
 	}
 	delete(r.outstanding, c.Batch)
 	if c.Status == InDoubt {
 		r.inDoubt[c.Batch] = struct{}{}
 	}
 	r.mu.Unlock()
-	r.emit(c)
+	return true
 }
 
 // lose runs once when the stream ends: a clean end after Close or a dead
@@ -174,6 +181,21 @@ func (r *remote) processExited() {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	r.event(Event{Kind: EventPluginExited, Batches: ids, Evidence: EvidenceProcessExited,
 		Detail: "plugin process reaped: its sockets and queue pairs are gone"})
+}
+
+// tryEmit is emit when it would not block; false: out is full.
+func (r *remote) tryEmit(c Completion) bool {
+	r.sendMu.Lock()
+	defer r.sendMu.Unlock()
+	if r.closed {
+		return true
+	}
+	select {
+	case r.out <- c:
+		return true
+	default:
+		return false
+	}
 }
 
 func (r *remote) emit(c Completion) {

@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -24,7 +25,8 @@ func futexWait(addr *atomic.Uint32, val uint32, d time.Duration) {
 		uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
-// futexWake wakes the (one) consumer sleeping on addr.
+// futexWake wakes whoever sleeps on addr (one consumer per ring; waking
+// all costs the same and cannot strand a second sleeper).
 func futexWake(addr *atomic.Uint32) {
-	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, 1, 0, 0, 0)
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, math.MaxInt32, 0, 0, 0)
 }

@@ -54,13 +54,17 @@ type hostRings struct {
 	stopped chan struct{} // consumer exited
 	dead    chan struct{} // closed once no verdict can come any more
 
-	deliver   func(Completion)
+	backlogMu sync.Mutex
+	backlog   []Completion // completions waiting for room in the host's out
+	flushing  sync.WaitGroup
+
+	host      *remote
 	violation func(detail string) // the plugin broke the ring format: stop trusting it
 }
 
 // attachRings offers the plugin a pair of rings. It returns nil (and no
 // error) when the plugin does not know them or the host disabled them.
-func attachRings(ctx context.Context, conn grpc.ClientConnInterface, deliver func(Completion), violation func(string)) (*hostRings, error) {
+func attachRings(ctx context.Context, conn grpc.ClientConnInterface, host *remote, violation func(string)) (*hostRings, error) {
 	if os.Getenv(envRings) == "off" {
 		return nil, nil
 	}
@@ -84,7 +88,7 @@ func attachRings(ctx context.Context, conn grpc.ClientConnInterface, deliver fun
 	h := &hostRings{
 		shm: shm, sub: submissionRing(shm.Bytes(), capacity), comp: completionRing(shm.Bytes(), capacity),
 		waiters: map[uint64]chan error{}, stop: make(chan struct{}), stopped: make(chan struct{}), dead: make(chan struct{}),
-		deliver: deliver, violation: violation,
+		host: host, violation: violation,
 	}
 	go h.consume()
 	return h, nil
@@ -186,6 +190,44 @@ func (h *hostRings) drain(buf []byte) ([]byte, bool) {
 	}
 }
 
+// complete passes a completion to the host without ever blocking the
+// consumer: verdicts queue behind completions in the ring, so a consumer
+// blocked on a full out would hold up Posts whose caller is the one who
+// reads completions. When out is full, or older ones still wait, it
+// queues, and a flusher delivers them in order.
+func (h *hostRings) complete(c Completion) {
+	if !h.host.admit(c) {
+		return
+	}
+	h.backlogMu.Lock()
+	defer h.backlogMu.Unlock()
+	if len(h.backlog) == 0 && h.host.tryEmit(c) {
+		return
+	}
+	h.backlog = append(h.backlog, c)
+	if len(h.backlog) == 1 {
+		h.flushing.Add(1)
+		go h.flush()
+	}
+}
+
+func (h *hostRings) flush() {
+	defer h.flushing.Done()
+	for {
+		h.backlogMu.Lock()
+		if len(h.backlog) == 0 {
+			h.backlogMu.Unlock()
+			return
+		}
+		c := h.backlog[0]
+		h.backlogMu.Unlock()
+		h.host.emit(c) // may block until the caller reads
+		h.backlogMu.Lock()
+		h.backlog = h.backlog[1:]
+		h.backlogMu.Unlock()
+	}
+}
+
 // handle dispatches one record; it returns why the record is invalid.
 func (h *hostRings) handle(kind uint16, seq uint64, payload []byte) string {
 	switch kind {
@@ -194,7 +236,7 @@ func (h *hostRings) handle(kind uint16, seq uint64, payload []byte) string {
 		if err := proto.Unmarshal(payload, &c); err != nil {
 			return "completion record: " + err.Error()
 		}
-		h.deliver(completionFromPB(&c))
+		h.complete(completionFromPB(&c))
 	case recPostOK, recPostErr:
 		var verdict error
 		if kind == recPostErr {
@@ -234,6 +276,7 @@ func (h *hostRings) shutdown() {
 	close(h.stop)
 	h.comp.interrupt()
 	<-h.stopped
+	h.flushing.Wait() // delivered before lose declares the rest InDoubt
 	h.mu.Lock()
 	h.closed = true
 	close(h.dead)

@@ -243,3 +243,40 @@ func TestRingsCorruptPluginIsDropped(t *testing.T) {
 		})
 	}
 }
+
+// A caller that posts without reading completions must not stall its own
+// Posts: their verdicts queue behind completions in the ring, so the
+// host never blocks its ring consumer on a full Completions channel.
+func TestRingsPostDoesNotWaitForCompletionReaders(t *testing.T) {
+	impl := newHeldTransport()
+	impl.out = make(chan Completion, completionBuffer+100)
+	r := connectTest(t, impl, nil)
+	if r.rings == nil {
+		t.Fatal("rings not negotiated")
+	}
+	const n = completionBuffer + 64
+	done := make(chan error, 1)
+	go func() {
+		for id := BatchID(1); id <= n; id++ {
+			if err := r.Post(context.Background(), Batch{ID: id, Ops: oneOp()}); err != nil {
+				done <- err
+				return
+			}
+			impl.complete(id, Succeeded)
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Post stalled behind unread completions")
+	}
+	for id := BatchID(1); id <= n; id++ {
+		if c := <-r.Completions(); c.Batch != id || c.Status != Succeeded {
+			t.Fatalf("completion %+v, want batch %d Succeeded (in order)", c, id)
+		}
+	}
+}
