@@ -37,7 +37,8 @@ type remote struct {
 
 	events     chan Event
 	violations atomic.Uint64
-	onLost     func() // Open's hook: make sure the process dies and is reaped
+	rings      *hostRings // nil: Post and completions over gRPC
+	onLost     func()     // Open's hook: make sure the process dies and is reaped
 }
 
 const (
@@ -54,11 +55,6 @@ func newRemote(ctx context.Context, conn grpc.ClientConnInterface, processGone c
 		return nil, fromStatusError(err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	stream, err := rpc.Completions(sctx, &pb.CompletionsRequest{})
-	if err != nil {
-		cancel()
-		return nil, fromStatusError(err)
-	}
 	r := &remote{
 		rpc:          rpc,
 		info:         infoFromPB(ir),
@@ -69,6 +65,21 @@ func newRemote(ctx context.Context, conn grpc.ClientConnInterface, processGone c
 		processGone:  processGone,
 		out:          make(chan Completion, completionBuffer),
 		events:       make(chan Event, eventBuffer),
+	}
+	// The rings are attached before the stream opens: the plugin's stream
+	// then forwards completions into them (ring_host.go).
+	if r.rings, err = attachRings(ctx, conn, r, r.ringViolation); err != nil {
+		cancel()
+		return nil, err
+	}
+	stream, err := rpc.Completions(sctx, &pb.CompletionsRequest{})
+	if err != nil {
+		cancel()
+		if r.rings != nil {
+			r.rings.shutdown()
+			r.rings.release()
+		}
+		return nil, fromStatusError(err)
 	}
 	go r.receive(stream)
 	return r, nil
@@ -88,7 +99,15 @@ func (r *remote) receive(stream pb.Transport_CompletionsClient) {
 	for {
 		c, err := stream.Recv()
 		if err != nil {
+			if r.rings != nil {
+				// What the plugin put in the rings before its stream
+				// ended is delivered before lose declares the rest InDoubt.
+				r.rings.shutdown()
+			}
 			r.lose(err)
+			if r.rings != nil {
+				r.rings.release()
+			}
 			return
 		}
 		r.deliver(completionFromPB(c))
@@ -97,20 +116,27 @@ func (r *remote) receive(stream pb.Transport_CompletionsClient) {
 
 // deliver passes on a plugin's completion if it is the first for its batch.
 func (r *remote) deliver(c Completion) {
+	if r.admit(c) {
+		r.emit(c)
+	}
+}
+
+// admit does deliver's bookkeeping: false when c must be dropped.
+func (r *remote) admit(c Completion) bool {
 	r.mu.Lock()
 	if _, ok := r.outstanding[c.Batch]; !ok {
 		r.mu.Unlock()
 		r.violations.Add(1)
 		r.event(Event{Kind: EventProtocolViolation, Batches: []BatchID{c.Batch},
 			Detail: "completion for a batch that is not outstanding (duplicate or unknown): dropped"})
-		return
+		return false
 	}
 	delete(r.outstanding, c.Batch)
 	if c.Status == InDoubt {
 		r.inDoubt[c.Batch] = struct{}{}
 	}
 	r.mu.Unlock()
-	r.emit(c)
+	return true
 }
 
 // lose runs once when the stream ends: a clean end after Close or a dead
@@ -155,6 +181,21 @@ func (r *remote) processExited() {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	r.event(Event{Kind: EventPluginExited, Batches: ids, Evidence: EvidenceProcessExited,
 		Detail: "plugin process reaped: its sockets and queue pairs are gone"})
+}
+
+// tryEmit is emit when it would not block; false: out is full.
+func (r *remote) tryEmit(c Completion) bool {
+	r.sendMu.Lock()
+	defer r.sendMu.Unlock()
+	if r.closed {
+		return true
+	}
+	select {
+	case r.out <- c:
+		return true
+	default:
+		return false
+	}
 }
 
 func (r *remote) emit(c Completion) {
@@ -241,12 +282,11 @@ func (r *remote) Post(ctx context.Context, b Batch) error {
 	r.outstanding[b.ID] = struct{}{}
 	r.mu.Unlock()
 
-	var trailer metadata.MD
-	_, err := r.rpc.Post(ctx, batchToPB(b), grpc.Trailer(&trailer))
+	classified, err := r.submit(ctx, b)
 	if err == nil {
 		return nil
 	}
-	if len(trailer.Get(trailerClassified)) > 0 {
+	if classified {
 		r.mu.Lock()
 		_, still := r.outstanding[b.ID]
 		delete(r.outstanding, b.ID)
@@ -279,6 +319,33 @@ func (r *remote) Post(ctx context.Context, b Batch) error {
 		r.out <- c
 	}
 	return nil
+}
+
+// submit hands b to the plugin, on the rings when attached (and the batch
+// fits), else over gRPC. classified: err is the plugin's own refusal.
+func (r *remote) submit(ctx context.Context, b Batch) (classified bool, err error) {
+	if r.rings != nil {
+		switch err := r.rings.post(ctx, b); {
+		case err == nil:
+			return false, nil
+		case errors.Is(err, errRingNoVerdict):
+			return false, err
+		case !errors.Is(err, errRingUnsent):
+			return true, err
+		}
+	}
+	var trailer metadata.MD
+	_, err = r.rpc.Post(ctx, batchToPB(b), grpc.Trailer(&trailer))
+	return len(trailer.Get(trailerClassified)) > 0, err
+}
+
+// ringViolation: the plugin broke the ring format. Its records are no
+// longer read; ending the stream makes receive treat it as lost (every
+// batch it owes becomes InDoubt) and Open's hook kill it.
+func (r *remote) ringViolation(detail string) {
+	r.violations.Add(1)
+	r.event(Event{Kind: EventProtocolViolation, Detail: "rings: " + detail + ": plugin dropped"})
+	r.cancelStream()
 }
 
 // postUnknownHook, set by tests only, runs between Post's claim of a batch
@@ -337,6 +404,10 @@ func (r *remote) Stats(ctx context.Context) (map[string]uint64, error) {
 		m = map[string]uint64{}
 	}
 	m["host.protocol_violations"] = r.violations.Load()
+	m["host.data_path_rings"] = 0
+	if r.rings != nil {
+		m["host.data_path_rings"] = 1
+	}
 	return m, nil
 }
 

@@ -21,7 +21,8 @@ type grpcServer struct {
 	impl Transport
 
 	streamMu sync.Mutex
-	streamOn bool // one completion stream at a time: two would split completions
+	streamOn bool         // one completion stream at a time: two would split completions
+	rings    *pluginRings // attached and not yet taken by the stream (ring_plugin.go)
 }
 
 func newGRPCServer(impl Transport) *grpcServer { return &grpcServer{impl: impl} }
@@ -107,6 +108,9 @@ func (s *grpcServer) Completions(_ *pb.CompletionsRequest, stream pb.Transport_C
 		s.streamMu.Unlock()
 	}()
 	ch := s.impl.Completions()
+	if rings := s.takeRings(); rings != nil {
+		return rings.forward(stream.Context(), ch)
+	}
 	for {
 		select {
 		case <-stream.Context().Done():

@@ -45,7 +45,9 @@ func (p *grpcPlugin) Client(*plugin.MuxBroker, *rpc.Client) (interface{}, error)
 var _ plugin.GRPCPlugin = (*grpcPlugin)(nil)
 
 func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	pb.RegisterTransportServer(s, newGRPCServer(p.impl))
+	srv := newGRPCServer(p.impl)
+	pb.RegisterTransportServer(s, srv)
+	s.RegisterService(&ringsServiceDesc, srv)
 	return nil
 }
 

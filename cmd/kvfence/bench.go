@@ -94,6 +94,7 @@ read the CI.`,
 	fl.BoolVar(&b.checksumArm, "checksums", false, "add a third arm: safe with checksums at commit")
 	fl.StringVar(&b.report, "report", "", "write an HTML report (charts) to this path")
 	fl.BoolVar(&b.keep, "keep", false, "keep every repetition's run directory (logs, throwaway certificates)")
+	cmd.AddCommand(newBenchBoundaryCommand())
 	return cmd
 }
 

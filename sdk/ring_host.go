@@ -1,0 +1,311 @@
+package sdk
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/kvfence/kvfence/errdefs"
+	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// envRings lets an operator (or a benchmark's baseline arm) turn the rings
+// off on the host: "off" makes every Post a gRPC call, as with a plugin
+// that predates them.
+const envRings = "KVFENCE_RINGS"
+
+// ringsAttachMethod is the negotiation: a plugin whose SDK knows the rings
+// serves it; an older one answers Unimplemented and the host keeps Post on
+// gRPC. It reuses the Endpoint message, so the protocol file is unchanged:
+// Transport names the data path, Address the memfd path to map, Opaque the
+// ring capacity (8 bytes, little endian).
+const (
+	ringsAttachMethod = "/kvfence.transport.v1.Rings/Attach"
+	ringsDataPath     = "kvfence-rings/v1"
+)
+
+// DataPath names how Post and Completion cross the plugin boundary.
+type DataPath string
+
+const (
+	DataPathRings DataPath = "rings" // shared-memory rings
+	DataPathGRPC  DataPath = "grpc"  // one gRPC call per Post, completions on the stream
+)
+
+// hostRings is the host's end of the rings: it produces submissions and
+// consumes completions. A Post waits for its plugin's verdict (the
+// contract's Post is synchronous) on a channel the consumer fills.
+type hostRings struct {
+	shm  *SharedMemory
+	sub  *ring // host produces
+	comp *ring // host consumes
+
+	mu      sync.Mutex // the submission ring's one producer
+	closed  bool
+	seq     uint64
+	waiters map[uint64]chan error
+
+	stop    chan struct{} // consumer: drain what is there and exit
+	stopped chan struct{} // consumer exited
+	dead    chan struct{} // closed once no verdict can come any more
+
+	backlogMu sync.Mutex
+	backlog   []Completion // completions waiting for room in the host's out
+	flushing  sync.WaitGroup
+
+	host      *remote
+	violation func(detail string) // the plugin broke the ring format: stop trusting it
+}
+
+// attachRings offers the plugin a pair of rings. It returns nil (and no
+// error) when the plugin does not know them or the host disabled them.
+func attachRings(ctx context.Context, conn grpc.ClientConnInterface, host *remote, violation func(string)) (*hostRings, error) {
+	if os.Getenv(envRings) == "off" {
+		return nil, nil
+	}
+	capacity := uint64(ringDefaultSize)
+	shm, err := NewSharedMemory("rings", ringLayoutSize(capacity))
+	if err != nil {
+		return nil, err
+	}
+	initRingLayout(shm.Bytes(), capacity)
+	desc := shm.Desc()
+	opaque := binary.LittleEndian.AppendUint64(nil, capacity)
+	var res pb.Endpoint
+	err = conn.Invoke(ctx, ringsAttachMethod, &pb.Endpoint{Transport: ringsDataPath, Address: desc.Path, Opaque: opaque}, &res)
+	if err != nil || res.GetTransport() != ringsDataPath {
+		_ = shm.Close()
+		if err != nil && ClassOf(fromStatusError(err)) != ClassUnimplemented {
+			return nil, fromStatusError(err)
+		}
+		return nil, nil // an older plugin: gRPC Post
+	}
+	h := &hostRings{
+		shm: shm, sub: submissionRing(shm.Bytes(), capacity), comp: completionRing(shm.Bytes(), capacity),
+		waiters: map[uint64]chan error{}, stop: make(chan struct{}), stopped: make(chan struct{}), dead: make(chan struct{}),
+		host: host, violation: violation,
+	}
+	go h.consume()
+	return h, nil
+}
+
+// errRingUnsent: the batch never entered the ring (too big, or the rings
+// are closed); the caller may use gRPC instead.
+var errRingUnsent = errors.New("not sent on the ring")
+
+// errRingNoVerdict: the batch is in the ring but no verdict came (the
+// plugin was lost, or ctx ended): its outcome is unknown.
+var errRingNoVerdict = errors.New("no verdict from the plugin")
+
+// post submits b and waits for the plugin's verdict: nil (accepted), a
+// classified error (refused), errRingUnsent or errRingNoVerdict.
+func (h *hostRings) post(ctx context.Context, b Batch) error {
+	payload, err := proto.Marshal(batchToPB(b))
+	if err != nil || uint64(len(payload)) > h.sub.maxPayload() {
+		return errRingUnsent
+	}
+	verdict := make(chan error, 1)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return errRingUnsent
+	}
+	h.seq++
+	seq := h.seq
+	for {
+		err = h.sub.put(recPost, seq, payload)
+		if !errors.Is(err, errRingFull) {
+			break
+		}
+		h.sub.publish()
+		if !waitRoom(h.dead) {
+			break
+		}
+	}
+	if err != nil {
+		h.mu.Unlock()
+		if errors.Is(err, errRingCorrupt) {
+			h.violation("submission ring head moved impossibly")
+		}
+		return errRingUnsent
+	}
+	h.waiters[seq] = verdict
+	h.sub.publish()
+	h.mu.Unlock()
+	select {
+	case err := <-verdict:
+		return err
+	case <-h.dead:
+		return errRingNoVerdict
+	case <-ctx.Done():
+		h.mu.Lock()
+		delete(h.waiters, seq)
+		h.mu.Unlock()
+		return errRingNoVerdict
+	}
+}
+
+// consume reads completions and verdicts until stopped, then drains what
+// the plugin published before its stream ended.
+func (h *hostRings) consume() {
+	defer close(h.stopped)
+	var buf []byte
+	for {
+		select {
+		case <-h.stop:
+			h.drain(buf)
+			return
+		default:
+		}
+		h.comp.wait(h.stop)
+		var ok bool
+		if buf, ok = h.drain(buf); !ok {
+			<-h.stop
+			return
+		}
+	}
+}
+
+// drain handles every published record; false when the ring is corrupt.
+func (h *hostRings) drain(buf []byte) ([]byte, bool) {
+	for {
+		kind, seq, payload, b, ok, err := h.comp.next(buf)
+		buf = b
+		if err != nil {
+			h.violation("completion ring: " + err.Error())
+			return buf, false
+		}
+		if !ok {
+			return buf, true
+		}
+		if detail := h.handle(kind, seq, payload); detail != "" {
+			h.violation(detail)
+			return buf, false
+		}
+	}
+}
+
+// complete passes a completion to the host without ever blocking the
+// consumer: verdicts queue behind completions in the ring, so a consumer
+// blocked on a full out would hold up Posts whose caller is the one who
+// reads completions. When out is full, or older ones still wait, it
+// queues, and a flusher delivers them in order.
+func (h *hostRings) complete(c Completion) {
+	if !h.host.admit(c) {
+		return
+	}
+	h.backlogMu.Lock()
+	defer h.backlogMu.Unlock()
+	if len(h.backlog) == 0 && h.host.tryEmit(c) {
+		return
+	}
+	h.backlog = append(h.backlog, c)
+	if len(h.backlog) == 1 {
+		h.flushing.Add(1)
+		go h.flush()
+	}
+}
+
+func (h *hostRings) flush() {
+	defer h.flushing.Done()
+	for {
+		h.backlogMu.Lock()
+		if len(h.backlog) == 0 {
+			h.backlogMu.Unlock()
+			return
+		}
+		c := h.backlog[0]
+		h.backlogMu.Unlock()
+		h.host.emit(c) // may block until the caller reads
+		h.backlogMu.Lock()
+		h.backlog = h.backlog[1:]
+		h.backlogMu.Unlock()
+	}
+}
+
+// handle dispatches one record; it returns why the record is invalid.
+func (h *hostRings) handle(kind uint16, seq uint64, payload []byte) string {
+	switch kind {
+	case recCompletion:
+		var c pb.Completion
+		if err := proto.Unmarshal(payload, &c); err != nil {
+			return "completion record: " + err.Error()
+		}
+		h.complete(completionFromPB(&c))
+	case recPostOK, recPostErr:
+		var verdict error
+		if kind == recPostErr {
+			var c pb.Completion
+			if err := proto.Unmarshal(payload, &c); err != nil {
+				return "post verdict record: " + err.Error()
+			}
+			verdict = Errorf(refusalClass(c.GetErrorClass()), "%s", c.GetDetail())
+		}
+		h.mu.Lock()
+		w, ok := h.waiters[seq]
+		delete(h.waiters, seq)
+		h.mu.Unlock()
+		if ok {
+			w <- verdict
+		} else if seq == 0 || seq > h.postedSeq() {
+			return fmt.Sprintf("verdict for post %d that was never submitted", seq)
+		}
+		// else: a verdict for a Post whose caller gave up; its batch is
+		// already InDoubt on the host side.
+	default:
+		return fmt.Sprintf("unknown record kind %d", kind)
+	}
+	return ""
+}
+
+func (h *hostRings) postedSeq() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seq
+}
+
+// shutdown runs when the completion stream ended: read what the plugin
+// published before that, then release every waiting Post (no verdict can
+// come any more), and unmap.
+func (h *hostRings) shutdown() {
+	close(h.stop)
+	h.comp.interrupt()
+	<-h.stopped
+	h.flushing.Wait() // delivered before lose declares the rest InDoubt
+	h.mu.Lock()
+	h.closed = true
+	close(h.dead)
+	h.mu.Unlock()
+}
+
+// release unmaps the rings; only after shutdown and once no Post can
+// still touch them (closed is set under mu, which every put holds).
+func (h *hostRings) release() { _ = h.shm.Close() }
+
+// refusalClass is the class of a plugin's refusal as the host will
+// report it: a class outside the vocabulary (or none) is a plugin bug,
+// reported as Internal like an unclassified gRPC error.
+func refusalClass(wire uint32) Class {
+	for _, c := range errdefs.Classes {
+		if uint32(c) == wire && c != ClassUnknown {
+			return c
+		}
+	}
+	return ClassInternal
+}
+
+// DataPath says whether Post and Completion cross the boundary on the
+// shared-memory rings or over gRPC (an older plugin, or KVFENCE_RINGS=off).
+func (p *Plugin) DataPath() DataPath { return p.remote.dataPath() }
+
+func (r *remote) dataPath() DataPath {
+	if r.rings != nil {
+		return DataPathRings
+	}
+	return DataPathGRPC
+}

@@ -1,0 +1,204 @@
+package sdk
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+
+	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// ringsAttacher is the plugin's side of the negotiation (served by
+// grpcServer next to kvfence.transport.v1).
+type ringsAttacher interface {
+	attach(ctx context.Context, req *pb.Endpoint) (*pb.Endpoint, error)
+}
+
+// ringsServiceDesc is written by hand rather than generated: it has one
+// unary method over an existing message, and keeping it out of the
+// .proto file means older plugins simply do not have it (Unimplemented).
+var ringsServiceDesc = grpc.ServiceDesc{
+	ServiceName: "kvfence.transport.v1.Rings",
+	HandlerType: (*ringsAttacher)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Attach",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			in := new(pb.Endpoint)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			call := func(ctx context.Context, req any) (any, error) {
+				return srv.(ringsAttacher).attach(ctx, req.(*pb.Endpoint))
+			}
+			if icpt == nil {
+				return call(ctx, in)
+			}
+			return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: ringsAttachMethod}, call)
+		},
+	}},
+	Metadata: "sdk/ring_plugin.go",
+}
+
+// attach maps the host's rings and starts serving Posts from them. From
+// then on the completion stream carries no completions: it only ends, and
+// its end still tells the host that this plugin is gone.
+func (s *grpcServer) attach(ctx context.Context, req *pb.Endpoint) (*pb.Endpoint, error) {
+	if req.GetTransport() != ringsDataPath || len(req.GetOpaque()) != 8 {
+		return nil, fail(ctx, Errorf(ClassInvalidArgument, "rings: unknown data path %q", req.GetTransport()))
+	}
+	capacity := binary.LittleEndian.Uint64(req.GetOpaque())
+	if !validRingCapacity(capacity) {
+		return nil, fail(ctx, Errorf(ClassInvalidArgument, "rings: capacity %d", capacity))
+	}
+	s.streamMu.Lock()
+	defer s.streamMu.Unlock()
+	if s.rings != nil || s.streamOn {
+		return nil, fail(ctx, Errorf(ClassFailedPrecondition, "rings: already attached or stream open"))
+	}
+	m, err := MapMemory(MemoryDesc{Kind: MemoryHostShared, Path: req.GetAddress(), Size: ringLayoutSize(capacity)})
+	if err != nil {
+		return nil, fail(ctx, err)
+	}
+	if err := checkRingLayout(m.Bytes(), capacity); err != nil {
+		_ = m.Close()
+		return nil, fail(ctx, err)
+	}
+	pr := &pluginRings{m: m, impl: s.impl, sub: submissionRing(m.Bytes(), capacity), comp: completionRing(m.Bytes(), capacity),
+		stop: make(chan struct{}), stopped: make(chan struct{})}
+	s.rings = pr
+	go pr.consume()
+	return &pb.Endpoint{Transport: ringsDataPath}, nil
+}
+
+// takeRings hands the attached rings to the completion stream, once.
+func (s *grpcServer) takeRings() *pluginRings {
+	s.streamMu.Lock()
+	defer s.streamMu.Unlock()
+	r := s.rings
+	s.rings = nil
+	return r
+}
+
+// pluginRings is the plugin's end: it consumes submissions and produces
+// verdicts and completions.
+type pluginRings struct {
+	m    *Mapping
+	impl Transport
+	sub  *ring // plugin consumes
+
+	compMu sync.Mutex // verdicts (consumer goroutine) and completions (stream goroutine) share it
+	comp   *ring
+
+	stop     chan struct{}
+	stopped  chan struct{}
+	unmapped bool // under compMu
+}
+
+// consume serves Posts until stopped or the host breaks the ring format.
+func (p *pluginRings) consume() {
+	defer close(p.stopped)
+	var buf []byte
+	for {
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		p.sub.wait(p.stop)
+		for {
+			kind, seq, payload, b, ok, err := p.sub.next(buf)
+			buf = b
+			if err != nil || (ok && kind != recPost) {
+				return // a host that breaks the format gets no more verdicts
+			}
+			if !ok {
+				break
+			}
+			p.verdict(seq, p.post(payload))
+		}
+	}
+}
+
+func (p *pluginRings) post(payload []byte) error {
+	var req pb.PostRequest
+	if err := proto.Unmarshal(payload, &req); err != nil {
+		return Errorf(ClassInvalidArgument, "Post: undecodable submission: %v", err)
+	}
+	return p.impl.Post(context.Background(), batchFromPB(&req))
+}
+
+// verdict reports Post's outcome; errors keep their class (unclassified
+// ones become Internal, as over gRPC).
+func (p *pluginRings) verdict(seq uint64, err error) {
+	if err == nil {
+		p.put(recPostOK, seq, nil)
+		return
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		e = Errorf(ClassInternal, "%v", err)
+	}
+	b, _ := proto.Marshal(&pb.Completion{ErrorClass: uint32(e.Class), Detail: truncateDetail(e.Msg)})
+	p.put(recPostErr, seq, b)
+}
+
+// forward moves the transport's completions into the ring until the
+// transport closes its channel or the host goes away; then it releases
+// the rings. Its return ends the stream, after the last completion is in.
+func (p *pluginRings) forward(ctx context.Context, ch <-chan Completion) error {
+	defer p.close()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case c, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			c.Detail = truncateDetail(c.Detail)
+			b, _ := proto.Marshal(completionToPB(c))
+			p.put(recCompletion, 0, b)
+		}
+	}
+}
+
+// put waits for room (the host drains continuously) unless stopping.
+func (p *pluginRings) put(kind uint16, seq uint64, payload []byte) {
+	p.compMu.Lock()
+	defer p.compMu.Unlock()
+	for !p.unmapped {
+		err := p.comp.put(kind, seq, payload)
+		if err == nil {
+			p.comp.publish()
+			return
+		}
+		if !errors.Is(err, errRingFull) || !waitRoom(p.stop) {
+			return
+		}
+		p.comp.publish()
+	}
+}
+
+func (p *pluginRings) close() {
+	close(p.stop)
+	p.sub.interrupt()
+	<-p.stopped
+	p.compMu.Lock()
+	p.unmapped = true
+	_ = p.m.Close()
+	p.compMu.Unlock()
+}
+
+// maxRingDetail bounds a completion's human detail on the ring, so a
+// record always fits.
+const maxRingDetail = 4096
+
+func truncateDetail(s string) string {
+	if len(s) > maxRingDetail {
+		return s[:maxRingDetail]
+	}
+	return s
+}
