@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -123,5 +124,45 @@ func TestLastLine(t *testing.T) {
 	}
 	if got := l.wait(0); got != "failed-precondition: x" {
 		t.Fatalf("lastLine = %q", got)
+	}
+}
+
+// The demo over the mooncake plugin, backed by this project's fake
+// Transfer Engine library (plugins/mooncake/testdata; gcc): with aborts it
+// refuses before any rank starts, naming why; without them every request
+// hands off through real rank and plugin processes (the decode endpoint's
+// opaque part reaches prefill's Connect) with 0 corrupt pages, and the
+// summary says the per-exposure fence is off.
+func TestDemoOverFakeMooncake(t *testing.T) {
+	cc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("gcc not found: cannot build the fake Mooncake library (apt-get install gcc)")
+	}
+	mooncakeBeside(t)
+	lib := filepath.Join(t.TempDir(), "libfake_transfer_engine.so")
+	const src, wire = "../../plugins/mooncake/testdata/", "../../plugins/internal/nocancel/testdata/"
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-pthread", "-o", lib, "-I"+wire,
+		src+"fake_transfer_engine.c", wire+"fakewire.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	t.Setenv("KVFENCE_MOONCAKE_LIB", lib)
+	t.Setenv("TMPDIR", t.TempDir())
+	code, stderr := runCLI(t, agentExe, "demo", "--plugin", "mooncake", "--quiet")
+	if line := strings.TrimRight(stderr, "\n"); code != 2 || strings.Contains(line, "\n") ||
+		!strings.Contains(line, "kvfence: --plugin mooncake: transport kvfence-mooncake cannot revoke a window") {
+		t.Errorf("demo --plugin mooncake with aborts: exit %d, stderr %q; want the refusal, exit 2", code, stderr)
+	}
+	cmd := exec.Command(agentExe, "demo", "--plugin", "mooncake", "--quiet", "--json", "--abort-share", "0",
+		"--requests", "16", "--concurrency", "4", "--page-every", "1ms", "--decode-for", "10ms")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("demo --plugin mooncake --abort-share 0: %v\n%s", err, out)
+	}
+	var s demoSummary
+	if err := json.Unmarshal(out, &s); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if s.Handoffs != 16 || s.CorruptPages != 0 || s.Fence || s.PagesVerified == 0 {
+		t.Fatalf("demo over the fake Mooncake library: %s", out)
 	}
 }
