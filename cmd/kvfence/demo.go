@@ -61,6 +61,9 @@ corrupt page, an exposure still held, or a failed request.`,
 			if restartDecodeAfter < 0 {
 				return usagef("--restart-decode-after must not be negative, got %v", restartDecodeAfter)
 			}
+			if restartDecodeAfter > 0 && o.Plugin != "" && o.Plugin != "tcp" {
+				return usagef("--restart-decode-after runs the embedded TCP plugin; it does not take --plugin %s", o.Plugin)
+			}
 			switch fence {
 			case "auto":
 				// A per-exposure fence is a second line of defence that

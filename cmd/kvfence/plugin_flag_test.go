@@ -54,6 +54,7 @@ func TestPluginFlagRefusals(t *testing.T) {
 		{bench, []string{"bench", "--plugin", "mori"}, "kvfence-plugin-mori not found in"},
 		{agentExe, []string{"__agent", "--plugin", "nixl"}, "run make plugins"},
 		{agentExe, []string{"demo", "--plugin", "verbs"}, "go build -tags rdma -o bin/kvfence-plugin-verbs"},
+		{agentExe, []string{"demo", "--plugin", "nixl", "--restart-decode-after", "1s"}, "it does not take --plugin nixl"},
 	} {
 		code, stderr := runCLI(t, c.exe, c.args...)
 		line := strings.TrimRight(stderr, "\n")
