@@ -187,7 +187,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	}
 	d.hello = peerHello{Role: RoleDecode, Rank: uint32(cfg.Rank), Version: ControlVersion, Instance: cfg.Instance,
 		Caps:          peerCaps{Revoke: info.Capabilities.Revoke, MaxTail: int64(info.Capabilities.MaxTail)},
-		DataTransport: d.data.Transport, DataAddress: d.data.Address, DataAddresses: lanes, SlotBytes: d.slotB, ShardBytes: cfg.ShardBytes,
+		DataTransport: d.data.Transport, DataAddress: d.data.Address, DataOpaque: d.data.Opaque, DataAddresses: lanes, SlotBytes: d.slotB, ShardBytes: cfg.ShardBytes,
 		Checksums: cfg.Checksums}
 	d.Metrics = newMetrics("decode", uint32(cfg.Rank), d.snapshot)
 	d.publish()

@@ -273,7 +273,7 @@ func (p *Prefill) linked(l *link) {
 		p.lanes = p.lanes[:0]
 		for i := 0; i < p.cfg.Lanes; i++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			id, err := p.tr.Connect(ctx, sdk.Endpoint{Transport: l.peer.DataTransport, Address: addrs[i%len(addrs)]})
+			id, err := p.tr.Connect(ctx, sdk.Endpoint{Transport: l.peer.DataTransport, Address: addrs[i%len(addrs)], Opaque: l.peer.DataOpaque})
 			cancel()
 			if err != nil {
 				p.log.Error("connect data lane", "error", err)

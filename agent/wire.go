@@ -77,6 +77,10 @@ type peerHello struct {
 	// Data is the decode data endpoint prefill connects its transport to.
 	DataTransport string `json:"data_transport,omitempty"`
 	DataAddress   string `json:"data_address,omitempty"`
+	// DataOpaque is the endpoint's opaque part (sdk.Endpoint.Opaque: e.g.
+	// the directory address of a mooncake or nixl plugin), passed back
+	// unchanged to Connect.
+	DataOpaque []byte `json:"data_opaque,omitempty"`
 	// DataAddresses, when set, are several ways to the same data endpoint
 	// (NICs, proxies): lane i of a prefill rank uses DataAddresses[i % n].
 	DataAddresses []string `json:"data_addresses,omitempty"`

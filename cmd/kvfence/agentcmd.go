@@ -102,10 +102,10 @@ func newAgentCommand() *cobra.Command {
 	fl.BoolVar(&f.eager, "eager-revoke", false, "revoke as soon as a request aborts (decode)")
 	fl.BoolVar(&f.checksums, "checksums", false, "checksums at commit: computed by prefill, required and checked by decode")
 	fl.DurationSliceVar(&f.delays, "data-delay", nil, "put a delaying proxy on the data path; connection k is delayed by the k-th value, cyclically (decode)")
-	// Advanced: an external transport plugin instead of the embedded TCP one
-	// (e.g. kvfence-plugin-verbs in the Soft-RoCE VM), configured through
-	// its environment.
-	fl.StringVar(&f.plugin, "plugin", "", "transport plugin binary (default: the embedded TCP plugin)")
+	// An external transport plugin instead of the embedded TCP one (e.g.
+	// kvfence-plugin-verbs in the Soft-RoCE VM), configured through its
+	// environment.
+	fl.StringVar(&f.plugin, "plugin", "", pluginFlagHelp)
 	fl.StringArrayVar(&f.pluginEnv, "plugin-env", nil, "K=V added to the plugin's environment (repeatable)")
 	fl.StringVar(&f.pins.SHA256, "plugin-sha256", "", "pin the plugin binary's sha256 (hex); the hashed copy is what runs")
 	fl.BoolVar(&f.pins.RequireCertificate, "require-certificate", false, "refuse a plugin without a valid conformance certificate for its exact sha256")
@@ -130,6 +130,10 @@ func runAgent(f agentFlags) error {
 	case f.maxDeclaredTail != 0 && f.role != "decode":
 		return usagef("--max-declared-tail bounds what prefill ranks declare to a decode rank; it applies to --role decode only")
 	}
+	pluginPath, err := resolvePluginFlag(f.plugin)
+	if err != nil {
+		return err
+	}
 	out := os.Stderr
 	if f.logFile != "" {
 		lf, err := os.Create(f.logFile)
@@ -149,22 +153,10 @@ func runAgent(f agentFlags) error {
 		}
 		tlsCfg = c
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	popts := sdk.OpenOptions{Args: []string{"__plugin-tcp"}, Logger: log.Named("plugin"),
-		Env: append([]string{"KVFENCE_LOG_LEVEL=warn"}, f.pluginEnv...)}
-	if f.plugin != "" {
-		exe, popts.Args = f.plugin, nil
-	}
 	f.pins.SuiteVersions = []string{conformance.SuiteVersion}
-	if err := f.pins.Apply(&popts); err != nil {
-		return err
-	}
-	plug, err := sdk.Open(exe, popts)
+	plug, err := openPlugin(pluginPath, f.pluginEnv, f.pins, log)
 	if err != nil {
-		return fmt.Errorf("open the transport plugin %s: %w", exe, err)
+		return err
 	}
 	defer plug.Close()
 	ctx := context.Background()

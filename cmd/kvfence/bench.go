@@ -72,6 +72,9 @@ read the CI.`,
 			if !knownunsafe.Compiled {
 				return usagef("kvfence bench compares the safe core with the known-unsafe release-on-abort core, which this build leaves out; run it from a build with -tags kvfenceunsafe (go run -tags kvfenceunsafe ./cmd/kvfence bench)")
 			}
+			if err := o.choosePlugin(); err != nil { // plugin_flag.go
+				return err
+			}
 			return runBench(cmd.Context(), o, b)
 		},
 	}
@@ -90,6 +93,7 @@ read the CI.`,
 	fl.DurationSliceVar(&o.Delays, "data-delay", []time.Duration{600 * time.Millisecond, time.Millisecond}, "delaying proxy delays")
 	fl.Uint64Var(&o.Seed, "seed", 1, "seed of rep 1 (rep i uses seed+i-1 in every arm)")
 	fl.BoolVar(&o.TLS, "tls", true, "mutual TLS on the control plane")
+	fl.StringVar(&o.Plugin, "plugin", "", pluginFlagHelp+"; every rank of every arm loads it. Other than tcp: no delaying proxy")
 	fl.BoolVar(&b.asJSON, "json", false, "print one JSON object")
 	fl.BoolVar(&b.checksumArm, "checksums", false, "add a third arm: safe with checksums at commit")
 	fl.StringVar(&b.report, "report", "", "write an HTML report (charts) to this path")

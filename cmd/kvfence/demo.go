@@ -39,6 +39,13 @@ Known-unsafe cores exist only in a build with -tags kvfenceunsafe:
 
   go run -tags kvfenceunsafe ./cmd/kvfence demo --unsafe release-on-abort
 
+--plugin chooses the transport every rank loads (default: the embedded TCP
+plugin): tcp, verbs, mooncake, nixl, mori or a path. A plugin that cannot
+start (a vendor plugin without its library) fails before any rank starts,
+with the plugin's own line; one that cannot revoke and declares an
+unbounded tail is refused with the reason (the demo could not release
+aborted requests' pages in a run).
+
 Every flag is checked before anything starts (exit status 2). The run
 directory (logs, throwaway certificates) is removed at the end unless
 --keep, --dir, or the run failed. The safe core exits 1 if it shows a
@@ -54,6 +61,9 @@ corrupt page, an exposure still held, or a failed request.`,
 			if restartDecodeAfter < 0 {
 				return usagef("--restart-decode-after must not be negative, got %v", restartDecodeAfter)
 			}
+			if restartDecodeAfter > 0 && o.Plugin != "" && o.Plugin != "tcp" {
+				return usagef("--restart-decode-after runs the embedded TCP plugin; it does not take --plugin %s", o.Plugin)
+			}
 			switch fence {
 			case "auto":
 				// A per-exposure fence is a second line of defence that
@@ -66,6 +76,9 @@ corrupt page, an exposure still held, or a failed request.`,
 				o.Fence = false
 			default:
 				return usagef("--fence must be auto, on or off, not %q", fence)
+			}
+			if err := o.choosePlugin(); err != nil { // plugin_flag.go
+				return err
 			}
 			if !quiet {
 				o.Progress = os.Stderr
@@ -140,14 +153,14 @@ corrupt page, an exposure still held, or a failed request.`,
 	_ = fl.MarkHidden("kill-prefill-after")
 	fl.DurationVar(&restartDecodeAfter, "restart-decode-after", 0, "kill -9 the decode rank this long into a first wave of --requests, start a new instance on its control address, then run a second wave (restart test)")
 	_ = fl.MarkHidden("restart-decode-after")
+	fl.StringVar(&o.Plugin, "plugin", "", pluginFlagHelp+"; every rank loads it. Other than tcp: no delaying proxy (--data-delay then only widens the abort window)")
 	// Advanced (the Soft-RoCE VM's late-arrival step, vm/late-arrival.sh):
-	// every rank loads an external transport plugin; no delaying proxy.
-	fl.StringVar(&o.Plugin, "plugin", "", "transport plugin binary for every rank instead of the embedded TCP plugin; no delaying proxy (--data-delay then only widens the abort window)")
+	// the external plugin's environment per role.
 	fl.StringArrayVar(&o.PrefillEnv, "prefill-plugin-env", nil, "K=V for the prefill ranks' plugin environment (repeatable)")
 	fl.StringArrayVar(&o.DecodeEnv, "decode-plugin-env", nil, "K=V for the decode rank's plugin environment (repeatable)")
 	fl.StringSliceVar(&o.DataHosts, "data-hosts", nil, "decode advertises its data endpoint once per host (one QP per lane with the verbs plugin)")
 	fl.StringArrayVar(&o.AgentArgs, "agent-arg", nil, "extra flag for every rank's __agent process, e.g. --agent-arg=--lease=5s (repeatable)")
-	for _, n := range []string{"plugin", "prefill-plugin-env", "decode-plugin-env", "data-hosts", "agent-arg"} {
+	for _, n := range []string{"prefill-plugin-env", "decode-plugin-env", "data-hosts", "agent-arg"} {
 		_ = fl.MarkHidden(n)
 	}
 	return cmd
