@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin/runner"
@@ -29,6 +30,10 @@ type groupRunner struct {
 }
 
 var _ runner.Runner = (*groupRunner)(nil)
+
+// pipeGrace is how long Kill lets the plugin's pipes drain before it
+// closes the host's ends.
+const pipeGrace = time.Second
 
 func newGroupRunner(cmd *exec.Cmd, closeAfterStart ...*os.File) (*groupRunner, error) {
 	outR, outW, err := os.Pipe()
@@ -82,7 +87,10 @@ func (r *groupRunner) Kill(context.Context) error {
 	r.killOnce.Do(func() {
 		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 		_ = p.Kill()
-		_, _ = r.stdout.Close(), r.stderr.Close()
+		// With the group dead the pipes end by themselves; a child that left
+		// the group may still hold them, so close our ends after a grace
+		// period (not at once: that would cut off the plugin's last words).
+		time.AfterFunc(pipeGrace, func() { _, _ = r.stdout.Close(), r.stderr.Close() })
 	})
 	return nil
 }
