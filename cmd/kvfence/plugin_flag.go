@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -59,6 +60,18 @@ func openPlugin(path string, env []string, pins sdk.PluginPins, log hclog.Logger
 	}
 	if err := pins.Apply(&popts); err != nil {
 		return nil, err
+	}
+	if len(popts.SHA256) == 0 && popts.CertificatePolicy == nil {
+		// Unpinned by configuration: pin to the binary as it is now, so
+		// that what runs is the sealed copy of exactly the file hashed here
+		// and logged (no check-then-exec window), never a file swapped in
+		// between.
+		sum, err := sdk.FileSHA256(exe)
+		if err != nil {
+			return nil, err
+		}
+		popts.SHA256 = sum
+		log.Info("plugin pinned to its sha256 at start", "plugin", exe, "sha256", hex.EncodeToString(sum))
 	}
 	said := &lastLine{}
 	popts.Stderr = said
