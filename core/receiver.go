@@ -73,6 +73,7 @@ type Receiver struct {
 	quarantineStart Time
 
 	tails map[RankID]time.Duration // declared by RankTail; only ever grows
+	dead  map[RankID]bool          // declared dead by PeerDead, until it links again (RankTail)
 }
 
 // NewReceiver makes the core of one decode rank at time now. With
@@ -117,10 +118,15 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 // let that rank write here (refuse its Hello). It changes no state that
 // could release anything, so it produces no output and leaves Ready as it
 // was.
+//
+// The caller reports a rank's tail each time the rank links (its Hello): a
+// rank that was declared dead (PeerDead) and links again may be named by
+// admissions again.
 func (r *Receiver) RankTail(rank RankID, tail time.Duration) error {
 	if err := r.CheckTail(rank, tail); err != nil {
 		return err
 	}
+	delete(r.dead, rank)
 	if r.tails == nil {
 		r.tails = make(map[RankID]time.Duration)
 	}
@@ -187,6 +193,11 @@ func (r *Receiver) State(tag Tag) (ExposureState, bool) {
 
 // Admit exposes pages slots for a request that the given prefill ranks will
 // all write, and emits one Assign per rank.
+//
+// An admission that names a rank declared dead (PeerDead, and not linked
+// again since: RankTail) is refused with ErrUnavailable naming that rank,
+// and nothing is exposed: a dead rank never writes, commits or drains, so
+// admitting would only hold the slots until a fence or the bound.
 func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (Tag, error) {
 	r.out.reset()
 	switch {
@@ -202,6 +213,11 @@ func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (T
 			if ranks[i] == ranks[j] {
 				return Tag{}, errorf(ErrInvalidArgument, "request %s: rank %d named twice", key, ranks[i])
 			}
+		}
+	}
+	for _, id := range ranks {
+		if r.dead[id] {
+			return Tag{}, errorf(ErrUnavailable, "request %s: prefill rank %d was declared dead and has not linked again", key, id)
 		}
 	}
 	if _, ok := r.byKey[key]; ok {
@@ -283,10 +299,15 @@ func (r *Receiver) Finish(tag Tag, now Time) error {
 }
 
 // PeerDead aborts every exposure a dead rank was writing. Its writes can
-// stop only by fence or timeout: a dead rank never drains.
+// stop only by fence or timeout: a dead rank never drains. Until the rank
+// links again (RankTail), Admit refuses every request that names it.
 func (r *Receiver) PeerDead(rank RankID, now Time) {
 	r.out.reset()
 	r.metrics.PeerDeaths++
+	if r.dead == nil {
+		r.dead = make(map[RankID]bool)
+	}
+	r.dead[rank] = true
 	for i := 0; i < len(r.list); i++ {
 		e := r.list[i]
 		t := e.track(rank)
