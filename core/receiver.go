@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"time"
 
 	"github.com/kvfence/kvfence/internal/knownunsafe"
@@ -55,6 +56,8 @@ type exposure struct {
 	finished  bool // the decode loop finished it; waiting for revoked
 	lastAbort Time
 	idx       int
+	due       Time // queued in Receiver.timers at this time (may be early)
+	hpos      int  // position + 1 in Receiver.timers; 0 when not queued
 }
 
 // Receiver is the core of one decode rank: it owns the slot pool and every
@@ -65,6 +68,8 @@ type Receiver struct {
 	byKey   map[RequestKey]*exposure
 	list    []*exposure // deterministic iteration order
 	spare   []*exposure
+	timers  deadlines   // exposures by the earliest time Tick may act on them
+	due     []*exposure // scratch for Tick
 	out     Output
 	metrics ReceiverMetrics
 
@@ -239,6 +244,7 @@ func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (T
 	r.byKey[key] = e
 	e.idx = len(r.list)
 	r.list = append(r.list, e)
+	r.timers.schedule(e, lease)
 	r.metrics.Admitted++
 	r.metrics.AssignedSlots += pages
 	for _, id := range ranks {
@@ -292,6 +298,7 @@ func (r *Receiver) Finish(tag Tag, now Time) error {
 	}
 	if r.fenceFirst() && !e.revoked {
 		e.finished = true
+		r.timers.schedule(e, now)
 		return nil
 	}
 	r.release(e, PathCompleted, now)
@@ -315,6 +322,7 @@ func (r *Receiver) PeerDead(rank RankID, now Time) {
 			continue
 		}
 		t.failed, t.dead = true, true
+		r.timers.schedule(e, now) // a dead writer may be fenced at once
 		if e.state == StateAssigned {
 			if r.startAbort(e, ReasonPeerDead, false, now) {
 				i--
@@ -442,6 +450,8 @@ func (r *Receiver) onCommit(e *exposure, t *rankTrack, coverage uint32, now Time
 }
 
 func (r *Receiver) markAcked(e *exposure, t *rankTrack) {
+	// The bound over the ranks that did not ack may now be earlier.
+	r.timers.schedule(e, MinTime)
 	if r.cfg.Unsafe == knownunsafe.SingleAckTarget {
 		for i := range e.ranks {
 			e.ranks[i].acked = true
@@ -499,35 +509,87 @@ func (r *Receiver) Tick(now Time) {
 	if r.quarantine != nil && now >= r.quarantineUntil {
 		r.endQuarantine(PathTimeout, now)
 	}
-	for i := 0; i < len(r.list); i++ {
-		e := r.list[i]
-		switch e.state {
-		case StateAssigned:
-			for j := range e.ranks {
-				if t := &e.ranks[j]; !t.committed && now >= t.lease {
-					if r.startAbort(e, ReasonLeaseLapsed, false, now) {
-						i--
-					}
-					break
-				}
-			}
-		case StateAborting:
-			if now.Sub(e.lastAbort) >= r.cfg.AbortRetransmit {
-				for j := range e.ranks {
-					if t := &e.ranks[j]; !t.acked {
-						r.sendAbort(e, t, now)
-					}
-				}
-			}
-			if r.checkRelease(e, now) {
-				i--
-			}
-		case StateHanded:
-			if e.finished && r.releaseAtBound(e, false, PathCompleted, now) {
-				i--
+	// Only exposures whose time may have come: the rest are untouched.
+	// They are visited in list order, as a walk of the list would.
+	due := r.timers.popDue(now, r.due[:0])
+	slices.SortFunc(due, func(a, b *exposure) int { return a.idx - b.idx })
+	for _, e := range due {
+		if e.hpos != 0 || r.byKey[e.tag.Key()] != e {
+			continue // released, or queued again, by an earlier one in this Tick
+		}
+		r.tickExposure(e, now)
+		if r.byKey[e.tag.Key()] == e {
+			if t, ok := r.nextDue(e); ok {
+				r.timers.schedule(e, t)
 			}
 		}
 	}
+	clear(due)
+	r.due = due[:0]
+}
+
+// tickExposure does what time alone asks of one exposure at now.
+func (r *Receiver) tickExposure(e *exposure, now Time) {
+	switch e.state {
+	case StateAssigned:
+		for j := range e.ranks {
+			if t := &e.ranks[j]; !t.committed && now >= t.lease {
+				r.startAbort(e, ReasonLeaseLapsed, false, now)
+				return
+			}
+		}
+	case StateAborting:
+		if now.Sub(e.lastAbort) >= r.cfg.AbortRetransmit {
+			for j := range e.ranks {
+				if t := &e.ranks[j]; !t.acked {
+					r.sendAbort(e, t, now)
+				}
+			}
+		}
+		r.checkRelease(e, now)
+	case StateHanded:
+		if e.finished {
+			r.releaseAtBound(e, false, PathCompleted, now)
+		}
+	}
+}
+
+// nextDue is the earliest time tickExposure may act on e while no input
+// touches it, and false if only an input can make it act. Every condition
+// of tickExposure that time alone can make true is a "now >= x": nextDue
+// is the smallest such x.
+func (r *Receiver) nextDue(e *exposure) (Time, bool) {
+	switch e.state {
+	case StateAssigned:
+		due := MaxTime
+		for j := range e.ranks {
+			if t := &e.ranks[j]; !t.committed {
+				due = min(due, t.lease)
+			}
+		}
+		return due, true
+	case StateAborting:
+		due := r.releaseDue(e, !e.allAcked())
+		if !e.allAcked() {
+			due = min(due, e.lastAbort.Add(r.cfg.AbortRetransmit))
+		}
+		return due, true
+	case StateHanded:
+		if e.finished {
+			return r.releaseDue(e, false), true
+		}
+	}
+	return 0, false
+}
+
+// releaseDue is the earliest time releaseAtBound(e, unacked) may act: the
+// write bound, and with a revoke asked for, past its longest tail too.
+func (r *Receiver) releaseDue(e *exposure, unacked bool) Time {
+	bound, tail := r.writeBound(e, unacked)
+	if r.cfg.CanRevoke && e.revoking {
+		bound = max(bound, e.revokeAt.Add(tail).Add(r.cfg.ClockMargin))
+	}
+	return bound
 }
 
 // startAbort moves an assigned exposure to Aborting. It reports whether the
@@ -567,6 +629,7 @@ func (r *Receiver) startAbort(e *exposure, reason Reason, reject bool, now Time)
 	if r.cfg.CanRevoke && r.cfg.EagerRevoke {
 		r.requestRevoke(e, now)
 	}
+	r.timers.schedule(e, now)
 	return r.checkRelease(e, now)
 }
 
@@ -691,6 +754,7 @@ func (r *Receiver) release(e *exposure, path ReleasePath, now Time) {
 	}
 	r.metrics.Released[path]++
 	r.pool.give(e.slots)
+	r.timers.remove(e)
 	r.out.Releases = append(r.out.Releases, Release{Tag: e.tag, Slots: e.slots, Path: path, Held: held})
 	delete(r.byKey, e.tag.Key())
 	last := r.list[len(r.list)-1]
