@@ -126,8 +126,17 @@ type Sender struct {
 	runHead   int
 	lastHB    Time
 	hbStarted bool
-	out       Output
-	metrics   SenderMetrics
+
+	// Timers: a Tick looks only at entries that are due (timerheap.go).
+	leaseTimers   timerHeap[streamKey]  // a stream's lease minus the skew margin
+	bootTimers    timerHeap[RequestKey] // a request's bootstrap timeout
+	tombTimers    timerHeap[streamKey]  // a stream tombstone's end
+	reqTombTimers timerHeap[RequestKey] // a request tombstone's end
+	dueStreams    []*stream             // scratch for Tick
+	dueReqs       []*request            // scratch for Tick
+	hbTags        [][]Tag               // per-peer heartbeat tag lists, reused
+	out           Output
+	metrics       SenderMetrics
 
 	peers       []RankID  // scratch for heartbeats
 	scratch     []*stream // scratch for loops that change req.streams

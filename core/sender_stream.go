@@ -118,7 +118,9 @@ func (s *Sender) addTomb(key streamKey, lease Time, state StreamState, ev DrainE
 	if s.cfg.Unsafe == knownunsafe.NoTombstones {
 		return
 	}
-	s.tombs[key] = tombstone{until: lease.Add(s.cfg.SkewMargin), state: state, evidence: ev}
+	until := lease.Add(s.cfg.SkewMargin)
+	s.tombs[key] = tombstone{until: until, state: state, evidence: ev}
+	s.tombTimers.push(until, key)
 }
 
 func (s *Sender) newStream(key streamKey, lease Time) *stream {
@@ -134,6 +136,8 @@ func (s *Sender) newStream(key streamKey, lease Time) *stream {
 	st.idx = len(s.list)
 	s.list = append(s.list, st)
 	s.streams[key] = st
+	// Grants only move the lease later: the entry is early, never late.
+	s.leaseTimers.push(lease.Add(-s.cfg.SkewMargin), key)
 	return st
 }
 
@@ -272,6 +276,10 @@ func (s *Sender) entomb(st *stream, ev DrainEvidence) {
 				req.streams = append(req.streams[:i], req.streams[i+1:]...)
 				break
 			}
+		}
+		if len(req.streams) == 0 && !req.ended {
+			// No stream left: the bootstrap timeout applies again.
+			s.bootTimers.push(req.openedAt.Add(s.cfg.BootstrapTimeout), req.key)
 		}
 	}
 	for _, b := range st.batches {
