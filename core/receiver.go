@@ -56,8 +56,7 @@ type exposure struct {
 	finished  bool // the decode loop finished it; waiting for revoked
 	lastAbort Time
 	idx       int
-	due       Time // queued in Receiver.timers at this time (may be early)
-	hpos      int  // position + 1 in Receiver.timers; 0 when not queued
+	timerSlot // in Receiver.timers
 }
 
 // Receiver is the core of one decode rank: it owns the slot pool and every
@@ -68,8 +67,8 @@ type Receiver struct {
 	byKey   map[RequestKey]*exposure
 	list    []*exposure // deterministic iteration order
 	spare   []*exposure
-	timers  deadlines   // exposures by the earliest time Tick may act on them
-	due     []*exposure // scratch for Tick
+	timers  deadlines[*exposure] // by the earliest time Tick may act on them
+	due     []*exposure          // scratch for Tick
 	out     Output
 	metrics ReceiverMetrics
 

@@ -21,7 +21,7 @@ func (s *Sender) Open(key RequestKey, pages int, now Time) error {
 	req.key, req.pages, req.openedAt, req.idx = key, uint32(pages), now, len(s.reqList)
 	s.requests[key] = req
 	s.reqList = append(s.reqList, req)
-	s.bootTimers.push(now.Add(s.cfg.BootstrapTimeout), key)
+	s.bootTimers.schedule(req, now.Add(s.cfg.BootstrapTimeout))
 	if ws, ok := s.waiting[key]; ok {
 		for _, st := range ws {
 			s.bind(st, req)
@@ -188,6 +188,7 @@ func (s *Sender) settleRequest(req *request) {
 		return
 	}
 	delete(s.requests, req.key)
+	s.bootTimers.remove(req)
 	last := s.reqList[len(s.reqList)-1]
 	s.reqList[req.idx] = last
 	last.idx = req.idx

@@ -132,24 +132,14 @@ func (s *Sender) Tick(now Time) {
 	// Only timers that are due; each is checked against the current state
 	// (an entry may be early or stale) and visited in list order, as a walk
 	// of every stream and request would.
-	due := s.dueStreams[:0]
-	for {
-		k, ok := s.leaseTimers.popDue(now)
-		if !ok {
-			break
-		}
-		if st := s.streams[k]; st != nil && (st.state == StreamWaiting || st.state == StreamSending) {
-			due = append(due, st)
-		}
-	}
+	due := s.leaseTimers.popDue(now, s.dueStreams[:0])
 	slices.SortFunc(due, func(a, b *stream) int { return a.idx - b.idx })
-	due = slices.Compact(due)
 	for _, st := range due {
 		if s.streams[st.key] != st || (st.state != StreamWaiting && st.state != StreamSending) {
-			continue // it ended earlier in this Tick
+			continue // it ended by an input: only inputs act on it now
 		}
 		if lapse := st.lease.Add(-s.cfg.SkewMargin); now < lapse {
-			s.leaseTimers.push(lapse, st.key) // a Grant moved it
+			s.leaseTimers.schedule(st, lapse) // a Grant moved it
 			continue
 		}
 		if st.req != nil && st.req.finished && s.donePosting(st) {
@@ -166,24 +156,14 @@ func (s *Sender) Tick(now Time) {
 	clear(due)
 	s.dueStreams = due[:0]
 
-	reqs := s.dueReqs[:0]
-	for {
-		k, ok := s.bootTimers.popDue(now)
-		if !ok {
-			break
-		}
-		if req := s.requests[k]; req != nil && !req.ended && len(req.streams) == 0 {
-			reqs = append(reqs, req)
-		}
-	}
+	reqs := s.bootTimers.popDue(now, s.dueReqs[:0])
 	slices.SortFunc(reqs, func(a, b *request) int { return a.idx - b.idx })
-	reqs = slices.Compact(reqs)
 	for _, req := range reqs {
 		if s.requests[req.key] != req || req.ended || len(req.streams) > 0 {
-			continue
+			continue // assigned (entomb queues it again if its streams end) or ended
 		}
 		if deadline := req.openedAt.Add(s.cfg.BootstrapTimeout); now < deadline {
-			s.bootTimers.push(deadline, req.key)
+			s.bootTimers.schedule(req, deadline)
 			continue
 		}
 		s.cancel(req, ReasonBootstrapTimeout, now)

@@ -137,7 +137,7 @@ func (s *Sender) newStream(key streamKey, lease Time) *stream {
 	s.list = append(s.list, st)
 	s.streams[key] = st
 	// Grants only move the lease later: the entry is early, never late.
-	s.leaseTimers.push(lease.Add(-s.cfg.SkewMargin), key)
+	s.leaseTimers.schedule(st, lease.Add(-s.cfg.SkewMargin))
 	return st
 }
 
@@ -266,6 +266,7 @@ func (s *Sender) ackKey(key streamKey, ev DrainEvidence) {
 func (s *Sender) entomb(st *stream, ev DrainEvidence) {
 	s.addTomb(st.key, st.lease, st.state, ev)
 	delete(s.streams, st.key)
+	s.leaseTimers.remove(st)
 	last := s.list[len(s.list)-1]
 	s.list[st.idx] = last
 	last.idx = st.idx
@@ -279,7 +280,7 @@ func (s *Sender) entomb(st *stream, ev DrainEvidence) {
 		}
 		if len(req.streams) == 0 && !req.ended {
 			// No stream left: the bootstrap timeout applies again.
-			s.bootTimers.push(req.openedAt.Add(s.cfg.BootstrapTimeout), req.key)
+			s.bootTimers.schedule(req, req.openedAt.Add(s.cfg.BootstrapTimeout))
 		}
 	}
 	for _, b := range st.batches {
