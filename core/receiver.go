@@ -297,7 +297,7 @@ func (r *Receiver) Finish(tag Tag, now Time) error {
 	}
 	if r.fenceFirst() && !e.revoked {
 		e.finished = true
-		r.timers.schedule(e, now)
+		r.timers.schedule(e, MinTime)
 		return nil
 	}
 	r.release(e, PathCompleted, now)
@@ -321,7 +321,7 @@ func (r *Receiver) PeerDead(rank RankID, now Time) {
 			continue
 		}
 		t.failed, t.dead = true, true
-		r.timers.schedule(e, now) // a dead writer may be fenced at once
+		r.timers.schedule(e, MinTime) // a dead writer may be fenced at once
 		if e.state == StateAssigned {
 			if r.startAbort(e, ReasonPeerDead, false, now) {
 				i--
@@ -628,12 +628,14 @@ func (r *Receiver) startAbort(e *exposure, reason Reason, reject bool, now Time)
 	if r.cfg.CanRevoke && r.cfg.EagerRevoke {
 		r.requestRevoke(e, now)
 	}
-	r.timers.schedule(e, now)
+	r.timers.schedule(e, MinTime)
 	return r.checkRelease(e, now)
 }
 
 func (r *Receiver) sendAbort(e *exposure, t *rankTrack, now Time) {
 	e.lastAbort = now
+	// Later than the queued time unless the clock went backwards.
+	r.timers.schedule(e, now.Add(r.cfg.AbortRetransmit))
 	kind := KindAbort
 	if e.rejected {
 		kind = KindReject

@@ -205,6 +205,7 @@ func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*
 					used[sl] = true
 				}
 			}
+			checkTimers(t, r, now, step)
 			m := r.Metrics()
 			if got := r.FreeSlots() + m.AssignedSlots + m.HeldSlots + m.HandedSlots + m.QuarantinedSlots; got != cfg.Slots || len(used)+r.FreeSlots() != cfg.Slots {
 				t.Fatalf("%s: slots do not add up: free %d + %+v, shadow %d", step, r.FreeSlots(), m, len(used))
@@ -300,6 +301,23 @@ func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*
 				dead[rk] = true
 			}
 			check(fmt.Sprintf("step %d at %v", i, time.Duration(now)))
+		}
+	}
+}
+
+// checkTimers checks the timer queue's promise: every exposure that time
+// alone can make Tick act on is queued no later than that time (or, if that
+// time passed, for the next Tick), so a Tick that looks only at due entries
+// acts as a walk of every exposure would.
+func checkTimers(t *rapid.T, r *Receiver, now Time, step string) {
+	for _, e := range r.list {
+		due, ok := r.nextDue(e)
+		if !ok {
+			continue
+		}
+		if e.hpos == 0 || e.due > max(due, now) {
+			t.Fatalf("%s: %s (%s) may be due at %d but is queued at %d (queued %v): a Tick would miss it",
+				step, e.tag, e.state, due, e.due, e.hpos != 0)
 		}
 	}
 }
