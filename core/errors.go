@@ -16,6 +16,7 @@ var (
 	ErrAlreadyExists      = errdefs.AlreadyExists
 	ErrResourceExhausted  = errdefs.ResourceExhausted
 	ErrFailedPrecondition = errdefs.FailedPrecondition
+	ErrUnavailable        = errdefs.Unavailable
 )
 
 func errorf(class error, format string, args ...any) error {

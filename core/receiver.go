@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"time"
 
 	"github.com/kvfence/kvfence/internal/knownunsafe"
@@ -55,6 +56,7 @@ type exposure struct {
 	finished  bool // the decode loop finished it; waiting for revoked
 	lastAbort Time
 	idx       int
+	timerSlot // in Receiver.timers
 }
 
 // Receiver is the core of one decode rank: it owns the slot pool and every
@@ -65,6 +67,8 @@ type Receiver struct {
 	byKey   map[RequestKey]*exposure
 	list    []*exposure // deterministic iteration order
 	spare   []*exposure
+	timers  deadlines[*exposure] // by the earliest time Tick may act on them
+	due     []*exposure          // scratch for Tick
 	out     Output
 	metrics ReceiverMetrics
 
@@ -73,6 +77,7 @@ type Receiver struct {
 	quarantineStart Time
 
 	tails map[RankID]time.Duration // declared by RankTail; only ever grows
+	dead  map[RankID]bool          // declared dead by PeerDead, until it links again (RankTail)
 }
 
 // NewReceiver makes the core of one decode rank at time now. With
@@ -117,10 +122,15 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 // let that rank write here (refuse its Hello). It changes no state that
 // could release anything, so it produces no output and leaves Ready as it
 // was.
+//
+// The caller reports a rank's tail each time the rank links (its Hello): a
+// rank that was declared dead (PeerDead) and links again may be named by
+// admissions again.
 func (r *Receiver) RankTail(rank RankID, tail time.Duration) error {
 	if err := r.CheckTail(rank, tail); err != nil {
 		return err
 	}
+	delete(r.dead, rank)
 	if r.tails == nil {
 		r.tails = make(map[RankID]time.Duration)
 	}
@@ -187,6 +197,11 @@ func (r *Receiver) State(tag Tag) (ExposureState, bool) {
 
 // Admit exposes pages slots for a request that the given prefill ranks will
 // all write, and emits one Assign per rank.
+//
+// An admission that names a rank declared dead (PeerDead, and not linked
+// again since: RankTail) is refused with ErrUnavailable naming that rank,
+// and nothing is exposed: a dead rank never writes, commits or drains, so
+// admitting would only hold the slots until a fence or the bound.
 func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (Tag, error) {
 	r.out.reset()
 	switch {
@@ -202,6 +217,11 @@ func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (T
 			if ranks[i] == ranks[j] {
 				return Tag{}, errorf(ErrInvalidArgument, "request %s: rank %d named twice", key, ranks[i])
 			}
+		}
+	}
+	for _, id := range ranks {
+		if r.dead[id] {
+			return Tag{}, errorf(ErrUnavailable, "request %s: prefill rank %d was declared dead and has not linked again", key, id)
 		}
 	}
 	if _, ok := r.byKey[key]; ok {
@@ -223,6 +243,7 @@ func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (T
 	r.byKey[key] = e
 	e.idx = len(r.list)
 	r.list = append(r.list, e)
+	r.timers.schedule(e, lease)
 	r.metrics.Admitted++
 	r.metrics.AssignedSlots += pages
 	for _, id := range ranks {
@@ -276,6 +297,7 @@ func (r *Receiver) Finish(tag Tag, now Time) error {
 	}
 	if r.fenceFirst() && !e.revoked {
 		e.finished = true
+		r.timers.schedule(e, MinTime)
 		return nil
 	}
 	r.release(e, PathCompleted, now)
@@ -283,10 +305,15 @@ func (r *Receiver) Finish(tag Tag, now Time) error {
 }
 
 // PeerDead aborts every exposure a dead rank was writing. Its writes can
-// stop only by fence or timeout: a dead rank never drains.
+// stop only by fence or timeout: a dead rank never drains. Until the rank
+// links again (RankTail), Admit refuses every request that names it.
 func (r *Receiver) PeerDead(rank RankID, now Time) {
 	r.out.reset()
 	r.metrics.PeerDeaths++
+	if r.dead == nil {
+		r.dead = make(map[RankID]bool)
+	}
+	r.dead[rank] = true
 	for i := 0; i < len(r.list); i++ {
 		e := r.list[i]
 		t := e.track(rank)
@@ -294,6 +321,7 @@ func (r *Receiver) PeerDead(rank RankID, now Time) {
 			continue
 		}
 		t.failed, t.dead = true, true
+		r.timers.schedule(e, MinTime) // a dead writer may be fenced at once
 		if e.state == StateAssigned {
 			if r.startAbort(e, ReasonPeerDead, false, now) {
 				i--
@@ -421,6 +449,8 @@ func (r *Receiver) onCommit(e *exposure, t *rankTrack, coverage uint32, now Time
 }
 
 func (r *Receiver) markAcked(e *exposure, t *rankTrack) {
+	// The bound over the ranks that did not ack may now be earlier.
+	r.timers.schedule(e, MinTime)
 	if r.cfg.Unsafe == knownunsafe.SingleAckTarget {
 		for i := range e.ranks {
 			e.ranks[i].acked = true
@@ -478,35 +508,87 @@ func (r *Receiver) Tick(now Time) {
 	if r.quarantine != nil && now >= r.quarantineUntil {
 		r.endQuarantine(PathTimeout, now)
 	}
-	for i := 0; i < len(r.list); i++ {
-		e := r.list[i]
-		switch e.state {
-		case StateAssigned:
-			for j := range e.ranks {
-				if t := &e.ranks[j]; !t.committed && now >= t.lease {
-					if r.startAbort(e, ReasonLeaseLapsed, false, now) {
-						i--
-					}
-					break
-				}
-			}
-		case StateAborting:
-			if now.Sub(e.lastAbort) >= r.cfg.AbortRetransmit {
-				for j := range e.ranks {
-					if t := &e.ranks[j]; !t.acked {
-						r.sendAbort(e, t, now)
-					}
-				}
-			}
-			if r.checkRelease(e, now) {
-				i--
-			}
-		case StateHanded:
-			if e.finished && r.releaseAtBound(e, false, PathCompleted, now) {
-				i--
+	// Only exposures whose time may have come: the rest are untouched.
+	// They are visited in list order, as a walk of the list would.
+	due := r.timers.popDue(now, r.due[:0])
+	slices.SortFunc(due, func(a, b *exposure) int { return a.idx - b.idx })
+	for _, e := range due {
+		if e.hpos != 0 || r.byKey[e.tag.Key()] != e {
+			continue // released, or queued again, by an earlier one in this Tick
+		}
+		r.tickExposure(e, now)
+		if r.byKey[e.tag.Key()] == e {
+			if t, ok := r.nextDue(e); ok {
+				r.timers.schedule(e, t)
 			}
 		}
 	}
+	clear(due)
+	r.due = due[:0]
+}
+
+// tickExposure does what time alone asks of one exposure at now.
+func (r *Receiver) tickExposure(e *exposure, now Time) {
+	switch e.state {
+	case StateAssigned:
+		for j := range e.ranks {
+			if t := &e.ranks[j]; !t.committed && now >= t.lease {
+				r.startAbort(e, ReasonLeaseLapsed, false, now)
+				return
+			}
+		}
+	case StateAborting:
+		if now.Sub(e.lastAbort) >= r.cfg.AbortRetransmit {
+			for j := range e.ranks {
+				if t := &e.ranks[j]; !t.acked {
+					r.sendAbort(e, t, now)
+				}
+			}
+		}
+		r.checkRelease(e, now)
+	case StateHanded:
+		if e.finished {
+			r.releaseAtBound(e, false, PathCompleted, now)
+		}
+	}
+}
+
+// nextDue is the earliest time tickExposure may act on e while no input
+// touches it, and false if only an input can make it act. Every condition
+// of tickExposure that time alone can make true is a "now >= x": nextDue
+// is the smallest such x.
+func (r *Receiver) nextDue(e *exposure) (Time, bool) {
+	switch e.state {
+	case StateAssigned:
+		due := MaxTime
+		for j := range e.ranks {
+			if t := &e.ranks[j]; !t.committed {
+				due = min(due, t.lease)
+			}
+		}
+		return due, true
+	case StateAborting:
+		due := r.releaseDue(e, !e.allAcked())
+		if !e.allAcked() {
+			due = min(due, e.lastAbort.Add(r.cfg.AbortRetransmit))
+		}
+		return due, true
+	case StateHanded:
+		if e.finished {
+			return r.releaseDue(e, false), true
+		}
+	}
+	return 0, false
+}
+
+// releaseDue is the earliest time releaseAtBound(e, unacked) may act: the
+// write bound, and with a revoke asked for, past its longest tail too.
+func (r *Receiver) releaseDue(e *exposure, unacked bool) Time {
+	bound, tail := r.writeBound(e, unacked)
+	if r.cfg.CanRevoke && e.revoking {
+		bound = max(bound, e.revokeAt.Add(tail).Add(r.cfg.ClockMargin))
+	}
+	return bound
 }
 
 // startAbort moves an assigned exposure to Aborting. It reports whether the
@@ -546,11 +628,14 @@ func (r *Receiver) startAbort(e *exposure, reason Reason, reject bool, now Time)
 	if r.cfg.CanRevoke && r.cfg.EagerRevoke {
 		r.requestRevoke(e, now)
 	}
+	r.timers.schedule(e, MinTime)
 	return r.checkRelease(e, now)
 }
 
 func (r *Receiver) sendAbort(e *exposure, t *rankTrack, now Time) {
 	e.lastAbort = now
+	// Later than the queued time unless the clock went backwards.
+	r.timers.schedule(e, now.Add(r.cfg.AbortRetransmit))
 	kind := KindAbort
 	if e.rejected {
 		kind = KindReject
@@ -670,6 +755,7 @@ func (r *Receiver) release(e *exposure, path ReleasePath, now Time) {
 	}
 	r.metrics.Released[path]++
 	r.pool.give(e.slots)
+	r.timers.remove(e)
 	r.out.Releases = append(r.out.Releases, Release{Tag: e.tag, Slots: e.slots, Path: path, Held: held})
 	delete(r.byKey, e.tag.Key())
 	last := r.list[len(r.list)-1]

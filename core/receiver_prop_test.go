@@ -205,12 +205,14 @@ func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*
 					used[sl] = true
 				}
 			}
+			checkTimers(t, r, now, step)
 			m := r.Metrics()
 			if got := r.FreeSlots() + m.AssignedSlots + m.HeldSlots + m.HandedSlots + m.QuarantinedSlots; got != cfg.Slots || len(used)+r.FreeSlots() != cfg.Slots {
 				t.Fatalf("%s: slots do not add up: free %d + %+v, shadow %d", step, r.FreeSlots(), m, len(used))
 			}
 		}
 		ranks := []RankID{0, 1}
+		dead := map[RankID]bool{} // declared dead and not linked again
 		steps := rapid.IntRange(1, 80).Draw(t, "steps")
 		for i := 0; i < steps; i++ {
 			now = times.step(t, now)
@@ -219,7 +221,20 @@ func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*
 				key := RequestKey{Room: uint64(rapid.IntRange(0, 2).Draw(t, "room")), Gen: uint64(rapid.IntRange(0, 3).Draw(t, "gen"))}
 				rs := ranks[:rapid.IntRange(1, 2).Draw(t, "nranks")]
 				pages := rapid.IntRange(1, 3).Draw(t, "pages")
+				before := r.Metrics()
 				tag, err := r.Admit(key, rs, pages, now)
+				namesDead := false
+				for _, rk := range rs {
+					namesDead = namesDead || dead[rk]
+				}
+				switch {
+				case namesDead && !errors.Is(err, ErrUnavailable):
+					t.Fatalf("admission %s naming a dead rank (ranks %v) not refused as unavailable: %v", key, rs, err)
+				case namesDead && (r.Metrics().Admitted != before.Admitted || len(r.Ready().Messages) != 0):
+					t.Fatalf("refused admission %s exposed memory or sent messages", key)
+				case !namesDead && errors.Is(err, ErrUnavailable):
+					t.Fatalf("admission %s of live ranks %v refused as unavailable: %v", key, rs, err)
+				}
 				if err == nil {
 					s := &shadowExposure{ranks: append([]RankID(nil), rs...), committed: map[RankID]uint32{}, drained: map[RankID]bool{}, lease: map[RankID]Time{}}
 					for _, m := range r.Ready().Messages {
@@ -273,9 +288,36 @@ func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*
 					_ = r.Finish(tag, now)
 				}
 			case 9:
-				r.PeerDead(RankID(rapid.IntRange(0, 1).Draw(t, "dead")), now)
+				rk := RankID(rapid.IntRange(0, 1).Draw(t, "dead"))
+				if dead[rk] && rapid.Bool().Draw(t, "relink") {
+					// The rank links again: its Hello reports its tail.
+					if err := r.RankTail(rk, tails[rk]); err != nil {
+						t.Fatalf("relink of rank %d: %v", rk, err)
+					}
+					delete(dead, rk)
+					break
+				}
+				r.PeerDead(rk, now)
+				dead[rk] = true
 			}
 			check(fmt.Sprintf("step %d at %v", i, time.Duration(now)))
+		}
+	}
+}
+
+// checkTimers checks the timer queue's promise: every exposure that time
+// alone can make Tick act on is queued no later than that time (or, if that
+// time passed, for the next Tick), so a Tick that looks only at due entries
+// acts as a walk of every exposure would.
+func checkTimers(t *rapid.T, r *Receiver, now Time, step string) {
+	for _, e := range r.list {
+		due, ok := r.nextDue(e)
+		if !ok {
+			continue
+		}
+		if e.hpos == 0 || e.due > max(due, now) {
+			t.Fatalf("%s: %s (%s) may be due at %d but is queued at %d (queued %v): a Tick would miss it",
+				step, e.tag, e.state, due, e.due, e.hpos != 0)
 		}
 	}
 }

@@ -63,18 +63,19 @@ type tombstone struct {
 }
 
 type request struct {
-	key      RequestKey
-	pages    uint32 // pages the engine will produce at most
-	ready    uint32 // pages computed so far
-	total    uint32 // final page count once finished (may be short: truncation)
-	finished bool
-	ended    bool // aborted, rejected or closed: no new streams
-	rejected bool
-	closed   bool
-	failed   bool // the engine was told (Failure)
-	openedAt Time
-	streams  []*stream // live streams only
-	idx      int
+	key       RequestKey
+	pages     uint32 // pages the engine will produce at most
+	ready     uint32 // pages computed so far
+	total     uint32 // final page count once finished (may be short: truncation)
+	finished  bool
+	ended     bool // aborted, rejected or closed: no new streams
+	rejected  bool
+	closed    bool
+	failed    bool // the engine was told (Failure)
+	openedAt  Time
+	streams   []*stream // live streams only
+	idx       int
+	timerSlot // in Sender.bootTimers while the bootstrap timeout may apply
 }
 
 type stream struct {
@@ -91,6 +92,7 @@ type stream struct {
 	anyQuiesced bool
 	idx         int
 	queued      bool
+	timerSlot   // in Sender.leaseTimers while it may lapse
 }
 
 type batch struct {
@@ -126,8 +128,17 @@ type Sender struct {
 	runHead   int
 	lastHB    Time
 	hbStarted bool
-	out       Output
-	metrics   SenderMetrics
+
+	// Timers: a Tick looks only at entries that are due (timerheap.go).
+	leaseTimers   deadlines[*stream]    // a stream's lease minus the skew margin
+	bootTimers    deadlines[*request]   // a request's bootstrap timeout
+	tombTimers    timerHeap[streamKey]  // a stream tombstone's end
+	reqTombTimers timerHeap[RequestKey] // a request tombstone's end
+	dueStreams    []*stream             // scratch for Tick
+	dueReqs       []*request            // scratch for Tick
+	hbTags        [][]Tag               // per-peer heartbeat tag lists, reused
+	out           Output
+	metrics       SenderMetrics
 
 	peers       []RankID  // scratch for heartbeats
 	scratch     []*stream // scratch for loops that change req.streams

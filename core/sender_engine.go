@@ -21,6 +21,7 @@ func (s *Sender) Open(key RequestKey, pages int, now Time) error {
 	req.key, req.pages, req.openedAt, req.idx = key, uint32(pages), now, len(s.reqList)
 	s.requests[key] = req
 	s.reqList = append(s.reqList, req)
+	s.bootTimers.schedule(req, now.Add(s.cfg.BootstrapTimeout))
 	if ws, ok := s.waiting[key]; ok {
 		for _, st := range ws {
 			s.bind(st, req)
@@ -174,7 +175,9 @@ func (s *Sender) tombstoneRequest(key RequestKey, now Time) {
 	if s.cfg.Unsafe == knownunsafe.NoTombstones {
 		return
 	}
-	s.reqTombs[key] = now.Add(s.cfg.RequestTombstone)
+	until := now.Add(s.cfg.RequestTombstone)
+	s.reqTombs[key] = until
+	s.reqTombTimers.push(until, key)
 }
 
 // settleRequest gives the source pages back once the engine is done with
@@ -185,6 +188,7 @@ func (s *Sender) settleRequest(req *request) {
 		return
 	}
 	delete(s.requests, req.key)
+	s.bootTimers.remove(req)
 	last := s.reqList[len(s.reqList)-1]
 	s.reqList[req.idx] = last
 	last.idx = req.idx

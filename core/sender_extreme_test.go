@@ -34,7 +34,7 @@ func TestSenderExtremeLeases(t *testing.T) {
 		var batches []BatchID
 		for i, steps := 0, rapid.IntRange(1, 40).Draw(t, "steps"); i < steps; i++ {
 			now = extremeTimes.step(t, now)
-			switch rapid.IntRange(0, 6).Draw(t, "op") {
+			switch rapid.IntRange(0, 8).Draw(t, "op") {
 			case 0:
 				_ = s.Open(key, 4, now)
 			case 1:
@@ -58,7 +58,12 @@ func TestSenderExtremeLeases(t *testing.T) {
 				}
 			case 6:
 				s.Step(Message{Kind: KindAbort, Tag: tag, Rank: 0, Decode: 100, LeaseUntil: MaxTime}, now)
+			case 7:
+				_ = s.Finish(key, rapid.IntRange(1, 4).Draw(t, "total"), now)
+			case 8:
+				_ = s.Close(key, now)
 			}
+			checkSenderTimers(t, s, i)
 			for _, p := range s.Ready().Posts {
 				batches = append(batches, p.Batch)
 				if lease == nil || big.NewInt(int64(now)).Cmp(new(big.Int).Sub(lease, big.NewInt(int64(cfg.SkewMargin)))) >= 0 {
@@ -67,4 +72,45 @@ func TestSenderExtremeLeases(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkSenderTimers checks the timer queues' promise: every stream whose
+// lease may still lapse, every request the bootstrap timeout may end and
+// every tombstone is queued no later than its time, so a Tick that looks
+// only at due entries acts as a walk of every stream and request would.
+func checkSenderTimers(t *rapid.T, s *Sender, step int) {
+	for _, st := range s.list {
+		if st.state != StreamWaiting && st.state != StreamSending || st.req != nil && st.req.finished && s.donePosting(st) {
+			continue
+		}
+		if lapse := st.lease.Add(-s.cfg.SkewMargin); st.hpos == 0 || st.due > lapse {
+			t.Fatalf("step %d: stream %v lapses at %d but is queued at %d (queued %v)", step, st.key, lapse, st.due, st.hpos != 0)
+		}
+	}
+	for _, req := range s.reqList {
+		if req.ended || len(req.streams) > 0 {
+			continue
+		}
+		if end := req.openedAt.Add(s.cfg.BootstrapTimeout); req.hpos == 0 || req.due > end {
+			t.Fatalf("step %d: request %s times out at %d but is queued at %d (queued %v)", step, req.key, end, req.due, req.hpos != 0)
+		}
+	}
+	for k, tb := range s.tombs {
+		queued := false
+		for _, e := range s.tombTimers {
+			queued = queued || e.key == k && e.at <= tb.until
+		}
+		if !queued {
+			t.Fatalf("step %d: tombstone %v (until %d) has no timer", step, k, tb.until)
+		}
+	}
+	for k, until := range s.reqTombs {
+		queued := false
+		for _, e := range s.reqTombTimers {
+			queued = queued || e.key == k && e.at <= until
+		}
+		if !queued {
+			t.Fatalf("step %d: request tombstone %s (until %d) has no timer", step, k, until)
+		}
+	}
 }

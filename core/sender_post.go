@@ -1,6 +1,10 @@
 package core
 
-import "github.com/kvfence/kvfence/internal/knownunsafe"
+import (
+	"slices"
+
+	"github.com/kvfence/kvfence/internal/knownunsafe"
+)
 
 // This file: posting batches, their completions and quiescence, and the
 // rank's timers.
@@ -125,41 +129,64 @@ func (s *Sender) forget(b *batch) {
 // expire.
 func (s *Sender) Tick(now Time) {
 	s.out.reset()
-	for i := 0; i < len(s.list); i++ {
-		st := s.list[i]
-		if (st.state == StreamWaiting || st.state == StreamSending) &&
-			now >= st.lease.Add(-s.cfg.SkewMargin) && (st.req == nil || !st.req.finished || !s.donePosting(st)) {
-			s.metrics.LeaseLapses++
-			req := st.req
-			n := len(s.list)
-			s.fail(st, ReasonLeaseLapsed)
-			s.maybeAck(st)
-			if req != nil {
-				s.settleRequest(req)
-			}
-			if len(s.list) < n {
-				i-- // it became a tombstone; another stream moved here
-			}
+	// Only timers that are due; each is checked against the current state
+	// (an entry may be early or stale) and visited in list order, as a walk
+	// of every stream and request would.
+	due := s.leaseTimers.popDue(now, s.dueStreams[:0])
+	slices.SortFunc(due, func(a, b *stream) int { return a.idx - b.idx })
+	for _, st := range due {
+		if s.streams[st.key] != st || (st.state != StreamWaiting && st.state != StreamSending) {
+			continue // it ended by an input: only inputs act on it now
+		}
+		if lapse := st.lease.Add(-s.cfg.SkewMargin); now < lapse {
+			s.leaseTimers.schedule(st, lapse) // a Grant moved it
+			continue
+		}
+		if st.req != nil && st.req.finished && s.donePosting(st) {
+			continue // everything posted: it ends by its completions, never by its lease
+		}
+		s.metrics.LeaseLapses++
+		req := st.req
+		s.fail(st, ReasonLeaseLapsed)
+		s.maybeAck(st)
+		if req != nil {
+			s.settleRequest(req)
 		}
 	}
-	for i := 0; i < len(s.reqList); i++ {
-		req := s.reqList[i]
-		if !req.ended && len(req.streams) == 0 && now.Sub(req.openedAt) >= s.cfg.BootstrapTimeout {
-			n := len(s.reqList)
-			s.cancel(req, ReasonBootstrapTimeout, now)
-			if len(s.reqList) < n {
-				i--
-			}
+	clear(due)
+	s.dueStreams = due[:0]
+
+	reqs := s.bootTimers.popDue(now, s.dueReqs[:0])
+	slices.SortFunc(reqs, func(a, b *request) int { return a.idx - b.idx })
+	for _, req := range reqs {
+		if s.requests[req.key] != req || req.ended || len(req.streams) > 0 {
+			continue // assigned (entomb queues it again if its streams end) or ended
 		}
+		if deadline := req.openedAt.Add(s.cfg.BootstrapTimeout); now < deadline {
+			s.bootTimers.schedule(req, deadline)
+			continue
+		}
+		s.cancel(req, ReasonBootstrapTimeout, now)
 	}
-	// Deletes only: map order cannot change any output.
-	for k, tb := range s.tombs {
-		if now >= tb.until {
+	clear(reqs)
+	s.dueReqs = reqs[:0]
+
+	// Deletes only: their order cannot change any output.
+	for {
+		k, ok := s.tombTimers.popDue(now)
+		if !ok {
+			break
+		}
+		if tb, ok := s.tombs[k]; ok && now >= tb.until {
 			delete(s.tombs, k)
 		}
 	}
-	for k, until := range s.reqTombs {
-		if now >= until {
+	for {
+		k, ok := s.reqTombTimers.popDue(now)
+		if !ok {
+			break
+		}
+		if until, ok := s.reqTombs[k]; ok && now >= until {
 			delete(s.reqTombs, k)
 		}
 	}
@@ -184,8 +211,12 @@ func (s *Sender) heartbeats(now Time) {
 			s.peers = append(s.peers, st.key.decode)
 		}
 	}
-	for _, p := range s.peers {
-		m := Message{Kind: KindHeartbeat, Rank: s.cfg.Rank, Decode: p}
+	for len(s.hbTags) < len(s.peers) {
+		s.hbTags = append(s.hbTags, nil)
+	}
+	for i, p := range s.peers {
+		// The tag lists are reused: an Output is valid until the next input.
+		m := Message{Kind: KindHeartbeat, Rank: s.cfg.Rank, Decode: p, Tags: s.hbTags[i][:0]}
 		for _, st := range s.list {
 			if st.key.decode != p {
 				continue
@@ -196,6 +227,7 @@ func (s *Sender) heartbeats(now Time) {
 				st.lease = now.Add(s.cfg.Unsafe.SelfLease()) // the bug: a lease nobody granted
 			}
 		}
+		s.hbTags[i] = m.Tags
 		s.metrics.Heartbeats++
 		s.out.Messages = append(s.out.Messages, Envelope{To: p, Msg: m})
 	}

@@ -118,7 +118,9 @@ func (s *Sender) addTomb(key streamKey, lease Time, state StreamState, ev DrainE
 	if s.cfg.Unsafe == knownunsafe.NoTombstones {
 		return
 	}
-	s.tombs[key] = tombstone{until: lease.Add(s.cfg.SkewMargin), state: state, evidence: ev}
+	until := lease.Add(s.cfg.SkewMargin)
+	s.tombs[key] = tombstone{until: until, state: state, evidence: ev}
+	s.tombTimers.push(until, key)
 }
 
 func (s *Sender) newStream(key streamKey, lease Time) *stream {
@@ -134,6 +136,8 @@ func (s *Sender) newStream(key streamKey, lease Time) *stream {
 	st.idx = len(s.list)
 	s.list = append(s.list, st)
 	s.streams[key] = st
+	// Grants only move the lease later: the entry is early, never late.
+	s.leaseTimers.schedule(st, lease.Add(-s.cfg.SkewMargin))
 	return st
 }
 
@@ -262,6 +266,7 @@ func (s *Sender) ackKey(key streamKey, ev DrainEvidence) {
 func (s *Sender) entomb(st *stream, ev DrainEvidence) {
 	s.addTomb(st.key, st.lease, st.state, ev)
 	delete(s.streams, st.key)
+	s.leaseTimers.remove(st)
 	last := s.list[len(s.list)-1]
 	s.list[st.idx] = last
 	last.idx = st.idx
@@ -272,6 +277,10 @@ func (s *Sender) entomb(st *stream, ev DrainEvidence) {
 				req.streams = append(req.streams[:i], req.streams[i+1:]...)
 				break
 			}
+		}
+		if len(req.streams) == 0 && !req.ended {
+			// No stream left: the bootstrap timeout applies again.
+			s.bootTimers.schedule(req, req.openedAt.Add(s.cfg.BootstrapTimeout))
 		}
 	}
 	for _, b := range st.batches {

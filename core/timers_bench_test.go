@@ -1,0 +1,164 @@
+package core
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/internal/knownunsafe"
+)
+
+// timerSizes are the live-request counts the timer benchmarks compare: the
+// cost per tick and per input must not grow with them.
+var timerSizes = []int{100, 10_000, 100_000}
+
+// BenchmarkReceiverTick: one decode Tick every 10 ms of clock with live
+// exposures assigned and nothing due, plus one commit cycle per tick so the
+// queue changes as it would in service.
+func BenchmarkReceiverTick(b *testing.B) {
+	for _, live := range timerSizes {
+		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
+			p := newBenchPair(b, live, knownunsafe.Safe)
+			step := func() {
+				p.now = p.now.Add(10 * time.Millisecond)
+				p.r.Tick(p.now)
+				p.fromR()
+				p.flush()
+			}
+			for i := 0; i < 64; i++ {
+				step()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				step()
+			}
+		})
+	}
+}
+
+// BenchmarkSenderTick: one prefill Tick every 10 ms of clock with live
+// streams and nothing due, heartbeats off (a period of an hour).
+func BenchmarkSenderTick(b *testing.B) {
+	for _, live := range timerSizes {
+		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
+			p := newBenchPair(b, live, knownunsafe.Safe)
+			step := func() {
+				p.now = p.now.Add(10 * time.Millisecond)
+				p.s.Tick(p.now)
+				p.fromS()
+				p.flush()
+			}
+			for i := 0; i < 64; i++ {
+				step()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				step()
+			}
+		})
+	}
+}
+
+// newTimerPair is a bench pair whose live background exposures were admitted
+// 2^62 ns (146 years) of clock ahead (their leases never lapse while the
+// benchmark's clock runs from zero), with a lease short enough that the tombstones of
+// the benchmark's own requests expire within a few ticks: what is measured
+// is the steady state, tombstone expiry included.
+func newTimerPair(b *testing.B, live int) *benchPair {
+	return newTimerPairBeat(b, live, 2*time.Hour)
+}
+
+func newTimerPairBeat(b *testing.B, live int, heartbeat time.Duration) *benchPair {
+	r, err := NewReceiver(ReceiverConfig{Instance: 1, Self: 100, Slots: (live + 64) * benchPages, SlotBytes: 4096,
+		Lease: 50 * time.Millisecond, MaxHold: 100 * time.Millisecond, MaxTail: time.Millisecond, ClockMargin: time.Millisecond}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := NewSender(SenderConfig{Rank: 0, SkewMargin: time.Millisecond, MaxInflight: 1 << 30, MaxBatchPages: 2,
+		Heartbeat: heartbeat, RequestTombstone: time.Millisecond, BootstrapTimeout: 2 * time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := &benchPair{r: r, s: s, live: live, now: Time(1 << 62)}
+	for i := 0; i < live; i++ {
+		key := p.next()
+		if _, err := r.Admit(key, []RankID{0}, benchPages, p.now); err != nil {
+			b.Fatal(err)
+		}
+		p.fromR()
+		p.flush()
+		if err := s.Open(key, benchPages, p.now); err != nil {
+			b.Fatal(err)
+		}
+		p.fromS()
+		p.flush()
+	}
+	p.now = 0
+	return p
+}
+
+// BenchmarkSteadyState: per op, one commit cycle and one abort cycle (the
+// inputs), then 10 ms of clock and a Tick on each side, with live requests
+// in the background; the tombstones of earlier ops expire as it runs.
+func BenchmarkSteadyState(b *testing.B) {
+	for _, live := range timerSizes {
+		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
+			p := newTimerPair(b, live)
+			op := func() {
+				p.commitCycle()
+				p.abortCycle()
+				p.now = p.now.Add(10 * time.Millisecond)
+				p.r.Tick(p.now)
+				p.fromR()
+				p.flush()
+				p.s.Tick(p.now)
+				p.fromS()
+				p.flush()
+			}
+			for i := 0; i < 64; i++ { // warm the pools, maps and timer queues
+				op()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				op()
+			}
+			b.StopTimer()
+			if m := p.s.Metrics(); m.Tombstones > 64 || m.Requests != live {
+				b.Fatalf("not a steady state: %d tombstones, %d requests (want %d)", m.Tombstones, m.Requests, live)
+			}
+		})
+	}
+}
+
+// BenchmarkHeartbeat: one prefill heartbeat (its Tick when the 10 ms period
+// passed) and decode's handling of it. Its cost still grows with the live
+// requests it names: the wire heartbeat lists every live tag (see
+// docs/design.md §3); this measures how much.
+func BenchmarkHeartbeat(b *testing.B) {
+	for _, live := range timerSizes {
+		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
+			p := newTimerPairBeat(b, live, 10*time.Millisecond)
+			op := func() {
+				p.now = p.now.Add(10 * time.Millisecond)
+				p.s.Tick(p.now)
+				p.fromS()
+				p.flush()
+			}
+			for i := 0; i < 64; i++ {
+				op()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				op()
+			}
+			b.StopTimer()
+			if m := p.s.Metrics(); m.Streams != live {
+				b.Fatalf("%d live streams, want %d", m.Streams, live)
+			}
+		})
+	}
+}
