@@ -6,9 +6,9 @@
 //
 // It owns the scenarios and the judge. It must never reach into a plugin
 // (only the sdk contract and signals), and never weaken a judgement to let
-// a plugin pass: the conformance suite is the certification; this is the
-// part of it that applies to transports without Revoke, until the suite
-// certifies those itself.
+// a plugin pass. The conformance suite is the certification (profile
+// grant-only, CertifyOverFake); these scenarios add the measured fault
+// behaviours of each backend on top of it.
 package nocanceltest
 
 import (
