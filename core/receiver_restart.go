@@ -205,3 +205,10 @@ func (r *Receiver) TargetRestarted(target int, now Time) error {
 	r.targets[target].restarting = false
 	return nil
 }
+
+// Admitting reports whether some target instance takes new exposures (false
+// only while every one is being restarted: Admit would refuse).
+func (r *Receiver) Admitting() bool {
+	_, ok := r.pickTarget()
+	return ok
+}
