@@ -17,8 +17,8 @@ var (
 // TestSimSafe: the real core shows no violation of I1–I7 on any seed.
 func TestSimSafe(t *testing.T) {
 	s := Sweep(knownunsafe.Safe, *firstSeed, *seeds, false)
-	t.Logf("safe: %d seeds, %d steps, %d handoffs, releases drained/fenced/timeout/completed %v, %d late writes held, %d fenced writes, %d lying-rank writes held",
-		s.Seeds, s.Steps, s.Handoffs, s.Released[:4], s.LateWrites, s.Fenced, s.Rogue)
+	t.Logf("safe: %d seeds, %d steps, %d handoffs, releases drained/fenced/timeout/completed %v, %d late writes held, %d fenced writes, %d lying-rank writes held, %d target restarts",
+		s.Seeds, s.Steps, s.Handoffs, s.Released[:4], s.LateWrites, s.Fenced, s.Rogue, s.TargetRestarts)
 	if s.Violations > 0 {
 		t.Fatalf("%d of %d seeds violate an invariant; first:\n%s", s.Violations, s.Seeds, s.First)
 	}
