@@ -42,7 +42,7 @@ safe_restart_quarantine |pass|-DNG=1 -DDRST=1 -DDRST_QUAR -DLOSS=0 -DDUP=0
 safe_ng2_slot_reuse     |pass|-DNG=2 -DLEASE=1 -DTAIL=1 -DMAXHB=0 -DLOSS=0 -DDUP=0 -DCRASH=0 -DTRUNC=0
 safe_ng1_writer_tail    |pass|-DNG=1 -DTAIL1=3 -DLOSS=0 -DDUP=0
 safe_ng1_liar_revoke    |pass|-DNG=1 -DREVOKE -DLIAR -DLOSS=0 -DDUP=0
-safe_ng2_restart_fence  |pass|-DNG=2 -DRESTART -DUNB0 -DLOSS=0 -DDUP=0
+safe_ng1_restart_fence  |pass|-DNG=1 -DRESTART -DUNB0 -DLOSS=0 -DDUP=0
 '
 MUTANTS='
 release_on_abort          |fail|-DNG=1 -DM_RELEASE_ON_ABORT                 |I1_isolation

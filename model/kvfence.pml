@@ -130,6 +130,9 @@ bit viol = 0;           /* ghost for LTL */
 #define NT 2
 byte tgt[GN];
 bit rq[NT];
+#define ADMITTING && !(rq[0] && rq[1])   /* Admit refuses while every instance restarts */
+#else
+#define ADMITTING
 #endif
 /* names that appear in spin's "assertion violated" line (hidden: not in the state vector) */
 hidden byte I1_isolation = 1;
@@ -178,6 +181,9 @@ void cnorm(void) {
       now.hbc[k] = 0;
       if (now.ws[k] != W_INFL && now.ws[k] != W_INDOUBT) now.ws[k] = W_QUIESCED;
     }
+#endif
+#ifdef RESTART
+    if (now.revoked[g]) now.mv[k] = 0;   /* reaped: a write bound to it can never land */
 #endif
 #ifndef M_IGNORE_GEN
     if (g < now.cur) for (t = 0; t < 4; t++) if (now.toD[t*NW + k]) { now.toD[t*NW + k] = 0; now.npend--; }
@@ -329,14 +335,14 @@ inline reap(i) {
 active proctype Decode() {
 end:
   do
-  :: AT( dst == D_FREE && cur < NG && dq == 0 ->
+  :: AT( dst == D_FREE && cur < NG && dq == 0 ADMITTING ->
        cur++;
 #ifdef M_IGNORE_GEN
        if :: room[cur] = 1 :: room[cur] = 2 fi;
 #endif
        dst = D_ASSIGNED;
 #ifdef RESTART
-       if :: !rq[0] -> tgt[cur] = 0 :: !rq[1] -> tgt[cur] = 1 fi;
+       if :: !rq[0] -> tgt[cur] = 0 :: else -> tgt[cur] = 1 fi;   /* the core's choice: the first not restarting */
 #endif
        committed[0] = 0; committed[1] = 0; acked[0] = 0; acked[1] = 0;
        dl[0] = BOUNDR(0); dl[1] = BOUNDR(1);
