@@ -40,6 +40,11 @@ type ReceiverConfig struct {
 	// quarantined until revoked or until MaxHold + MaxTail + ClockMargin
 	// (longer if a rank declares a longer tail meanwhile: RankTail).
 	Restarted bool
+	// RestartFence lets holds on a transport that cannot revoke end by
+	// restarting the target plugin instance (receiver_restart.go). With it,
+	// a rank may declare a tail above MaxDeclaredTail (unbounded): its holds
+	// end by that fence, never by timeout.
+	RestartFence RestartFenceConfig
 
 	// Unsafe selects a known-unsafe variant. Only the simulation, the tests
 	// and the demo can set it (the type is internal to this module).
@@ -63,6 +68,9 @@ func (c *ReceiverConfig) validate() error {
 	case c.MaxDeclaredTail < c.MaxTail:
 		return errorf(ErrInvalidArgument, "MaxDeclaredTail %v shorter than this receiver's own MaxTail %v: a rank on the same transport would be refused",
 			c.MaxDeclaredTail, c.MaxTail)
+	}
+	if err := c.RestartFence.validate(); err != nil {
+		return err
 	}
 	if c.AbortRetransmit <= 0 {
 		c.AbortRetransmit = c.Lease / 2

@@ -18,5 +18,8 @@
 // transport can revoke), slots go back only after their keys are revoked,
 // whatever the ranks' acks say. Time arithmetic saturates, and a declared
 // tail above the configured maximum is refused, so that no peer's or
-// configuration's duration can wrap a bound into an early release.
+// configuration's duration can wrap a bound into an early release. Where
+// the transport cannot revoke, a restart fence (receiver_restart.go) ends a
+// hold by restarting the target plugin instance that serves it: its holds go
+// back as fenced only once the caller reports the process reaped.
 package core

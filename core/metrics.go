@@ -16,6 +16,8 @@ type ReceiverMetrics struct {
 	ShortCoverage   uint64 // commits that covered fewer pages than assigned
 	PeerDeaths      uint64
 	Grants          uint64
+	TargetRestarts  uint64 // restarts of a target plugin instance asked for (restart fence)
+	RestartFailed   uint64 // live exposures a restart failed: its blast radius
 
 	AssignedSlots    int // exposed, being written
 	HeldSlots        int // aborting: held until drained, fenced or timeout

@@ -100,6 +100,7 @@ type Output struct {
 	Posts          []Post
 	Quiesces       []Quiesce
 	Revokes        []Revoke
+	Restarts       []RestartTarget
 	Handoffs       []Handoff
 	Releases       []Release
 	Failures       []Failure
@@ -112,6 +113,7 @@ func (o *Output) reset() {
 	o.Posts = o.Posts[:0]
 	o.Quiesces = o.Quiesces[:0]
 	o.Revokes = o.Revokes[:0]
+	o.Restarts = o.Restarts[:0]
 	o.Handoffs = o.Handoffs[:0]
 	o.Releases = o.Releases[:0]
 	o.Failures = o.Failures[:0]
@@ -121,6 +123,6 @@ func (o *Output) reset() {
 
 // Empty reports whether the output asks for nothing.
 func (o *Output) Empty() bool {
-	return len(o.Messages)+len(o.Posts)+len(o.Quiesces)+len(o.Revokes)+len(o.Handoffs)+
+	return len(o.Messages)+len(o.Posts)+len(o.Quiesces)+len(o.Revokes)+len(o.Restarts)+len(o.Handoffs)+
 		len(o.Releases)+len(o.Failures)+len(o.Sent)+len(o.SourceReleases) == 0
 }

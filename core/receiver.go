@@ -56,7 +56,8 @@ type exposure struct {
 	finished  bool // the decode loop finished it; waiting for revoked
 	lastAbort Time
 	idx       int
-	timerSlot // in Receiver.timers
+	timerSlot     // in Receiver.timers
+	target    int // the target plugin instance that serves it (restart fence)
 }
 
 // Receiver is the core of one decode rank: it owns the slot pool and every
@@ -78,6 +79,8 @@ type Receiver struct {
 
 	tails map[RankID]time.Duration // declared by RankTail; only ever grows
 	dead  map[RankID]bool          // declared dead by PeerDead, until it links again (RankTail)
+
+	targets []targetState // restart fence: one per target instance (receiver_restart.go)
 }
 
 // NewReceiver makes the core of one decode rank at time now. With
@@ -152,7 +155,9 @@ func (r *Receiver) CheckTail(rank RankID, tail time.Duration) error {
 	switch {
 	case tail < 0:
 		return errorf(ErrInvalidArgument, "rank %d: declared transport tail must not be negative, got %v", rank, tail)
-	case tail > r.cfg.MaxDeclaredTail:
+	case tail > r.cfg.MaxDeclaredTail && !r.restartFenced():
+		// Above the maximum only with a restart fence: such holds end by
+		// restarting the target instance, never by timeout.
 		return errorf(ErrInvalidArgument, "rank %d: declared transport tail %v is above this decode rank's maximum %v (MaxDeclaredTail): every hold over its writes would last that long",
 			rank, tail, r.cfg.MaxDeclaredTail)
 	}
@@ -230,7 +235,12 @@ func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (T
 	if r.pool.Free() < pages {
 		return Tag{}, errorf(ErrResourceExhausted, "request %s needs %d slots, %d free", key, pages, r.pool.Free())
 	}
+	target, ok := r.pickTarget()
+	if !ok {
+		return Tag{}, errorf(ErrResourceExhausted, "request %s: every target instance is restarting", key)
+	}
 	e := r.newExposure()
+	r.attachTarget(e, target)
 	e.tag = Tag{Instance: r.cfg.Instance, Room: key.Room, Gen: key.Gen}
 	e.state = StateAssigned
 	e.slots = r.pool.take(e.slots, pages)
@@ -525,6 +535,9 @@ func (r *Receiver) Tick(now Time) {
 	}
 	clear(due)
 	r.due = due[:0]
+	// With a restart fence configured, this walks the aborting exposures
+	// (receiver_restart.go): O(live) only on such decode ranks.
+	r.tickRestart(now)
 }
 
 // tickExposure does what time alone asks of one exposure at now.
@@ -754,6 +767,7 @@ func (r *Receiver) release(e *exposure, path ReleasePath, now Time) {
 		r.metrics.HandedSlots -= len(e.slots)
 	}
 	r.metrics.Released[path]++
+	r.detachTarget(e)
 	r.pool.give(e.slots)
 	r.timers.remove(e)
 	r.out.Releases = append(r.out.Releases, Release{Tag: e.tag, Slots: e.slots, Path: path, Held: held})

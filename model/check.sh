@@ -42,6 +42,7 @@ safe_restart_quarantine |pass|-DNG=1 -DDRST=1 -DDRST_QUAR -DLOSS=0 -DDUP=0
 safe_ng2_slot_reuse     |pass|-DNG=2 -DLEASE=1 -DTAIL=1 -DMAXHB=0 -DLOSS=0 -DDUP=0 -DCRASH=0 -DTRUNC=0
 safe_ng1_writer_tail    |pass|-DNG=1 -DTAIL1=3 -DLOSS=0 -DDUP=0
 safe_ng1_liar_revoke    |pass|-DNG=1 -DREVOKE -DLIAR -DLOSS=0 -DDUP=0
+safe_ng1_restart_fence  |pass|-DNG=1 -DRESTART -DUNB0 -DLOSS=0 -DDUP=0
 '
 MUTANTS='
 release_on_abort          |fail|-DNG=1 -DM_RELEASE_ON_ABORT                 |I1_isolation
@@ -62,6 +63,7 @@ release_on_remote_failure |fail|-DNG=1 -DM_RELEASE_ON_REMOTE_FAIL           |I1_
 own_tail_only             |fail|-DNG=1 -DTAIL1=3 -DM_OWN_TAIL -DLOSS=0 -DDUP=0|I1_isolation
 release_on_drain_ack      |fail|-DNG=1 -DREVOKE -DLIAR -DM_RELEASE_ON_DRAIN_ACK -DLOSS=0 -DDUP=0|I1_isolation
 liar_without_fence        |fail|-DNG=1 -DLIAR -DLOSS=0 -DDUP=0             |I1_isolation
+release_before_reap       |fail|-DNG=2 -DRESTART -DUNB0 -DM_RELEASE_BEFORE_REAP -DLOSS=0 -DDUP=0|I1_isolation
 '
 FULL_SAFE='
 safe_ng1_all_faults        |pass|-DNG=1

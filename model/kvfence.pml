@@ -15,7 +15,14 @@
 #ifndef TAIL1
 #define TAIL1 TAIL      /* rank 1's own transport tail, declared to decode (rank 0's is TAIL) */
 #endif
+#ifdef UNB0
+/* rank 0's transport declares an unbounded tail: its write is posted with tl = 0, which
+   never clears mv by time (Tick clears mv only when tl counts down to 0), and decode never
+   times out a hold over it. Only the restart fence (RESTART) ends such a hold. */
+#define TAILR(r) ((r) == 1 -> TAIL1 : 0)
+#else
 #define TAILR(r) ((r) == 1 -> TAIL1 : TAIL)
+#endif
 #ifndef LEASE
 #define LEASE 2         /* lease granted by decode, in decode ticks */
 #endif
@@ -116,6 +123,17 @@ byte crashb = CRASH;
 bit toR[3*NW];
 bit toD[4*NW];
 bit viol = 0;           /* ghost for LTL */
+#ifdef RESTART
+/* restart fence: two target plugin instances serve decode; each tag is bound at admission
+   to one that is not restarting; rq[i]: a restart of instance i was asked for, its process
+   not yet reaped. The reap stops every write of every tag bound to it (revoked[g]). */
+#define NT 2
+byte tgt[GN];
+bit rq[NT];
+#define ADMITTING && !(rq[0] && rq[1])   /* Admit refuses while every instance restarts */
+#else
+#define ADMITTING
+#endif
 /* names that appear in spin's "assertion violated" line (hidden: not in the state vector) */
 hidden byte I1_isolation = 1;
 hidden byte I2_handoff_all_committed = 1;
@@ -137,7 +155,11 @@ hidden byte I5_failed_not_complete = 1;
 #define TOREL ((acked[0] || acked[1]) || (dl[0] == 0 && dl[1] == 0))
 #else
 #define ALLACK (acked[0] && acked[1])
+#ifdef UNB0
+#define TOREL (acked[0] && (acked[1] || dl[1] == 0))   /* no time bound over rank 0's writes */
+#else
 #define TOREL ((acked[0] || dl[0] == 0) && (acked[1] || dl[1] == 0))
+#endif
 #endif
 
 byte npend = 0;          /* number of distinct messages in flight (function of the bits) */
@@ -159,6 +181,9 @@ void cnorm(void) {
       now.hbc[k] = 0;
       if (now.ws[k] != W_INFL && now.ws[k] != W_INDOUBT) now.ws[k] = W_QUIESCED;
     }
+#endif
+#ifdef RESTART
+    if (now.revoked[g]) now.mv[k] = 0;   /* reaped: a write bound to it can never land */
 #endif
 #ifndef M_IGNORE_GEN
     if (g < now.cur) for (t = 0; t < 4; t++) if (now.toD[t*NW + k]) { now.toD[t*NW + k] = 0; now.npend--; }
@@ -283,6 +308,26 @@ inline dhandle(t,r,g) {
   fi
 }
 
+#ifdef RESTART
+/* instance i's process is reaped: no write bound to it can land any more; the hold of the
+   current exposure on it goes back (Released{fenced}); a live one fails first */
+inline reap(i) {
+  rq[i] = 0;
+  revoked[1] = revoked[1] || (tgt[1] == i && cur >= 1);
+#if NG >= 2
+  revoked[2] = revoked[2] || (tgt[2] == i && cur >= 2);
+#endif
+#if NG >= 3
+  revoked[3] = revoked[3] || (tgt[3] == i && cur >= 3);
+#endif
+  if
+  :: dst == D_ASSIGNED && tgt[cur] == i -> startAbort(); release()
+  :: dst == D_ABORTING && tgt[cur] == i -> release()
+  :: else -> skip
+  fi
+}
+#endif
+
 #define DRECV(t,r,g) :: AT( toD[MD(t,r,g)] -> dhandle(t,r,g) )
 #define DRECVG(g) DRECV(CMT,0,g) DRECV(CMT,1,g) DRECV(FAL,0,g) DRECV(FAL,1,g) \
                   DRECV(DAK,0,g) DRECV(DAK,1,g) DRECV(HBT,0,g) DRECV(HBT,1,g)
@@ -290,12 +335,15 @@ inline dhandle(t,r,g) {
 active proctype Decode() {
 end:
   do
-  :: AT( dst == D_FREE && cur < NG && dq == 0 ->
+  :: AT( dst == D_FREE && cur < NG && dq == 0 ADMITTING ->
        cur++;
 #ifdef M_IGNORE_GEN
        if :: room[cur] = 1 :: room[cur] = 2 fi;
 #endif
        dst = D_ASSIGNED;
+#ifdef RESTART
+       if :: !rq[0] -> tgt[cur] = 0 :: else -> tgt[cur] = 1 fi;   /* the core's choice: the first not restarting */
+#endif
        committed[0] = 0; committed[1] = 0; acked[0] = 0; acked[1] = 0;
        dl[0] = BOUNDR(0); dl[1] = BOUNDR(1);
 #ifndef ONEWAY
@@ -325,6 +373,17 @@ end:
        release() )
 #ifdef REVOKE
   :: AT( dst == D_ABORTING -> revoked[cur] = 1; release() ) /* Released{fenced} */
+#endif
+#ifdef RESTART
+  /* a hold that must end sooner than its bound (any time: past the threshold, a dead
+     writer, an unbounded tail): ask for its instance's restart */
+  :: AT( dst == D_ABORTING && !rq[tgt[cur]] -> rq[tgt[cur]] = 1
+#ifdef M_RELEASE_BEFORE_REAP
+       ; release()                                       /* mutant: holds back before the reap */
+#endif
+     )
+  :: AT( rq[0] -> reap(0) )
+  :: AT( rq[1] -> reap(1) )
 #endif
 #if DRST > 0
   :: AT( drb > 0 && dst != D_FREE -> drb--;                /* decode restart: new instance */
@@ -414,7 +473,7 @@ inline rabort(r,g) {
        rs[IX(r,g)] = R_COMMITTED; gcomm[IX(r,g)] = 1; lr[IX(r,g)] = 0; sendD(CMT,r,g) ) \
   :: AT( rs[IX(r,g)] == R_SENDING && (ws[IX(r,g)] == W_FDEF || ws[IX(r,g)] == W_INDOUBT) -> \
        rs[IX(r,g)] = R_FAILED; lr[IX(r,g)] = 0; sendD(FAL,r,g) ) \
-  :: AT( (rs[IX(r,g)] == R_FAILED || rs[IX(r,g)] == R_DRAINING) && \
+  :: AT( (rs[IX(r,g)] == R_FAILED || rs[IX(r,g)] == R_DRAINING) && QUIESCABLE(r) && \
               (ws[IX(r,g)] == W_INFL || ws[IX(r,g)] == W_INDOUBT) -> \
        ws[IX(r,g)] = W_QUIESCED; mv[IX(r,g)] = 0 )                 /* Quiesce */ \
   :: AT( (rs[IX(r,g)] == R_FAILED || rs[IX(r,g)] == R_DRAINING) && \
@@ -423,6 +482,12 @@ inline rabort(r,g) {
   :: AT( (rs[IX(r,g)] == R_SENDING || rs[IX(r,g)] == R_FAILED || rs[IX(r,g)] == R_DRAINING) \
               && hbc[IX(r,g)] < MAXHB -> hbc[IX(r,g)]++; sendD(HBT,r,g); rhb(r,g) ) \
   MUT_ACK(r,g) FORGETSTEP(r,g) LIESTEP(r,g)
+
+#ifdef UNB0
+#define QUIESCABLE(r) ((r) != 0)   /* an unbounded write never quiesces: rank 0 cannot drain it */
+#else
+#define QUIESCABLE(r) 1
+#endif
 
 #ifdef LIAR
 /* rank 0 lies (buggy or hostile): it acks its drain while its write still moves,

@@ -37,6 +37,10 @@ type decodeNode struct {
 	exposed  map[core.Tag][]uint32 // each tag's slots, as its Assign named them
 	tagReq   map[core.Tag]*simReq
 	admitted map[core.Tag]int64
+	// restart fence: the process epoch of each target instance, and the
+	// instance (and epoch) each tag was bound to at Assign
+	epochs    []uint64
+	tagTarget map[core.Tag]targetRef
 }
 
 type prefillNode struct {
@@ -136,6 +140,7 @@ func newCluster(cfg Config) *cluster {
 	c := &cluster{cfg: cfg, rng: rng, reqs: map[core.RequestKey]*simReq{},
 		flights: map[flightKey]*flight{}, pending: map[streamRef]int{}}
 	c.p = drawProfile(rng)
+	c.p.drawRestart(cfg.Seed)
 	if cfg.Tweak != nil {
 		cfg.Tweak(&c.p)
 	}
@@ -178,18 +183,21 @@ func (c *cluster) startDecode(d *decodeNode, restarted bool) {
 	d.exposed = map[core.Tag][]uint32{}
 	d.tagReq = map[core.Tag]*simReq{}
 	d.admitted = map[core.Tag]int64{}
+	d.tagTarget = map[core.Tag]targetRef{}
+	d.epochs = make([]uint64, c.p.Targets)
 	r, err := core.NewReceiver(core.ReceiverConfig{
 		Instance: d.inst, Self: d.id, Slots: c.p.Slots, SlotBytes: 4096,
 		Lease: tdur(lease), MaxHold: tdur(maxHold), MaxTail: tdur(maxTail), ClockMargin: tdur(maxSkew),
 		CanRevoke: c.p.CanRevoke, EagerRevoke: c.p.EagerRevoke, Restarted: restarted, Unsafe: c.cfg.Variant,
+		RestartFence: c.p.restartFence(),
 	}, c.dnow(d))
 	if err != nil {
 		panic(err)
 	}
 	// Every prefill rank declares its transport's tail when it links (its
 	// Hello comes before any Assign can reach it), a restart included.
-	for i, tail := range c.p.Tails {
-		if err := r.RankTail(core.RankID(i), tdur(tail)); err != nil {
+	for i := range c.p.Tails {
+		if err := r.RankTail(core.RankID(i), tdur(c.p.declaredTail(i))); err != nil {
 			panic(err)
 		}
 	}
@@ -253,6 +261,9 @@ func (c *cluster) run() {
 		if c.sch.now > runLimit && !c.stopped {
 			c.violate("I6", "run did not settle within %dms: %s", runLimit/1e6, c.unsettledReason())
 		}
+	}
+	for _, d := range c.decodes {
+		c.countBlastRadius(d)
 	}
 }
 

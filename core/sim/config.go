@@ -52,6 +52,15 @@ type Profile struct {
 	// (docs/failure-paths.md).
 	Liar   int
 	LieFor int64
+
+	// The restart fence (restart.go), drawn only without a revoking
+	// transport: Targets target instances per decode rank (0: no restart
+	// fence), restarted after a hold of RestartAfter ns, reaped ReapDelay
+	// ns after the request. Unbounded is a prefill rank (-1: none) whose
+	// transport declares an unbounded tail and really lands that late.
+	Targets                 int
+	RestartAfter, ReapDelay int64
+	Unbounded               int
 }
 
 func drawProfile(rng *rand.Rand) Profile {

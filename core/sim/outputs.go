@@ -15,6 +15,7 @@ func (c *cluster) decodeOut(d *decodeNode) {
 		m := env.Msg
 		if m.Kind == core.KindAssign {
 			c.expose(d, m.Tag, m.Slots)
+			c.bindTarget(d, m.Tag)
 		}
 		if p := c.prefillByID(env.To); p != nil {
 			c.tracef("decode %d -> prefill %d: %s", d.id, p.id, m)
@@ -23,6 +24,9 @@ func (c *cluster) decodeOut(d *decodeNode) {
 	}
 	for _, rv := range out.Revokes {
 		c.revoke(d, rv)
+	}
+	for _, rt := range out.Restarts {
+		c.restartTarget(d, rt)
 	}
 	for _, h := range out.Handoffs {
 		c.handoff(d, h)

@@ -39,4 +39,6 @@ type Result struct {
 	LateWrites                 int    // writes that landed after their tag stopped (held memory)
 	RogueWrites                int    // a lying rank's writes after its DrainAck that landed (in held memory)
 	MaxHoldNs                  int64
+	TargetRestarts             int // restart fence: target instances restarted
+	RestartFailed              int // live exposures those restarts failed (blast radius)
 }

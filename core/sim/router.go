@@ -44,7 +44,7 @@ func (c *cluster) admit(r *simReq) {
 		return
 	}
 	for _, d := range r.decodes {
-		if d.r.FreeSlots() < r.pages {
+		if d.r.FreeSlots() < r.pages || !d.r.Admitting() {
 			r.attempts++
 			if r.attempts > maxAttempts {
 				r.done = true
@@ -202,6 +202,7 @@ func (c *cluster) restart(d *decodeNode) {
 		return
 	}
 	c.tracef("decode %d: RESTART (instance %d → %d)", d.id, d.inst, d.inst+1)
+	c.countBlastRadius(d)
 	for _, r := range c.order {
 		for _, tag := range r.tags {
 			if _, live := d.tagReq[tag]; live {

@@ -17,8 +17,8 @@ var (
 // TestSimSafe: the real core shows no violation of I1–I7 on any seed.
 func TestSimSafe(t *testing.T) {
 	s := Sweep(knownunsafe.Safe, *firstSeed, *seeds, false)
-	t.Logf("safe: %d seeds, %d steps, %d handoffs, releases drained/fenced/timeout/completed %v, %d late writes held, %d fenced writes, %d lying-rank writes held",
-		s.Seeds, s.Steps, s.Handoffs, s.Released[:4], s.LateWrites, s.Fenced, s.Rogue)
+	t.Logf("safe: %d seeds, %d steps, %d handoffs, releases drained/fenced/timeout/completed %v, %d late writes held, %d fenced writes, %d lying-rank writes held, %d target restarts",
+		s.Seeds, s.Steps, s.Handoffs, s.Released[:4], s.LateWrites, s.Fenced, s.Rogue, s.TargetRestarts)
 	if s.Violations > 0 {
 		t.Fatalf("%d of %d seeds violate an invariant; first:\n%s", s.Violations, s.Seeds, s.First)
 	}
@@ -107,5 +107,58 @@ func TestViolationCarriesTrace(t *testing.T) {
 	r := Run(Config{Seed: s.First.Seed, Variant: knownunsafe.ReleaseOnAbort})
 	if r.Violation == nil || r.Violation.What != s.First.What {
 		t.Fatalf("seed %d did not replay its violation", s.First.Seed)
+	}
+}
+
+// restartFenced forces the restart fence on every seed: no revoking
+// transport, several target instances, and prefill rank 0 declaring an
+// unbounded tail (its bytes really land up to eight leases late).
+func restartFenced(targets int) func(*Profile) {
+	return func(p *Profile) {
+		p.CanRevoke, p.Liar, p.RestartDecode = false, -1, false
+		p.Targets, p.RestartAfter, p.ReapDelay = targets, lease, lease/5
+		p.Unbounded = 0
+		p.Tails[0] = unboundedSpread
+	}
+}
+
+// TestSimRestartFence: with a transport that cannot revoke and a writer
+// whose tail is unbounded, holds end by restarting the target instance and
+// the safe core shows no violation; releasing before the reap is caught.
+func TestSimRestartFence(t *testing.T) {
+	n := min(*seeds, 1000)
+	s := SweepTweaked(knownunsafe.Safe, *firstSeed, n, false, restartFenced(2))
+	t.Logf("safe with the restart fence: %d seeds, %d restarts failing %d live exposures, %d writes dropped by a reap, %d late writes held, releases drained/fenced/timeout/completed %v",
+		s.Seeds, s.TargetRestarts, s.RestartFailed, s.Fenced, s.LateWrites, s.Released[:4])
+	if s.Violations > 0 {
+		t.Fatalf("%d of %d seeds violate an invariant; first:\n%s", s.Violations, s.Seeds, s.First)
+	}
+	if s.TargetRestarts == 0 || s.Released[1] == 0 || s.Fenced == 0 {
+		t.Fatalf("no restart, fenced release or write dropped by a reap: %+v", s)
+	}
+	u := SweepTweaked(knownunsafe.ReleaseBeforeReap, 1, 300, true, restartFenced(2))
+	if u.First == nil || u.First.Invariant != "I1" {
+		t.Fatalf("release-before-reap not caught as I1 within %d seeds: %+v", u.Seeds, u.First)
+	}
+	t.Logf("release-before-reap caught at seed %d: %s", u.First.Seed, u.First.What)
+}
+
+// TestSimRestartBlastRadius: more target instances per decode rank make one
+// restart fail fewer live exposures (the same seeds, 1 to 4 instances).
+func TestSimRestartBlastRadius(t *testing.T) {
+	n := min(*seeds, 300)
+	per := func(s Summary) float64 { return float64(s.RestartFailed) / float64(max(s.TargetRestarts, 1)) }
+	var runs []Summary
+	for targets := 1; targets <= 4; targets++ {
+		s := SweepTweaked(knownunsafe.Safe, *firstSeed, n, false, restartFenced(targets))
+		if s.Violations > 0 {
+			t.Fatalf("%d instances: %d violations; first:\n%s", targets, s.Violations, s.First)
+		}
+		t.Logf("%d instance(s): %d restarts failed %d live exposures (%.2f per restart), %d handoffs over %d seeds",
+			targets, s.TargetRestarts, s.RestartFailed, per(s), s.Handoffs, s.Seeds)
+		runs = append(runs, s)
+	}
+	if runs[0].RestartFailed == 0 || per(runs[3]) >= per(runs[0]) {
+		t.Fatalf("four instances did not shrink the blast radius: %+v vs %+v", runs[0], runs[3])
 	}
 }

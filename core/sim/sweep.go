@@ -14,6 +14,8 @@ type Summary struct {
 	Fenced     int
 	LateWrites int
 	Rogue      int // a lying rank's writes after its DrainAck, landed in held memory
+
+	TargetRestarts, RestartFailed int // restart fence: restarts, live exposures they failed
 }
 
 // Sweep runs seeds [from, from+n) of one variant. With stopAtFirst it stops
@@ -33,6 +35,8 @@ func SweepTweaked(v knownunsafe.Variant, from uint64, n int, stopAtFirst bool, t
 		s.Fenced += r.FencedWrites
 		s.LateWrites += r.LateWrites
 		s.Rogue += r.RogueWrites
+		s.TargetRestarts += r.TargetRestarts
+		s.RestartFailed += r.RestartFailed
 		for p := range r.Released {
 			s.Released[p] += r.Released[p]
 		}

@@ -107,7 +107,7 @@ func (c *cluster) land(f *flight, slot uint32) {
 		return
 	}
 	d := f.dec
-	if d.revoked[f.tag] || f.tag.Instance < d.revBelow {
+	if d.revoked[f.tag] || f.tag.Instance < d.revBelow || !c.throughTarget(d, f.tag) {
 		c.res.FencedWrites++
 		c.tracef("decode %d: write of %s to slot %d dropped by fence", d.id, f.tag, slot)
 		return

@@ -29,13 +29,17 @@ var (
 	// their keys are revoked, so a rank that acks and keeps writing writes
 	// into reused memory.
 	ReleaseOnDrainAck = Variant{name: "release-on-drain-ack"}
+	// ReleaseBeforeReap releases the holds of a target plugin instance as
+	// soon as its restart is asked for, before its process is reaped: a
+	// write the old process still applies lands in reused memory.
+	ReleaseBeforeReap = Variant{name: "release-before-reap"}
 )
 
 // All lists every unsafe variant, in a stable order.
 var All = []Variant{
 	ReleaseOnAbort, AckAfterFailedSend, IgnoreGenerations, UnboundedTimeout,
 	SingleAckTarget, ReleaseOnRemoteFailure, NoCoverageCheck, SelfRenewedLease,
-	NoTombstones, RestartReuse, OwnTailOnly, ReleaseOnDrainAck,
+	NoTombstones, RestartReuse, OwnTailOnly, ReleaseOnDrainAck, ReleaseBeforeReap,
 }
 
 // Name is the variant's stable name ("safe" for the real core).
