@@ -27,6 +27,7 @@ type stalledWrite struct {
 	rp     *sdk.Plugin
 	e      *sdktest.Env
 	id     sdk.BatchID
+	key    sdk.Key // granted over the receiver's whole window
 	dstOff uint64
 	n      uint64
 
@@ -56,18 +57,8 @@ func newStalledWrite(t *testing.T, cfg Config) *stalledWrite {
 	if c, err := e.Wait(warm); err != nil || c.Status != sdk.Succeeded {
 		t.Fatalf("warm-up write: %+v, %v", c, err)
 	}
-	if err := syscall.Kill(rp.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	// kill(2) returns before the process is stopped: wait until it is.
-	for deadline := time.Now().Add(30 * time.Second); procState(rp.Pid()) != 'T'; {
-		if time.Now().After(deadline) {
-			t.Fatalf("receiver %d not stopped (state %c)", rp.Pid(), procState(rp.Pid()))
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(rp.Pid(), syscall.SIGCONT) })
-	w := &stalledWrite{t: t, s: s, rp: rp, e: e, id: e.NewBatchID(), dstOff: 256 << 10, n: 16 << 10}
+	stopProcess(t, rp.Pid())
+	w := &stalledWrite{t: t, s: s, rp: rp, e: e, key: k, id: e.NewBatchID(), dstOff: 256 << 10, n: 16 << 10}
 	if err := s.Post(ctx, e.Write(w.id, k, 128<<10, w.dstOff, w.n)); err != nil {
 		t.Fatal(err)
 	}
@@ -380,4 +371,21 @@ func TestAbortHandsOutNoBufferedRecord(t *testing.T) {
 	if !bytes.Equal(rest, make([]byte, len(rest))) {
 		t.Fatal("bytes of a record decrypted before the close were handed out after it")
 	}
+}
+
+// stopProcess stops pid with SIGSTOP, waits until it is stopped, and lets
+// it run again at the end of the test.
+func stopProcess(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// kill(2) returns before the process is stopped: wait until it is.
+	for deadline := time.Now().Add(30 * time.Second); procState(pid) != 'T'; {
+		if time.Now().After(deadline) {
+			t.Fatalf("receiver %d not stopped (state %c)", pid, procState(pid))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 }

@@ -117,7 +117,19 @@ func newSendSession(t *Transport, p *peer) *sendSession {
 // run dials, then writes queued batches until stopped or broken.
 func (s *sendSession) run() {
 	defer close(s.writerEnd)
-	conn, raw, ck, token, err := s.dial()
+	// The dial ends as soon as the session is stopped (Close, Quiesce): a
+	// receiver that accepts but never answers must not hold Close for the
+	// dial's timeouts. Nothing is written before the dial returns.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, raw, ck, token, err := s.dial(ctx)
+	cancel()
 	s.mu.Lock()
 	if err == nil {
 		s.conn, s.raw, s.cork, s.token = conn, raw, ck, token

@@ -45,11 +45,14 @@ func (s *sendSession) open(ctx context.Context) (conn, raw net.Conn, ck *corkedC
 
 // dial opens the data connection and says hello; the receiver answers with
 // our session's token.
-func (s *sendSession) dial() (net.Conn, net.Conn, *corkedConn, sessionToken, error) {
-	conn, raw, ck, err := s.open(context.Background())
+func (s *sendSession) dial(ctx context.Context) (net.Conn, net.Conn, *corkedConn, sessionToken, error) {
+	conn, raw, ck, err := s.open(ctx)
 	if err != nil {
 		return nil, nil, nil, sessionToken{}, err
 	}
+	// Cancelling ctx ends the hello too: the socket is closed under it.
+	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
+	defer stop()
 	var hb [headerSize]byte
 	(&header{Type: frameHello}).encode(hb[:])
 	_ = raw.SetDeadline(time.Now().Add(dialTimeout))
