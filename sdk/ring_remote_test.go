@@ -209,10 +209,18 @@ func TestRingsCorruptPluginIsDropped(t *testing.T) {
 			}
 			// Play the plugin: its view of the completion ring is a second
 			// mapping of the same pages, with the producer's position.
+			// A mapping of its own, as a plugin has: the host unmaps its view
+			// when it drops the plugin, which may happen as soon as the
+			// corrupt record is visible.
 			h := r.rings
-			plug := completionRing(h.shm.Bytes(), h.comp.capacity)
+			m, err := MapMemory(h.shm.Desc())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			plug := completionRing(m.Bytes(), h.comp.capacity)
 			plug.pos = plug.tail.Load()
-			corrupt(h.shm.Bytes(), plug)
+			corrupt(m.Bytes(), plug)
 			plug.interrupt()
 			got := map[BatchID]Status{}
 			timeout := time.After(10 * time.Second)
