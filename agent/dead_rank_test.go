@@ -61,13 +61,7 @@ func TestAdmissionNamingAKilledRankIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child := exec.Command(exe, "-test.run=^TestHelperPrefillRankProcess$")
-	child.Env = append(os.Environ(), deadRankDecodeEnv+"="+d.Addr())
-	child.Stderr = os.Stderr
+	child := helperProcess(t, "TestHelperPrefillRankProcess", deadRankDecodeEnv+"="+d.Addr())
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +92,20 @@ func TestAdmissionNamingAKilledRankIsRefused(t *testing.T) {
 	if after.Admitted != before.Admitted || after.HeldSlots != before.HeldSlots || after.AssignedSlots != before.AssignedSlots {
 		t.Fatalf("a refused admission exposed or held memory: before %+v after %+v", before, after)
 	}
+}
+
+// helperProcess is the test binary run again as helper test name, with env
+// added (not started yet).
+func helperProcess(t *testing.T, name, env string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(exe, "-test.run=^"+name+"$")
+	child.Env = append(os.Environ(), env)
+	child.Stderr = os.Stderr
+	return child
 }
 
 // gaugeWithRank says whether a gauge has a sample labelled with rank.

@@ -60,6 +60,11 @@ type DecodeConfig struct {
 	// one or more addresses, so proxies can sit on the data path (the
 	// demo's delaying proxy, one per lane).
 	AdvertiseData func(sdk.Endpoint) []sdk.Endpoint
+	// Restart, when set, turns on the restart fence (restart.go): decode
+	// opens its own target instances with Restart.Open, and NewDecode's
+	// transport argument must be nil. Per-exposure keys (Fence) are not
+	// used then: the instance's process is the fence.
+	Restart *RestartConfig
 	// Limits bound what one peer can cost this rank (limits.go).
 	Limits Limits
 	Logger hclog.Logger
@@ -88,6 +93,7 @@ type Decode struct {
 	Metrics *Metrics
 	snap    atomic.Pointer[core.ReceiverMetrics]
 	revokes sync.WaitGroup
+	targets []*target // with a restart fence (restart.go); loop-owned after NewDecode
 
 	// loop-owned
 	links    map[core.RankID]*link
@@ -140,6 +146,15 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	d := &Decode{cfg: cfg, log: log, tr: tr, links: map[core.RankID]*link{}, routers: map[*link]bool{},
 		tags: map[core.RequestKey]*decTag{}, deadline: map[core.RankID]time.Time{}, lp: newLoop(), started: time.Now()}
 	d.slotB = cfg.ShardBytes * int64(cfg.Shards)
+	if cfg.Restart != nil {
+		if tr != nil || cfg.Restart.Targets <= 0 || cfg.Restart.Open == nil || cfg.AdvertiseData != nil {
+			return nil, errdefs.Errorf(errdefs.InvalidArgument, "decode: a restart fence needs Targets > 0 (got %d) and an Open function, opens its own transports (got one) and takes no AdvertiseData", cfg.Restart.Targets)
+		}
+		if err := d.startRestartFenced(ctx); err != nil {
+			return nil, err
+		}
+		return d.listen(log)
+	}
 	info, err := tr.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("decode: transport info: %w", err)
@@ -177,18 +192,37 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 			d.data = eps[0]
 		}
 	}
+	if err := d.newCore(core.RestartFenceConfig{}); err != nil {
+		return nil, err
+	}
+	d.hello.DataAddresses = lanes
+	return d.listen(log)
+}
+
+// newCore starts the receiver and the Hello it answers with, once d.info
+// and d.data are known.
+func (d *Decode) newCore(rf core.RestartFenceConfig) error {
+	cfg, info := d.cfg, d.info
+	var err error
 	d.core, err = core.NewReceiver(core.ReceiverConfig{
 		Instance: cfg.Instance, Self: cfg.Rank, Slots: cfg.Slots, SlotBytes: d.slotB,
 		Lease: cfg.Lease, MaxHold: cfg.MaxHold, MaxTail: info.Capabilities.MaxTail, ClockMargin: cfg.ClockMargin,
-		MaxDeclaredTail: cfg.MaxDeclaredTail, CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, Unsafe: knownunsafe.AgentVariant(),
+		MaxDeclaredTail: cfg.MaxDeclaredTail, CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, RestartFence: rf, Unsafe: knownunsafe.AgentVariant(),
 	}, now())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	d.hello = peerHello{Role: RoleDecode, Rank: uint32(cfg.Rank), Version: ControlVersion, Instance: cfg.Instance,
 		Caps:          peerCaps{Revoke: info.Capabilities.Revoke, MaxTail: int64(info.Capabilities.MaxTail)},
-		DataTransport: d.data.Transport, DataAddress: d.data.Address, DataOpaque: d.data.Opaque, DataAddresses: lanes, SlotBytes: d.slotB, ShardBytes: cfg.ShardBytes,
+		DataTransport: d.data.Transport, DataAddress: d.data.Address, DataOpaque: d.data.Opaque, SlotBytes: d.slotB, ShardBytes: cfg.ShardBytes,
 		Checksums: cfg.Checksums}
+	return nil
+}
+
+// listen serves the control plane and starts the loop.
+func (d *Decode) listen(log hclog.Logger) (*Decode, error) {
+	cfg := d.cfg
+	var err error
 	d.Metrics = newMetrics("decode", uint32(cfg.Rank), d.snapshot)
 	d.publish()
 	d.srv, err = newServer(cfg.ControlAddr, cfg.TLS, cfg.Limits, d.accept, d.serveLink)
@@ -197,7 +231,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	}
 	go d.lp.run(cfg.Tick, d.tick)
 	log.Info("decode agent up", "rank", cfg.Rank, "instance", cfg.Instance, "control", d.srv.Addr(),
-		"data", d.data.Address, "slots", cfg.Slots, "slot_bytes", d.slotB, "fence", d.fence, "writer_bound", d.bindWriters, "max_tail", info.Capabilities.MaxTail,
+		"data", d.data.Address, "slots", cfg.Slots, "slot_bytes", d.slotB, "fence", d.fence, "writer_bound", d.bindWriters, "max_tail", d.info.Capabilities.MaxTail, "targets", len(d.targets),
 		"variant", knownunsafe.AgentVariant().Name())
 	return d, nil
 }
@@ -227,6 +261,7 @@ func (d *Decode) Close() {
 		l.close()
 	}
 	d.revokes.Wait()
+	d.closeTargets()
 }
 
 // accept decides about a Hello on the control port.
@@ -428,6 +463,10 @@ func (d *Decode) admit(key core.RequestKey, pages int, ranks []core.RankID, rv *
 // identity where the transport can: writer_keys.go), else the pool key at
 // the slot's offset.
 func (d *Decode) grant(dt *decTag) error {
+	if d.restartFenced() {
+		d.grantTarget(dt)
+		return nil
+	}
 	if !d.fence {
 		dt.keys = make([]keyRef, len(dt.slots))
 		for i, s := range dt.slots {
@@ -466,6 +505,7 @@ func (d *Decode) act() {
 	failures := append([]core.Failure(nil), out.Failures...)
 	releases := make([]core.Release, len(out.Releases))
 	copy(releases, out.Releases)
+	restarts := append([]core.RestartTarget(nil), out.Restarts...)
 	for _, rv := range revokes {
 		d.revoke(rv)
 	}
@@ -485,6 +525,9 @@ func (d *Decode) act() {
 	}
 	for _, rel := range releases {
 		d.release(rel, t)
+	}
+	for _, r := range restarts {
+		d.restartTarget(r)
 	}
 	d.publish()
 }

@@ -77,14 +77,17 @@ type Prefill struct {
 	quit    chan struct{}
 
 	// loop-owned
-	link      *link
-	decode    peerHello
-	lanes     []sdk.PeerID
-	batchPeer map[core.BatchID]sdk.PeerID
-	keys      map[core.Tag]tagKeys
-	reqs      map[core.RequestKey]*preReq
-	free      []int
-	swept     time.Time // last expireKeys
+	link   *link
+	decode peerHello
+	lanes  []sdk.PeerID
+	// with decode target instances (restart.go): lanes per instance
+	targetLanes [][]sdk.PeerID
+	targetAddrs []string
+	batchPeer   map[core.BatchID]sdk.PeerID
+	keys        map[core.Tag]tagKeys
+	reqs        map[core.RequestKey]*preReq
+	free        []int
+	swept       time.Time // last expireKeys
 }
 
 type tagKeys struct {
@@ -265,7 +268,9 @@ func (p *Prefill) linked(l *link) {
 	p.link = l
 	old := p.decode
 	p.decode = l.peer
-	if old.DataAddress != l.peer.DataAddress || len(p.lanes) == 0 {
+	if len(l.peer.DataTargets) > 0 {
+		p.connectTargets(l.peer.DataTargets)
+	} else if old.DataAddress != l.peer.DataAddress || len(p.lanes) == 0 {
 		addrs := l.peer.DataAddresses
 		if len(addrs) == 0 {
 			addrs = []string{l.peer.DataAddress}
@@ -297,6 +302,9 @@ func (p *Prefill) readDecode(l *link) {
 // onFrame checks one frame from decode and queues it for the loop; false
 // when the link ended while it waited for its turn.
 func (p *Prefill) onFrame(l *link, f *frame) bool {
+	if f.Type == frameTargets {
+		return p.onTargets(l, f.Hello)
+	}
 	m, ok := coreMessage(f, p.Metrics)
 	if !ok {
 		return true
@@ -415,7 +423,9 @@ func (p *Prefill) post(post core.Post) {
 	case r == nil || int(post.FirstPage)+len(post.Slots) > len(r.src):
 		fail("no source pages")
 		return
-	case len(p.lanes) == 0:
+	}
+	lanes := p.lanesFor(tk.keys, int(post.FirstPage))
+	if len(lanes) == 0 {
 		fail("no data lane to decode")
 		return
 	}
@@ -427,7 +437,7 @@ func (p *Prefill) post(post core.Post) {
 		ops[i] = sdk.Op{Kind: sdk.OpWrite, LocalRegion: p.region, LocalOffset: uint64(r.src[page]) * shard,
 			RemoteKey: sdk.Key(k.Key), RemoteOffset: k.Base + uint64(tk.pos)*shard, Length: shard}
 	}
-	peer := p.lanes[lane(post.Tag, len(p.lanes))]
+	peer := lanes[lane(post.Tag, len(lanes))]
 	p.batchPeer[id] = peer
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := p.tr.Post(ctx, sdk.Batch{ID: sdk.BatchID(id), Peer: peer, Ops: ops})

@@ -26,6 +26,9 @@ type DecodeStats struct {
 	// identity unknown or not connected yet). writer_keys.go.
 	BoundGrants   int `json:"bound_grants,omitempty"`
 	UnboundGrants int `json:"unbound_grants,omitempty"`
+	// TargetRestarts: target instances reaped and started again
+	// (restart.go); the core's RestartFailed is their blast radius.
+	TargetRestarts int `json:"target_restarts,omitempty"`
 }
 
 // HeldSample is decode's slot usage at one moment (seconds since start).

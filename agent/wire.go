@@ -24,6 +24,7 @@ const (
 	frameCore    frameType = 4 // one core-encoded message (core.AppendMessage)
 	frameCommand frameType = 5 // router → agent (CommandLink)
 	frameEvent   frameType = 6 // agent → router (CommandLink)
+	frameTargets frameType = 7 // decode → prefill: its target instances' data endpoints changed (restart.go)
 )
 
 // frame is one control-plane frame. Seq grows by one per frame on a link in
@@ -47,6 +48,9 @@ type frame struct {
 type keyRef struct {
 	Key  uint64 `json:"k"`
 	Base uint64 `json:"b"`
+	// Target is the decode target instance (restart.go) the key belongs
+	// to: lanes to DataTargets[Target] carry the page. Zero without one.
+	Target int `json:"t,omitempty"`
 }
 
 // Role is what the far end of a link is.
@@ -85,6 +89,9 @@ type peerHello struct {
 	// (NICs, proxies): lane i of a prefill rank uses DataAddresses[i % n].
 	DataAddresses []string `json:"data_addresses,omitempty"`
 	SlotBytes     int64    `json:"slot_bytes,omitempty"`
+	// DataTargets (a decode rank with a restart fence, restart.go): one
+	// data endpoint per target instance; a key names its instance.
+	DataTargets []dataTarget `json:"data_targets,omitempty"`
 	// ShardBytes is what one prefill rank writes per page: both sides
 	// declare it and must agree, or a rank's writes would straddle shards.
 	ShardBytes int64 `json:"shard_bytes,omitempty"`

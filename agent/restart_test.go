@@ -1,0 +1,251 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/demo/oracle"
+	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/sdk/sdktest"
+)
+
+// The restart fence needs a transport that cannot revoke. The TCP plugin
+// can, so the target instances here run it with Revoke masked: Info
+// declares Revoke=false and Revoke itself refuses. It is the real plugin
+// process all the same (its process and registrations are what the fence
+// ends), which the fake Mooncake library would add nothing to for this
+// test but a C build; the masked TCP plugin keeps the test in `go test`.
+type noRevokeProcess struct{ *sdk.Plugin }
+
+func (p noRevokeProcess) Transport() sdk.Transport { return noRevoke{p.Plugin.Transport()} }
+
+type noRevoke struct{ sdk.Transport }
+
+func (n noRevoke) Info(ctx context.Context) (sdk.Info, error) {
+	i, err := n.Transport.Info(ctx)
+	i.Capabilities.Revoke = false
+	return i, err
+}
+
+func (n noRevoke) Grant(ctx context.Context, w sdk.Window) (sdk.Key, error) {
+	return n.Transport.(sdk.Granter).Grant(ctx, w)
+}
+
+func (n noRevoke) Revoke(context.Context, sdk.Key) (sdk.RevokeResult, error) {
+	return sdk.RevokeResult{}, errdefs.Errorf(errdefs.Unimplemented, "this transport cannot revoke (masked for the restart-fence test)")
+}
+
+const restartWriterEnv = "KVFENCE_TEST_RESTART_DECODE_ADDR"
+
+// unboundedTail is what a writer declares when its bytes may land at any
+// time (a backend that retries for ever): only a restart fence admits it.
+const unboundedTail = 50 * 365 * 24 * time.Hour
+
+// assignedKeys is what the helper writer prints when its Assign comes.
+type assignedKeys struct {
+	Tag     core.Tag     `json:"tag"`
+	Keys    []keyRef     `json:"keys"`
+	Targets []dataTarget `json:"targets"`
+}
+
+// TestHelperRestartWriterProcess is not a test: it is prefill rank 1's
+// control plane as its own process (the test binary again), declaring an
+// unbounded tail, for the test to kill -9 while its writes still run.
+func TestHelperRestartWriterProcess(t *testing.T) {
+	addr := os.Getenv(restartWriterEnv)
+	if addr == "" {
+		t.Skip("helper process only")
+	}
+	l, _, err := dial(context.Background(), addr, nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096,
+		Version: ControlVersion, Caps: peerCaps{Quiesce: true, MaxTail: int64(unboundedTail)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := l.recv(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := core.DecodeMessage(f.Core); err == nil && m.Kind == core.KindAssign {
+			b, _ := json.Marshal(assignedKeys{Tag: m.Tag, Keys: f.Keys, Targets: l.peer.DataTargets})
+			fmt.Println(string(b))
+		}
+	}
+}
+
+// restartRun is what one run of the scenario saw.
+type restartRun struct {
+	stats        DecodeStats
+	landed, lost int64 // the writer's writes that completed / failed
+}
+
+// runRestartScenario: decode with a restart fence over targets instances of
+// the masked TCP plugin and 2 slots. Request A names rank 1 (a helper
+// process declaring an unbounded tail); request B names rank 2, which never
+// writes (the bystander). A writer whose data path outlives rank 1's
+// process — a backend that keeps retrying — writes A's page again and
+// again; rank 1 is killed with SIGKILL mid-way. Decode declares it dead,
+// the core asks for A's instance to be restarted, and A's hold ends at the
+// reap. Then request C is admitted into A's freed slot, and the content
+// check looks for any write that landed there while it was free.
+func runRestartScenario(t *testing.T, targets int) restartRun {
+	t.Helper()
+	ctx := context.Background()
+	d, err := NewDecode(ctx, DecodeConfig{Rank: 0, Slots: 2, ShardBytes: 4096, Shards: 1, Lease: 2 * time.Second,
+		MaxHold: 10 * time.Second, PeerDeadAfter: 200 * time.Millisecond, Check: oracle.Check{}, ControlAddr: "127.0.0.1:0",
+		Restart: &RestartConfig{Targets: targets, After: 5 * time.Second, Open: func(context.Context) (TargetProcess, error) {
+			p, err := sdk.Open(pluginBin, sdk.OpenOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return noRevokeProcess{p}, nil
+		}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+
+	child := helperProcess(t, "TestHelperRestartWriterProcess", restartWriterEnv+"="+d.Addr())
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	waitFor(t, "writer rank 1 linked", func() bool { return gaugeWithRank(t, d.Metrics, "kvfence_writer_tail_seconds", "1") })
+
+	rvA := d.NewReceiver(core.RequestKey{Room: 1, Gen: 1})
+	tagA, err := rvA.Init(1, []core.RankID{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.NewReceiver(core.RequestKey{Room: 2, Gen: 1}).Init(1, []core.RankID{2}); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	var got assignedKeys
+	for got.Tag != tagA {
+		if !lines.Scan() {
+			t.Fatalf("the writer printed no keys for %v", tagA)
+		}
+		if json.Unmarshal(lines.Bytes(), &got) != nil {
+			continue
+		}
+	}
+	if len(got.Keys) != 1 || got.Keys[0].Target >= len(got.Targets) {
+		t.Fatalf("keys %+v for targets %+v", got.Keys, got.Targets)
+	}
+
+	// The writer's data path: its own plugin process, not the helper's.
+	tr := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{}).Transport()
+	src, err := sdk.NewSharedMemory("restart-writer-src", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	oracle.FillShard(src.Bytes(), oracle.PageIdentity{Room: tagA.Room, Gen: tagA.Gen, Page: 0, Rank: 1})
+	region, err := tr.RegisterMemory(ctx, src.Desc())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dt := got.Targets[got.Keys[0].Target]
+	peer, err := tr.Connect(ctx, sdk.Endpoint{Transport: dt.Transport, Address: dt.Address, Opaque: dt.Opaque})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run restartRun
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for id := sdk.BatchID(1); ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if tr.Post(ctx, sdk.Batch{ID: id, Peer: peer, Ops: []sdk.Op{{Kind: sdk.OpWrite, LocalRegion: region,
+				RemoteKey: sdk.Key(got.Keys[0].Key), RemoteOffset: got.Keys[0].Base, Length: 4096}}}) != nil {
+				atomic.AddInt64(&run.lost, 1)
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			select {
+			case c := <-tr.Completions():
+				if c.Status == sdk.Succeeded {
+					atomic.AddInt64(&run.landed, 1)
+				} else {
+					atomic.AddInt64(&run.lost, 1)
+				}
+			case <-time.After(5 * time.Second):
+				atomic.AddInt64(&run.lost, 1)
+			}
+		}
+	}()
+	waitFor(t, "the writer's first writes land", func() bool { return atomic.LoadInt64(&run.landed) >= 10 })
+
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	waitFor(t, "the target instance restarted", func() bool { return d.Stats().TargetRestarts >= 1 })
+	waitFor(t, "A's hold released", rvA.Released)
+	time.Sleep(100 * time.Millisecond) // the writer keeps trying against the dead instance
+	close(stop)
+	wg.Wait()
+	if _, err := d.NewReceiver(core.RequestKey{Room: 3, Gen: 1}).Init(1, []core.RankID{3}); err != nil {
+		t.Fatalf("admission into A's freed slot: %v", err)
+	}
+	run.stats = d.Stats()
+	return run
+}
+
+// TestRestartFenceEndsHoldOfKilledUnboundedWriter: on a transport that
+// cannot revoke, a writer declaring an unbounded tail is admitted (only
+// because of the restart fence), killed mid-transfer while its data path
+// keeps writing, and its hold ends fenced — by the restart, not by a
+// timeout, which never comes for an unbounded tail — with no write landing
+// in the freed slot. With one instance the bystander B fails with it; with
+// two it sits on the other instance (the blast radius).
+func TestRestartFenceEndsHoldOfKilledUnboundedWriter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, targets := range []int{1, 2} {
+		t.Run(fmt.Sprintf("targets=%d", targets), func(t *testing.T) {
+			run := runRestartScenario(t, targets)
+			s := run.stats
+			t.Logf("targets=%d: restarts %d, live exposures failed by restarts %d (blast radius), released %v, writes landed %d / failed %d, corrupt pages %d",
+				targets, s.TargetRestarts, s.Core.RestartFailed, s.Released, run.landed, run.lost, s.CorruptPages)
+			if s.Released["fenced"] < 1 || s.Released["timeout"] != 0 || s.Released["unsafe"] != 0 {
+				t.Fatalf("A's hold ended %v; want fenced by the restart", s.Released)
+			}
+			if s.CorruptPages != 0 || s.FreeWrites != 0 {
+				t.Fatalf("%d corrupt pages, %d writes into free memory", s.CorruptPages, s.FreeWrites)
+			}
+			if run.lost == 0 {
+				t.Fatalf("the writer's writes never failed: the old instance was not ended")
+			}
+			wantFailed := uint64(0)
+			if targets == 1 {
+				wantFailed = 1 // B shared A's instance
+			}
+			if s.Core.RestartFailed != wantFailed {
+				t.Fatalf("restart failed %d live exposures, want %d", s.Core.RestartFailed, wantFailed)
+			}
+		})
+	}
+}
