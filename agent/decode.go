@@ -227,6 +227,7 @@ func (d *Decode) listen(log hclog.Logger) (*Decode, error) {
 	d.publish()
 	d.srv, err = newServer(cfg.ControlAddr, cfg.TLS, cfg.Limits, d.accept, d.serveLink)
 	if err != nil {
+		d.closeTargets()
 		return nil, err
 	}
 	go d.lp.run(cfg.Tick, d.tick)

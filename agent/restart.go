@@ -45,6 +45,7 @@ type target struct {
 	region  sdk.RegionID
 	poolKey sdk.Key
 	data    sdk.Endpoint
+	ending  bool // decode is ending it (loop-owned): its exit is no crash
 }
 
 // dataTarget is how a prefill rank reaches one target instance.
@@ -119,6 +120,9 @@ func (d *Decode) startRestartFenced(ctx context.Context) error {
 		return err
 	}
 	d.hello.DataTargets = d.dataTargets()
+	for i, t := range d.targets {
+		d.watchTarget(i, t)
+	}
 	return nil
 }
 
@@ -132,6 +136,7 @@ func (d *Decode) dataTargets() []dataTarget {
 
 func (d *Decode) closeTargets() {
 	for _, t := range d.targets {
+		t.ending = true
 		_ = t.proc.Close()
 	}
 }
@@ -146,16 +151,43 @@ func (d *Decode) grantTarget(dt *decTag) {
 	}
 }
 
-// restartTarget carries out a RestartTarget (loop only): the process is
-// closed and reaped off the loop, a new one started, and then, on the loop,
-// prefill ranks learn its endpoint and the core learns of the reap.
+// restartTarget carries out a RestartTarget (loop only).
 func (d *Decode) restartTarget(r core.RestartTarget) {
-	old := d.targets[r.Target]
 	d.log.Warn("restarting target instance", "target", r.Target)
+	d.replaceTarget(r.Target, true)
+}
+
+// watchTarget turns an instance's exit that decode did not ask for (a
+// crash, a kill) into a restart: the reap is evidence all the same.
+func (d *Decode) watchTarget(i int, t *target) {
+	go func() {
+		select {
+		case <-t.proc.Exited():
+		case <-d.lp.stop:
+			return
+		}
+		d.lp.post(func() {
+			if d.targets[i] == t && !t.ending {
+				d.log.Error("target instance exited unasked; restarting it", "target", i)
+				d.replaceTarget(i, false)
+			}
+		})
+	}()
+}
+
+// replaceTarget ends instance i (loop only): its process is closed (when
+// decode asks) and reaped off the loop, a new one started, and then, on the
+// loop, prefill ranks learn its endpoint and the core learns of the reap.
+func (d *Decode) replaceTarget(i int, close bool) {
+	old := d.targets[i]
+	old.ending = true
+	r := core.RestartTarget{Target: i}
 	d.revokes.Add(1)
 	go func() {
 		defer d.revokes.Done()
-		_ = old.proc.Close()
+		if close {
+			_ = old.proc.Close()
+		}
 		<-old.proc.Exited() // the evidence: nothing of it writes any more
 		var fresh *target
 		for {
@@ -175,6 +207,7 @@ func (d *Decode) restartTarget(r core.RestartTarget) {
 		}
 		if !d.lp.call(func() {
 			d.targets[r.Target] = fresh
+			d.watchTarget(r.Target, fresh)
 			d.stats.TargetRestarts++
 			d.hello.DataTargets = d.dataTargets()
 			d.announceTargets()

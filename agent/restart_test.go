@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -268,4 +269,148 @@ func TestRestartFenceEndsHoldOfKilledUnboundedWriter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// transfer moves pages pages for key from prefill rank 1 to decode and
+// checks that decode reads exactly them; the request stays open.
+func transfer(t *testing.T, p *Prefill, rv *KVReceiver, key core.RequestKey, pages int) *KVSender {
+	t.Helper()
+	snd := p.NewSender(key)
+	if err := snd.Init(pages); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pages {
+		oracle.FillShard(snd.Page(i), oracle.PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(i), Rank: 1})
+	}
+	if err := snd.Send(pages); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Finish(pages); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rv.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("request %v never reached a final state", key)
+	}
+	if rv.Poll() != PollSuccess || rv.Err() != nil {
+		t.Fatalf("request %v: %v (%v)", key, rv.Poll(), rv.Err())
+	}
+	for i, pg := range rv.Pages() {
+		if !bytes.Equal(pg, snd.Page(i)) {
+			t.Fatalf("request %v: page %d differs from what prefill wrote", key, i)
+		}
+	}
+	return snd
+}
+
+// A real prefill agent under a restart fence with two target instances:
+// requests bound to either instance complete through the lanes prefill
+// opened to that instance; target instance 0's process is then killed
+// (a crash decode did not ask for), decode reaps it, starts a new one and
+// announces it, and the next request — bound to the new instance — is
+// carried by lanes prefill opened to the announced endpoint.
+func TestRestartFenceServesPrefillAcrossInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ctx := context.Background()
+	var mu sync.Mutex
+	var procs []*sdk.Plugin
+	d, err := NewDecode(ctx, DecodeConfig{Rank: 0, Slots: 8, ShardBytes: 4096, Shards: 1, Lease: 2 * time.Second,
+		MaxHold: 10 * time.Second, Check: oracle.Check{}, ControlAddr: "127.0.0.1:0",
+		Restart: &RestartConfig{Targets: 2, After: 5 * time.Second, Open: func(context.Context) (TargetProcess, error) {
+			p, err := sdk.Open(pluginBin, sdk.OpenOptions{})
+			if err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			procs = append(procs, p)
+			mu.Unlock()
+			return noRevokeProcess{Plugin: p}, nil
+		}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	pp := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{})
+	p, err := NewPrefill(ctx, PrefillConfig{Rank: 1, DecodeAddr: d.Addr(), SourcePages: 8, ShardBytes: 4096, Lanes: 2,
+		MaxInflight: 8, MaxBatchPages: 4, Heartbeat: 100 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
+		RequestTombstone: 5 * time.Second, BootstrapTimeout: 5 * time.Second, Events: pp.Events()}, pp.Transport())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	waitFor(t, "prefill linked", p.Linked)
+
+	var rvs []*KVReceiver
+	var snds []*KVSender
+	for room := uint64(1); room <= 2; room++ {
+		rvs = append(rvs, admitOn(t, d, core.RequestKey{Room: room, Gen: 1}, int(room-1)))
+	}
+	for i, rv := range rvs {
+		snds = append(snds, transfer(t, p, rv, core.RequestKey{Room: uint64(i + 1), Gen: 1}, 2))
+	}
+	// Both instances register the same pool (keys may even coincide), so
+	// the pages are right whichever instance carried them: each instance's
+	// own count of applied writes shows the routing.
+	mu.Lock()
+	inst := append([]*sdk.Plugin(nil), procs...)
+	mu.Unlock()
+	if a0, a1 := applied(t, inst[0]), applied(t, inst[1]); a0 != 2 || a1 != 2 {
+		t.Fatalf("instance 0 applied %d writes, instance 1 %d; want 2 each (one request each)", a0, a1)
+	}
+	for i, rv := range rvs {
+		rv.Finish()
+		snds[i].Close()
+		waitFor(t, "slots back", rv.Released)
+	}
+
+	if err := syscall.Kill(inst[0].Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "instance 0 restarted", func() bool { return d.Stats().TargetRestarts == 1 })
+
+	key := core.RequestKey{Room: 3, Gen: 1}
+	rv := admitOn(t, d, key, 0) // the least loaded: the new instance 0
+	snd := transfer(t, p, rv, key, 2)
+	rv.Finish()
+	snd.Close()
+	waitFor(t, "slots back", rv.Released)
+	mu.Lock()
+	fresh := procs[len(procs)-1]
+	mu.Unlock()
+	if a0, a1 := applied(t, fresh), applied(t, inst[1]); a0 != 2 || a1 != 2 {
+		t.Fatalf("after the restart the new instance 0 applied %d writes, instance 1 %d in all; want 2 each", a0, a1)
+	}
+	if s := d.Stats(); s.CorruptPages != 0 || s.Handoffs != 3 {
+		t.Fatalf("corrupt pages %d, handoffs %d (want 0, 3)", s.CorruptPages, s.Handoffs)
+	}
+}
+
+// applied is how many writes a target instance's TCP plugin applied.
+func applied(t *testing.T, p *sdk.Plugin) uint64 {
+	t.Helper()
+	st, err := p.Transport().(sdk.StatsReporter).Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st["tcp.writes_applied"]
+}
+
+// admitOn admits a 2-page request from rank 1 and checks that the core
+// bound it to target instance want.
+func admitOn(t *testing.T, d *Decode, key core.RequestKey, want int) *KVReceiver {
+	t.Helper()
+	rv := d.NewReceiver(key)
+	tag, err := rv.Init(2, []core.RankID{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target int
+	d.lp.call(func() { target, _ = d.core.Target(tag) })
+	if target != want {
+		t.Fatalf("request %v is on instance %d, want %d (the least loaded)", key, target, want)
+	}
+	return rv
 }
