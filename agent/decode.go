@@ -83,6 +83,7 @@ type Decode struct {
 	data    sdk.Endpoint
 	slotB   int64
 	hello   peerHello
+	helloMu sync.Mutex // hello changes when a target instance restarts (restart.go)
 	fence   bool
 	// bindWriters: grant each rank keys bound to its data identity
 	bindWriters bool
@@ -147,8 +148,8 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 		tags: map[core.RequestKey]*decTag{}, deadline: map[core.RankID]time.Time{}, lp: newLoop(), started: time.Now()}
 	d.slotB = cfg.ShardBytes * int64(cfg.Shards)
 	if cfg.Restart != nil {
-		if tr != nil || cfg.Restart.Targets <= 0 || cfg.Restart.Open == nil || cfg.AdvertiseData != nil {
-			return nil, errdefs.Errorf(errdefs.InvalidArgument, "decode: a restart fence needs Targets > 0 (got %d) and an Open function, opens its own transports (got one) and takes no AdvertiseData", cfg.Restart.Targets)
+		if tr != nil || cfg.Restart.Targets <= 0 || cfg.Restart.Targets > maxTargets || cfg.Restart.Open == nil || cfg.AdvertiseData != nil {
+			return nil, errdefs.Errorf(errdefs.InvalidArgument, "decode: a restart fence needs 1..%d Targets (got %d) and an Open function, opens its own transports (so takes none) and takes no AdvertiseData", maxTargets, cfg.Restart.Targets)
 		}
 		if err := d.startRestartFenced(ctx); err != nil {
 			return nil, err
@@ -267,6 +268,7 @@ func (d *Decode) Close() {
 
 // accept decides about a Hello on the control port.
 func (d *Decode) accept(h peerHello) (peerHello, error) {
+	self := d.currentHello()
 	switch h.Role {
 	case RoleRouter:
 		if d.cfg.Commands == nil {
@@ -275,9 +277,9 @@ func (d *Decode) accept(h peerHello) (peerHello, error) {
 		if h.Version != ControlVersion {
 			return peerHello{}, errdefs.Errorf(errdefs.FailedPrecondition, "incompatible router: speaks control protocol v%d, decode speaks v%d", h.Version, ControlVersion)
 		}
-		return d.hello, nil
+		return self, nil
 	case RolePrefill:
-		err := compatible(h, d.hello)
+		err := compatible(h, self)
 		if err == nil {
 			err = d.core.CheckTail(core.RankID(h.Rank), time.Duration(h.Caps.MaxTail)) // reads only configuration
 		}
@@ -285,7 +287,7 @@ func (d *Decode) accept(h peerHello) (peerHello, error) {
 			d.log.Error("refusing prefill rank", "rank", h.Rank, "error", err)
 			return peerHello{}, err
 		}
-		return d.hello, nil
+		return self, nil
 	}
 	return peerHello{}, errdefs.Errorf(errdefs.FailedPrecondition, "decode accepts prefill ranks and routers, not %q", h.Role)
 }

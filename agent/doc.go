@@ -52,7 +52,11 @@
 // sdk batches and of sdk completions back to core.Completed, per-exposure
 // keys on decode (granted per Assign — per rank, bound to the rank's data
 // identity, where the transport declares WriterBound — revoked when the
-// core asks, the result fed back as Revoked), the hold log, metrics and logs. The demo's router,
+// core asks, the result fed back as Revoked), the restart fence's target
+// instances on decode for transports that cannot revoke (restart.go: each
+// exposure's keys come from the instance the core bound it to; an instance
+// is reaped before TargetRestarted is fed back, never after), the hold log,
+// metrics and logs. The demo's router,
 // simulated engines and content oracle live in internal/demo, outside the
 // runtime; the runtime reaches them only through Commands and ContentCheck.
 //

@@ -19,6 +19,10 @@ import (
 // new one, tells every prefill rank its endpoint, and only then reports
 // TargetRestarted, which releases the instance's holds as fenced.
 
+// maxTargets bounds the target instances of one decode rank: a prefill rank
+// opens lanes to each, so a decode that names more is refused there.
+const maxTargets = 64
+
 // RestartConfig turns the restart fence on.
 type RestartConfig struct {
 	Targets int           // target plugin instances (each its own process)
@@ -153,6 +157,9 @@ func (d *Decode) grantTarget(dt *decTag) {
 
 // restartTarget carries out a RestartTarget (loop only).
 func (d *Decode) restartTarget(r core.RestartTarget) {
+	if d.targets[r.Target].ending {
+		return // it exited unasked and is being replaced: that reap answers this too
+	}
 	d.log.Warn("restarting target instance", "target", r.Target)
 	d.replaceTarget(r.Target, true)
 }
@@ -209,7 +216,6 @@ func (d *Decode) replaceTarget(i int, close bool) {
 			d.targets[r.Target] = fresh
 			d.watchTarget(r.Target, fresh)
 			d.stats.TargetRestarts++
-			d.hello.DataTargets = d.dataTargets()
 			d.announceTargets()
 			if err := d.core.TargetRestarted(r.Target, now()); err != nil {
 				d.log.Error("target restart refused by the core", "target", r.Target, "error", err)
@@ -221,9 +227,20 @@ func (d *Decode) replaceTarget(i int, close bool) {
 	}()
 }
 
-// announceTargets tells every prefill rank where each instance is (loop only).
+// currentHello is what decode answers a Hello with (any goroutine).
+func (d *Decode) currentHello() peerHello {
+	d.helloMu.Lock()
+	defer d.helloMu.Unlock()
+	return d.hello
+}
+
+// announceTargets records every instance's endpoint for the next Hello and
+// tells every linked prefill rank (loop only).
 func (d *Decode) announceTargets() {
+	d.helloMu.Lock()
+	d.hello.DataTargets = d.dataTargets()
 	h := d.hello
+	d.helloMu.Unlock()
 	for _, l := range d.links {
 		if !l.send(&frame{Type: frameTargets, Hello: &h}) {
 			d.Metrics.failedSend("control")
@@ -235,6 +252,11 @@ func (d *Decode) announceTargets() {
 // is new (prefill loop only). Lanes to a restarted instance's predecessor
 // are dropped: the process behind them is gone.
 func (p *Prefill) connectTargets(targets []dataTarget) {
+	if len(targets) > maxTargets {
+		p.Metrics.reject("oversized")
+		p.log.Error("decode names too many target instances; not connecting", "targets", len(targets), "max", maxTargets)
+		return
+	}
 	for len(p.targetLanes) < len(targets) {
 		p.targetLanes = append(p.targetLanes, nil)
 		p.targetAddrs = append(p.targetAddrs, "")
