@@ -128,6 +128,8 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.desc("kvfence_core_foreign_messages_total", "Messages the core refused: rank not named by the assignment, or misaddressed."), r.ForeignMessages)
 		counter(c.desc("kvfence_handoffs_total", "Requests handed to the decode loop."), r.Handoffs)
 		counter(c.desc("kvfence_aborts_total", "Exposures aborted before handoff."), r.Aborts)
+		counter(c.desc("kvfence_target_restarts_total", "Target plugin instances the restart fence asked to restart (restart.go)."), r.TargetRestarts)
+		counter(c.desc("kvfence_restart_failed_exposures_total", "Live exposures a target restart failed: the restart fence's blast radius."), r.RestartFailed)
 		counter(c.desc("kvfence_admitted_total", "Exposures admitted."), r.Admitted)
 	}
 	if sm := s.Sender; sm != nil {

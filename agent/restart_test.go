@@ -101,6 +101,8 @@ func TestHelperRestartWriterProcess(t *testing.T) {
 type restartRun struct {
 	stats        DecodeStats
 	landed, lost int64 // the writer's writes that completed / failed
+	// the Prometheus counters of restarts and of the exposures they failed
+	restartsMetric, failedMetric float64
 }
 
 // runRestartScenario: decode with a restart fence over targets instances of
@@ -231,6 +233,8 @@ func runRestartScenario(t *testing.T, targets int) restartRun {
 		}
 	}
 	run.stats = d.Stats()
+	run.restartsMetric = unlabelledCounter(t, d.Metrics, "kvfence_target_restarts_total")
+	run.failedMetric = unlabelledCounter(t, d.Metrics, "kvfence_restart_failed_exposures_total")
 	return run
 }
 
@@ -266,6 +270,9 @@ func TestRestartFenceEndsHoldOfKilledUnboundedWriter(t *testing.T) {
 			}
 			if s.Core.RestartFailed != wantFailed {
 				t.Fatalf("restart failed %d live exposures, want %d", s.Core.RestartFailed, wantFailed)
+			}
+			if run.restartsMetric != float64(s.Core.TargetRestarts) || run.failedMetric != float64(wantFailed) {
+				t.Fatalf("metrics: %v restarts, %v failed exposures; want %d, %d", run.restartsMetric, run.failedMetric, s.Core.TargetRestarts, wantFailed)
 			}
 		})
 	}
@@ -413,4 +420,20 @@ func admitOn(t *testing.T, d *Decode, key core.RequestKey, want int) *KVReceiver
 		t.Fatalf("request %v is on instance %d, want %d (the least loaded)", key, target, want)
 	}
 	return rv
+}
+
+// unlabelledCounter is the value of a counter without variable labels.
+func unlabelledCounter(t *testing.T, m *Metrics, name string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }
