@@ -1,13 +1,10 @@
 package mooncake_test
 
 import (
-	"errors"
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/kvfence/kvfence/plugins/internal/dl/dltest"
-	"github.com/kvfence/kvfence/sdk/sdktest"
+	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
 )
 
 // Built once per test run from the current source: the plugin, its
@@ -29,31 +26,10 @@ func fakeArgs(extra ...string) []string {
 	return append([]string{"-I" + wireDir, fakeSrc, wireDir + "/fakewire.c"}, extra...)
 }
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kvfence-mooncake-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := 1
-	if err = build(dir); errors.Is(err, dltest.ErrNoCompiler) {
-		noCompiler = true
-		err = nil
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = m.Run()
-	}
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { nocanceltest.Main(m, "mooncake", build, &noCompiler) }
 
 func build(dir string) (err error) {
-	if pluginBin, err = sdktest.BuildPlugin(dir, pluginPkg); err != nil {
-		return err
-	}
-	if unsafeBin, err = sdktest.BuildPlugin(dir, pluginPkg, "kvfenceunsafe"); err != nil {
+	if pluginBin, unsafeBin, err = nocanceltest.BuildPlugins(dir, pluginPkg); err != nil {
 		return err
 	}
 	if fakeLib, err = dltest.Build(dir, "libfake_transfer_engine.so", fakeArgs()...); err != nil {

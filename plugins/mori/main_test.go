@@ -1,13 +1,10 @@
 package mori_test
 
 import (
-	"errors"
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/kvfence/kvfence/plugins/internal/dl/dltest"
-	"github.com/kvfence/kvfence/sdk/sdktest"
+	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
 )
 
 // Built once per run: the plugin, its broken variant, and fakes of
@@ -28,30 +25,10 @@ func fakeArgs(extra ...string) []string {
 	return append([]string{"-I" + wireDir, "-Ishim", fakeSrc, wireDir + "/fakewire.c"}, extra...)
 }
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kvfence-mori-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := 1
-	if err = build(dir); errors.Is(err, dltest.ErrNoCompiler) {
-		noCompiler, err = true, nil
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = m.Run()
-	}
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { nocanceltest.Main(m, "mori", build, &noCompiler) }
 
 func build(dir string) (err error) {
-	if pluginBin, err = sdktest.BuildPlugin(dir, pluginPkg); err != nil {
-		return err
-	}
-	if unsafeBin, err = sdktest.BuildPlugin(dir, pluginPkg, "kvfenceunsafe"); err != nil {
+	if pluginBin, unsafeBin, err = nocanceltest.BuildPlugins(dir, pluginPkg); err != nil {
 		return err
 	}
 	if fakeShim, err = dltest.Build(dir, "libfake_mori_shim.so", fakeArgs()...); err != nil {
