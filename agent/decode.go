@@ -148,8 +148,8 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 		tags: map[core.RequestKey]*decTag{}, deadline: map[core.RankID]time.Time{}, lp: newLoop(), started: time.Now()}
 	d.slotB = cfg.ShardBytes * int64(cfg.Shards)
 	if cfg.Restart != nil {
-		if tr != nil || cfg.Restart.Targets <= 0 || cfg.Restart.Targets > maxTargets || cfg.Restart.Open == nil || cfg.AdvertiseData != nil {
-			return nil, errdefs.Errorf(errdefs.InvalidArgument, "decode: a restart fence needs 1..%d Targets (got %d) and an Open function, opens its own transports (so takes none) and takes no AdvertiseData", maxTargets, cfg.Restart.Targets)
+		if tr != nil || cfg.Restart.Targets <= 0 || cfg.Restart.Targets > MaxTargets || cfg.Restart.Open == nil || cfg.AdvertiseData != nil {
+			return nil, errdefs.Errorf(errdefs.InvalidArgument, "decode: a restart fence needs 1..%d Targets (got %d) and an Open function, opens its own transports (so takes none) and takes no AdvertiseData", MaxTargets, cfg.Restart.Targets)
 		}
 		if err := d.startRestartFenced(ctx); err != nil {
 			return nil, err

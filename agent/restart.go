@@ -19,9 +19,9 @@ import (
 // new one, tells every prefill rank its endpoint, and only then reports
 // TargetRestarted, which releases the instance's holds as fenced.
 
-// maxTargets bounds the target instances of one decode rank: a prefill rank
+// MaxTargets bounds the target instances of one decode rank: a prefill rank
 // opens lanes to each, so a decode that names more is refused there.
-const maxTargets = 64
+const MaxTargets = 64
 
 // RestartConfig turns the restart fence on.
 type RestartConfig struct {
@@ -252,9 +252,9 @@ func (d *Decode) announceTargets() {
 // is new (prefill loop only). Lanes to a restarted instance's predecessor
 // are dropped: the process behind them is gone.
 func (p *Prefill) connectTargets(targets []dataTarget) {
-	if len(targets) > maxTargets {
+	if len(targets) > MaxTargets {
 		p.Metrics.reject("oversized")
-		p.log.Error("decode names too many target instances; not connecting", "targets", len(targets), "max", maxTargets)
+		p.log.Error("decode names too many target instances; not connecting", "targets", len(targets), "max", MaxTargets)
 		return
 	}
 	for len(p.targetLanes) < len(targets) {

@@ -57,10 +57,11 @@ type agentFlags struct {
 	pins                                                     sdk.PluginPins
 	pluginEnv, advertiseHosts                                []string
 	rank, decodeRank, slots, shards, lanes, sourcePages      int
-	maxInflight                                              int
+	maxInflight, restartInstances                            int
 	shardBytes                                               int64
 	fence, eager, checksums                                  bool
 	quiesceGrace, lease, maxHold, maxDeclaredTail            time.Duration
+	restartAfter                                             time.Duration
 	delays                                                   []time.Duration
 }
 
@@ -111,6 +112,8 @@ func newAgentCommand() *cobra.Command {
 	fl.BoolVar(&f.pins.RequireCertificate, "require-certificate", false, "refuse a plugin without a valid conformance certificate for its exact sha256")
 	fl.StringVar(&f.pins.Certificate, "plugin-certificate", "", "the plugin's signed conformance certificate (with --require-certificate)")
 	fl.StringSliceVar(&f.pins.TrustedKeys, "trusted-key", nil, "ed25519 public key (PEM) trusted to sign certificates (repeatable)")
+	fl.IntVar(&f.restartInstances, "restart-fence-instances", 0, "restart fence: run this many target plugin processes and end (reap) one before reusing the memory of a hold it served that cannot otherwise end in time, for transports that cannot revoke (decode; 0: off)")
+	fl.DurationVar(&f.restartAfter, "restart-fence-after", defaultRestartAfter, "restart fence: a hold lasting this long restarts its target instance (decode, with --restart-fence-instances)")
 	fl.StringSliceVar(&f.advertiseHosts, "advertise-hosts", nil, "advertise the data endpoint once per host, same port (the plugin must listen on a wildcard address): one connection per lane for plugins that key peers by address (decode)")
 	return cmd
 }
@@ -129,6 +132,9 @@ func runAgent(f agentFlags) error {
 		return usagef("--max-declared-tail must not be negative, got %v", f.maxDeclaredTail)
 	case f.maxDeclaredTail != 0 && f.role != "decode":
 		return usagef("--max-declared-tail bounds what prefill ranks declare to a decode rank; it applies to --role decode only")
+	}
+	if err := checkRestartFence(f.restartInstances, f.restartAfter, f.role, f.delays, f.advertiseHosts); err != nil { // agent_restart.go
+		return err
 	}
 	pluginPath, err := resolvePluginFlag(f.plugin)
 	if err != nil {
@@ -154,21 +160,34 @@ func runAgent(f agentFlags) error {
 		tlsCfg = c
 	}
 	f.pins.SuiteVersions = []string{conformance.SuiteVersion}
-	plug, err := openPlugin(pluginPath, f.pluginEnv, f.pins, log)
-	if err != nil {
-		return err
-	}
-	defer plug.Close()
+	var plug *sdk.Plugin
+	if f.restartInstances == 0 {
+		if plug, err = openPlugin(pluginPath, f.pluginEnv, f.pins, log); err != nil {
+			return err
+		}
+		defer plug.Close()
+	} // else decode opens its own target instances
 	ctx := context.Background()
 	var control string
 	var metrics *agent.Metrics
 	var stop func()
 	switch f.role {
 	case "decode":
-		if err := checkDeclaredTail(ctx, plug.Transport(), f.maxDeclaredTail); err != nil {
-			return err
+		var tr sdk.Transport
+		var restart *agent.RestartConfig
+		if f.restartInstances > 0 {
+			open, err := targetOpener(pluginPath, f.pluginEnv, f.pins, log)
+			if err != nil {
+				return err
+			}
+			restart = &agent.RestartConfig{Targets: f.restartInstances, After: f.restartAfter, Open: open}
+		} else {
+			if err := checkDeclaredTail(ctx, plug.Transport(), f.maxDeclaredTail); err != nil {
+				return err
+			}
+			tr = plug.Transport()
 		}
-		cfg := agent.DecodeConfig{Rank: core.RankID(f.rank), Slots: f.slots, ShardBytes: f.shardBytes, Shards: f.shards,
+		cfg := agent.DecodeConfig{Restart: restart, Rank: core.RankID(f.rank), Slots: f.slots, ShardBytes: f.shardBytes, Shards: f.shards,
 			Lease: f.lease, MaxHold: f.maxHold, MaxDeclaredTail: f.maxDeclaredTail, ClockMargin: 100 * time.Millisecond,
 			Fence: f.fence, EagerRevoke: f.eager, Check: oracle.Check{}, Checksums: f.checksums,
 			ControlAddr: f.control, TLS: tlsCfg, Logger: log}
@@ -208,7 +227,7 @@ func runAgent(f agentFlags) error {
 				return eps
 			}
 		}
-		d, err := agent.NewDecode(ctx, cfg, plug.Transport())
+		d, err := agent.NewDecode(ctx, cfg, tr)
 		if err != nil {
 			return err
 		}

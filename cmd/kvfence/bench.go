@@ -94,6 +94,7 @@ read the CI.`,
 	fl.Uint64Var(&o.Seed, "seed", 1, "seed of rep 1 (rep i uses seed+i-1 in every arm)")
 	fl.BoolVar(&o.TLS, "tls", true, "mutual TLS on the control plane")
 	fl.StringVar(&o.Plugin, "plugin", "", pluginFlagHelp+"; every rank of every arm loads it. Other than tcp: no delaying proxy")
+	restartFenceFlags(fl, &o)
 	fl.BoolVar(&b.asJSON, "json", false, "print one JSON object")
 	fl.BoolVar(&b.checksumArm, "checksums", false, "add a third arm: safe with checksums at commit")
 	fl.StringVar(&b.report, "report", "", "write an HTML report (charts) to this path")

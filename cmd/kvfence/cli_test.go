@@ -45,6 +45,18 @@ func TestCLIRefusesNonsense(t *testing.T) {
 		{"__agent", "--role", "decode", "--max-declared-tail", "-1s"},
 		{"__agent", "--role", "decode", "--max-declared-tail", "forever"},
 		{"__agent", "--role", "prefill", "--max-declared-tail", "1m"},
+		{"demo", "--restart-fence-instances", "-1"},
+		{"demo", "--restart-fence-instances", "65"},
+		{"demo", "--restart-fence-instances", "2", "--restart-fence-after", "0s"},
+		{"demo", "--restart-fence-instances", "2", "--restart-fence-after", "-1s"},
+		{"demo", "--restart-fence-instances", "2", "--fence", "on"},
+		{"demo", "--restart-fence-instances", "2", "--restart-decode-after", "1s"},
+		{"bench", "--restart-fence-instances", "2", "--fence", "on"},
+		{"__agent", "--role", "prefill", "--restart-fence-instances", "2"},
+		{"__agent", "--role", "decode", "--restart-fence-instances", "100"},
+		{"__agent", "--role", "decode", "--restart-fence-instances", "1", "--restart-fence-after", "0s"},
+		{"__agent", "--role", "decode", "--restart-fence-instances", "1", "--data-delay", "1ms"},
+		{"__agent", "--role", "decode", "--restart-fence-instances", "1", "--advertise-hosts", "127.0.0.1"},
 	} {
 		code, stderr := runCLI(t, agentExe, args...)
 		line := strings.TrimRight(stderr, "\n")

@@ -44,7 +44,15 @@ plugin): tcp, verbs, mooncake, nixl, mori or a path. A plugin that cannot
 start (a vendor plugin without its library) fails before any rank starts,
 with the plugin's own line; one that cannot revoke and declares an
 unbounded tail is refused with the reason (the demo could not release
-aborted requests' pages in a run).
+aborted requests' pages in a run) unless the restart fence is on.
+
+--restart-fence-instances N turns on the restart fence for transports that
+cannot revoke (mooncake, nixl, mori): decode runs N target plugin processes
+and, when a hold must end sooner than its bound (a dead writer, a hold past
+--restart-fence-after), ends and reaps the instance that served it before
+releasing its pages as fenced; exposures still live on that instance fail
+(the blast radius, reported per restart). Decode then takes no delaying
+proxy and no per-exposure keys.
 
 Every flag is checked before anything starts (exit status 2). The run
 directory (logs, throwaway certificates) is removed at the end unless
@@ -55,27 +63,31 @@ corrupt page, an exposure still held, or a failed request.`,
 			if err := checkDemoVariant(o.Unsafe); err != nil {
 				return err
 			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			if restartDecodeAfter < 0 {
-				return usagef("--restart-decode-after must not be negative, got %v", restartDecodeAfter)
-			}
-			if restartDecodeAfter > 0 && o.Plugin != "" && o.Plugin != "tcp" {
-				return usagef("--restart-decode-after runs the embedded TCP plugin; it does not take --plugin %s", o.Plugin)
-			}
 			switch fence {
 			case "auto":
 				// A per-exposure fence is a second line of defence that
 				// would catch an unsafe core's late writes: the unsafe run
-				// shows the core variant alone, as engines run today.
-				o.Fence = o.Unsafe == "" || o.Unsafe == "safe"
+				// shows the core variant alone, as engines run today. The
+				// restart fence exposes the pool per instance instead.
+				o.Fence = (o.Unsafe == "" || o.Unsafe == "safe") && o.RestartInstances == 0
 			case "on":
 				o.Fence = true
 			case "off":
 				o.Fence = false
 			default:
 				return usagef("--fence must be auto, on or off, not %q", fence)
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			if restartDecodeAfter > 0 && o.RestartInstances > 0 {
+				return usagef("--restart-decode-after restarts the decode rank; it does not combine with --restart-fence-instances")
+			}
+			if restartDecodeAfter < 0 {
+				return usagef("--restart-decode-after must not be negative, got %v", restartDecodeAfter)
+			}
+			if restartDecodeAfter > 0 && o.Plugin != "" && o.Plugin != "tcp" {
+				return usagef("--restart-decode-after runs the embedded TCP plugin; it does not take --plugin %s", o.Plugin)
 			}
 			if err := o.choosePlugin(); err != nil { // plugin_flag.go
 				return err
@@ -154,6 +166,7 @@ corrupt page, an exposure still held, or a failed request.`,
 	fl.DurationVar(&restartDecodeAfter, "restart-decode-after", 0, "kill -9 the decode rank this long into a first wave of --requests, start a new instance on its control address, then run a second wave (restart test)")
 	_ = fl.MarkHidden("restart-decode-after")
 	fl.StringVar(&o.Plugin, "plugin", "", pluginFlagHelp+"; every rank loads it. Other than tcp: no delaying proxy (--data-delay then only widens the abort window)")
+	restartFenceFlags(fl, &o)
 	// Advanced (the Soft-RoCE VM's late-arrival step, vm/late-arrival.sh):
 	// the external plugin's environment per role.
 	fl.StringArrayVar(&o.PrefillEnv, "prefill-plugin-env", nil, "K=V for the prefill ranks' plugin environment (repeatable)")
@@ -171,6 +184,10 @@ func printSummary(w io.Writer, s *demoSummary) {
 	fmt.Fprintf(w, "  requests        %d\n  handoffs        %d\n  aborts          %d (cancels sent %d)\n", s.Requests, s.Handoffs, s.Aborts, s.CancelsSent)
 	fmt.Fprintf(w, "  released        drained %d, fenced %d, timeout %d, completed %d, unsafe %d\n",
 		s.ReleasedDrained, s.ReleasedFenced, s.ReleasedTimeout, s.ReleasedDone, s.ReleasedUnsafe)
+	if s.TargetInstances > 0 {
+		fmt.Fprintf(w, "  restart fence   %d target instances: %d restarts (each reaped before its holds were released fenced), %d live exposures failed (%.2f per restart: blast radius)\n",
+			s.TargetInstances, s.TargetRestarts, s.RestartFailed, s.FailedPerRestart)
+	}
 	if s.Fence {
 		fmt.Fprintf(w, "  writer-bound    %d rank key sets bound; %d admissions with unbound keys\n", s.KeysBound, s.KeysUnbound)
 	}

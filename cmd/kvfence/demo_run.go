@@ -59,6 +59,13 @@ type demoOptions struct {
 	Plugin                string
 	PrefillEnv, DecodeEnv []string
 	DataHosts             []string
+	// RestartInstances, when positive, runs decode with the restart fence
+	// (--restart-fence-instances): that many target plugin processes,
+	// one restarted when a hold on it must end sooner than its bound (a
+	// hold past RestartAfter, a dead writer on a transport that cannot
+	// revoke). Decode then takes no delaying proxy.
+	RestartInstances int
+	RestartAfter     time.Duration
 	// AgentArgs are extra __agent flags for every rank (e.g. a longer
 	// --lease on a slow emulated machine).
 	AgentArgs []string
@@ -112,11 +119,18 @@ type demoSummary struct {
 	// KeysBound: rank key sets bound to the rank's data identity;
 	// KeysUnbound: admissions that also granted unbound keys (a rank not
 	// connected to decode's transport yet). agent/writer_keys.go.
-	KeysBound      int     `json:"keys_bound"`
-	KeysUnbound    int     `json:"keys_unbound"`
-	Unreleased     int     `json:"unreleased_exposures"`
-	Seconds        float64 `json:"seconds"`
-	RequestsPerSec float64 `json:"requests_per_second"`
+	KeysBound   int `json:"keys_bound"`
+	KeysUnbound int `json:"keys_unbound"`
+	// The restart fence (--restart-fence-instances): target instances,
+	// restarts (each reaped before its holds were released fenced), and
+	// live exposures the restarts failed (the blast radius).
+	TargetInstances  int     `json:"target_instances,omitempty"`
+	TargetRestarts   int     `json:"target_restarts"`
+	RestartFailed    int     `json:"restart_failed_exposures"`
+	FailedPerRestart float64 `json:"restart_failed_per_restart"`
+	Unreleased       int     `json:"unreleased_exposures"`
+	Seconds          float64 `json:"seconds"`
+	RequestsPerSec   float64 `json:"requests_per_second"`
 	// MeanLatencyMs is the mean time a request took, from the moment a
 	// client slot picked it up (admission retries included) to its end.
 	MeanLatencyMs float64 `json:"mean_latency_ms"`
@@ -227,7 +241,9 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 	}
 	dargs := append(append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence),
 		fmt.Sprintf("--slots=%d", o.poolSlots())}, common...), tlsArgs...)
-	if len(delays) > 0 && o.Plugin == "" {
+	if o.RestartInstances > 0 {
+		dargs = append(dargs, fmt.Sprintf("--restart-fence-instances=%d", o.RestartInstances), "--restart-fence-after="+o.RestartAfter.String())
+	} else if len(delays) > 0 && o.Plugin == "" {
 		dargs = append(dargs, "--data-delay", strings.Join(delays, ","))
 	}
 	dargs = append(dargs, o.pluginArgs(o.DecodeEnv)...)
@@ -426,7 +442,11 @@ func drive(ctx context.Context, o demoOptions, router *demo.Router) (*demoSummar
 		Unreleased: st.LiveTags, Seconds: elapsed.Seconds(), RequestsPerSec: float64(o.Requests) / elapsed.Seconds(),
 		MeanLatencyMs:        latSum.Seconds() * 1000 / float64(max(1, o.Requests)),
 		SteadyRequestsPerSec: float64(o.Concurrency) / (latSum.Seconds() / float64(max(1, o.Requests))),
-		PoolSlots:            o.poolSlots(), Dir: o.Dir, holds: st.HoldsMs, series: st.Series}
+		PoolSlots:            o.poolSlots(), Dir: o.Dir, holds: st.HoldsMs, series: st.Series,
+		TargetInstances: o.RestartInstances, TargetRestarts: st.TargetRestarts, RestartFailed: int(st.Core.RestartFailed)}
+	if s.TargetRestarts > 0 {
+		s.FailedPerRestart = float64(s.RestartFailed) / float64(s.TargetRestarts)
+	}
 	for path, v := range st.HoldsMs {
 		s.HoldP50Ms[path] = quantile(v, 0.50)
 		s.HoldP99Ms[path] = quantile(v, 0.99)

@@ -89,7 +89,7 @@ func openPlugin(path string, env []string, pins sdk.PluginPins, log hclog.Logger
 // decode rank will give it, before the demo or bench starts any rank: a
 // plugin that cannot start fails here with its own line, and one the demo
 // cannot run safely is refused with the reason.
-func preflightPlugin(flag, path string, env []string, abortShare float64) (sdk.Capabilities, error) {
+func preflightPlugin(flag, path string, env []string, abortShare float64, restartFence bool) (sdk.Capabilities, error) {
 	if path == "" {
 		// The embedded TCP plugin revokes and has a bounded tail.
 		return sdk.Capabilities{Revoke: true}, nil
@@ -105,7 +105,7 @@ func preflightPlugin(flag, path string, env []string, abortShare float64) (sdk.C
 	if err != nil {
 		return sdk.Capabilities{}, fmt.Errorf("transport plugin %s: Info: %w", filepath.Base(path), err)
 	}
-	return info.Capabilities, demoCanRun(flag, info, abortShare)
+	return info.Capabilities, demoCanRun(flag, info, abortShare, restartFence)
 }
 
 // demoCanRun refuses a transport the demo cannot show safe within a run:
@@ -114,17 +114,17 @@ func preflightPlugin(flag, path string, env []string, abortShare float64) (sdk.C
 // default bound on declared tails. Decode accepts such ranks (its own tail
 // raises that bound), and an aborted request whose writes went in doubt
 // (FAILED, WAITING) then keeps its pages until that tail passes: the run
-// would wait on it. What bounds such holds is the restart fence (issue 14
-// item 4: reap the target plugin), which this command does not drive yet.
-// Without aborts nothing is held, so --abort-share 0 runs.
-func demoCanRun(flag string, info sdk.Info, abortShare float64) error {
+// would wait on it. The restart fence (--restart-fence-instances, issue 14
+// item 4: reap the target plugin) bounds such holds, so with it the demo
+// runs. Without aborts nothing is held, so --abort-share 0 runs too.
+func demoCanRun(flag string, info sdk.Info, abortShare float64, restartFence bool) error {
 	c := info.Capabilities
-	if c.Revoke || c.MaxTail <= core.DefaultMaxDeclaredTail || abortShare == 0 {
+	if c.Revoke || c.MaxTail <= core.DefaultMaxDeclaredTail || abortShare == 0 || restartFence {
 		return nil
 	}
 	return usagef("--plugin %s: transport %s cannot revoke a window and declares a write tail of %s (bytes may land that long after a failure); "+
-		"an aborted request whose writes go in doubt would keep its pages that long and the run would wait on it, so the demo refuses "+
-		"(the restart fence that bounds such holds is not driven here yet); --abort-share 0 runs it without aborts", flag, info.Name, humanTail(c.MaxTail))
+		"an aborted request whose writes go in doubt would keep its pages that long and the run would wait on it, so the demo refuses; "+
+		"--restart-fence-instances N bounds such holds (decode reaps the target plugin instance that served them), --abort-share 0 runs it without aborts", flag, info.Name, humanTail(c.MaxTail))
 }
 
 // humanTail prints a tail in the largest unit that reads well.
@@ -188,7 +188,7 @@ func (o *demoOptions) choosePlugin() error {
 		return err
 	}
 	o.Plugin = path
-	caps, err := preflightPlugin(flag, path, o.DecodeEnv, o.AbortShare)
+	caps, err := preflightPlugin(flag, path, o.DecodeEnv, o.AbortShare, o.RestartInstances > 0)
 	if err != nil {
 		return err
 	}

@@ -92,26 +92,29 @@ func TestPluginFlagRefusals(t *testing.T) {
 }
 
 // A transport that cannot revoke and whose writes may land for ~50 years
-// is refused with the reason (exit 2) unless the run aborts nothing; a
-// revoking or bounded one runs.
+// is refused with the reason (exit 2) unless the run aborts nothing or a
+// restart fence bounds its holds; a revoking or bounded one runs.
 func TestDemoCanRunNeedsRevokeOrBoundedTail(t *testing.T) {
 	unbounded := sdk.Info{Name: "kvfence-mooncake", Capabilities: sdk.Capabilities{MaxTail: 50 * 365 * 24 * time.Hour}}
-	err := demoCanRun("mooncake", unbounded, 0.25)
+	err := demoCanRun("mooncake", unbounded, 0.25, false)
 	var ue usageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "cannot revoke a window and declares a write tail of ~50 years") ||
-		!strings.Contains(err.Error(), "--abort-share 0") {
+		!strings.Contains(err.Error(), "--abort-share 0") || !strings.Contains(err.Error(), "--restart-fence-instances") {
 		t.Fatalf("non-revoking, unbounded tail: %v", err)
 	}
-	if err := demoCanRun("mooncake", unbounded, 0); err != nil {
+	if err := demoCanRun("mooncake", unbounded, 0, false); err != nil {
 		t.Errorf("no aborts: %v", err)
+	}
+	if err := demoCanRun("mooncake", unbounded, 0.25, true); err != nil {
+		t.Errorf("restart fence: %v", err)
 	}
 	revokes := unbounded
 	revokes.Capabilities.Revoke = true
-	if err := demoCanRun("x", revokes, 0.25); err != nil {
+	if err := demoCanRun("x", revokes, 0.25, false); err != nil {
 		t.Errorf("revoking: %v", err)
 	}
 	bounded := sdk.Info{Name: "b", Capabilities: sdk.Capabilities{MaxTail: time.Minute}}
-	if err := demoCanRun("b", bounded, 0.25); err != nil {
+	if err := demoCanRun("b", bounded, 0.25, false); err != nil {
 		t.Errorf("bounded tail: %v", err)
 	}
 }

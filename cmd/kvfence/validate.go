@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/internal/knownunsafe"
 )
 
@@ -83,6 +84,12 @@ func (o *demoOptions) validate() error {
 		return usagef("--decode-for must be between 0 and %v, got %v", maxDelayFlag, o.DecodeFor)
 	case o.KillPrefillAfter < 0:
 		return usagef("--kill-prefill-after must not be negative, got %v", o.KillPrefillAfter)
+	case o.RestartInstances < 0 || o.RestartInstances > agent.MaxTargets:
+		return usagef("--restart-fence-instances must be between 0 (off) and %d, got %d", agent.MaxTargets, o.RestartInstances)
+	case o.RestartInstances > 0 && (o.RestartAfter <= 0 || o.RestartAfter > maxDelayFlag):
+		return usagef("--restart-fence-after must be between 0 (excluded) and %v, got %v", maxDelayFlag, o.RestartAfter)
+	case o.RestartInstances > 0 && o.Fence:
+		return usagef("--restart-fence-instances exposes decode's pool under one key per target instance (the instance's process is the fence): it does not take --fence on")
 	}
 	for _, d := range o.Delays {
 		if d < 0 || d > maxDelayFlag {
