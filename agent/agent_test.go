@@ -15,7 +15,9 @@ import (
 	"github.com/kvfence/kvfence/sdk"
 )
 
-var pluginBin string
+// pluginBin is the TCP plugin; testDir holds what tests build (removed at
+// the end).
+var pluginBin, testDir string
 
 // TestMain builds the real TCP plugin: every test here loads it out of
 // process, as an engine would.
@@ -24,6 +26,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	testDir = dir
 	pluginBin = filepath.Join(dir, "kvfence-plugin-tcp")
 	if out, err := exec.Command("go", "build", "-o", pluginBin, "../plugins/tcp/cmd/kvfence-plugin-tcp").CombinedOutput(); err != nil {
 		os.Stderr.Write(out)

@@ -20,28 +20,56 @@ import (
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
 
-// The restart fence needs a transport that cannot revoke. The TCP plugin
-// can, so the target instances here run it with Revoke masked: Info
-// declares Revoke=false and Revoke itself refuses. It is the real plugin
-// process all the same (its process and registrations are what the fence
-// ends), which the fake Mooncake library would add nothing to for this
-// test but a C build; the masked TCP plugin keeps the test in `go test`.
+// The restart fence needs a transport that cannot revoke. Two run here:
+// the Mooncake plugin over this project's fake Transfer Engine library
+// (restart_vendor_test.go: a real non-revoking plugin declaring an
+// unbounded tail), and the TCP plugin with Revoke masked — Info declares
+// Revoke=false and Revoke itself refuses — which keeps a restart-fence test
+// in `go test` where no C compiler is installed. Either way it is the real
+// plugin process whose end the fence relies on.
 //
-// It also dies slowly: Close waits dieAfter before ending the process, as a
-// process does that deregisters much memory or drains a NIC queue. Its
-// data connections keep delivering meanwhile, so a release before the reap
-// (the control arm) lets writes land in freed memory.
-type noRevokeProcess struct {
+// Target instances die slowly: Close waits dieAfter before ending the
+// process, as a process does that deregisters much memory or drains a NIC
+// queue. Its data connections keep delivering meanwhile, so a release
+// before the reap (the control arm) lets writes land in freed memory.
+type slowDeath struct {
 	*sdk.Plugin
 	dieAfter time.Duration
 }
 
-func (p noRevokeProcess) Close() error {
+func (p slowDeath) Close() error {
 	time.Sleep(p.dieAfter)
 	return p.Plugin.Close()
 }
 
+// noRevokeProcess is a TCP plugin instance with Revoke masked.
+type noRevokeProcess struct{ slowDeath }
+
 func (p noRevokeProcess) Transport() sdk.Transport { return noRevoke{p.Plugin.Transport()} }
+
+// restartBackend is the non-revoking transport a restart-fence scenario
+// runs over: how to start one target instance and the writer's data path.
+type restartBackend struct {
+	name   string
+	target func() (TargetProcess, error)
+	writer func(t *testing.T) sdk.Transport
+}
+
+// maskedTCP is the TCP plugin with Revoke masked.
+func maskedTCP(dieAfter time.Duration) restartBackend {
+	return restartBackend{name: "masked-tcp",
+		target: func() (TargetProcess, error) {
+			p, err := sdk.Open(pluginBin, sdk.OpenOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return noRevokeProcess{slowDeath{p, dieAfter}}, nil
+		},
+		writer: func(t *testing.T) sdk.Transport {
+			return sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{}).Transport()
+		},
+	}
+}
 
 type noRevoke struct{ sdk.Transport }
 
@@ -106,7 +134,7 @@ type restartRun struct {
 }
 
 // runRestartScenario: decode with a restart fence over targets instances of
-// the masked TCP plugin and 2 slots. Request A names rank 1 (a helper
+// the backend's plugin and 2 slots. Request A names rank 1 (a helper
 // process declaring an unbounded tail); request B names rank 2, which never
 // writes (the bystander). A writer whose data path outlives rank 1's
 // process — a backend that keeps retrying — writes A's page again and
@@ -114,18 +142,12 @@ type restartRun struct {
 // the core asks for A's instance to be restarted, and A's hold ends at the
 // reap. Then new requests are admitted into every free slot (A's among them), and the content
 // check looks for any write that landed there while it was free.
-func runRestartScenario(t *testing.T, targets int) restartRun {
+func runRestartScenario(t *testing.T, targets int, be restartBackend) restartRun {
 	t.Helper()
 	ctx := context.Background()
 	d, err := NewDecode(ctx, DecodeConfig{Rank: 0, Slots: 2, ShardBytes: 4096, Shards: 1, Lease: 2 * time.Second,
 		MaxHold: 10 * time.Second, PeerDeadAfter: 200 * time.Millisecond, Check: oracle.Check{}, ControlAddr: "127.0.0.1:0",
-		Restart: &RestartConfig{Targets: targets, After: 5 * time.Second, Open: func(context.Context) (TargetProcess, error) {
-			p, err := sdk.Open(pluginBin, sdk.OpenOptions{})
-			if err != nil {
-				return nil, err
-			}
-			return noRevokeProcess{p, 200 * time.Millisecond}, nil
-		}}}, nil)
+		Restart: &RestartConfig{Targets: targets, After: 5 * time.Second, Open: func(context.Context) (TargetProcess, error) { return be.target() }}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +187,7 @@ func runRestartScenario(t *testing.T, targets int) restartRun {
 	}
 
 	// The writer's data path: its own plugin process, not the helper's.
-	tr := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{}).Transport()
+	tr := be.writer(t)
 	src, err := sdk.NewSharedMemory("restart-writer-src", 4096)
 	if err != nil {
 		t.Fatal(err)
@@ -251,30 +273,37 @@ func TestRestartFenceEndsHoldOfKilledUnboundedWriter(t *testing.T) {
 	}
 	for _, targets := range []int{1, 2} {
 		t.Run(fmt.Sprintf("targets=%d", targets), func(t *testing.T) {
-			run := runRestartScenario(t, targets)
-			s := run.stats
-			t.Logf("targets=%d: restarts %d, live exposures failed by restarts %d (blast radius), released %v, writes landed %d / failed %d, corrupt pages %d",
-				targets, s.TargetRestarts, s.Core.RestartFailed, s.Released, run.landed, run.lost, s.CorruptPages)
-			if s.Released["fenced"] < 1 || s.Released["timeout"] != 0 || s.Released["unsafe"] != 0 {
-				t.Fatalf("A's hold ended %v; want fenced by the restart", s.Released)
-			}
-			if s.CorruptPages != 0 || s.FreeWrites != 0 {
-				t.Fatalf("%d corrupt pages, %d writes into free memory", s.CorruptPages, s.FreeWrites)
-			}
-			if run.lost == 0 {
-				t.Fatalf("the writer's writes never failed: the old instance was not ended")
-			}
-			wantFailed := uint64(0)
-			if targets == 1 {
-				wantFailed = 1 // B shared A's instance
-			}
-			if s.Core.RestartFailed != wantFailed {
-				t.Fatalf("restart failed %d live exposures, want %d", s.Core.RestartFailed, wantFailed)
-			}
-			if run.restartsMetric != float64(s.Core.TargetRestarts) || run.failedMetric != float64(wantFailed) {
-				t.Fatalf("metrics: %v restarts, %v failed exposures; want %d, %d", run.restartsMetric, run.failedMetric, s.Core.TargetRestarts, wantFailed)
-			}
+			checkRestartFenced(t, targets, runRestartScenario(t, targets, maskedTCP(200*time.Millisecond)))
 		})
+	}
+}
+
+// checkRestartFenced: A's hold ended fenced, nothing landed in free memory,
+// the old instance really ended, and the blast radius is what the
+// scenario's layout makes it.
+func checkRestartFenced(t *testing.T, targets int, run restartRun) {
+	t.Helper()
+	s := run.stats
+	t.Logf("targets=%d: restarts %d, live exposures failed by restarts %d (blast radius), released %v, writes landed %d / failed %d, corrupt pages %d",
+		targets, s.TargetRestarts, s.Core.RestartFailed, s.Released, run.landed, run.lost, s.CorruptPages)
+	if s.Released["fenced"] < 1 || s.Released["timeout"] != 0 || s.Released["unsafe"] != 0 {
+		t.Fatalf("A's hold ended %v; want fenced by the restart", s.Released)
+	}
+	if s.CorruptPages != 0 || s.FreeWrites != 0 {
+		t.Fatalf("%d corrupt pages, %d writes into free memory", s.CorruptPages, s.FreeWrites)
+	}
+	if run.lost == 0 {
+		t.Fatalf("the writer's writes never failed: the old instance was not ended")
+	}
+	wantFailed := uint64(0)
+	if targets == 1 {
+		wantFailed = 1 // B shared A's instance
+	}
+	if s.Core.RestartFailed != wantFailed {
+		t.Fatalf("restart failed %d live exposures, want %d", s.Core.RestartFailed, wantFailed)
+	}
+	if run.restartsMetric != float64(s.Core.TargetRestarts) || run.failedMetric != float64(wantFailed) {
+		t.Fatalf("metrics: %v restarts, %v failed exposures; want %d, %d", run.restartsMetric, run.failedMetric, s.Core.TargetRestarts, wantFailed)
 	}
 }
 
@@ -334,7 +363,7 @@ func TestRestartFenceServesPrefillAcrossInstances(t *testing.T) {
 			mu.Lock()
 			procs = append(procs, p)
 			mu.Unlock()
-			return noRevokeProcess{Plugin: p}, nil
+			return noRevokeProcess{slowDeath{Plugin: p}}, nil
 		}}}, nil)
 	if err != nil {
 		t.Fatal(err)
