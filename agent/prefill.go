@@ -269,13 +269,17 @@ func (p *Prefill) linked(l *link) {
 	old := p.decode
 	p.decode = l.peer
 	if len(l.peer.DataTargets) > 0 {
+		p.dropLanes(p.lanes) // a decode that now runs target instances
+		p.lanes = nil
 		p.connectTargets(l.peer.DataTargets)
 	} else if old.DataAddress != l.peer.DataAddress || len(p.lanes) == 0 {
 		addrs := l.peer.DataAddresses
 		if len(addrs) == 0 {
 			addrs = []string{l.peer.DataAddress}
 		}
-		p.lanes = p.lanes[:0]
+		p.connectTargets(nil) // drops the lanes to target instances, if any
+		p.dropLanes(p.lanes)
+		p.lanes = nil
 		for i := 0; i < p.cfg.Lanes; i++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			id, err := p.tr.Connect(ctx, sdk.Endpoint{Transport: l.peer.DataTransport, Address: addrs[i%len(addrs)], Opaque: l.peer.DataOpaque})

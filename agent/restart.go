@@ -261,12 +261,17 @@ func (p *Prefill) connectTargets(targets []dataTarget) {
 		p.targetLanes = append(p.targetLanes, nil)
 		p.targetAddrs = append(p.targetAddrs, "")
 	}
+	for _, gone := range p.targetLanes[len(targets):] {
+		p.dropLanes(gone) // instances decode no longer names
+	}
+	p.targetLanes, p.targetAddrs = p.targetLanes[:len(targets)], p.targetAddrs[:len(targets)]
 	for i, t := range targets {
 		if p.targetAddrs[i] == t.Address && len(p.targetLanes[i]) > 0 {
 			continue
 		}
 		p.targetAddrs[i] = t.Address
-		p.targetLanes[i] = p.targetLanes[i][:0]
+		p.dropLanes(p.targetLanes[i]) // the replaced instance's process is gone
+		p.targetLanes[i] = nil
 		for range p.cfg.Lanes {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			id, err := p.tr.Connect(ctx, sdk.Endpoint{Transport: t.Transport, Address: t.Address, Opaque: t.Opaque})
@@ -277,6 +282,26 @@ func (p *Prefill) connectTargets(targets []dataTarget) {
 			}
 			p.targetLanes[i] = append(p.targetLanes[i], id)
 		}
+	}
+}
+
+// dropLanes disconnects lanes that lead nowhere any more (a replaced or
+// dropped target instance, a decode that moved its data endpoint), so the
+// plugin forgets their peers rather than keeping them for the process's
+// life (prefill loop only). A batch still pending on one becomes InDoubt,
+// which is what it is: its target is gone.
+func (p *Prefill) dropLanes(ids []sdk.PeerID) {
+	done := map[sdk.PeerID]bool{} // a plugin may key peers by address: lanes can share one
+	for _, id := range ids {
+		if done[id] {
+			continue
+		}
+		done[id] = true
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := p.tr.Disconnect(ctx, id); err != nil {
+			p.log.Warn("disconnect a stale data lane", "peer", id, "error", err)
+		}
+		cancel()
 	}
 }
 

@@ -370,9 +370,10 @@ func TestRestartFenceServesPrefillAcrossInstances(t *testing.T) {
 	}
 	t.Cleanup(d.Close)
 	pp := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{})
+	ptr := &peerCounting{Transport: pp.Transport(), live: map[sdk.PeerID]bool{}}
 	p, err := NewPrefill(ctx, PrefillConfig{Rank: 1, DecodeAddr: d.Addr(), SourcePages: 8, ShardBytes: 4096, Lanes: 2,
 		MaxInflight: 8, MaxBatchPages: 4, Heartbeat: 100 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
-		RequestTombstone: 5 * time.Second, BootstrapTimeout: 5 * time.Second, Events: pp.Events()}, pp.Transport())
+		RequestTombstone: 5 * time.Second, BootstrapTimeout: 5 * time.Second, Events: pp.Events()}, ptr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,6 +423,43 @@ func TestRestartFenceServesPrefillAcrossInstances(t *testing.T) {
 	if s := d.Stats(); s.CorruptPages != 0 || s.Handoffs != 3 {
 		t.Fatalf("corrupt pages %d, handoffs %d (want 0, 3)", s.CorruptPages, s.Handoffs)
 	}
+	// Prefill keeps lanes to the live instances only: those to the
+	// replaced instance 0 were disconnected, not left in its plugin.
+	if live, connects := ptr.counts(); live != 2*2 || connects != 3*2 {
+		t.Fatalf("prefill's plugin holds %d peers after %d connects; want 4 (2 lanes × 2 instances) of 6", live, connects)
+	}
+}
+
+// peerCounting counts the peers a prefill rank's transport holds.
+type peerCounting struct {
+	sdk.Transport
+	mu       sync.Mutex
+	live     map[sdk.PeerID]bool
+	connects int
+}
+
+func (c *peerCounting) Connect(ctx context.Context, ep sdk.Endpoint) (sdk.PeerID, error) {
+	id, err := c.Transport.Connect(ctx, ep)
+	if err == nil {
+		c.mu.Lock()
+		c.live[id] = true
+		c.connects++
+		c.mu.Unlock()
+	}
+	return id, err
+}
+
+func (c *peerCounting) Disconnect(ctx context.Context, id sdk.PeerID) error {
+	c.mu.Lock()
+	delete(c.live, id)
+	c.mu.Unlock()
+	return c.Transport.Disconnect(ctx, id)
+}
+
+func (c *peerCounting) counts() (live, connects int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.live), c.connects
 }
 
 // applied is how many writes a target instance's TCP plugin applied.
