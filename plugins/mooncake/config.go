@@ -1,7 +1,6 @@
 package mooncake
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -66,31 +65,21 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if strings.TrimSpace(getenv("MC_TCP_PROTO")) == "1" {
 		c.Framing = "legacy"
 	}
-	if v := getenv(EnvReportAfter); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a positive duration", EnvReportAfter, v)
-		}
-		c.ReportAfter = d
-	}
-	return c, nil
+	var err error
+	c.ReportAfter, err = nocancel.PositiveDurationEnv(getenv, EnvReportAfter, c.ReportAfter)
+	return c, err
 }
-
-// Limits the plugin declares (the C API has no limits call; these keep one
-// batch's bookkeeping small and one op within what a TCP slice handles).
-const (
-	maxBatch   = 1024
-	maxOpBytes = 1 << 30
-)
 
 // New builds the transport over a loaded backend. MaxTail is unbounded on
 // both transports: over TCP a write to a stopped target waits for as long
 // as it is stopped (measured); over RDMA failed slices are resent on other
 // NICs and TIMEOUT tears nothing down.
 func New(cfg Config, be nocancel.Backend, log hclog.Logger) (*nocancel.Transport, error) {
-	if be == nil {
-		return nil, fmt.Errorf("mooncake: no backend")
-	}
-	return nocancel.New(nocancel.Config{Backend: be, MaxTail: nocancel.UnboundedTail, MaxBatch: maxBatch, MaxOpBytes: maxOpBytes,
-		DirListen: cfg.DirListen, ReportAfter: cfg.ReportAfter, Verdict: unsafeVerdict(), Logger: log})
+	return nocancel.NewVendor(nocancel.Vendor{Name: "mooncake", DirListen: cfg.DirListen, ReportAfter: cfg.ReportAfter, UnsafeEnv: EnvUnsafe}, be, log)
 }
+
+// EnvUnsafe selects a deliberately broken variant in a build with -tags
+// kvfenceunsafe (tests only; a default build ignores it):
+// failed-is-definite reports a batch with a FAILED task as FailedDefinite,
+// which is what a plugin that trusts Mooncake's FAILED would do.
+const EnvUnsafe = "KVFENCE_MOONCAKE_UNSAFE"

@@ -1,7 +1,6 @@
 package mori
 
 import (
-	"fmt"
 	"strconv"
 	"time"
 
@@ -41,28 +40,20 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 		c.Port = p
 	}
-	if v := getenv(EnvReportAfter); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a positive duration", EnvReportAfter, v)
-		}
-		c.ReportAfter = d
-	}
-	return c, nil
+	var err error
+	c.ReportAfter, err = nocancel.PositiveDurationEnv(getenv, EnvReportAfter, c.ReportAfter)
+	return c, err
 }
-
-const (
-	maxBatch   = 1024
-	maxOpBytes = 1 << 30
-)
 
 // New builds the transport. MaxTail is unbounded: MORI cannot cancel, a
 // failed write's other queue pairs may still be writing, and its retry
 // timeouts depend on the NIC (34 s per try on some).
 func New(cfg Config, be nocancel.Backend, log hclog.Logger) (*nocancel.Transport, error) {
-	if be == nil {
-		return nil, fmt.Errorf("mori: no backend")
-	}
-	return nocancel.New(nocancel.Config{Backend: be, MaxTail: nocancel.UnboundedTail, MaxBatch: maxBatch, MaxOpBytes: maxOpBytes,
-		DirListen: cfg.DirListen, ReportAfter: cfg.ReportAfter, Verdict: unsafeVerdict(), Logger: log})
+	return nocancel.NewVendor(nocancel.Vendor{Name: "mori", DirListen: cfg.DirListen, ReportAfter: cfg.ReportAfter, UnsafeEnv: EnvUnsafe}, be, log)
 }
+
+// EnvUnsafe selects a deliberately broken variant in a build with -tags
+// kvfenceunsafe (tests only; a default build ignores it):
+// failed-is-definite reports a batch with a failed write as FailedDefinite,
+// which is what a plugin that trusts MORI's first error would do.
+const EnvUnsafe = "KVFENCE_MORI_UNSAFE"

@@ -1,7 +1,6 @@
 package nixl
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -63,28 +62,20 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.Backend != "UCX" {
 		return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: only UCX is supported", EnvBackend, c.Backend)
 	}
-	if v := getenv(EnvReportAfter); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a positive duration", EnvReportAfter, v)
-		}
-		c.ReportAfter = d
-	}
-	return c, nil
+	var err error
+	c.ReportAfter, err = nocancel.PositiveDurationEnv(getenv, EnvReportAfter, c.ReportAfter)
+	return c, err
 }
-
-const (
-	maxBatch   = 1024
-	maxOpBytes = 1 << 30
-)
 
 // New builds the transport. MaxTail is unbounded: NIXL has no timeout (a
 // request to a stopped target stays IN_PROG for as long as it is stopped)
 // and releasing a request does not cancel it.
 func New(cfg Config, be nocancel.Backend, log hclog.Logger) (*nocancel.Transport, error) {
-	if be == nil {
-		return nil, fmt.Errorf("nixl: no backend")
-	}
-	return nocancel.New(nocancel.Config{Backend: be, MaxTail: nocancel.UnboundedTail, MaxBatch: maxBatch, MaxOpBytes: maxOpBytes,
-		DirListen: cfg.DirListen, ReportAfter: cfg.ReportAfter, Verdict: unsafeVerdict(), Logger: log})
+	return nocancel.NewVendor(nocancel.Vendor{Name: "nixl", DirListen: cfg.DirListen, ReportAfter: cfg.ReportAfter, UnsafeEnv: EnvUnsafe}, be, log)
 }
+
+// EnvUnsafe selects a deliberately broken variant in a build with -tags
+// kvfenceunsafe (tests only; a default build ignores it):
+// failed-is-definite reports a batch whose request failed (ERROR_BACKEND) as FailedDefinite,
+// which is what a plugin that trusts NIXL's errors would do.
+const EnvUnsafe = "KVFENCE_NIXL_UNSAFE"

@@ -18,4 +18,9 @@
 // target applied the bytes; report FailedDefinite on the backend's word
 // (a refused submit is returned from Post instead, nothing having moved);
 // offer Revoke, or deregister target memory that still has keys on it.
+// The one exception is the failed-is-definite variant (unsafe_verdict.go),
+// compiled only with -tags kvfenceunsafe so the tests can show they catch it.
+//
+// It also holds what the vendor plugins share around the transport
+// (vendor.go: their limits, unbounded tail and environment parsing).
 package nocancel
