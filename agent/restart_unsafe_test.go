@@ -10,7 +10,7 @@ import (
 )
 
 // The control arm of TestRestartFenceEndsHoldOfKilledUnboundedWriter and
-// TestRestartFenceMooncakeFake: the known-unsafe core releases the
+// TestRestartFenceVendorFakes: the known-unsafe core releases the
 // instance's holds when the restart is asked for, before the reap. The
 // writer's bytes still reach the old instance in between and land in the
 // freed slot, and the content check sees them
@@ -22,7 +22,8 @@ func TestRestartFenceControlReleaseBeforeReap(t *testing.T) {
 	t.Cleanup(func() { _ = knownunsafe.SelectForAgents("safe") })
 	for _, backend := range []func(*testing.T) restartBackend{
 		func(*testing.T) restartBackend { return maskedTCP(200 * time.Millisecond) },
-		func(t *testing.T) restartBackend { return mooncakeOverFake(t, 200*time.Millisecond) },
+		func(t *testing.T) restartBackend { return mooncakeFake.backend(t, 200*time.Millisecond) },
+		func(t *testing.T) restartBackend { return nixlFake.backend(t, 200*time.Millisecond) },
 	} {
 		be := backend(t)
 		t.Run(be.name, func(t *testing.T) {

@@ -12,82 +12,95 @@ import (
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
 
-// The restart fence over a transport that really cannot revoke: the
-// Mooncake plugin (plugins/mooncake) loading this project's fake Transfer
-// Engine library, which moves real bytes over loopback TCP, maps FAILED
-// and WAITING to InDoubt, has no Revoke and declares a ~50-year tail. Both
-// are built on first use only (go build, gcc), so the other agent tests do
-// not pay for them; without gcc these tests skip and say why.
+// The restart fence over transports that really cannot revoke: the
+// Mooncake and NIXL plugins (plugins/mooncake, plugins/nixl) loading this
+// project's fake C libraries, which move real bytes over loopback TCP, map
+// FAILED/WAITING (IN_PROG) to InDoubt, have no Revoke and declare a
+// ~50-year tail. Plugin and library are built on first use only (go build,
+// gcc), so the other agent tests do not pay for them; without gcc these
+// tests skip and say why.
 
-var mooncakeFake struct {
-	once      sync.Once
-	bin, lib  string
-	skip, err error
+// vendorFake is one vendor plugin over its fake library.
+type vendorFake struct {
+	name, fakeSrc string
+	env           func(lib string) []string // the plugin's environment
+	once          sync.Once
+	bin, lib      string
+	skip, err     error
 }
 
-// buildMooncakeFake builds the plugin and the fake library into testDir.
-func buildMooncakeFake(t *testing.T) (bin, lib string) {
+var (
+	mooncakeFake = &vendorFake{name: "mooncake", fakeSrc: "fake_transfer_engine.c", env: func(lib string) []string {
+		return []string{"KVFENCE_MOONCAKE_LIB=" + lib, "KVFENCE_FAKE_STATUS_TIMEOUT_MS=300", "KVFENCE_MOONCAKE_REPORT_AFTER=1s"}
+	}}
+	nixlFake = &vendorFake{name: "nixl", fakeSrc: "fake_nixl_capi.c", env: func(lib string) []string {
+		return []string{"KVFENCE_NIXL_LIB=" + lib, "UCX_TLS=tcp", "KVFENCE_NIXL_REPORT_AFTER=1s"}
+	}}
+)
+
+// build builds the plugin and the fake library into testDir, once.
+func (v *vendorFake) build(t *testing.T) {
 	t.Helper()
-	m := &mooncakeFake
-	m.once.Do(func() {
+	v.once.Do(func() {
 		cc, err := exec.LookPath("gcc")
 		if err != nil {
-			m.skip = fmt.Errorf("skipped: gcc not found, cannot build the fake Mooncake library (apt-get install gcc)")
+			v.skip = fmt.Errorf("skipped: gcc not found, cannot build the fake %s library (apt-get install gcc)", v.name)
 			return
 		}
-		m.lib = filepath.Join(testDir, "libfake_transfer_engine.so")
-		if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o", m.lib,
-			"-I../plugins/internal/nocancel/testdata", "../plugins/mooncake/testdata/fake_transfer_engine.c",
+		v.lib = filepath.Join(testDir, "libfake_"+v.name+".so")
+		if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o", v.lib,
+			"-I../plugins/internal/nocancel/testdata", "../plugins/"+v.name+"/testdata/"+v.fakeSrc,
 			"../plugins/internal/nocancel/testdata/fakewire.c").CombinedOutput(); err != nil {
-			m.err = fmt.Errorf("gcc: %v\n%s", err, out)
+			v.err = fmt.Errorf("gcc: %v\n%s", err, out)
 			return
 		}
-		m.bin = filepath.Join(testDir, "kvfence-plugin-mooncake")
-		if out, err := exec.Command("go", "build", "-o", m.bin, "../plugins/mooncake/cmd/kvfence-plugin-mooncake").CombinedOutput(); err != nil {
-			m.err = fmt.Errorf("go build: %v\n%s", err, out)
+		v.bin = filepath.Join(testDir, "kvfence-plugin-"+v.name)
+		if out, err := exec.Command("go", "build", "-o", v.bin, "../plugins/"+v.name+"/cmd/kvfence-plugin-"+v.name).CombinedOutput(); err != nil {
+			v.err = fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	})
-	if m.skip != nil {
-		t.Skip(m.skip)
+	if v.skip != nil {
+		t.Skip(v.skip)
 	}
-	if m.err != nil {
-		t.Fatal(m.err)
+	if v.err != nil {
+		t.Fatal(v.err)
 	}
-	return m.bin, m.lib
 }
 
-// mooncakeOverFake is the Mooncake plugin over the fake library, with the
-// fake's status timeout and the plugin's WAITING report short (as the
-// plugin's own fault tests run it).
-func mooncakeOverFake(t *testing.T, dieAfter time.Duration) restartBackend {
-	bin, lib := buildMooncakeFake(t)
-	opts := sdk.OpenOptions{Env: []string{"KVFENCE_MOONCAKE_LIB=" + lib, "KVFENCE_FAKE_STATUS_TIMEOUT_MS=300",
-		"KVFENCE_MOONCAKE_REPORT_AFTER=1s"}, StartTimeout: 30 * time.Second}
-	return restartBackend{name: "mooncake-fake",
+// backend: target instances of the plugin over the fake, dying slowly,
+// and a writer data path of the same plugin.
+func (v *vendorFake) backend(t *testing.T, dieAfter time.Duration) restartBackend {
+	v.build(t)
+	opts := sdk.OpenOptions{Env: v.env(v.lib), StartTimeout: 30 * time.Second}
+	return restartBackend{name: v.name + "-fake",
 		target: func() (TargetProcess, error) {
-			p, err := sdk.Open(bin, opts)
+			p, err := sdk.Open(v.bin, opts)
 			if err != nil {
 				return nil, err
 			}
 			return slowDeath{p, dieAfter}, nil
 		},
-		writer: func(t *testing.T) sdk.Transport { return sdktest.Subprocess(t, bin, opts).Transport() },
+		writer: func(t *testing.T) sdk.Transport { return sdktest.Subprocess(t, v.bin, opts).Transport() },
 	}
 }
 
-// TestRestartFenceMooncakeFake is TestRestartFenceEndsHoldOfKilledUnboundedWriter
-// over the Mooncake plugin: rank 1 declares an unbounded tail and is
-// killed with SIGKILL while its writes keep arriving at decode's target
-// instance; A's hold ends fenced (the plugin's tail is unbounded, so no
-// timeout could end it), with no write landing in the freed slot.
-func TestRestartFenceMooncakeFake(t *testing.T) {
+// TestRestartFenceVendorFakes is TestRestartFenceEndsHoldOfKilledUnboundedWriter
+// over the Mooncake and NIXL plugins: rank 1 declares an unbounded tail
+// and is killed with SIGKILL while its writes keep arriving at decode's
+// target instance; A's hold ends fenced (the plugins' tail is unbounded,
+// so no timeout could end it), with no write landing in the freed slot.
+func TestRestartFenceVendorFakes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	be := mooncakeOverFake(t, 200*time.Millisecond)
-	for _, targets := range []int{1, 2} {
-		t.Run(fmt.Sprintf("targets=%d", targets), func(t *testing.T) {
-			checkRestartFenced(t, targets, runRestartScenario(t, targets, be))
+	for _, v := range []*vendorFake{mooncakeFake, nixlFake} {
+		t.Run(v.name, func(t *testing.T) {
+			be := v.backend(t, 200*time.Millisecond)
+			for _, targets := range []int{1, 2} {
+				t.Run(fmt.Sprintf("targets=%d", targets), func(t *testing.T) {
+					checkRestartFenced(t, targets, runRestartScenario(t, targets, be))
+				})
+			}
 		})
 	}
 }
