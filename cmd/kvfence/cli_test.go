@@ -105,7 +105,8 @@ func TestDemoRemovesRunDirUnlessKeep(t *testing.T) {
 }
 
 // The safe arm's verdict: corrupt pages, held exposures and failed
-// requests each fail the run; a crash test expects failed requests.
+// requests each fail the run; a crash test expects failed requests, and
+// so does a target restart for the exposures it failed (its blast radius).
 func TestSafeArmVerdict(t *testing.T) {
 	if why := safeArmFailed(&demoSummary{}, false); why != "" {
 		t.Fatalf("a clean run failed: %s", why)
@@ -117,5 +118,11 @@ func TestSafeArmVerdict(t *testing.T) {
 	}
 	if why := safeArmFailed(&demoSummary{Lost: 3}, true); why != "" {
 		t.Errorf("failed requests in a crash run: %s", why)
+	}
+	if why := safeArmFailed(&demoSummary{Lost: 3, TargetRestarts: 1, RestartFailed: 3}, false); why != "" {
+		t.Errorf("requests failed by a target restart: %s", why)
+	}
+	if safeArmFailed(&demoSummary{Lost: 4, TargetRestarts: 1, RestartFailed: 3}, false) == "" {
+		t.Errorf("a failed request beyond the restart's blast radius passed")
 	}
 }

@@ -209,7 +209,11 @@ func printSummary(w io.Writer, s *demoSummary) {
 		fmt.Fprintf(w, "  logs            removed (--keep keeps them)\n")
 	}
 	if s.Lost > 0 {
-		fmt.Fprintf(w, "  FAILED          %d requests neither handed off nor cancelled\n", s.Lost)
+		fmt.Fprintf(w, "  FAILED          %d requests neither handed off nor cancelled", s.Lost)
+		if s.RestartFailed > 0 {
+			fmt.Fprintf(w, " (%d of them failed by target restarts)", min(s.RestartFailed, s.Lost))
+		}
+		fmt.Fprintln(w)
 	}
 	if s.Report != "" {
 		fmt.Fprintf(w, "  report          %s\n", s.Report)
