@@ -84,6 +84,7 @@ type Prefill struct {
 	targetLanes [][]sdk.PeerID
 	targetAddrs []string
 	batchPeer   map[core.BatchID]sdk.PeerID
+	lanesBook   // lanes.go: batches per lane, lanes retired until settled
 	keys        map[core.Tag]tagKeys
 	reqs        map[core.RequestKey]*preReq
 	free        []int
@@ -288,6 +289,7 @@ func (p *Prefill) linked(l *link) {
 				p.log.Error("connect data lane", "error", err)
 				continue
 			}
+			p.adoptLane(id)
 			p.lanes = append(p.lanes, id)
 		}
 	}
@@ -442,12 +444,12 @@ func (p *Prefill) post(post core.Post) {
 			RemoteKey: sdk.Key(k.Key), RemoteOffset: k.Base + uint64(tk.pos)*shard, Length: shard}
 	}
 	peer := lanes[lane(post.Tag, len(lanes))]
-	p.batchPeer[id] = peer
+	p.track(id, peer)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := p.tr.Post(ctx, sdk.Batch{ID: sdk.BatchID(id), Peer: peer, Ops: ops})
 	cancel()
 	if err != nil {
-		delete(p.batchPeer, id)
+		p.untrack(id)
 		fail(err.Error()) // a refused Post was never accepted: nothing moves
 	}
 }
@@ -548,6 +550,7 @@ func (p *Prefill) quiesced(ids []sdk.BatchID, ev core.DrainEvidence) {
 	cids := make([]core.BatchID, len(ids))
 	for i, id := range ids {
 		cids[i] = core.BatchID(id)
+		p.untrack(cids[i]) // settled: no lane carries it any more
 	}
 	p.core.Quiesced(cids, ev, now())
 	p.act()
@@ -571,7 +574,7 @@ func (p *Prefill) completions() {
 				p.act()
 			}
 			if st != core.InDoubt {
-				delete(p.batchPeer, id)
+				p.untrack(id)
 			}
 		})
 	}

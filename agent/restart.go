@@ -280,28 +280,9 @@ func (p *Prefill) connectTargets(targets []dataTarget) {
 				p.log.Error("connect data lane", "target", i, "error", err)
 				continue
 			}
+			p.adoptLane(id)
 			p.targetLanes[i] = append(p.targetLanes[i], id)
 		}
-	}
-}
-
-// dropLanes disconnects lanes that lead nowhere any more (a replaced or
-// dropped target instance, a decode that moved its data endpoint), so the
-// plugin forgets their peers rather than keeping them for the process's
-// life (prefill loop only). A batch still pending on one becomes InDoubt,
-// which is what it is: its target is gone.
-func (p *Prefill) dropLanes(ids []sdk.PeerID) {
-	done := map[sdk.PeerID]bool{} // a plugin may key peers by address: lanes can share one
-	for _, id := range ids {
-		if done[id] {
-			continue
-		}
-		done[id] = true
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if err := p.tr.Disconnect(ctx, id); err != nil {
-			p.log.Warn("disconnect a stale data lane", "peer", id, "error", err)
-		}
-		cancel()
 	}
 }
 
