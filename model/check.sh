@@ -2,7 +2,9 @@
 # check.sh — spin-verify the kvfence writer-lifetime model (model/kvfence.pml).
 #
 #   model/check.sh quick   # for `make test`: reduced safe model + every known-unsafe variant
-#   model/check.sh full    # for `make soak`: safe model with every fault, NG=1, exhaustive; + quick
+#   model/check.sh full    # for `make soak`: safe model with every fault, NG=1, exhaustive; the restart
+#                          # fence at NG=2 with crashes, and with truncation (LEASE=TAIL=1, up
+#                          # to ~5.3 GB); + quick
 #   model/check.sh mutants # only the known-unsafe variants (each must yield a counterexample)
 #   model/check.sh list    # print the runs of every mode without running them
 #
@@ -64,10 +66,13 @@ own_tail_only             |fail|-DNG=1 -DTAIL1=3 -DM_OWN_TAIL -DLOSS=0 -DDUP=0|I
 release_on_drain_ack      |fail|-DNG=1 -DREVOKE -DLIAR -DM_RELEASE_ON_DRAIN_ACK -DLOSS=0 -DDUP=0|I1_isolation
 liar_without_fence        |fail|-DNG=1 -DLIAR -DLOSS=0 -DDUP=0             |I1_isolation
 release_before_reap       |fail|-DNG=2 -DRESTART -DUNB0 -DM_RELEASE_BEFORE_REAP -DLOSS=0 -DDUP=0|I1_isolation
+release_before_reap_small |fail|-DNG=2 -DRESTART -DUNB0 -DM_RELEASE_BEFORE_REAP -DLEASE=1 -DTAIL=1 -DMAXHB=0 -DLOSS=0 -DDUP=0 -DCRASH=0 -DTRUNC=0|I1_isolation
 '
 FULL_SAFE='
 safe_ng1_all_faults        |pass|-DNG=1
 safe_restart_quarantine_loss|pass|-DNG=1 -DDRST=1 -DDRST_QUAR -DDUP=0
+safe_ng2_restart_crash     |pass|-DNG=2 -DRESTART -DUNB0 -DLEASE=1 -DTAIL=1 -DMAXHB=0 -DLOSS=0 -DDUP=0 -DTRUNC=0
+safe_ng2_restart_trunc     |pass|-DNG=2 -DRESTART -DUNB0 -DLEASE=1 -DTAIL=1 -DMAXHB=0 -DLOSS=0 -DDUP=0 -DCRASH=0
 '
 
 usage() { echo "usage: $0 quick|full|mutants|list" >&2; exit 2; }
