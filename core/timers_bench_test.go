@@ -76,7 +76,7 @@ func newTimerPairBeat(b *testing.B, live int, heartbeat time.Duration) *benchPai
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := NewSender(SenderConfig{Rank: 0, SkewMargin: time.Millisecond, MaxInflight: 1 << 30, MaxBatchPages: 2,
+	s, err := NewSender(SenderConfig{Rank: 0, Session: 1, SkewMargin: time.Millisecond, MaxInflight: 1 << 30, MaxBatchPages: 2,
 		Heartbeat: heartbeat, RequestTombstone: time.Millisecond, BootstrapTimeout: 2 * time.Hour})
 	if err != nil {
 		b.Fatal(err)
