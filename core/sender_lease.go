@@ -73,6 +73,16 @@ func (s *Sender) unlistStream(st *stream) {
 	p := st.peer
 	p.count--
 	p.digest -= TagHash(st.key.tag)
+	if st.listedSeq == 0 {
+		// No heartbeat carried its start yet: drop that change instead of
+		// sending both. Unsent changes are the tail of the queue.
+		for i := len(p.delta) - 1; i >= 0 && p.delta[i].seq == 0; i-- {
+			if p.delta[i].tag == st.key.tag && !p.delta[i].ended {
+				p.delta = append(p.delta[:i], p.delta[i+1:]...)
+				return
+			}
+		}
+	}
 	p.delta = append(p.delta, listChange{tag: st.key.tag, ended: true})
 }
 
