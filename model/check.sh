@@ -64,6 +64,7 @@ own_tail_only             |fail|-DNG=1 -DTAIL1=3 -DM_OWN_TAIL -DLOSS=0 -DDUP=0|I
 release_on_drain_ack      |fail|-DNG=1 -DREVOKE -DLIAR -DM_RELEASE_ON_DRAIN_ACK -DLOSS=0 -DDUP=0|I1_isolation
 liar_without_fence        |fail|-DNG=1 -DLIAR -DLOSS=0 -DDUP=0             |I1_isolation
 release_before_reap       |fail|-DNG=2 -DRESTART -DUNB0 -DM_RELEASE_BEFORE_REAP -DLOSS=0 -DDUP=0|I1_isolation
+rank_lease_forgotten      |fail|-DNG=1 -DM_FORGET_RENEWAL -DLOSS=0 -DDUP=0  |I1_isolation
 '
 FULL_SAFE='
 safe_ng1_all_faults        |pass|-DNG=1
