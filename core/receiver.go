@@ -82,7 +82,8 @@ type Receiver struct {
 	tails map[RankID]time.Duration // declared by RankTail; only ever grows
 	dead  map[RankID]bool          // declared dead by PeerDead, until it links again (RankTail)
 
-	leases map[RankID]*rankLease // heartbeat sessions (receiver_lease.go)
+	leases    map[RankID]*rankLease // heartbeat sessions (receiver_lease.go)
+	leaseList []*rankLease          // the same, in a deterministic order
 
 	targets []targetState // restart fence: one per target instance (receiver_restart.go)
 }
@@ -487,6 +488,7 @@ func (r *Receiver) Tick(now Time) {
 	}
 	// Only exposures whose time may have come: the rest are untouched.
 	// They are visited in list order, as a walk of the list would.
+	r.lapseTimers(now)
 	due := r.timers.popDue(now, r.due[:0])
 	slices.SortFunc(due, func(a, b *exposure) int { return a.idx - b.idx })
 	for _, e := range due {
@@ -543,7 +545,7 @@ func (r *Receiver) nextDue(e *exposure) (Time, bool) {
 		due := MaxTime
 		for j := range e.ranks {
 			if t := &e.ranks[j]; !t.committed {
-				due = min(due, r.trackLease(e, t))
+				due = min(due, r.trackDue(e, t))
 			}
 		}
 		return due, true

@@ -31,14 +31,16 @@ type rankLease struct {
 	leaseSeq uint64
 	// The copy of the rank's listed set: listed tracks (rankTrack.listed)
 	// and excluded tags, with their count and digest.
-	count    uint32
-	digest   uint64
-	listed   int   // tracks listed
-	covered  int   // of them, listed no later than leaseSeq
-	pending  []Tag // listed since the last grant: checked at the next one
-	excluded []Tag // in the rank's list but not covered: named in every Lease
-	exclIdx  map[Tag]int
-	cursor   int // where stopExcluded starts next
+	count     uint32
+	digest    uint64
+	listed    int    // tracks listed
+	covered   int    // of them, listed no later than leaseSeq
+	pending   []Tag  // listed since the last grant: checked at the next one
+	lapseSeen uint64 // the grant whose lapse Tick already queued (lapseTimers)
+	rank      RankID
+	excluded  []Tag // in the rank's list but not covered: named in every Lease
+	exclIdx   map[Tag]int
+	cursor    int // where stopExcluded starts next
 }
 
 func (rl *rankLease) exclude(tag Tag) {
@@ -63,6 +65,43 @@ func (rl *rankLease) unexclude(tag Tag) bool {
 	rl.excluded = rl.excluded[:len(rl.excluded)-1]
 	delete(rl.exclIdx, tag)
 	return true
+}
+
+// covered reports whether the rank lease covers rank t of an exposure.
+func (r *Receiver) covered(t *rankTrack) bool {
+	if !t.listed {
+		return false
+	}
+	rl := r.leases[t.rank]
+	return rl != nil && rl.leaseSeq >= t.listedSeq
+}
+
+// trackDue is when a Tick must look at rank t's lease by time alone. A
+// covered track's lease moves with every Lease: it waits at admission +
+// MaxHold, and the rank lease's own lapse queues it (lapseTimers), so
+// that renewals cost no timer work per exposure.
+func (r *Receiver) trackDue(e *exposure, t *rankTrack) Time {
+	if r.covered(t) && r.leases[t.rank].lapseSeen != r.leases[t.rank].leaseSeq {
+		return max(t.lease, e.admitted.Add(r.cfg.MaxHold))
+	}
+	return r.trackLease(e, t)
+}
+
+// lapseTimers queues, once per grant, every exposure with a track that a
+// rank lease that lapsed covers: O(ranks) per Tick, O(live) only when a
+// rank lease lapses (the rank went silent: each of them aborts).
+func (r *Receiver) lapseTimers(now Time) {
+	for _, rl := range r.leaseList {
+		if rl.covered == 0 || rl.lapseSeen == rl.leaseSeq || now < rl.lease {
+			continue
+		}
+		rl.lapseSeen = rl.leaseSeq
+		for _, e := range r.list {
+			if t := e.track(rl.rank); t != nil && r.covered(t) {
+				r.timers.schedule(e, r.trackLease(e, t))
+			}
+		}
+	}
 }
 
 // trackLease is the latest lease decode granted rank t for e: its own
@@ -104,6 +143,7 @@ func (r *Receiver) unlistTrack(e *exposure, t *rankTrack, rl *rankLease) {
 		t.lease = r.trackLease(e, t)
 	} // else the bug: the bound forgets the rank lease the rank posted under
 	t.listed = false
+	r.timers.schedule(e, t.lease) // its lease no longer moves with the rank's
 	rl.listed--
 	if t.listedSeq <= rl.leaseSeq {
 		rl.covered--
@@ -114,11 +154,12 @@ func (r *Receiver) unlistTrack(e *exposure, t *rankTrack, rl *rankLease) {
 func (r *Receiver) onHeartbeat(m Message, now Time) {
 	rl := r.leases[m.Rank]
 	if rl == nil {
-		rl = &rankLease{needFull: true}
+		rl = &rankLease{needFull: true, rank: m.Rank}
 		if r.leases == nil {
 			r.leases = make(map[RankID]*rankLease)
 		}
 		r.leases[m.Rank] = rl
+		r.leaseList = append(r.leaseList, rl)
 	}
 	switch {
 	case m.Full:

@@ -19,6 +19,9 @@ type peerLease struct {
 	leaseSeq uint64
 	inst     uint64
 	needFull bool // the next heartbeat lists every listed stream (resync)
+	// lapseSeen is the grant whose lapse Tick already handed to the
+	// streams it covers (lapseTimers).
+	lapseSeen uint64
 	// The listed set: every stream for this decode rank from its Assign
 	// until it stops posting for good. count and digest (sum of TagHash)
 	// let decode check that its copy of the set is the same.
@@ -86,6 +89,48 @@ func (s *Sender) unlistStream(st *stream) {
 	p.delta = append(p.delta, listChange{tag: st.key.tag, ended: true})
 }
 
+// covered reports whether the rank lease covers st.
+func (s *Sender) covered(st *stream) bool {
+	p := st.peer
+	return p != nil && st.listed && !st.excluded && st.listedSeq != 0 && st.listedSeq <= p.leaseSeq &&
+		p.inst == st.key.tag.Instance
+}
+
+// leaseDue is when a Tick must look at st's lease by time alone. A covered
+// stream's lease moves with every Lease: its entry waits at HoldUntil, and
+// the rank lease's own lapse queues it (lapseTimers), so that renewals cost
+// no timer work per stream.
+func (s *Sender) leaseDue(st *stream) Time {
+	if s.covered(st) && st.peer.lapseSeen != st.peer.leaseSeq {
+		return max(st.lease, st.holdUntil).Add(-s.cfg.SkewMargin)
+	}
+	return s.streamLease(st).Add(-s.cfg.SkewMargin)
+}
+
+// lapseTimers queues, once per grant, every stream a rank lease that
+// lapsed covers: O(peers) per Tick, O(listed) only when a rank lease
+// lapses (decode unreachable: each of them fails).
+func (s *Sender) lapseTimers(now Time) {
+	for _, p := range s.peerList {
+		if p.leaseSeq == 0 || p.lapseSeen == p.leaseSeq || now < p.lease.Add(-s.cfg.SkewMargin) {
+			continue
+		}
+		p.lapseSeen = p.leaseSeq
+		for _, st := range s.list {
+			if st.peer == p && s.covered(st) {
+				s.leaseTimers.schedule(st, s.streamLease(st).Add(-s.cfg.SkewMargin))
+			}
+		}
+	}
+}
+
+// freeze fixes st's lease at what it was granted and queues its lapse: it
+// is about to leave the rank lease's cover.
+func (s *Sender) freeze(st *stream) {
+	st.lease = s.streamLease(st)
+	s.leaseTimers.schedule(st, st.lease.Add(-s.cfg.SkewMargin))
+}
+
 // streamLease is the lease a stream posts under: its own (Assign, Grant)
 // or, where it is covered, the rank lease, never past the tag's HoldUntil.
 func (s *Sender) streamLease(st *stream) Time {
@@ -94,7 +139,7 @@ func (s *Sender) streamLease(st *stream) Time {
 	if p == nil || !st.listed || p.leaseSeq == 0 {
 		return l
 	}
-	if !st.excluded && st.listedSeq != 0 && st.listedSeq <= p.leaseSeq && p.inst == st.key.tag.Instance {
+	if s.covered(st) {
 		if rl := min(p.lease, st.holdUntil); rl > l {
 			l = rl
 		}
@@ -124,8 +169,17 @@ func (s *Sender) onLease(m Message) {
 	// Exclusions first: the lease that follows must never reach them.
 	for _, tag := range m.Tags {
 		if st := s.streams[streamKey{tag, m.Decode}]; st != nil && st.listed && !st.excluded {
-			st.lease = s.streamLease(st)
+			s.freeze(st)
 			st.excluded = true
+		}
+	}
+	if m.LeaseUntil != 0 && p.leaseSeq != 0 && m.Tag.Instance != p.inst {
+		// Another decode instance (a restart): the streams the earlier
+		// one covered keep what it granted. O(listed), once per restart.
+		for _, st := range s.list {
+			if st.peer == p && s.covered(st) {
+				s.freeze(st)
+			}
 		}
 	}
 	if m.LeaseUntil != 0 {
@@ -164,7 +218,7 @@ func (s *Sender) heartbeats(now Time) {
 			p.delta = p.delta[:0]
 			for _, st := range s.list {
 				if st.peer == p && st.listed {
-					st.lease = s.streamLease(st) // what was granted stays granted
+					s.freeze(st) // what was granted stays granted
 					st.listedSeq = p.seq
 					started = append(started, st.key.tag)
 				}

@@ -133,6 +133,7 @@ func (s *Sender) Tick(now Time) {
 	// Only timers that are due; each is checked against the current state
 	// (an entry may be early or stale) and visited in list order, as a walk
 	// of every stream and request would.
+	s.lapseTimers(now)
 	due := s.leaseTimers.popDue(now, s.dueStreams[:0])
 	slices.SortFunc(due, func(a, b *stream) int { return a.idx - b.idx })
 	for _, st := range due {
@@ -140,7 +141,7 @@ func (s *Sender) Tick(now Time) {
 			continue // it ended by an input: only inputs act on it now
 		}
 		if lapse := s.streamLease(st).Add(-s.cfg.SkewMargin); now < lapse {
-			s.leaseTimers.schedule(st, lapse) // a Grant or a Lease moved it
+			s.leaseTimers.schedule(st, s.leaseDue(st)) // a Grant or a Lease moved it
 			continue
 		}
 		if st.req != nil && st.req.finished && s.donePosting(st) {
