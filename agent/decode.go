@@ -339,7 +339,7 @@ func (d *Decode) onFrame(l *link, f *frame) bool {
 	if !ok {
 		return true
 	}
-	if len(m.Tags) > maxHeartbeatTags(d.cfg.Slots) {
+	if len(m.Tags)+len(m.Ended) > maxHeartbeatTags(d.cfg.Slots) {
 		d.Metrics.reject("oversized") // more tags than an honest rank can hold here
 		return true
 	}
@@ -361,7 +361,7 @@ func (d *Decode) step(l *link, m core.Message) {
 	}
 	switch m.Kind {
 	case core.KindHeartbeat:
-		m.Tags = d.heartbeatTags(m.Tags)
+		d.noteStarted(m.Tags)
 	case core.KindCommit, core.KindFail, core.KindDrainAck:
 		if dt := d.tags[m.Tag.Key()]; dt != nil && dt.tag == m.Tag && !hasRank(dt.ranks, m.Rank) {
 			d.Metrics.reject("foreign")
@@ -381,26 +381,17 @@ func (d *Decode) step(l *link, m core.Message) {
 	d.act()
 }
 
-// heartbeatTags keeps a heartbeat's tags this rank holds and at most
-// maxStaleTagsAnswered others (each costs an Abort to send), and notes the
-// transfers that started (loop only).
-func (d *Decode) heartbeatTags(tags []core.Tag) []core.Tag {
-	kept, stale := tags[:0], 0
+// noteStarted notes the transfers that started: a heartbeat lists a tag
+// once the rank works on it (loop only). Tags this instance does not hold
+// go to the core whole: dropping some would make the rank's list and
+// decode's copy differ, and the core bounds the Aborts it answers them
+// with (core.MaxStaleAborts).
+func (d *Decode) noteStarted(tags []core.Tag) {
 	for _, t := range tags {
-		dt := d.tags[t.Key()]
-		if dt == nil || dt.tag != t {
-			if stale++; stale > maxStaleTagsAnswered {
-				continue
-			}
-		} else if dt.state == PollWaitingForInput {
+		if dt := d.tags[t.Key()]; dt != nil && dt.tag == t && dt.state == PollWaitingForInput {
 			dt.state = PollTransferring
 		}
-		kept = append(kept, t)
 	}
-	if stale > maxStaleTagsAnswered {
-		d.Metrics.reject("excess-tags")
-	}
-	return kept
 }
 
 func hasRank(rs []core.RankID, r core.RankID) bool {

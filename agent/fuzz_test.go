@@ -35,7 +35,9 @@ func FuzzDecodeControl(f *testing.F) {
 		{Kind: core.KindCommit, Tag: tag(1), Rank: 1, Coverage: 2},
 		{Kind: core.KindDrainAck, Tag: tag(2), Rank: 1, Evidence: core.EvidenceCompleted},
 		{Kind: core.KindFail, Tag: tag(1), Rank: 1, Reason: core.ReasonSendFailed},
-		{Kind: core.KindHeartbeat, Rank: 1, Tags: []core.Tag{tag(1), tag(2), tag(99)}, Outstanding: 3},
+		{Kind: core.KindHeartbeat, Rank: 1, Session: 5, Seq: 1, Full: true, Tags: []core.Tag{tag(1), tag(2), tag(99)}, Count: 3,
+			Digest: core.TagHash(tag(1)) + core.TagHash(tag(2)) + core.TagHash(tag(99)), Outstanding: 3},
+		{Kind: core.KindHeartbeat, Rank: 1, Session: 5, Seq: 2, Tags: []core.Tag{tag(3)}, Ended: []core.Tag{tag(99)}, Count: 3, Outstanding: 1},
 		{Kind: core.KindAssign, Tag: tag(1), Rank: 1, LeaseUntil: lease, Ranks: []core.RankID{1, 2, 3}, Slots: []uint32{0, 15, 16}},
 	} {
 		f.Add(frameBytes(m, nil), uint8(2), uint8(1))
@@ -99,6 +101,8 @@ func FuzzPrefillControl(f *testing.F) {
 		{core.Message{Kind: core.KindAssign, Tag: tag(2), Rank: 1, LeaseUntil: lease, Ranks: []core.RankID{2, 1}, Slots: []uint32{3}},
 			[]keyRef{{Key: 9, Base: 1 << 40}}},
 		{core.Message{Kind: core.KindGrant, Tag: tag(1), Rank: 1, LeaseUntil: lease}, nil},
+		{core.Message{Kind: core.KindLease, Tag: core.Tag{Instance: 7}, Rank: 1, Session: 3, Seq: 1, LeaseUntil: lease, Tags: []core.Tag{tag(2)}}, nil},
+		{core.Message{Kind: core.KindLease, Tag: core.Tag{Instance: 7}, Rank: 1, Session: 3, Seq: 2, Full: true}, nil},
 		{core.Message{Kind: core.KindAbort, Tag: tag(1), Rank: 1, Reason: core.ReasonDecodeAbort}, nil},
 		{core.Message{Kind: core.KindReject, Tag: tag(2), Rank: 1, Reason: core.ReasonRejected}, nil},
 	} {

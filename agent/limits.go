@@ -39,11 +39,6 @@ type Limits struct {
 	MaxRouters int
 }
 
-// maxStaleTagsAnswered bounds how many tags unknown to this instance one
-// heartbeat gets Aborts for; the rest are answered by later heartbeats (an
-// honest rank repeats its heartbeat, and drops a tag once aborted).
-const maxStaleTagsAnswered = 64
-
 func (l Limits) withDefaults(slots int) Limits {
 	if l.MaxConns <= 0 {
 		l.MaxConns = 256
@@ -76,7 +71,9 @@ func (l Limits) withDefaults(slots int) Limits {
 // maxHeartbeatTags is the most tags an honest prefill rank names in one
 // heartbeat to a decode rank of slots slots: each live exposure holds at
 // least one slot, and after a restart the rank may still name the previous
-// instance's exposures until they are aborted.
+// instance's exposures until they are aborted. A heartbeat names its
+// whole list or, far more often, what changed since decode last answered;
+// a rank sends its whole list instead once the changes outgrow it.
 func maxHeartbeatTags(slots int) int { return 2*slots + 64 }
 
 // serverOptions are the gRPC server's bounds.

@@ -125,6 +125,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ex, float64(r.QuarantinedSlots), "quarantined")
 		gauge(c.desc("kvfence_held_capacity_bytes", "Bytes held by aborted exposures waiting for drained, fenced or timeout."), float64(r.HeldBytes))
 		counter(c.desc("kvfence_stale_messages_total", "Messages with an old generation or instance, ignored by the core (I4)."), r.StaleMessages)
+		counter(c.desc("kvfence_heartbeat_resyncs_total", "Heartbeat sessions decode restarted from a full list (restart, new rank incarnation, divergence)."), r.Resyncs)
 		counter(c.desc("kvfence_core_foreign_messages_total", "Messages the core refused: rank not named by the assignment, or misaddressed."), r.ForeignMessages)
 		counter(c.desc("kvfence_handoffs_total", "Requests handed to the decode loop."), r.Handoffs)
 		counter(c.desc("kvfence_aborts_total", "Exposures aborted before handoff."), r.Aborts)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"hash/fnv"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -136,7 +137,9 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	for i := cfg.SourcePages - 1; i >= 0; i-- {
 		p.free = append(p.free, i)
 	}
-	p.core, err = core.NewSender(core.SenderConfig{Rank: cfg.Rank, SkewMargin: cfg.SkewMargin, MaxInflight: cfg.MaxInflight,
+	// A new heartbeat session on every start: decode then never applies
+	// an earlier incarnation's list to this one (docs/design.md §3).
+	p.core, err = core.NewSender(core.SenderConfig{Rank: cfg.Rank, Session: rand.Uint64() | 1, SkewMargin: cfg.SkewMargin, MaxInflight: cfg.MaxInflight,
 		MaxBatchPages: cfg.MaxBatchPages, Heartbeat: cfg.Heartbeat, RequestTombstone: cfg.RequestTombstone,
 		BootstrapTimeout: cfg.BootstrapTimeout, Unsafe: knownunsafe.AgentVariant()})
 	if err != nil {
@@ -343,7 +346,7 @@ func (p *Prefill) step(l *link, m core.Message, keys []keyRef) {
 		if _, seen := p.keys[m.Tag]; !seen {
 			p.keys[m.Tag] = tagKeys{at: time.Now(), keys: keys, pos: pos}
 		}
-	case core.KindGrant, core.KindAbort, core.KindReject:
+	case core.KindGrant, core.KindLease, core.KindAbort, core.KindReject:
 	default:
 		p.Metrics.reject("wrong-kind")
 		return

@@ -37,7 +37,7 @@ func newBenchPairFence(b *testing.B, live int, v knownunsafe.Variant, fence bool
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := NewSender(SenderConfig{Rank: 0, SkewMargin: time.Millisecond, MaxInflight: 1 << 30, MaxBatchPages: 2,
+	s, err := NewSender(SenderConfig{Rank: 0, Session: 1, SkewMargin: time.Millisecond, MaxInflight: 1 << 30, MaxBatchPages: 2,
 		Heartbeat: time.Hour, RequestTombstone: time.Millisecond, BootstrapTimeout: time.Hour})
 	if err != nil {
 		b.Fatal(err)

@@ -8,7 +8,7 @@ import (
 // message (not the control plane's agent.ControlVersion, nor the plugin
 // protocol's sdk.ProtocolVersion). A decoder refuses versions it does not
 // know instead of guessing.
-const MessageVersion = 1
+const MessageVersion = 2
 
 // Limits that keep a hostile or corrupt message from making the decoder
 // allocate without bound.
@@ -29,6 +29,7 @@ func AppendMessage(b []byte, m *Message) []byte {
 	switch m.Kind {
 	case KindAssign:
 		b = binary.AppendVarint(b, int64(m.LeaseUntil))
+		b = binary.AppendVarint(b, int64(m.HoldUntil))
 		b = binary.AppendUvarint(b, uint64(len(m.Ranks)))
 		for _, r := range m.Ranks {
 			b = binary.AppendUvarint(b, uint64(r))
@@ -40,11 +41,20 @@ func AppendMessage(b []byte, m *Message) []byte {
 	case KindGrant:
 		b = binary.AppendVarint(b, int64(m.LeaseUntil))
 	case KindHeartbeat:
-		b = binary.AppendUvarint(b, uint64(len(m.Tags)))
-		for _, t := range m.Tags {
-			b = appendTag(b, t)
-		}
+		b = binary.AppendUvarint(b, m.Session)
+		b = binary.AppendUvarint(b, m.Seq)
+		b = appendBool(b, m.Full)
+		b = appendTags(b, m.Tags)
+		b = appendTags(b, m.Ended)
+		b = binary.AppendUvarint(b, uint64(m.Count))
+		b = binary.AppendUvarint(b, m.Digest)
 		b = binary.AppendUvarint(b, uint64(m.Outstanding))
+	case KindLease:
+		b = binary.AppendUvarint(b, m.Session)
+		b = binary.AppendUvarint(b, m.Seq)
+		b = appendBool(b, m.Full)
+		b = binary.AppendVarint(b, int64(m.LeaseUntil))
+		b = appendTags(b, m.Tags)
 	case KindCommit:
 		b = binary.AppendUvarint(b, uint64(m.Coverage))
 		b = binary.AppendUvarint(b, m.Checksum)
@@ -57,6 +67,21 @@ func AppendMessage(b []byte, m *Message) []byte {
 		b = append(b, byte(m.Evidence))
 	}
 	return b
+}
+
+func appendTags(b []byte, tags []Tag) []byte {
+	b = binary.AppendUvarint(b, uint64(len(tags)))
+	for _, t := range tags {
+		b = appendTag(b, t)
+	}
+	return b
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
 }
 
 func appendTag(b []byte, t Tag) []byte {
@@ -84,6 +109,7 @@ func DecodeMessage(data []byte) (Message, error) {
 	switch m.Kind {
 	case KindAssign:
 		m.LeaseUntil = Time(d.varint())
+		m.HoldUntil = Time(d.varint())
 		if n := d.count(MaxWireRanks); n > 0 {
 			m.Ranks = make([]RankID, n)
 			for i := range m.Ranks {
@@ -99,13 +125,20 @@ func DecodeMessage(data []byte) (Message, error) {
 	case KindGrant:
 		m.LeaseUntil = Time(d.varint())
 	case KindHeartbeat:
-		if n := d.count(MaxWireTags); n > 0 {
-			m.Tags = make([]Tag, n)
-			for i := range m.Tags {
-				m.Tags[i] = d.tag()
-			}
-		}
+		m.Session = d.uvarint()
+		m.Seq = d.uvarint()
+		m.Full = d.bool()
+		m.Tags = d.tags()
+		m.Ended = d.tags()
+		m.Count = d.uvarint32()
+		m.Digest = d.uvarint()
 		m.Outstanding = d.uvarint32()
+	case KindLease:
+		m.Session = d.uvarint()
+		m.Seq = d.uvarint()
+		m.Full = d.bool()
+		m.LeaseUntil = Time(d.varint())
+		m.Tags = d.tags()
 	case KindCommit:
 		m.Coverage = d.uvarint32()
 		m.Checksum = d.uvarint()
@@ -204,6 +237,30 @@ func (d *decoder) count(max int) int {
 
 func (d *decoder) tag() Tag {
 	return Tag{Instance: d.uvarint(), Room: d.uvarint(), Gen: d.uvarint()}
+}
+
+func (d *decoder) tags() []Tag {
+	n := d.count(MaxWireTags)
+	if n == 0 {
+		return nil
+	}
+	tags := make([]Tag, n)
+	for i := range tags {
+		tags[i] = d.tag()
+	}
+	return tags
+}
+
+func (d *decoder) bool() bool {
+	switch c := d.byte(); c {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		d.fail("bad flag byte %d", c)
+		return false
+	}
 }
 
 func (d *decoder) reason() Reason {

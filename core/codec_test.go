@@ -9,9 +9,13 @@ import (
 func sampleMessages() []Message {
 	tag := Tag{Instance: 3, Room: 1 << 40, Gen: 9}
 	return []Message{
-		{Kind: KindAssign, Tag: tag, Rank: 1, Decode: 100, LeaseUntil: 123456789, Ranks: []RankID{0, 1}, Slots: []uint32{4, 5, 1 << 20}},
+		{Kind: KindAssign, Tag: tag, Rank: 1, Decode: 100, LeaseUntil: 123456789, HoldUntil: 987654321, Ranks: []RankID{0, 1}, Slots: []uint32{4, 5, 1 << 20}},
 		{Kind: KindGrant, Tag: tag, Rank: 1, Decode: 100, LeaseUntil: -5},
-		{Kind: KindHeartbeat, Rank: 1, Decode: 100, Tags: []Tag{tag, {Instance: 1}}, Outstanding: 7},
+		{Kind: KindHeartbeat, Rank: 1, Decode: 100, Session: 1 << 63, Seq: 12, Tags: []Tag{tag, {Instance: 1}}, Ended: []Tag{{Room: 2}},
+			Count: 5, Digest: 0xfeedfacecafebeef, Outstanding: 7},
+		{Kind: KindHeartbeat, Rank: 1, Decode: 100, Session: 4, Seq: 1, Full: true, Tags: []Tag{tag}, Count: 1, Digest: TagHash(tag)},
+		{Kind: KindLease, Tag: Tag{Instance: 3}, Rank: 1, Decode: 100, Session: 4, Seq: 12, LeaseUntil: 99, Tags: []Tag{tag}},
+		{Kind: KindLease, Tag: Tag{Instance: 3}, Rank: 1, Decode: 100, Session: 4, Seq: 13, Full: true},
 		{Kind: KindCommit, Tag: tag, Rank: 1, Decode: 100, Coverage: 3, Checksum: 0xdeadbeefcafef00d},
 		{Kind: KindFail, Tag: tag, Rank: 1, Decode: 100, Reason: ReasonSendFailed},
 		{Kind: KindAbort, Tag: tag, Rank: 1, Decode: 100, LeaseUntil: 42, Reason: ReasonClientAbort},
@@ -42,7 +46,8 @@ func TestCodecRejectsBadInput(t *testing.T) {
 		"kind zero":     {MessageVersion, 0, 0, 0, 0, 0, 0},
 		"truncated":     good[:len(good)-1],
 		"trailing":      append(append([]byte{}, good...), 0),
-		"huge count":    {MessageVersion, byte(KindAssign), 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f},
+		"huge count":    {MessageVersion, byte(KindAssign), 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f},
+		"bad flag":      {MessageVersion, byte(KindLease), 0, 0, 0, 0, 0, 0, 0, 2, 0, 0},
 		"bad reason":    {MessageVersion, byte(KindFail), 0, 0, 0, 0, 0, 200},
 		"bad evidence":  {MessageVersion, byte(KindDrainAck), 0, 0, 0, 0, 0, 200},
 		"rank overflow": {MessageVersion, byte(KindGrant), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0},

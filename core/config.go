@@ -81,6 +81,10 @@ func (c *ReceiverConfig) validate() error {
 // SenderConfig configures one prefill rank's Sender.
 type SenderConfig struct {
 	Rank RankID
+	// Session names this incarnation of the rank in its heartbeats: new on
+	// every start (the agent draws it at random), never zero. Decode keeps
+	// one heartbeat session per rank and resets it when Session changes.
+	Session uint64
 	// SkewMargin: the rank stops posting this long before lease_until, so
 	// that a rank whose clock lags decode's still stops in time. At least the
 	// largest clock skew.
@@ -103,6 +107,8 @@ type SenderConfig struct {
 
 func (c *SenderConfig) validate() error {
 	switch {
+	case c.Session == 0:
+		return errorf(ErrInvalidArgument, "Session must not be zero (draw a new one on every start)")
 	case c.MaxInflight <= 0:
 		return errorf(ErrInvalidArgument, "MaxInflight must be positive, got %d", c.MaxInflight)
 	case c.MaxBatchPages <= 0:

@@ -21,5 +21,8 @@
 // configuration's duration can wrap a bound into an early release. Where
 // the transport cannot revoke, a restart fence (receiver_restart.go) ends a
 // hold by restarting the target plugin instance that serves it: its holds go
-// back as fenced only once the caller reports the process reaped.
+// back as fenced only once the caller reports the process reaped. Leases are
+// renewed per rank (sender_lease.go, receiver_lease.go): a heartbeat carries
+// what changed in the rank's list of tags, and decode grants one rank lease
+// only over a copy of that list whose count and digest match.
 package core

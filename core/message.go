@@ -14,10 +14,11 @@ const (
 	KindAbort     Kind = 6 // decode/router → rank: stop, drop unsent chunks
 	KindDrainAck  Kind = 7 // rank → decode: nothing of mine can still move
 	KindReject    Kind = 8 // decode → rank: admission refused; never hand off
-	kindMax       Kind = KindReject
+	KindLease     Kind = 9 // decode → rank: the rank lease, answering one heartbeat
+	kindMax       Kind = KindLease
 )
 
-var kindNames = [...]string{"?", "Assign", "Grant", "Heartbeat", "Commit", "Fail", "Abort", "DrainAck", "Reject"}
+var kindNames = [...]string{"?", "Assign", "Grant", "Heartbeat", "Commit", "Fail", "Abort", "DrainAck", "Reject", "Lease"}
 
 func (k Kind) String() string {
 	if k == 0 || k > kindMax {
@@ -83,8 +84,12 @@ type Message struct {
 	// (decode → rank). Decode is the decode rank on the other end.
 	Rank   RankID
 	Decode RankID
-	// LeaseUntil is an absolute time on decode's clock (Assign, Grant, Abort).
+	// LeaseUntil is an absolute time on decode's clock (Assign, Grant,
+	// Abort, Lease; zero in a Lease that grants nothing).
 	LeaseUntil Time
+	// HoldUntil is admission + MaxHold on decode's clock (Assign): no lease
+	// of the tag, per tag or per rank, ever reaches past it.
+	HoldUntil Time
 	// Ranks are the prefill ranks that must all commit (Assign).
 	Ranks []RankID
 	// Slots are the decode slots to write, one per page, in page order (Assign).
@@ -95,10 +100,22 @@ type Message struct {
 	Checksum uint64
 	Reason   Reason
 	Evidence DrainEvidence
-	// Tags and Outstanding make up a Heartbeat: the rank's live tags with
-	// this decode rank and its number of unsettled batches.
+	// A Heartbeat carries what changed since the last heartbeat decode
+	// acknowledged (docs/design.md §3, Heartbeats and the rank lease):
+	// Tags started and Ended, plus the Count and Digest (sum of TagHash) of
+	// every tag the rank lists, so decode detects divergence. With Full,
+	// Tags is the whole list instead. A Lease answers the heartbeat Seq of
+	// Session: LeaseUntil is the rank lease (zero: none), Tag.Instance the
+	// decode instance that grants it, Tags the listed tags it does not
+	// cover, and Full asks for a full heartbeat (resync).
+	Session     uint64
+	Seq         uint64
+	Full        bool
 	Tags        []Tag
-	Outstanding uint32
+	Ended       []Tag
+	Count       uint32
+	Digest      uint64
+	Outstanding uint32 // Heartbeat: the rank's unsettled batches for this decode rank
 }
 
 func (m Message) String() string {
@@ -115,7 +132,16 @@ func (m Message) String() string {
 	case KindDrainAck:
 		s += " " + m.Evidence.String()
 	case KindHeartbeat:
-		s += fmt.Sprintf(" tags=%d outstanding=%d", len(m.Tags), m.Outstanding)
+		s += fmt.Sprintf(" s%d #%d", m.Session, m.Seq)
+		if m.Full {
+			s += " full"
+		}
+		s += fmt.Sprintf(" started=%d ended=%d count=%d outstanding=%d", len(m.Tags), len(m.Ended), m.Count, m.Outstanding)
+	case KindLease:
+		s += fmt.Sprintf(" s%d #%d lease=%d excluded=%d", m.Session, m.Seq, m.LeaseUntil, len(m.Tags))
+		if m.Full {
+			s += " resync"
+		}
 	}
 	return s + "}"
 }

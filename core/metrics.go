@@ -15,7 +15,8 @@ type ReceiverMetrics struct {
 	ForeignMessages uint64 // from a rank the assignment does not name, or misaddressed
 	ShortCoverage   uint64 // commits that covered fewer pages than assigned
 	PeerDeaths      uint64
-	Grants          uint64
+	Grants          uint64 // rank leases granted (Lease answers with a lease)
+	Resyncs         uint64 // heartbeat sessions reset: a full list asked for
 	TargetRestarts  uint64 // restarts of a target plugin instance asked for (restart fence)
 	RestartFailed   uint64 // live exposures a restart failed: its blast radius
 
@@ -38,6 +39,7 @@ type SenderMetrics struct {
 	Fails          uint64
 	DrainAcks      uint64
 	Heartbeats     uint64
+	RankLeases     uint64 // Lease answers that granted a rank lease
 
 	DuplicateAssigns uint64 // ignored: a stream or tombstone exists
 	RefusedAssigns   uint64 // lease already lapsed, or the request was already ended here

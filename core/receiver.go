@@ -32,7 +32,9 @@ func (s ExposureState) String() string {
 // per (tag, rank): one ack target per room breaks fan-out.
 type rankTrack struct {
 	rank      RankID
-	lease     Time // the latest lease_until decode granted this rank
+	lease     Time   // its own lease (Assign); frozen at the latest granted once unlisted
+	listed    bool   // in the rank's listed set: the rank lease may cover it (receiver_lease.go)
+	listedSeq uint64 // the heartbeat that listed it
 	committed bool
 	acked     bool
 	failed    bool
@@ -79,6 +81,9 @@ type Receiver struct {
 
 	tails map[RankID]time.Duration // declared by RankTail; only ever grows
 	dead  map[RankID]bool          // declared dead by PeerDead, until it links again (RankTail)
+
+	leases    map[RankID]*rankLease // heartbeat sessions (receiver_lease.go)
+	leaseList []*rankLease          // the same, in a deterministic order
 
 	targets []targetState // restart fence: one per target instance (receiver_restart.go)
 }
@@ -257,7 +262,7 @@ func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (T
 	r.metrics.Admitted++
 	r.metrics.AssignedSlots += pages
 	for _, id := range ranks {
-		r.send(id, Message{Kind: KindAssign, Tag: e.tag, LeaseUntil: lease, Ranks: e.rankIDs, Slots: e.slots})
+		r.send(id, Message{Kind: KindAssign, Tag: e.tag, LeaseUntil: lease, HoldUntil: now.Add(r.cfg.MaxHold), Ranks: e.rankIDs, Slots: e.slots})
 	}
 	return e.tag, nil
 }
@@ -338,6 +343,9 @@ func (r *Receiver) PeerDead(rank RankID, now Time) {
 			}
 		}
 	}
+	if rl := r.leases[rank]; rl != nil {
+		r.resetLease(rank, rl) // if it links again, its session starts from a full list
+	}
 }
 
 // Revoked reports that the transport revoked a tag's keys: no write under
@@ -381,9 +389,7 @@ func (r *Receiver) Step(m Message, now Time) {
 		return
 	}
 	if m.Kind == KindHeartbeat {
-		for _, tag := range m.Tags {
-			r.heartbeat(tag, m.Rank, now)
-		}
+		r.onHeartbeat(m, now)
 		return
 	}
 	e := r.lookupMsg(m.Tag)
@@ -400,6 +406,7 @@ func (r *Receiver) Step(m Message, now Time) {
 	case KindCommit:
 		r.onCommit(e, t, m.Coverage, now)
 	case KindFail:
+		r.uncover(e, t)
 		t.failed = true
 		if e.state == StateAssigned {
 			reason := m.Reason
@@ -431,6 +438,7 @@ func (r *Receiver) onCommit(e *exposure, t *rankTrack, coverage uint32, now Time
 		r.markAcked(e, t)
 		r.checkRelease(e, now)
 	case StateAssigned:
+		r.uncover(e, t)
 		t.committed = true
 		t.coverage = coverage
 		if int(coverage) < len(e.slots) && r.cfg.Unsafe != knownunsafe.NoCoverageCheck {
@@ -459,6 +467,7 @@ func (r *Receiver) onCommit(e *exposure, t *rankTrack, coverage uint32, now Time
 }
 
 func (r *Receiver) markAcked(e *exposure, t *rankTrack) {
+	r.uncover(e, t)
 	// The bound over the ranks that did not ack may now be earlier.
 	r.timers.schedule(e, MinTime)
 	if r.cfg.Unsafe == knownunsafe.SingleAckTarget {
@@ -470,47 +479,6 @@ func (r *Receiver) markAcked(e *exposure, t *rankTrack) {
 	t.acked = true
 }
 
-func (r *Receiver) heartbeat(tag Tag, rank RankID, now Time) {
-	e := r.lookupMsg(tag)
-	if e == nil {
-		// The rank still works for a tag this instance does not hold (an
-		// old instance's, or one already released): tell it to stop.
-		r.metrics.StaleMessages++
-		reason := ReasonDecodeAbort
-		if tag.Instance != r.cfg.Instance {
-			reason = ReasonDecodeRestart
-		}
-		r.send(rank, Message{Kind: KindAbort, Tag: tag, Reason: reason})
-		return
-	}
-	t := e.track(rank)
-	if t == nil {
-		r.metrics.ForeignMessages++
-		return
-	}
-	switch e.state {
-	case StateAssigned:
-		// Grant only a live lease: a lapsed lease is never renewed, and
-		// nothing is granted past admission + MaxHold.
-		if t.committed || t.failed || t.acked || now >= t.lease {
-			return
-		}
-		lease := now.Add(r.cfg.Lease)
-		if max := e.admitted.Add(r.cfg.MaxHold); lease > max {
-			lease = max
-		}
-		if lease > t.lease {
-			t.lease = lease
-			r.metrics.Grants++
-			r.send(rank, Message{Kind: KindGrant, Tag: e.tag, LeaseUntil: lease})
-		}
-	case StateAborting:
-		if !t.acked {
-			r.sendAbort(e, t, now)
-		}
-	}
-}
-
 // Tick advances decode's timers: leases that ran out abort their tag, held
 // exposures are released once their bound passed, aborts are resent.
 func (r *Receiver) Tick(now Time) {
@@ -520,6 +488,7 @@ func (r *Receiver) Tick(now Time) {
 	}
 	// Only exposures whose time may have come: the rest are untouched.
 	// They are visited in list order, as a walk of the list would.
+	r.lapseTimers(now)
 	due := r.timers.popDue(now, r.due[:0])
 	slices.SortFunc(due, func(a, b *exposure) int { return a.idx - b.idx })
 	for _, e := range due {
@@ -545,7 +514,7 @@ func (r *Receiver) tickExposure(e *exposure, now Time) {
 	switch e.state {
 	case StateAssigned:
 		for j := range e.ranks {
-			if t := &e.ranks[j]; !t.committed && now >= t.lease {
+			if t := &e.ranks[j]; !t.committed && now >= r.trackLease(e, t) {
 				r.startAbort(e, ReasonLeaseLapsed, false, now)
 				return
 			}
@@ -576,7 +545,7 @@ func (r *Receiver) nextDue(e *exposure) (Time, bool) {
 		due := MaxTime
 		for j := range e.ranks {
 			if t := &e.ranks[j]; !t.committed {
-				due = min(due, t.lease)
+				due = min(due, r.trackDue(e, t))
 			}
 		}
 		return due, true
@@ -611,6 +580,7 @@ func (r *Receiver) startAbort(e *exposure, reason Reason, reject bool, now Time)
 	e.stopped = now
 	e.reason = reason
 	e.rejected = reject
+	r.uncoverAll(e) // no rank lease reaches an aborting tag
 	r.metrics.AssignedSlots -= len(e.slots)
 	r.metrics.HeldSlots += len(e.slots)
 	r.metrics.HeldBytes += int64(len(e.slots)) * r.cfg.SlotBytes
@@ -745,7 +715,7 @@ func (r *Receiver) writeBound(e *exposure, unacked bool) (bound Time, tail time.
 		}
 		rt := r.Tail(t.rank)
 		tail = max(tail, rt)
-		d := t.lease.Add(rt).Add(r.cfg.ClockMargin)
+		d := r.trackLease(e, t).Add(rt).Add(r.cfg.ClockMargin)
 		if r.cfg.Unsafe == knownunsafe.UnboundedTimeout && e.state == StateAborting {
 			d = e.stopped.Add(r.cfg.Lease / 8) // "a short fixed timeout"
 		}
@@ -755,6 +725,7 @@ func (r *Receiver) writeBound(e *exposure, unacked bool) (bound Time, tail time.
 }
 
 func (r *Receiver) release(e *exposure, path ReleasePath, now Time) {
+	r.uncoverAll(e)
 	var held time.Duration
 	switch e.state {
 	case StateAssigned:

@@ -22,7 +22,8 @@ type shadowExposure struct {
 	drained   map[RankID]bool
 	stopped   bool
 	handed    bool
-	lease     map[RankID]Time // latest lease seen in Assign/Grant
+	lease     map[RankID]Time // latest lease the rank may post under (Assign, Grant, Lease)
+	hold      Time            // HoldUntil of its Assign
 	revoked   bool
 	finished  bool // the test finished it (after its handoff)
 }
@@ -119,12 +120,20 @@ func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*
 			return exactSum(lease, max(cfg.MaxTail, tails[rk]), cfg.ClockMargin)
 		}
 		shadow := map[Tag]*shadowExposure{}
+		beats := map[RankID]*beatRank{0: newBeatRank(0, 1), 1: newBeatRank(1, 1)}
 		var tags []Tag
 		pickTag := func() Tag {
 			if len(tags) == 0 || rapid.IntRange(0, 9).Draw(t, "stale") == 0 {
 				return Tag{Instance: uint64(rapid.IntRange(1, 2).Draw(t, "inst")), Room: uint64(rapid.IntRange(0, 2).Draw(t, "room")), Gen: uint64(rapid.IntRange(0, 3).Draw(t, "gen"))}
 			}
 			return rapid.SampledFrom(tags).Draw(t, "tag")
+		}
+		// A rank lists a tag soon after its Assign: mostly the newest.
+		pickStart := func() Tag {
+			if len(tags) > 0 && rapid.Bool().Draw(t, "newest") {
+				return tags[len(tags)-1]
+			}
+			return pickTag()
 		}
 		check := func(step string) {
 			out := r.Ready()
@@ -133,6 +142,12 @@ func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*
 					if old, ok := s.lease[m.To]; !ok || m.Msg.LeaseUntil > old {
 						s.lease[m.To] = m.Msg.LeaseUntil
 					}
+					if m.Msg.Kind == KindAssign {
+						s.hold = m.Msg.HoldUntil
+					}
+				}
+				if b := beats[m.To]; b != nil && m.Msg.Kind == KindLease {
+					b.onLease(t, m.Msg, now, shadow, step)
 				}
 			}
 			for _, f := range out.Failures {
@@ -250,8 +265,26 @@ func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*
 			case 4, 5, 6:
 				tag := pickTag()
 				rank := RankID(rapid.IntRange(0, 2).Draw(t, "from"))
-				kind := rapid.SampledFrom([]Kind{KindCommit, KindFail, KindDrainAck, KindHeartbeat}).Draw(t, "kind")
-				m := Message{Kind: kind, Tag: tag, Rank: rank, Decode: 100, Tags: []Tag{tag}}
+				kind := rapid.SampledFrom([]Kind{KindCommit, KindFail, KindDrainAck, KindHeartbeat, KindHeartbeat, KindHeartbeat}).Draw(t, "kind")
+				m := Message{Kind: kind, Tag: tag, Rank: rank, Decode: 100}
+				if b := beats[rank]; kind == KindHeartbeat && b != nil {
+					if rapid.IntRange(0, 3).Draw(t, "quiet") == 0 {
+						// Decode ticked last long ago: leases may have
+						// lapsed that no Tick acted on yet.
+						now += Time(rapid.IntRange(0, 2*int(cfg.Lease/time.Microsecond)).Draw(t, "gap")) * Time(time.Microsecond)
+					}
+					switch rapid.IntRange(0, 19).Draw(t, "beat") {
+					case 0: // a new incarnation of the rank
+						beats[rank] = newBeatRank(rank, b.session+1)
+						m = beats[rank].beat(t, pickStart)
+					case 1:
+						if late, ok := b.late(t); ok {
+							m = late
+						}
+					default:
+						m = b.beat(t, pickStart)
+					}
+				}
 				if kind == KindCommit {
 					m.Coverage = uint32(rapid.IntRange(0, 3).Draw(t, "coverage"))
 				}
@@ -295,7 +328,7 @@ func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*
 						t.Fatalf("relink of rank %d: %v", rk, err)
 					}
 					delete(dead, rk)
-					break
+					continue // RankTail leaves Ready as it was: the last output was checked
 				}
 				r.PeerDead(rk, now)
 				dead[rk] = true
@@ -379,7 +412,7 @@ func propertyFails(t *testing.T, prop func(*rapid.T)) (failed bool, msg string) 
 func TestReceiverPropertiesCatchUnsafe(t *testing.T) {
 	for _, v := range []knownunsafe.Variant{knownunsafe.ReleaseOnAbort, knownunsafe.UnboundedTimeout,
 		knownunsafe.SingleAckTarget, knownunsafe.NoCoverageCheck, knownunsafe.ReleaseOnRemoteFailure, knownunsafe.OwnTailOnly,
-		knownunsafe.ReleaseOnDrainAck} {
+		knownunsafe.ReleaseOnDrainAck, knownunsafe.RankLeaseForgotten} {
 		failed, msg := propertyFails(t, receiverProperties(v))
 		if !failed {
 			t.Errorf("%s: the receiver properties did not catch it", v.Name())

@@ -115,7 +115,22 @@ func (h *harness) fmtMsg(m core.Message) string {
 	case core.KindDrainAck:
 		s += " " + m.Evidence.String()
 	case core.KindHeartbeat:
-		s += fmt.Sprintf(" tags=%v outstanding=%d", m.Tags, m.Outstanding)
+		s += fmt.Sprintf(" s%d #%d", m.Session, m.Seq)
+		if m.Full {
+			s += " full"
+		}
+		s += fmt.Sprintf(" started=%v ended=%v count=%d outstanding=%d", m.Tags, m.Ended, m.Count, m.Outstanding)
+	case core.KindLease:
+		s += fmt.Sprintf(" s%d #%d", m.Session, m.Seq)
+		switch {
+		case m.Full:
+			s += " resync"
+		case m.LeaseUntil != 0:
+			s += " lease=" + h.at(m.LeaseUntil)
+		default:
+			s += " no-lease"
+		}
+		s += fmt.Sprintf(" excluded=%v", m.Tags)
 	}
 	return s
 }
@@ -129,6 +144,7 @@ func (h *harness) collect(node string, out *core.Output, decode bool) {
 		m.Ranks = append([]core.RankID(nil), m.Ranks...)
 		m.Slots = append([]uint32(nil), m.Slots...)
 		m.Tags = append([]core.Tag(nil), m.Tags...)
+		m.Ended = append([]core.Tag(nil), m.Ended...)
 		to := nameOf(e.To, !decode)
 		h.net = append(h.net, envelope{from: node, to: to, msg: m})
 		h.printf("%s -> %s: %s", node, to, h.fmtMsg(m))
@@ -231,7 +247,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "prefill":
 		name := arg(d, "name", "r0")
 		s, err := core.NewSender(core.SenderConfig{
-			Rank: rankOf(name), SkewMargin: argDur(d, "margin", "50us"), MaxInflight: argInt(d, "inflight", 4),
+			Rank: rankOf(name), Session: uint64(argInt(d, "session", 1)), SkewMargin: argDur(d, "margin", "50us"), MaxInflight: argInt(d, "inflight", 4),
 			MaxBatchPages: argInt(d, "batch", 1), Heartbeat: argDur(d, "heartbeat", "250us"),
 			RequestTombstone: argDur(d, "tombstone", "5ms"), BootstrapTimeout: argDur(d, "bootstrap", "3ms"),
 		})

@@ -93,6 +93,12 @@ type stream struct {
 	idx         int
 	queued      bool
 	timerSlot   // in Sender.leaseTimers while it may lapse
+	// Heartbeat session (sender_lease.go).
+	peer      *peerLease
+	holdUntil Time   // from Assign: no lease of the tag passes it
+	listed    bool   // in the listed set: may still post
+	listedSeq uint64 // the first heartbeat that listed it; 0 until sent
+	excluded  bool   // decode said no rank lease covers it
 }
 
 type batch struct {
@@ -136,12 +142,12 @@ type Sender struct {
 	reqTombTimers timerHeap[RequestKey] // a request tombstone's end
 	dueStreams    []*stream             // scratch for Tick
 	dueReqs       []*request            // scratch for Tick
-	hbTags        [][]Tag               // per-peer heartbeat tag lists, reused
 	out           Output
 	metrics       SenderMetrics
 
-	peers       []RankID  // scratch for heartbeats
-	scratch     []*stream // scratch for loops that change req.streams
+	peerByRank  map[RankID]*peerLease // heartbeat sessions (sender_lease.go)
+	peerList    []*peerLease          // the same, in a deterministic order
+	scratch     []*stream             // scratch for loops that change req.streams
 	freeStreams []*stream
 	freeBatches []*batch
 	freeReqs    []*request

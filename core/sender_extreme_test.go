@@ -18,7 +18,7 @@ import (
 func TestSenderExtremeLeases(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		durs := []time.Duration{1, time.Millisecond, 1 << 62, math.MaxInt64}
-		cfg := SenderConfig{Rank: 0, MaxInflight: 4, MaxBatchPages: 1,
+		cfg := SenderConfig{Rank: 0, Session: 1, MaxInflight: 4, MaxBatchPages: 1,
 			SkewMargin:       rapid.SampledFrom(append(durs, 0)).Draw(t, "skew"),
 			Heartbeat:        rapid.SampledFrom(durs).Draw(t, "heartbeat"),
 			RequestTombstone: rapid.SampledFrom(durs).Draw(t, "tombstone"),

@@ -101,6 +101,7 @@ func (s *Sender) settle(b *batch) {
 	s.unsettled--
 	if b.st != nil {
 		b.st.unsettled--
+		b.st.peer.unsettled--
 	}
 }
 
@@ -132,14 +133,15 @@ func (s *Sender) Tick(now Time) {
 	// Only timers that are due; each is checked against the current state
 	// (an entry may be early or stale) and visited in list order, as a walk
 	// of every stream and request would.
+	s.lapseTimers(now)
 	due := s.leaseTimers.popDue(now, s.dueStreams[:0])
 	slices.SortFunc(due, func(a, b *stream) int { return a.idx - b.idx })
 	for _, st := range due {
 		if s.streams[st.key] != st || (st.state != StreamWaiting && st.state != StreamSending) {
 			continue // it ended by an input: only inputs act on it now
 		}
-		if lapse := st.lease.Add(-s.cfg.SkewMargin); now < lapse {
-			s.leaseTimers.schedule(st, lapse) // a Grant moved it
+		if lapse := s.streamLease(st).Add(-s.cfg.SkewMargin); now < lapse {
+			s.leaseTimers.schedule(st, s.leaseDue(st)) // a Grant or a Lease moved it
 			continue
 		}
 		if st.req != nil && st.req.finished && s.donePosting(st) {
@@ -198,41 +200,6 @@ func (s *Sender) Tick(now Time) {
 	s.pump(now)
 }
 
-func (s *Sender) heartbeats(now Time) {
-	s.peers = s.peers[:0]
-	for _, st := range s.list {
-		seen := false
-		for _, p := range s.peers {
-			if p == st.key.decode {
-				seen = true
-			}
-		}
-		if !seen {
-			s.peers = append(s.peers, st.key.decode)
-		}
-	}
-	for len(s.hbTags) < len(s.peers) {
-		s.hbTags = append(s.hbTags, nil)
-	}
-	for i, p := range s.peers {
-		// The tag lists are reused: an Output is valid until the next input.
-		m := Message{Kind: KindHeartbeat, Rank: s.cfg.Rank, Decode: p, Tags: s.hbTags[i][:0]}
-		for _, st := range s.list {
-			if st.key.decode != p {
-				continue
-			}
-			m.Tags = append(m.Tags, st.key.tag)
-			m.Outstanding += uint32(st.unsettled)
-			if s.cfg.Unsafe.Is(knownunsafe.SelfRenewedLease) && st.state == StreamSending {
-				st.lease = now.Add(s.cfg.Unsafe.SelfLease()) // the bug: a lease nobody granted
-			}
-		}
-		s.hbTags[i] = m.Tags
-		s.metrics.Heartbeats++
-		s.out.Messages = append(s.out.Messages, Envelope{To: p, Msg: m})
-	}
-}
-
 // pump posts what may be posted: round robin over queued streams, one batch
 // each per turn, within the rank's in-flight bound and each stream's lease.
 func (s *Sender) pump(now Time) {
@@ -269,7 +236,7 @@ func (s *Sender) enqueue(st *stream) {
 
 // sendable is how many pages the stream may post now, in one batch.
 func (s *Sender) sendable(st *stream, now Time) uint32 {
-	if st.state != StreamSending || now >= st.lease.Add(-s.cfg.SkewMargin) {
+	if st.state != StreamSending || now >= s.streamLease(st).Add(-s.cfg.SkewMargin) {
 		return 0
 	}
 	limit := st.req.ready
@@ -302,6 +269,7 @@ func (s *Sender) post(st *stream, n uint32) {
 	s.batches[b.id] = b
 	st.batches = append(st.batches, b)
 	st.unsettled++
+	st.peer.unsettled++
 	s.unsettled++
 	st.everPosted = true
 	s.metrics.Posted++

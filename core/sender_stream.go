@@ -20,10 +20,14 @@ func (s *Sender) Step(m Message, now Time) {
 	case KindGrant:
 		// Only a live lease grows; a lapsed one is never renewed.
 		if st != nil && (st.state == StreamSending || st.state == StreamWaiting) &&
-			now < st.lease.Add(-s.cfg.SkewMargin) && m.LeaseUntil > st.lease {
+			now < s.streamLease(st).Add(-s.cfg.SkewMargin) && m.LeaseUntil > st.lease {
 			st.lease = m.LeaseUntil
 			s.enqueue(st)
 		}
+	case KindLease:
+		s.onLease(m)
+		s.pump(now)
+		return
 	case KindAbort, KindReject:
 		s.onAbort(key, st, m, now)
 	default:
@@ -63,7 +67,7 @@ func (s *Sender) onAssign(key streamKey, st *stream, m Message, now Time) {
 		s.ackUnknown(key, m.LeaseUntil)
 		return
 	}
-	st = s.newStream(key, m.LeaseUntil)
+	st = s.newStream(key, m.LeaseUntil, m.HoldUntil)
 	st.slots = append(st.slots[:0], m.Slots...)
 	if req != nil {
 		s.bind(st, req)
@@ -123,7 +127,7 @@ func (s *Sender) addTomb(key streamKey, lease Time, state StreamState, ev DrainE
 	s.tombTimers.push(until, key)
 }
 
-func (s *Sender) newStream(key streamKey, lease Time) *stream {
+func (s *Sender) newStream(key streamKey, lease, holdUntil Time) *stream {
 	var st *stream
 	if n := len(s.freeStreams); n > 0 {
 		st = s.freeStreams[n-1]
@@ -133,6 +137,12 @@ func (s *Sender) newStream(key streamKey, lease Time) *stream {
 		st = &stream{}
 	}
 	st.key, st.state, st.lease = key, StreamWaiting, lease
+	// An Assign without a hold bound gets no rank lease beyond its own.
+	st.holdUntil = lease
+	if holdUntil > lease {
+		st.holdUntil = holdUntil
+	}
+	s.listStream(st)
 	st.idx = len(s.list)
 	s.list = append(s.list, st)
 	s.streams[key] = st
@@ -178,6 +188,7 @@ func (s *Sender) failIfSending(st *stream, reason Reason) {
 // everything of the stream that may still move.
 func (s *Sender) fail(st *stream, reason Reason) {
 	s.unwait(st)
+	s.unlistStream(st)
 	st.state = StreamFailed
 	s.metrics.Fails++
 	if st.req != nil {
@@ -190,6 +201,7 @@ func (s *Sender) fail(st *stream, reason Reason) {
 
 func (s *Sender) drain(st *stream) {
 	s.unwait(st)
+	s.unlistStream(st)
 	if st.state != StreamDraining {
 		st.state = StreamDraining
 		s.dropUnsent(st)
@@ -224,6 +236,7 @@ func (s *Sender) maybeCommit(st *stream) {
 	if st.state != StreamSending || st.req == nil || !st.req.finished || st.unsettled > 0 || !s.donePosting(st) {
 		return
 	}
+	s.unlistStream(st)
 	s.metrics.Commits++
 	s.send(st, Message{Kind: KindCommit, Coverage: st.succeeded})
 	s.out.Sent = append(s.out.Sent, Sent{Key: st.req.key, Decode: st.key.decode})
@@ -264,6 +277,8 @@ func (s *Sender) ackKey(key streamKey, ev DrainEvidence) {
 // is over, so a duplicated or late Assign never restarts writes, and reuses
 // the stream's memory.
 func (s *Sender) entomb(st *stream, ev DrainEvidence) {
+	s.unlistStream(st)
+	st.peer.unsettled -= st.unsettled // its batches' completions no longer count
 	s.addTomb(st.key, st.lease, st.state, ev)
 	delete(s.streams, st.key)
 	s.leaseTimers.remove(st)

@@ -28,3 +28,21 @@ func (k RequestKey) String() string { return fmt.Sprintf("%d/%d", k.Room, k.Gen)
 
 // Key returns the request key of a tag.
 func (t Tag) Key() RequestKey { return RequestKey{Room: t.Room, Gen: t.Gen} }
+
+// TagHash is a tag's contribution to a heartbeat digest. Digests are sums
+// of it (mod 2^64), so that both ends can add and remove a tag in O(1)
+// whatever the order; the mixing (splitmix64's finalizer over each field)
+// keeps sums of different small sets of nearby tags apart.
+func TagHash(t Tag) uint64 {
+	h := mix64(t.Instance + 0x9e3779b97f4a7c15)
+	h = mix64(h ^ t.Room)
+	return mix64(h ^ t.Gen)
+}
+
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}

@@ -67,6 +67,7 @@ release_on_drain_ack      |fail|-DNG=1 -DREVOKE -DLIAR -DM_RELEASE_ON_DRAIN_ACK 
 liar_without_fence        |fail|-DNG=1 -DLIAR -DLOSS=0 -DDUP=0             |I1_isolation
 release_before_reap       |fail|-DNG=2 -DRESTART -DUNB0 -DM_RELEASE_BEFORE_REAP -DLOSS=0 -DDUP=0|I1_isolation
 release_before_reap_small |fail|-DNG=2 -DRESTART -DUNB0 -DM_RELEASE_BEFORE_REAP -DLEASE=1 -DTAIL=1 -DMAXHB=0 -DLOSS=0 -DDUP=0 -DCRASH=0 -DTRUNC=0|I1_isolation
+rank_lease_forgotten      |fail|-DNG=1 -DM_FORGET_RENEWAL -DLOSS=0 -DDUP=0  |I1_isolation
 '
 FULL_SAFE='
 safe_ng1_all_faults        |pass|-DNG=1

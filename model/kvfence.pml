@@ -290,7 +290,9 @@ inline dhandle(t,r,g) {
      :: t == HBT ->
         if
         :: dst == D_ASSIGNED ->
-           dl[r] = BOUNDR(r);
+#ifndef M_FORGET_RENEWAL
+           dl[r] = BOUNDR(r);           /* the bound counts the lease this answer renews */
+#endif
 #ifndef ONEWAY
            issued[IX(r,g)] = LEASE; sendR(GRT,r,g)
 #else

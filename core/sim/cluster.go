@@ -158,7 +158,7 @@ func newCluster(cfg Config) *cluster {
 		p := &prefillNode{id: core.RankID(i), idx: i, off: rng.Int64N(maxSkew+1) - maxSkew/2, alive: true,
 			srcReleased: map[core.RequestKey]bool{}, sent: map[core.RequestKey]int{}, cancelled: map[core.RequestKey]bool{}}
 		s, err := core.NewSender(core.SenderConfig{
-			Rank: p.id, SkewMargin: tdur(maxSkew), MaxInflight: c.p.MaxInflight, MaxBatchPages: c.p.MaxBatch,
+			Rank: p.id, Session: uint64(i) + 1, SkewMargin: tdur(maxSkew), MaxInflight: c.p.MaxInflight, MaxBatchPages: c.p.MaxBatch,
 			Heartbeat: tdur(heartbeat), RequestTombstone: tdur(maxHold + 2*maxSkew), BootstrapTimeout: tdur(3 * lease),
 			Unsafe: cfg.Variant.WithSelfLease(tdur(lease)),
 		})

@@ -10,6 +10,7 @@ func copyMsg(m core.Message) core.Message {
 	m.Ranks = append([]core.RankID(nil), m.Ranks...)
 	m.Slots = append([]uint32(nil), m.Slots...)
 	m.Tags = append([]core.Tag(nil), m.Tags...)
+	m.Ended = append([]core.Tag(nil), m.Ended...)
 	return m
 }
 

@@ -33,6 +33,12 @@ var (
 	// soon as its restart is asked for, before its process is reaped: a
 	// write the old process still applies lands in reused memory.
 	ReleaseBeforeReap = Variant{name: "release-before-reap"}
+	// RankLeaseForgotten drops the rank lease from a tag's bound: when
+	// decode stops covering a tag (abort, commit, lapse, resync) its lease
+	// stays the one of its Assign instead of freezing at the rank lease
+	// the rank posted under, so a timeout release comes before its last
+	// writes can land.
+	RankLeaseForgotten = Variant{name: "rank-lease-forgotten"}
 )
 
 // All lists every unsafe variant, in a stable order.
@@ -40,6 +46,7 @@ var All = []Variant{
 	ReleaseOnAbort, AckAfterFailedSend, IgnoreGenerations, UnboundedTimeout,
 	SingleAckTarget, ReleaseOnRemoteFailure, NoCoverageCheck, SelfRenewedLease,
 	NoTombstones, RestartReuse, OwnTailOnly, ReleaseOnDrainAck, ReleaseBeforeReap,
+	RankLeaseForgotten,
 }
 
 // Name is the variant's stable name ("safe" for the real core).
