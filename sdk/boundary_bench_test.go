@@ -12,7 +12,8 @@ import (
 )
 
 // BenchmarkBoundary: the TCP transport as a sender in process, and as a
-// plugin process over the rings and over gRPC (KVFENCE_RINGS=off), all
+// plugin process over the rings, over the rings with AsyncPost, and over
+// gRPC (KVFENCE_RINGS=off), all
 // posting one-write batches (64 in flight) to one in-process receiver.
 // The arms take turns within each iteration, so load on this shared
 // machine hits them alike; the metrics are per batch and the boundary's
@@ -34,6 +35,7 @@ func BenchmarkBoundary(b *testing.B) {
 	}
 	recv := newTCP()
 	rings := sdktest.Subprocess(b, bin, sdk.OpenOptions{})
+	async := sdktest.Subprocess(b, bin, sdk.OpenOptions{AsyncPost: true})
 	os.Setenv("KVFENCE_RINGS", "off")
 	grpcPath := sdktest.Subprocess(b, bin, sdk.OpenOptions{})
 	os.Unsetenv("KVFENCE_RINGS")
@@ -56,6 +58,7 @@ func BenchmarkBoundary(b *testing.B) {
 		{"in", rig(newTCP(), 0)},
 		{"rings", rig(rings.Transport(), rings.Pid())},
 		{"grpc", rig(grpcPath.Transport(), grpcPath.Pid())},
+		{"async", rig(async.Transport(), async.Pid())},
 	}
 	for _, size := range []struct {
 		name string
@@ -80,13 +83,15 @@ func BenchmarkBoundary(b *testing.B) {
 					sums[k] += r.MicrosPerBatch()
 				}
 			}
-			in, ring, grpc := sums[0]/float64(b.N), sums[1]/float64(b.N), sums[2]/float64(b.N)
+			in, ring, grpc, async := sums[0]/float64(b.N), sums[1]/float64(b.N), sums[2]/float64(b.N), sums[3]/float64(b.N)
 			b.ReportMetric(in, "in-us/batch")
 			b.ReportMetric(ring, "rings-us/batch")
 			b.ReportMetric(grpc, "grpc-us/batch")
 			b.ReportMetric(ring-in, "rings-added-us/batch")
 			b.ReportMetric(in/ring, "rings-throughput-ratio")
 			b.ReportMetric(in/grpc, "grpc-throughput-ratio")
+			b.ReportMetric(async-in, "async-added-us/batch")
+			b.ReportMetric(in/async, "async-throughput-ratio")
 		})
 	}
 }

@@ -8,6 +8,8 @@
 // Open for hosts), the host's crash semantics (a dead plugin's batches become
 // InDoubt, then are covered by process-exited evidence once it is reaped),
 // the helpers that share memory between host and plugin without copies,
+// the shared-memory rings that carry Post and Completion (and the opt-in
+// asynchronous Post, OpenOptions.AsyncPost),
 // and trust in the binary: a pinned sha256 or a signed conformance
 // certificate (CertificatePolicy), checked against a sealed copy that is
 // then executed.

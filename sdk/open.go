@@ -47,6 +47,14 @@ type OpenOptions struct {
 	StartTimeout time.Duration
 	// Stderr, if set, gets the plugin's raw stderr as well.
 	Stderr io.Writer
+	// AsyncPost (opt-in) lets Post return once its batch is in the
+	// shared-memory submission ring, without waiting for the plugin's
+	// verdict: a refusal then arrives as the batch's one completion,
+	// FailedDefinite with the refusal's class, instead of as Post's error.
+	// It saves a process round trip per batch. Batches that do not go on
+	// the rings (gRPC data path, too large for a ring record) keep the
+	// synchronous contract. Plugin.AsyncPost says whether it is in effect.
+	AsyncPost bool
 }
 
 // Plugin is a plugin process loaded by a host.
@@ -151,6 +159,7 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 		return fail(ClassOf(err), "Open %s: %v", path, err)
 	}
 	r.onLost = func() { go p.reap() }
+	r.setAsyncPost(opts.AsyncPost)
 	p.remote, p.transport = r, r.asTransport()
 	go p.watchExit()
 	return p, nil

@@ -164,7 +164,16 @@ func (r *ring) put(kind uint16, seq uint64, payload []byte) error {
 // publish makes every record put so far visible, and wakes the consumer
 // if it sleeps. Several puts under one publish are one doorbell: batching.
 func (r *ring) publish() {
-	r.tail.Store(r.pos)
+	r.publishQuiet()
+	r.ring()
+}
+
+// publishQuiet makes the records visible to a consumer that is awake (or
+// polling) without the doorbell's syscall; a later ring wakes a sleeper.
+func (r *ring) publishQuiet() { r.tail.Store(r.pos) }
+
+// ring wakes the consumer if it sleeps.
+func (r *ring) ring() {
 	if r.sleeping.Load() != 0 {
 		r.bell.Add(1)
 		futexWake(r.bell)

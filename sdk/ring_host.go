@@ -49,6 +49,12 @@ type hostRings struct {
 	closed  bool
 	seq     uint64
 	waiters map[uint64]chan error
+	// async: Post returns once its batch is in the ring (OpenOptions.
+	// AsyncPost); the verdict then settles unanswered[seq]: nothing when
+	// accepted, a FailedDefinite completion when refused. Set before the
+	// first Post.
+	async      bool
+	unanswered map[uint64]BatchID
 
 	stop    chan struct{} // consumer: drain what is there and exit
 	stopped chan struct{} // consumer exited
@@ -87,7 +93,7 @@ func attachRings(ctx context.Context, conn grpc.ClientConnInterface, host *remot
 	}
 	h := &hostRings{
 		shm: shm, sub: submissionRing(shm.Bytes(), capacity), comp: completionRing(shm.Bytes(), capacity),
-		waiters: map[uint64]chan error{}, stop: make(chan struct{}), stopped: make(chan struct{}), dead: make(chan struct{}),
+		waiters: map[uint64]chan error{}, unanswered: map[uint64]BatchID{}, stop: make(chan struct{}), stopped: make(chan struct{}), dead: make(chan struct{}),
 		host: host, violation: violation,
 	}
 	go h.consume()
@@ -103,7 +109,9 @@ var errRingUnsent = errors.New("not sent on the ring")
 var errRingNoVerdict = errors.New("no verdict from the plugin")
 
 // post submits b and waits for the plugin's verdict: nil (accepted), a
-// classified error (refused), errRingUnsent or errRingNoVerdict.
+// classified error (refused), errRingUnsent or errRingNoVerdict. With
+// async it returns nil once b is in the ring, and a refusal comes later
+// as b's completion (handle).
 func (h *hostRings) post(ctx context.Context, b Batch) error {
 	payload, err := proto.Marshal(batchToPB(b))
 	if err != nil || uint64(len(payload)) > h.sub.maxPayload() {
@@ -133,6 +141,12 @@ func (h *hostRings) post(ctx context.Context, b Batch) error {
 			h.violation("submission ring head moved impossibly")
 		}
 		return errRingUnsent
+	}
+	if h.async {
+		h.unanswered[seq] = b.ID
+		h.sub.publish()
+		h.mu.Unlock()
+		return nil
 	}
 	h.waiters[seq] = verdict
 	h.sub.publish()
@@ -249,10 +263,16 @@ func (h *hostRings) handle(kind uint16, seq uint64, payload []byte) string {
 		h.mu.Lock()
 		w, ok := h.waiters[seq]
 		delete(h.waiters, seq)
+		id, async := h.unanswered[seq]
+		delete(h.unanswered, seq)
 		h.mu.Unlock()
-		if ok {
+		switch {
+		case ok:
 			w <- verdict
-		} else if seq == 0 || seq > h.postedSeq() {
+		case async && verdict != nil:
+			h.refused(id, verdict)
+		case async:
+		case seq == 0 || seq > h.postedSeq():
 			return fmt.Sprintf("verdict for post %d that was never submitted", seq)
 		}
 		// else: a verdict for a Post whose caller gave up; its batch is
@@ -261,6 +281,14 @@ func (h *hostRings) handle(kind uint16, seq uint64, payload []byte) string {
 		return fmt.Sprintf("unknown record kind %d", kind)
 	}
 	return ""
+}
+
+// refused completes an asynchronous Post's batch that the plugin refused.
+// Its caller was told "in the ring", so the refusal becomes the batch's
+// one completion: FailedDefinite (a refused batch moved no byte), with the
+// refusal's class.
+func (h *hostRings) refused(id BatchID, refusal error) {
+	h.complete(Completion{Batch: id, Status: FailedDefinite, Class: ClassOf(refusal), Detail: "Post refused: " + refusal.Error()})
 }
 
 func (h *hostRings) postedSeq() uint64 {
@@ -308,4 +336,18 @@ func (r *remote) dataPath() DataPath {
 		return DataPathRings
 	}
 	return DataPathGRPC
+}
+
+// AsyncPost says whether Post returns before the plugin's verdict
+// (OpenOptions.AsyncPost, on the rings).
+func (p *Plugin) AsyncPost() bool { return p.remote.rings != nil && p.remote.rings.async }
+
+// setAsyncPost turns asynchronous Post on; only before the first Post,
+// and only on the rings (over gRPC the contract stays synchronous).
+func (r *remote) setAsyncPost(on bool) {
+	if r.rings != nil {
+		r.rings.mu.Lock()
+		r.rings.async = on
+		r.rings.mu.Unlock()
+	}
 }

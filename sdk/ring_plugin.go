@@ -108,17 +108,39 @@ func (p *pluginRings) consume() {
 		default:
 		}
 		p.sub.wait(p.stop)
-		for {
+		for held := 0; ; held++ {
 			kind, seq, payload, b, ok, err := p.sub.next(buf)
 			buf = b
 			if err != nil || (ok && kind != recPost) {
+				p.flush()
 				return // a host that breaks the format gets no more verdicts
 			}
 			if !ok {
 				break
 			}
-			p.verdict(seq, p.post(payload))
+			// While more submissions wait, verdicts are visible at once but
+			// ring the host's doorbell together (one wake-up), at most
+			// ringHoldMax of them.
+			hold := held < ringHoldMax && p.sub.available()
+			p.verdict(seq, p.post(payload), !hold)
+			if !hold {
+				held = -1
+			}
 		}
+	}
+}
+
+// ringHoldMax bounds how many records the plugin publishes before it
+// rings, so a long run of submissions or completions cannot keep a
+// sleeping host from a verdict it waits for for more than a few Posts.
+const ringHoldMax = 16
+
+// flush rings for records published quietly.
+func (p *pluginRings) flush() {
+	p.compMu.Lock()
+	defer p.compMu.Unlock()
+	if !p.unmapped {
+		p.comp.ring()
 	}
 }
 
@@ -132,9 +154,9 @@ func (p *pluginRings) post(payload []byte) error {
 
 // verdict reports Post's outcome; errors keep their class (unclassified
 // ones become Internal, as over gRPC).
-func (p *pluginRings) verdict(seq uint64, err error) {
+func (p *pluginRings) verdict(seq uint64, err error, ring bool) {
 	if err == nil {
-		p.put(recPostOK, seq, nil)
+		p.put(recPostOK, seq, nil, ring)
 		return
 	}
 	var e *Error
@@ -142,7 +164,7 @@ func (p *pluginRings) verdict(seq uint64, err error) {
 		e = Errorf(ClassInternal, "%v", err)
 	}
 	b, _ := proto.Marshal(&pb.Completion{ErrorClass: uint32(e.Class), Detail: truncateDetail(e.Msg)})
-	p.put(recPostErr, seq, b)
+	p.put(recPostErr, seq, b, ring)
 }
 
 // forward moves the transport's completions into the ring until the
@@ -158,21 +180,44 @@ func (p *pluginRings) forward(ctx context.Context, ch <-chan Completion) error {
 			if !ok {
 				return nil
 			}
-			c.Detail = truncateDetail(c.Detail)
-			b, _ := proto.Marshal(completionToPB(c))
-			p.put(recCompletion, 0, b)
+			for held := 0; ; held++ {
+				c.Detail = truncateDetail(c.Detail)
+				b, _ := proto.Marshal(completionToPB(c))
+				// Completions already queued behind this one ring the
+				// doorbell together (one wake-up), at most ringHoldMax.
+				var more bool
+				if held < ringHoldMax {
+					select {
+					case next, open := <-ch:
+						if open {
+							p.put(recCompletion, 0, b, false)
+							c, more = next, true
+						}
+					default:
+					}
+				}
+				if !more {
+					p.put(recCompletion, 0, b, true)
+					break
+				}
+			}
 		}
 	}
 }
 
-// put waits for room (the host drains continuously) unless stopping.
-func (p *pluginRings) put(kind uint16, seq uint64, payload []byte) {
+// put publishes one record, waiting for room (the host drains
+// continuously) unless stopping. Unless ring, a sleeping host is woken
+// only by a later put or flush that rings.
+func (p *pluginRings) put(kind uint16, seq uint64, payload []byte, ring bool) {
 	p.compMu.Lock()
 	defer p.compMu.Unlock()
 	for !p.unmapped {
 		err := p.comp.put(kind, seq, payload)
 		if err == nil {
-			p.comp.publish()
+			p.comp.publishQuiet()
+			if ring {
+				p.comp.ring()
+			}
 			return
 		}
 		if !errors.Is(err, errRingFull) || !waitRoom(p.stop) {

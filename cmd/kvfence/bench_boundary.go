@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -40,7 +41,7 @@ func newBenchBoundaryCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "boundary",
-		Short: "plugin boundary cost: TCP sender out of process (rings, gRPC) vs in process, 4 KiB/64 KiB/1 MiB, interleaved",
+		Short: "plugin boundary cost: TCP sender out of process (rings, rings with async Post, gRPC) vs in process, 4 KiB/64 KiB/1 MiB, interleaved",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if reps < 1 || reps > 1000 || window < 1 || window > 1024 {
@@ -84,9 +85,10 @@ func newBenchBoundaryCommand() *cobra.Command {
 			fmt.Printf("plugin boundary, TCP sender, one write per batch, %d in flight, median of %d interleaved reps (noisy on a shared machine: read the ratios)\n", window, reps)
 			for _, size := range boundarySizes {
 				n := size.name
-				fmt.Printf("  %-4s in-process %7.1f µs/batch  rings %7.1f (+%.1f, throughput %.3f)  gRPC %7.1f (+%.1f, throughput %.3f)\n", n,
+				fmt.Printf("  %-4s in-process %7.1f µs/batch  rings %7.1f (+%.1f, throughput %.3f)  rings+async Post %7.1f (+%.1f, throughput %.3f)  gRPC %7.1f (+%.1f, throughput %.3f)\n", n,
 					res["in_process_us_per_batch_"+n], res["out_of_process_us_per_batch_"+n], res["boundary_added_us_per_batch_"+n],
-					res["throughput_ratio_"+n], res["grpc_out_of_process_us_per_batch_"+n], res["grpc_boundary_added_us_per_batch_"+n],
+					res["throughput_ratio_"+n], res["async_out_of_process_us_per_batch_"+n], res["async_boundary_added_us_per_batch_"+n],
+					res["async_throughput_ratio_"+n], res["grpc_out_of_process_us_per_batch_"+n], res["grpc_boundary_added_us_per_batch_"+n],
 					res["grpc_throughput_ratio_"+n])
 			}
 			return nil
@@ -120,18 +122,18 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 	if err != nil {
 		return nil, closeAll, err
 	}
-	open := func(dataPath sdk.DataPath) (*sdk.Plugin, error) {
+	open := func(dataPath sdk.DataPath, async bool) (*sdk.Plugin, error) {
 		if dataPath == sdk.DataPathGRPC {
 			os.Setenv("KVFENCE_RINGS", "off")
 			defer os.Unsetenv("KVFENCE_RINGS")
 		}
-		p, err := sdk.Open(self, sdk.OpenOptions{Args: []string{"__plugin-tcp"}})
+		p, err := sdk.Open(self, sdk.OpenOptions{Args: []string{"__plugin-tcp"}, AsyncPost: async})
 		if err != nil {
 			return nil, err
 		}
 		closers = append(closers, func() { _ = p.Close() })
-		if p.DataPath() != dataPath {
-			return nil, fmt.Errorf("plugin data path %s, want %s", p.DataPath(), dataPath)
+		if p.DataPath() != dataPath || p.AsyncPost() != async {
+			return nil, fmt.Errorf("plugin data path %s (async %v), want %s (async %v)", p.DataPath(), p.AsyncPost(), dataPath, async)
 		}
 		return p, nil
 	}
@@ -143,11 +145,15 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 	if err != nil {
 		return nil, closeAll, err
 	}
-	rings, err := open(sdk.DataPathRings)
+	rings, err := open(sdk.DataPathRings, false)
 	if err != nil {
 		return nil, closeAll, err
 	}
-	viaGRPC, err := open(sdk.DataPathGRPC)
+	viaGRPC, err := open(sdk.DataPathGRPC, false)
+	if err != nil {
+		return nil, closeAll, err
+	}
+	async, err := open(sdk.DataPathRings, true)
 	if err != nil {
 		return nil, closeAll, err
 	}
@@ -156,7 +162,8 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 		name string
 		s    sdk.Transport
 		pid  int
-	}{{"in_process", in, 0}, {"out_of_process", rings.Transport(), rings.Pid()}, {"grpc_out_of_process", viaGRPC.Transport(), viaGRPC.Pid()}} {
+	}{{"in_process", in, 0}, {"out_of_process", rings.Transport(), rings.Pid()}, {"grpc_out_of_process", viaGRPC.Transport(), viaGRPC.Pid()},
+		{"async_out_of_process", async.Transport(), async.Pid()}} {
 		rig, err := sdktest.NewBoundaryRig(ctx, a.s, recv, a.pid, 64<<20)
 		if err != nil {
 			return nil, closeAll, fmt.Errorf("%s: %w", a.name, err)
@@ -186,10 +193,7 @@ func boundaryReport(arms []*boundaryArm, reps, window int) map[string]any {
 			if a == in {
 				continue
 			}
-			prefix := ""
-			if a.name != "out_of_process" {
-				prefix = "grpc_"
-			}
+			prefix, _ := strings.CutSuffix(a.name, "out_of_process")
 			res[prefix+"boundary_added_us_per_batch_"+n] = us - base
 			res[prefix+"throughput_ratio_"+n] = base / us
 		}

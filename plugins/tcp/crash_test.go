@@ -56,24 +56,10 @@ func fakeStalledReceiver(t *testing.T) (string, <-chan struct{}) {
 // InDoubt, then the host reports process-exited evidence covering them, and
 // Quiesce answers with that evidence.
 func TestKillPluginMidTransfer(t *testing.T) {
-	p := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{})
+	p, region, peer, got := stalledPluginSender(t, sdk.OpenOptions{})
 	tr := p.Transport()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	src, err := sdk.NewSharedMemory("src", 16<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	region, err := tr.RegisterMemory(ctx, src.Desc())
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, got := fakeStalledReceiver(t)
-	peer, err := tr.Connect(ctx, sdk.Endpoint{Transport: Name, Address: addr})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ids []sdk.BatchID
 	for i := 1; i <= 8; i++ {
 		id := sdk.BatchID(i)

@@ -1,0 +1,85 @@
+package sdk
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// With AsyncPost, Post returns once the batch is in the ring, and the
+// plugin's refusal becomes that batch's one completion: FailedDefinite
+// with the refusal's class. Accepted batches complete as usual, and Close
+// makes what is still pending InDoubt — a refused batch is never
+// completed a second time.
+func TestAsyncPostRefusalIsTheCompletion(t *testing.T) {
+	impl := newHeldTransport()
+	r := connectTest(t, impl, nil)
+	r.setAsyncPost(true)
+	if r.rings == nil || !r.rings.async {
+		t.Fatal("async Post not in effect on the rings")
+	}
+	ctx := context.Background()
+	if err := r.Post(ctx, Batch{ID: 1}); err != nil { // empty: the plugin refuses it
+		t.Fatalf("async Post of a batch the plugin refuses: %v, want nil (the refusal is its completion)", err)
+	}
+	for id := BatchID(2); id <= 4; id++ {
+		if err := r.Post(ctx, Batch{ID: id, Ops: oneOp()}); err != nil {
+			t.Fatalf("Post %d: %v", id, err)
+		}
+	}
+	if err := r.Post(ctx, Batch{ID: 2, Ops: oneOp()}); !IsClass(err, ClassAlreadyExists) {
+		t.Fatalf("reposting outstanding batch 2: %v, want already exists (checked by the host)", err)
+	}
+	c := nextCompletion(t, r)
+	if c.Batch != 1 || c.Status != FailedDefinite || c.Class != ClassInvalidArgument {
+		t.Fatalf("first completion %+v, want batch 1 FailedDefinite invalid-argument", c)
+	}
+	for !impl.has(4) { // async: the plugin takes the batches after Post returned
+		time.Sleep(time.Millisecond)
+	}
+	impl.complete(2, Succeeded)
+	if c := nextCompletion(t, r); c.Batch != 2 || c.Status != Succeeded {
+		t.Fatalf("completion %+v, want batch 2 Succeeded", c)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[BatchID]Status{}
+	for c := range r.Completions() {
+		if _, dup := got[c.Batch]; dup || c.Batch < 3 {
+			t.Fatalf("second completion for %d: %+v", c.Batch, c)
+		}
+		got[c.Batch] = c.Status
+	}
+	if len(got) != 2 || got[3] != InDoubt || got[4] != InDoubt {
+		t.Fatalf("after Close: %v, want 3 and 4 InDoubt", got)
+	}
+}
+
+// Over gRPC there is no ring to return early from: the contract stays
+// synchronous even when AsyncPost is asked for.
+func TestAsyncPostNeedsTheRings(t *testing.T) {
+	t.Setenv(envRings, "off")
+	r := connectTest(t, newHeldTransport(), nil)
+	r.setAsyncPost(true)
+	if err := r.Post(context.Background(), Batch{ID: 1}); !IsClass(err, ClassInvalidArgument) {
+		t.Fatalf("empty batch over gRPC: %v, want the refusal from Post", err)
+	}
+}
+
+func nextCompletion(t *testing.T, r *remote) Completion {
+	t.Helper()
+	select {
+	case c := <-r.Completions():
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no completion within 10s")
+		return Completion{}
+	}
+}
+
+func (h *heldTransport) has(id BatchID) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen[id]
+}
