@@ -76,6 +76,10 @@ type Plugin struct {
 // kills it). The plugin is killed by the kernel if the host dies (Pdeathsig)
 // and exits by itself if its parent changes.
 func Open(path string, opts OpenOptions) (*Plugin, error) {
+	async, err := AsyncPostFromEnv(opts.AsyncPost)
+	if err != nil {
+		return nil, Errorf(ClassInvalidArgument, "Open %s: %v", path, err)
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = hclog.New(&hclog.LoggerOptions{Name: "kvfence-host", Level: hclog.Error, Output: os.Stderr})
@@ -159,7 +163,7 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 		return fail(ClassOf(err), "Open %s: %v", path, err)
 	}
 	r.onLost = func() { go p.reap() }
-	r.setAsyncPost(opts.AsyncPost)
+	r.setAsyncPost(async)
 	p.remote, p.transport = r, r.asTransport()
 	go p.watchExit()
 	return p, nil

@@ -83,3 +83,28 @@ func (h *heldTransport) has(id BatchID) bool {
 	defer h.mu.Unlock()
 	return h.seen[id]
 }
+
+// KVFENCE_ASYNC_POST amends OpenOptions.AsyncPost for every host; a value
+// other than on/off is refused before any plugin starts, so a typo never
+// silently means the synchronous contract.
+func TestAsyncPostFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		env       string
+		opt, want bool
+		bad       bool
+	}{
+		{"", false, false, false}, {"", true, true, false},
+		{"on", false, true, false}, {"off", true, true, false},
+		{"off", false, false, false}, {"yes", false, false, true},
+	} {
+		t.Setenv(envAsyncPost, c.env)
+		got, err := AsyncPostFromEnv(c.opt)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("%s=%q opt=%v: %v, %v; want %v (refused %v)", envAsyncPost, c.env, c.opt, got, err, c.want, c.bad)
+		}
+	}
+	t.Setenv(envAsyncPost, "yes")
+	if _, err := Open("/nonexistent/plugin", OpenOptions{}); !IsClass(err, ClassInvalidArgument) {
+		t.Fatalf("Open with %s=yes: %v, want invalid argument", envAsyncPost, err)
+	}
+}

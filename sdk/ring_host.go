@@ -19,6 +19,28 @@ import (
 // that predates them.
 const envRings = "KVFENCE_RINGS"
 
+// envAsyncPost lets an operator turn OpenOptions.AsyncPost on for every
+// plugin a host opens ("on"), without a flag in each host's code: the
+// agent, the demo's ranks and libkvfence all read it. "off" or unset
+// leaves OpenOptions alone.
+const envAsyncPost = "KVFENCE_ASYNC_POST"
+
+// AsyncPostFromEnv is OpenOptions.AsyncPost as KVFENCE_ASYNC_POST amends
+// it; any other value than on/off is refused, so a typo is not silently
+// the synchronous contract.
+func AsyncPostFromEnv(opt bool) (bool, error) {
+	switch v := os.Getenv(envAsyncPost); v {
+	case "":
+		return opt, nil
+	case "on":
+		return true, nil
+	case "off":
+		return opt, nil
+	default:
+		return false, fmt.Errorf("%s=%q: want on or off", envAsyncPost, v)
+	}
+}
+
 // ringsAttachMethod is the negotiation: a plugin whose SDK knows the rings
 // serves it; an older one answers Unimplemented and the host keeps Post on
 // gRPC. It reuses the Endpoint message, so the protocol file is unchanged:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/sdk"
 )
 
 // Bounds of a demo or bench run, checked before any process starts. The
@@ -63,6 +64,9 @@ func checkDemoVariant(name string) error {
 
 // validate checks the sizes and durations of a run.
 func (o *demoOptions) validate() error {
+	if _, err := sdk.AsyncPostFromEnv(false); err != nil {
+		return usageError{err}
+	}
 	switch {
 	case o.Requests < 1 || o.Requests > maxRequests:
 		return usagef("--requests must be between 1 and %d, got %d", maxRequests, o.Requests)
