@@ -21,7 +21,7 @@ func TestSimJSON(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("not one JSON object: %v\n%s", err, out.String())
 	}
-	want := "safe release-on-abort ack-after-failed-send ignore-generations unbounded-timeout single-ack-target release-on-remote-failure no-coverage-check self-renewed-lease no-tombstones restart-reuse own-tail-only release-on-drain-ack release-before-reap"
+	want := "safe release-on-abort ack-after-failed-send ignore-generations unbounded-timeout single-ack-target release-on-remote-failure no-coverage-check self-renewed-lease no-tombstones restart-reuse own-tail-only release-on-drain-ack release-before-reap rank-lease-forgotten"
 	var names []string
 	for _, v := range rep.Variants {
 		names = append(names, v.Name)
