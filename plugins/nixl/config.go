@@ -15,8 +15,8 @@ import (
 const (
 	EnvLib         = "KVFENCE_NIXL_LIB"          // path of libnixl_capi.so (else the library path)
 	EnvBackend     = "KVFENCE_NIXL_BACKEND"      // NIXL backend plugin (default UCX)
-	EnvReportAfter = "KVFENCE_NIXL_REPORT_AFTER" // report a request still IN_PROG as InDoubt after this (default 30s)
-	EnvDirListen   = "KVFENCE_NIXL_DIR_LISTEN"   // the key directory's listen address
+	EnvReportAfter = "KVFENCE_NIXL_REPORT_AFTER" // report a request still IN_PROG as InDoubt after this (default 20s)
+	EnvDirListen   = "KVFENCE_NIXL_DIR_LISTEN"   // the key directory's listen address (default: port 0 on KVFENCE_TCP_LISTEN's host, else 127.0.0.1:0)
 )
 
 // Config is the plugin's settings.
@@ -56,7 +56,10 @@ func CheckUCXTransports(tls string) error {
 // ConfigFromEnv reads the settings (UCX_TLS is checked by Load, once the
 // library is known to be there).
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{Backend: "UCX", ReportAfter: 30 * time.Second, DirListen: getenv(EnvDirListen)}
+	c := Config{Backend: "UCX", ReportAfter: nocancel.DefaultReportAfter, DirListen: nocancel.DirListenDefault(getenv)}
+	if v := getenv(EnvDirListen); v != "" {
+		c.DirListen = v
+	}
 	if v := getenv(EnvBackend); v != "" {
 		c.Backend = v
 	}

@@ -58,6 +58,26 @@ func TestUCXTransports(t *testing.T) {
 	}
 }
 
+// Under conformance --netns each process gets its namespace's address in
+// KVFENCE_TCP_LISTEN: the key directory must listen there, not on
+// 127.0.0.1 (unreachable from the other namespace).
+func TestDirListenFollowsNamespaceAddress(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"KVFENCE_TCP_LISTEN": "169.254.213.2:0"}, "169.254.213.2:0"},
+		{map[string]string{"KVFENCE_TCP_LISTEN": "169.254.213.2:0", nixl.EnvDirListen: "127.0.0.1:7000"}, "127.0.0.1:7000"},
+	} {
+		cfg, err := nixl.ConfigFromEnv(env(c.env))
+		if err != nil || cfg.DirListen != c.want {
+			t.Errorf("%v: dir %q (%v), want %q", c.env, cfg.DirListen, err, c.want)
+		}
+	}
+}
+
 // fakeEnv: the fake with no status timeout (NIXL has none); the plugin
 // reports a request still IN_PROG after 1 s.
 func fakeEnv(extra ...string) []string {
