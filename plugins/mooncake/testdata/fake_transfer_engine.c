@@ -34,7 +34,7 @@ struct fengine {
 	int nsegs;
 };
 
-struct request { int opcode; void *source; int32_t target_id; uint32_t file_id; uint64_t target_offset; uint64_t length; };
+struct request { int opcode; void *source; int32_t target_id; uint64_t target_offset; uint64_t length; };
 struct status { int status; uint64_t transferred_bytes; };
 
 void *createTransferEngine(const char *meta, const char *name, const char *ip, uint64_t port, int auto_discover) {
