@@ -39,6 +39,10 @@ struct status { int status; uint64_t transferred_bytes; };
 
 void *createTransferEngine(const char *meta, const char *name, const char *ip, uint64_t port, int auto_discover) {
 	(void)meta; (void)name; (void)port; (void)auto_discover;
+	if (getenv("KVFENCE_FAKE_STDOUT_NOISE")) { /* as UCX's default log does */
+		printf("fake transfer engine: a line on stdout\n");
+		fflush(stdout);
+	}
 	if (!getenv("KVFENCE_FAKE_STATUS_TIMEOUT_MS") && getenv("MC_TCP_STATUS_TIMEOUT_SEC")) {
 		char ms[32];
 		snprintf(ms, sizeof ms, "%lld", atoll(getenv("MC_TCP_STATUS_TIMEOUT_SEC")) * 1000);
