@@ -13,10 +13,11 @@ import (
 
 // The environment a host passes to the plugin.
 const (
-	EnvLib         = "KVFENCE_NIXL_LIB"          // path of libnixl_capi.so (else the library path)
-	EnvBackend     = "KVFENCE_NIXL_BACKEND"      // NIXL backend plugin (default UCX)
-	EnvReportAfter = "KVFENCE_NIXL_REPORT_AFTER" // report a request still IN_PROG as InDoubt after this (default 20s)
-	EnvDirListen   = "KVFENCE_NIXL_DIR_LISTEN"   // the key directory's listen address (default: port 0 on KVFENCE_TCP_LISTEN's host, else 127.0.0.1:0)
+	EnvLib         = "KVFENCE_NIXL_LIB"            // path of libnixl_capi.so (else the library path)
+	EnvBackend     = "KVFENCE_NIXL_BACKEND"        // NIXL backend plugin (default UCX)
+	EnvReportAfter = "KVFENCE_NIXL_REPORT_AFTER"   // report a request still IN_PROG as InDoubt after this (default 20s)
+	EnvProgress    = "KVFENCE_NIXL_PROGRESS_DELAY" // longest sleep of NIXL's progress thread between polls (default 1ms; NIXL's own 0 spins a core)
+	EnvDirListen   = "KVFENCE_NIXL_DIR_LISTEN"     // the key directory's listen address (default: port 0 on KVFENCE_TCP_LISTEN's host, else 127.0.0.1:0)
 )
 
 // Config is the plugin's settings.
@@ -24,6 +25,9 @@ type Config struct {
 	Backend     string
 	ReportAfter time.Duration
 	DirListen   string
+	// ProgressDelay is the progress thread's poll timeout, where the
+	// library can be given one (nixl_capi_create_configured_agent).
+	ProgressDelay time.Duration
 }
 
 // sharedMemoryTLS are UCX transports by which the initiator writes the
@@ -65,6 +69,14 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.Backend != "UCX" {
 		return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: only UCX is supported", EnvBackend, c.Backend)
+	}
+	c.ProgressDelay = time.Millisecond
+	if v := getenv(EnvProgress); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Microsecond {
+			return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a duration of at least 1us (0 makes the progress thread spin)", EnvProgress, v)
+		}
+		c.ProgressDelay = d
 	}
 	if v := getenv(EnvReportAfter); v != "" {
 		d, err := time.ParseDuration(v)
