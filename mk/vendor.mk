@@ -13,7 +13,13 @@ VENDOR_PLUGINS := mooncake:KVFENCE_MOONCAKE_LIB nixl:KVFENCE_NIXL_LIB mori:KVFEN
 #   make mori-shim     builds kvfence's MORI shim (plugins/mori/shim) into
 #                      $(BIN)/libkvfence_mori_shim.so, only where MORI-IO's
 #                      headers and library are (MORI_HOME); never in CI.
+#                      MORI's headers include HIP's (hip/hip_runtime_api.h)
+#                      and need C++20 (checked against MORI 624002c8); HIP
+#                      headers are taken from $(ROCM_PATH)/include, and
+#                      MORI_CXXFLAGS adds any other flags.
 MORI_HOME ?=
+ROCM_PATH ?= /opt/rocm
+MORI_CXXFLAGS ?=
 
 .PHONY: vendor-smoke vendor-real mori-shim
 
@@ -21,7 +27,7 @@ mori-shim:
 	@[ -n "$(MORI_HOME)" ] && [ -f "$(MORI_HOME)/include/mori/io/engine.hpp" ] || \
 	  { echo "mori-shim: set MORI_HOME to a MORI-IO install (include/mori/io/engine.hpp, lib/libmori_io.so)" >&2; exit 1; }
 	mkdir -p $(BIN)
-	$(CXX) -std=c++17 -shared -fPIC -O2 -Iplugins/mori/shim -I$(MORI_HOME)/include plugins/mori/shim/kvfence_mori_shim.cpp \
+	$(CXX) -std=c++20 -shared -fPIC -O2 -D__HIP_PLATFORM_AMD__ -Iplugins/mori/shim -I$(MORI_HOME)/include -I$(ROCM_PATH)/include $(MORI_CXXFLAGS) plugins/mori/shim/kvfence_mori_shim.cpp \
 	  -L$(MORI_HOME)/lib -Wl,-rpath,$(MORI_HOME)/lib -lmori_io -o $(BIN)/libkvfence_mori_shim.so
 
 vendor-smoke: plugins

@@ -7,11 +7,13 @@ package mooncake
 
 // The Mooncake Transfer Engine C API, declared here in this project's own
 // words from its documented signatures (nothing is included from Mooncake).
+// transfer_request as the real header declares it (checked against
+// Mooncake 3b5a5941): no file_id; target_offset is 8-aligned after
+// target_id. layout.go pins the offsets.
 typedef struct {
 	int opcode;
 	void *source;
 	int32_t target_id;
-	uint32_t file_id;
 	uint64_t target_offset;
 	uint64_t length;
 } kvf_mc_request;
@@ -56,7 +58,6 @@ static void kvf_mc_set(kvf_mc_request *r, size_t i, uintptr_t src, int32_t seg, 
 	r[i].opcode = 1; // write
 	r[i].source = (void *)src;
 	r[i].target_id = seg;
-	r[i].file_id = 0;
 	r[i].target_offset = dst;
 	r[i].length = n;
 }
@@ -212,3 +213,27 @@ func (g *engine) Free(j nocancel.Job) error {
 	}
 	return nil
 }
+
+// The C API's structs cross the library boundary by value and by array, so
+// their layout must be the real header's (x86-64 and AArch64, LP64):
+// transfer_request {opcode 0, source 8, target_id 16, target_offset 24,
+// length 32; size 40} and transfer_status {status 0, transferred_bytes 8;
+// size 16}, as read in Mooncake 3b5a5941's transfer_engine_c.h and run
+// against its libtransfer_engine.so. Each line below fails to compile if
+// the declaration above drifts (a negative array length).
+var (
+	_ [unsafe.Offsetof(C.kvf_mc_request{}.source) - 8]struct{}
+	_ [8 - unsafe.Offsetof(C.kvf_mc_request{}.source)]struct{}
+	_ [unsafe.Offsetof(C.kvf_mc_request{}.target_id) - 16]struct{}
+	_ [16 - unsafe.Offsetof(C.kvf_mc_request{}.target_id)]struct{}
+	_ [unsafe.Offsetof(C.kvf_mc_request{}.target_offset) - 24]struct{}
+	_ [24 - unsafe.Offsetof(C.kvf_mc_request{}.target_offset)]struct{}
+	_ [unsafe.Offsetof(C.kvf_mc_request{}.length) - 32]struct{}
+	_ [32 - unsafe.Offsetof(C.kvf_mc_request{}.length)]struct{}
+	_ [unsafe.Sizeof(C.kvf_mc_request{}) - 40]struct{}
+	_ [40 - unsafe.Sizeof(C.kvf_mc_request{})]struct{}
+	_ [unsafe.Offsetof(C.kvf_mc_status{}.transferred_bytes) - 8]struct{}
+	_ [8 - unsafe.Offsetof(C.kvf_mc_status{}.transferred_bytes)]struct{}
+	_ [unsafe.Sizeof(C.kvf_mc_status{}) - 16]struct{}
+	_ [16 - unsafe.Sizeof(C.kvf_mc_status{})]struct{}
+)

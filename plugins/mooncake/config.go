@@ -1,6 +1,7 @@
 package mooncake
 
 import (
+	"net"
 	"strings"
 	"time"
 
@@ -15,11 +16,11 @@ const (
 	EnvLib         = "KVFENCE_MOONCAKE_LIB"          // path of libtransfer_engine.so (else the library path)
 	EnvMetadata    = "KVFENCE_MOONCAKE_METADATA"     // P2PHANDSHAKE (default) or etcd://host:port, ...
 	EnvProtocol    = "KVFENCE_MOONCAKE_PROTOCOL"     // tcp (default) or rdma
-	EnvHost        = "KVFENCE_MOONCAKE_HOST"         // this host's address (default 127.0.0.1)
+	EnvHost        = "KVFENCE_MOONCAKE_HOST"         // this host's address (default: KVFENCE_TCP_LISTEN's host, else 127.0.0.1)
 	EnvLocation    = "KVFENCE_MOONCAKE_LOCATION"     // registration location (default cpu:0)
 	EnvFraming     = "KVFENCE_MOONCAKE_TCP_FRAMING"  // v2 (default) or legacy
-	EnvReportAfter = "KVFENCE_MOONCAKE_REPORT_AFTER" // report a still-WAITING batch InDoubt after this (default 30s)
-	EnvDirListen   = "KVFENCE_MOONCAKE_DIR_LISTEN"   // the key directory's listen address (default 127.0.0.1:0)
+	EnvReportAfter = "KVFENCE_MOONCAKE_REPORT_AFTER" // report a still-WAITING batch InDoubt after this (default 20s)
+	EnvDirListen   = "KVFENCE_MOONCAKE_DIR_LISTEN"   // the key directory's listen address (default: port 0 on the engine's host)
 )
 
 // Config is the plugin's settings.
@@ -44,7 +45,7 @@ func (c Config) framing() string {
 
 // ConfigFromEnv reads the settings; a bad value is InvalidArgument.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{Metadata: "P2PHANDSHAKE", Protocol: "tcp", Host: "127.0.0.1", Location: "cpu:0", Framing: "v2", ReportAfter: 30 * time.Second}
+	c := Config{Metadata: "P2PHANDSHAKE", Protocol: "tcp", Host: "127.0.0.1", Location: "cpu:0", Framing: "v2", ReportAfter: nocancel.DefaultReportAfter}
 	set := func(dst *string, key string) {
 		if v := getenv(key); v != "" {
 			*dst = v
@@ -52,9 +53,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	set(&c.Metadata, EnvMetadata)
 	set(&c.Protocol, EnvProtocol)
-	set(&c.Host, EnvHost)
 	set(&c.Location, EnvLocation)
 	set(&c.Framing, EnvFraming)
+	if h := nocancel.ListenHost(getenv); h != "" {
+		c.Host = h // a namespaced run: 127.0.0.1 is not reachable from the peer
+	}
+	set(&c.Host, EnvHost)
+	c.DirListen = net.JoinHostPort(c.Host, "0")
 	set(&c.DirListen, EnvDirListen)
 	if c.Protocol != "tcp" && c.Protocol != "rdma" {
 		return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want tcp or rdma", EnvProtocol, c.Protocol)

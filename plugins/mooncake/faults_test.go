@@ -50,6 +50,20 @@ func TestHealthyWrite(t *testing.T) {
 	}
 }
 
+// A library that prints on stdout (UCX's log does by default; the real
+// NIXL plugin failed its handshake so with UCX_PROTO_INFO=y) must not break
+// the plugin's handshake: its lines go to stderr, and writes still work.
+func TestLibraryPrintingOnStdout(t *testing.T) {
+	p := newPair(t, pluginBin, fakeEnv("KVFENCE_FAKE_STDOUT_NOISE=1"), nil)
+	b := p.Write(4096, 64<<10, 64<<10)
+	if err := p.Ini.Transport().Post(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := p.Wait(b.ID, 10*time.Second); err != nil || c.Status != sdk.Succeeded || !p.Landed(4096, 64<<10) {
+		t.Fatalf("completion %+v err %v", c, err)
+	}
+}
+
 // FAILED while the target is stopped, and the bytes land after SIGCONT:
 // the plugin says InDoubt and Quiesce has no evidence.
 func TestLateLandingAfterFailed(t *testing.T) {

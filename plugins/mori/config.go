@@ -15,7 +15,7 @@ const (
 	EnvShim        = "KVFENCE_MORI_SHIM"         // path of libkvfence_mori_shim.so (make mori-shim)
 	EnvHost        = "KVFENCE_MORI_HOST"         // the engine's out-of-band address (default 127.0.0.1)
 	EnvPort        = "KVFENCE_MORI_PORT"         // its port (default 0: any)
-	EnvReportAfter = "KVFENCE_MORI_REPORT_AFTER" // report a write still in progress as InDoubt after this (default 30s)
+	EnvReportAfter = "KVFENCE_MORI_REPORT_AFTER" // report a write still in progress as InDoubt after this (default 20s)
 	EnvDirListen   = "KVFENCE_MORI_DIR_LISTEN"   // the key directory's listen address
 )
 
@@ -29,7 +29,7 @@ type Config struct {
 
 // ConfigFromEnv reads the settings.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{Host: "127.0.0.1", Backend: "rdma", ReportAfter: 30 * time.Second, DirListen: getenv(EnvDirListen)}
+	c := Config{Host: "127.0.0.1", Backend: "rdma", ReportAfter: nocancel.DefaultReportAfter, DirListen: getenv(EnvDirListen)}
 	if v := getenv(EnvHost); v != "" {
 		c.Host = v
 	}

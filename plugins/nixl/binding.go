@@ -27,7 +27,30 @@ typedef int (*kvf_nx_req_fn)(void *, void *, void *);
 typedef int (*kvf_nx_status_fn)(void *, void *);
 typedef int (*kvf_nx_release_fn)(void *, void *);
 
-enum { KVF_NX_DRAM = 0, KVF_NX_WRITE = 1 };
+enum { KVF_NX_DRAM = 0, KVF_NX_WRITE = 1, KVF_NX_SYNC_STRICT = 1 };
+
+// nixl_capi_agent_config_t as NIXL 8770b655 declares it (the assertions
+// at the end of this file pin its layout).
+typedef struct {
+	bool enable_prog_thread;
+	bool enable_listen_thread;
+	int listen_port;
+	int thread_sync;
+	unsigned int num_workers;
+	uint64_t pthr_delay_us;
+	uint64_t lthr_delay_us;
+	bool capture_telemetry;
+} kvf_nx_agent_config;
+typedef int (*kvf_nx_create_configured_fn)(const char *, const kvf_nx_agent_config *, void **);
+
+// The agent nixl_capi_create_agent makes (progress thread on, no listener),
+// but with NIXL's own locking (STRICT) and a progress-thread poll timeout:
+// with the default delay of 0 the progress thread polls without sleeping
+// and burns a core per process (measured: 99% of a CPU, idle).
+static int kvf_nx_create_configured(void *f, const char *name, uint64_t delay_us, void **a) {
+	kvf_nx_agent_config c = {true, false, 0, KVF_NX_SYNC_STRICT, 1, delay_us, 100000, false};
+	return ((kvf_nx_create_configured_fn)f)(name, &c, a);
+}
 
 static int kvf_nx_create_agent(void *f, const char *name, void **a) { return ((kvf_nx_create_agent_fn)f)(name, a); }
 static int kvf_nx_plugin_params(void *f, void *a, const char *p, void **mems, void **params) { return ((kvf_nx_plugin_params_fn)f)(a, p, mems, params); }
@@ -74,7 +97,7 @@ var Spec = dl.Spec{
 		"nixl_capi_deregister_mem", "nixl_capi_get_local_md", "nixl_capi_load_remote_md", "nixl_capi_create_xfer_dlist",
 		"nixl_capi_xfer_dlist_add_desc", "nixl_capi_destroy_xfer_dlist", "nixl_capi_create_xfer_req",
 		"nixl_capi_post_xfer_req", "nixl_capi_get_xfer_status", "nixl_capi_release_xfer_req"},
-	Optional: []string{"nixl_capi_destroy_xfer_req", "nixl_capi_invalidate_remote_md"},
+	Optional: []string{"nixl_capi_destroy_xfer_req", "nixl_capi_invalidate_remote_md", "nixl_capi_create_configured_agent"},
 }
 
 type agent struct {
@@ -83,6 +106,11 @@ type agent struct {
 	opt  unsafe.Pointer
 	name string
 	cfg  Config
+
+	// call serialises every call into the agent: the agent nixl_capi_create_agent
+	// makes has thread sync NONE (not safe from two threads), and the
+	// poller and posters call concurrently. Taken before mu, never after.
+	call sync.Mutex
 
 	mu    sync.Mutex
 	segs  map[string]nocancel.Segment
@@ -117,7 +145,12 @@ func Load(cfg Config, getenv func(string) string) (nocancel.Backend, error) {
 	cname, cplug := C.CString(g.name), C.CString(cfg.Backend)
 	defer C.free(unsafe.Pointer(cname))
 	defer C.free(unsafe.Pointer(cplug))
-	if rc := C.kvf_nx_create_agent(g.sym("nixl_capi_create_agent"), cname, &g.a); rc != 0 {
+	if lib.Has("nixl_capi_create_configured_agent") {
+		delay := C.uint64_t(cfg.ProgressDelay.Microseconds())
+		if rc := C.kvf_nx_create_configured(g.sym("nixl_capi_create_configured_agent"), cname, delay, &g.a); rc != 0 {
+			return nil, sdk.Errorf(sdk.ClassUnavailable, "nixl: create_configured_agent: %s", statusName(int(rc)))
+		}
+	} else if rc := C.kvf_nx_create_agent(g.sym("nixl_capi_create_agent"), cname, &g.a); rc != 0 {
 		return nil, sdk.Errorf(sdk.ClassUnavailable, "nixl: create_agent: %s", statusName(int(rc)))
 	}
 	var mems, params unsafe.Pointer
@@ -151,6 +184,8 @@ func (g *agent) Confirms(p string) bool { return p == "ucx-flushed" }
 
 // regList runs fn on a one-descriptor registration list.
 func (g *agent) regList(addr uintptr, n uint64, fn string) error {
+	g.call.Lock()
+	defer g.call.Unlock()
 	var d unsafe.Pointer
 	if rc := C.kvf_nx_create_dlist(g.sym("nixl_capi_create_reg_dlist"), &d); rc != 0 {
 		return sdk.Errorf(sdk.ClassInternal, "nixl: create_reg_dlist: %s", statusName(int(rc)))
@@ -187,6 +222,8 @@ func (g *agent) Unregister(addr uintptr) error {
 func (g *agent) Metadata() []byte {
 	var data unsafe.Pointer
 	var n C.size_t
+	g.call.Lock()
+	defer g.call.Unlock()
 	if rc := C.kvf_nx_local_md(g.sym("nixl_capi_get_local_md"), g.a, &data, &n); rc != 0 || data == nil {
 		return nil
 	}
@@ -202,7 +239,10 @@ func (g *agent) Open(name string, md []byte) (nocancel.Segment, error) {
 	var got *C.char
 	cmd := C.CBytes(md)
 	defer C.free(cmd)
-	if rc := C.kvf_nx_load_md(g.sym("nixl_capi_load_remote_md"), g.a, cmd, C.size_t(len(md)), &got); rc != 0 {
+	g.call.Lock()
+	rc := C.kvf_nx_load_md(g.sym("nixl_capi_load_remote_md"), g.a, cmd, C.size_t(len(md)), &got)
+	g.call.Unlock()
+	if rc != 0 {
 		return 0, sdk.Errorf(classOf(int(rc)), "nixl: load_remote_md(%s): %s", name, statusName(int(rc)))
 	}
 	remote := C.GoString(got)
@@ -251,26 +291,37 @@ func (g *agent) Submit(seg nocancel.Segment, ws []nocancel.Write) (nocancel.Job,
 		src[i], dst[i], lens[i] = w.Src, w.Dst, w.Length
 	}
 	j := &job{tasks: len(ws)}
-	var err error
-	if j.local, err = g.xferList(src, lens); err != nil {
+	if err := g.makeAndPost(j, peer, src, dst, lens); err != nil {
 		return 0, err
 	}
-	if j.remote, err = g.xferList(dst, lens); err != nil {
-		g.dropLists(j)
-		return 0, err
-	}
-	cpeer := C.CString(peer)
-	defer C.free(unsafe.Pointer(cpeer))
-	if rc := C.kvf_nx_create_req(g.sym("nixl_capi_create_xfer_req"), g.a, j.local, j.remote, cpeer, &j.req, g.opt); rc != 0 {
-		g.dropLists(j)
-		return 0, sdk.Errorf(classOf(int(rc)), "nixl: create_xfer_req: %s", statusName(int(rc)))
-	}
-	C.kvf_nx_post(g.sym("nixl_capi_post_xfer_req"), g.a, j.req, g.opt) // its result is read by Poll
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.next++
 	g.jobs[g.next] = j
 	return g.next, nil
+}
+
+// makeAndPost builds the request's descriptor lists, makes the request and
+// posts it, holding the call lock.
+func (g *agent) makeAndPost(j *job, peer string, src, dst []uintptr, lens []uint64) error {
+	g.call.Lock()
+	defer g.call.Unlock()
+	var err error
+	if j.local, err = g.xferList(src, lens); err != nil {
+		return err
+	}
+	if j.remote, err = g.xferList(dst, lens); err != nil {
+		g.dropLists(j)
+		return err
+	}
+	cpeer := C.CString(peer)
+	defer C.free(unsafe.Pointer(cpeer))
+	if rc := C.kvf_nx_create_req(g.sym("nixl_capi_create_xfer_req"), g.a, j.local, j.remote, cpeer, &j.req, g.opt); rc != 0 {
+		g.dropLists(j)
+		return sdk.Errorf(classOf(int(rc)), "nixl: create_xfer_req: %s", statusName(int(rc)))
+	}
+	C.kvf_nx_post(g.sym("nixl_capi_post_xfer_req"), g.a, j.req, g.opt) // its result is read by Poll
+	return nil
 }
 
 func (g *agent) dropLists(j *job) {
@@ -290,7 +341,10 @@ func (g *agent) Poll(id nocancel.Job, _ int) (nocancel.Task, error) {
 	if j == nil {
 		return nocancel.Task{State: nocancel.Unknown}, sdk.Errorf(sdk.ClassNotFound, "nixl: job %d", id)
 	}
-	return nocancel.Task{State: StateOf(int(C.kvf_nx_status(g.sym("nixl_capi_get_xfer_status"), g.a, j.req)))}, nil
+	g.call.Lock()
+	st := C.kvf_nx_status(g.sym("nixl_capi_get_xfer_status"), g.a, j.req)
+	g.call.Unlock()
+	return nocancel.Task{State: StateOf(int(st))}, nil
 }
 
 // Free releases the request. Only called once every task is terminal:
@@ -303,6 +357,8 @@ func (g *agent) Free(id nocancel.Job) error {
 	if j == nil {
 		return nil
 	}
+	g.call.Lock()
+	defer g.call.Unlock()
 	if rc := C.kvf_nx_release(g.sym("nixl_capi_release_xfer_req"), g.a, j.req); rc != 0 {
 		g.mu.Lock()
 		g.jobs[id] = j
@@ -315,3 +371,25 @@ func (g *agent) Free(id nocancel.Job) error {
 	g.dropLists(j)
 	return nil
 }
+
+// nixl_capi_agent_config_t crosses the library boundary by pointer, so its
+// layout must be the real header's (LP64): enable_prog_thread 0,
+// enable_listen_thread 1, listen_port 4, thread_sync 8, num_workers 12,
+// pthr_delay_us 16, lthr_delay_us 24, capture_telemetry 32; size 40. Each
+// pair of lines fails to compile if the declaration above drifts.
+var (
+	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.listen_port) - 4]struct{}
+	_ [4 - unsafe.Offsetof(C.kvf_nx_agent_config{}.listen_port)]struct{}
+	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.thread_sync) - 8]struct{}
+	_ [8 - unsafe.Offsetof(C.kvf_nx_agent_config{}.thread_sync)]struct{}
+	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.num_workers) - 12]struct{}
+	_ [12 - unsafe.Offsetof(C.kvf_nx_agent_config{}.num_workers)]struct{}
+	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.pthr_delay_us) - 16]struct{}
+	_ [16 - unsafe.Offsetof(C.kvf_nx_agent_config{}.pthr_delay_us)]struct{}
+	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.lthr_delay_us) - 24]struct{}
+	_ [24 - unsafe.Offsetof(C.kvf_nx_agent_config{}.lthr_delay_us)]struct{}
+	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.capture_telemetry) - 32]struct{}
+	_ [32 - unsafe.Offsetof(C.kvf_nx_agent_config{}.capture_telemetry)]struct{}
+	_ [unsafe.Sizeof(C.kvf_nx_agent_config{}) - 40]struct{}
+	_ [40 - unsafe.Sizeof(C.kvf_nx_agent_config{})]struct{}
+)

@@ -12,10 +12,11 @@ import (
 
 // The environment a host passes to the plugin.
 const (
-	EnvLib         = "KVFENCE_NIXL_LIB"          // path of libnixl_capi.so (else the library path)
-	EnvBackend     = "KVFENCE_NIXL_BACKEND"      // NIXL backend plugin (default UCX)
-	EnvReportAfter = "KVFENCE_NIXL_REPORT_AFTER" // report a request still IN_PROG as InDoubt after this (default 30s)
-	EnvDirListen   = "KVFENCE_NIXL_DIR_LISTEN"   // the key directory's listen address
+	EnvLib         = "KVFENCE_NIXL_LIB"            // path of libnixl_capi.so (else the library path)
+	EnvBackend     = "KVFENCE_NIXL_BACKEND"        // NIXL backend plugin (default UCX)
+	EnvReportAfter = "KVFENCE_NIXL_REPORT_AFTER"   // report a request still IN_PROG as InDoubt after this (default 20s)
+	EnvProgress    = "KVFENCE_NIXL_PROGRESS_DELAY" // longest sleep of NIXL's progress thread between polls (default 1ms; NIXL's own 0 spins a core)
+	EnvDirListen   = "KVFENCE_NIXL_DIR_LISTEN"     // the key directory's listen address (default: port 0 on KVFENCE_TCP_LISTEN's host, else 127.0.0.1:0)
 )
 
 // Config is the plugin's settings.
@@ -23,6 +24,9 @@ type Config struct {
 	Backend     string
 	ReportAfter time.Duration
 	DirListen   string
+	// ProgressDelay is the progress thread's poll timeout, where the
+	// library can be given one (nixl_capi_create_configured_agent).
+	ProgressDelay time.Duration
 }
 
 // sharedMemoryTLS are UCX transports by which the initiator writes the
@@ -55,12 +59,23 @@ func CheckUCXTransports(tls string) error {
 // ConfigFromEnv reads the settings (UCX_TLS is checked by Load, once the
 // library is known to be there).
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{Backend: "UCX", ReportAfter: 30 * time.Second, DirListen: getenv(EnvDirListen)}
+	c := Config{Backend: "UCX", ReportAfter: nocancel.DefaultReportAfter, DirListen: nocancel.DirListenDefault(getenv)}
+	if v := getenv(EnvDirListen); v != "" {
+		c.DirListen = v
+	}
 	if v := getenv(EnvBackend); v != "" {
 		c.Backend = v
 	}
 	if c.Backend != "UCX" {
 		return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: only UCX is supported", EnvBackend, c.Backend)
+	}
+	c.ProgressDelay = time.Millisecond
+	if v := getenv(EnvProgress); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Microsecond {
+			return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a duration of at least 1us (0 makes the progress thread spin)", EnvProgress, v)
+		}
+		c.ProgressDelay = d
 	}
 	var err error
 	c.ReportAfter, err = nocancel.PositiveDurationEnv(getenv, EnvReportAfter, c.ReportAfter)

@@ -5,7 +5,8 @@
 // with one classified line naming KVFENCE_NIXL_LIB.
 //
 // It owns: the library's symbols (all required: NIXL exports no version),
-// the agent and its UCX backend, the metadata exchange (served through the
+// the agent (one call into it at a time; a progress thread that sleeps
+// between polls) and its UCX backend, the metadata exchange (served through the
 // key directory of package nocancel), the mapping of transfer-request
 // statuses, and the refusal of UCX transports by which the initiator
 // writes the target's memory itself (shared memory, CMA, XPMEM, KNEM, GPU

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,10 +59,88 @@ func TestUCXTransports(t *testing.T) {
 	}
 }
 
+// Under conformance --netns each process gets its namespace's address in
+// KVFENCE_TCP_LISTEN: the key directory must listen there, not on
+// 127.0.0.1 (unreachable from the other namespace).
+func TestDirListenFollowsNamespaceAddress(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"KVFENCE_TCP_LISTEN": "169.254.213.2:0"}, "169.254.213.2:0"},
+		{map[string]string{"KVFENCE_TCP_LISTEN": "169.254.213.2:0", nixl.EnvDirListen: "127.0.0.1:7000"}, "127.0.0.1:7000"},
+	} {
+		cfg, err := nixl.ConfigFromEnv(env(c.env))
+		if err != nil || cfg.DirListen != c.want {
+			t.Errorf("%v: dir %q (%v), want %q", c.env, cfg.DirListen, err, c.want)
+		}
+	}
+}
+
 // fakeEnv: the fake with no status timeout (NIXL has none); the plugin
-// reports a request still IN_PROG after 1 s.
+// reports a request still IN_PROG after 1 s. The fake aborts if two threads
+// enter its agent at once (the real agent's default thread sync is NONE),
+// so every test over it also checks that the plugin serialises its calls.
 func fakeEnv(extra ...string) []string {
-	return append([]string{nixl.EnvLib + "=" + fakeLib, "UCX_TLS=tcp", "KVFENCE_FAKE_WAIT_FOREVER_BYTES=1073741824", nixl.EnvReportAfter + "=1s"}, extra...)
+	return append([]string{nixl.EnvLib + "=" + fakeLib, "UCX_TLS=tcp", "KVFENCE_FAKE_WAIT_FOREVER_BYTES=1073741824",
+		nixl.EnvReportAfter + "=1s", "KVFENCE_FAKE_ONE_CALLER=1"}, extra...)
+}
+
+// Concurrent posters while the poller runs: the agent is entered by one
+// thread at a time (the fake aborts otherwise), and every batch succeeds.
+func TestCallsAreSerialised(t *testing.T) {
+	p := newPair(t, pluginBin, fakeEnv())
+	const posters, each = 8, 8
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	posted := map[sdk.BatchID]bool{}
+	for g := 0; g < posters; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				b := p.Write(uint64(g*each+i)*8192, 4096, 4096)
+				if err := p.Ini.Transport().Post(context.Background(), b); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				posted[b.ID] = true
+				mu.Unlock()
+			}
+		}(g)
+	}
+	wg.Wait()
+	for n := 0; n < posters*each; n++ {
+		select {
+		case c := <-p.Ini.Transport().Completions():
+			mu.Lock()
+			ok := posted[c.Batch]
+			delete(posted, c.Batch)
+			mu.Unlock()
+			if !ok || c.Status != sdk.Succeeded {
+				t.Fatalf("completion %+v (posted: %v)", c, ok)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d of %d completions, then none for 20s (did the plugin die?)", n, posters*each)
+		}
+	}
+}
+
+// The progress delay: NIXL's default 0 makes its progress thread spin, so
+// 0 is refused and the default is 1 ms.
+func TestProgressDelay(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	if c, err := nixl.ConfigFromEnv(env(map[string]string{})); err != nil || c.ProgressDelay != time.Millisecond {
+		t.Fatalf("default: %v %v", c.ProgressDelay, err)
+	}
+	for _, bad := range []string{"0", "0s", "-1ms", "soon"} {
+		if _, err := nixl.ConfigFromEnv(env(map[string]string{nixl.EnvProgress: bad})); !sdk.IsClass(err, sdk.ClassInvalidArgument) {
+			t.Errorf("%s=%q: %v, want invalid-argument", nixl.EnvProgress, bad, err)
+		}
+	}
 }
 
 func newPair(t *testing.T, bin string, env []string) *nocanceltest.Pair {

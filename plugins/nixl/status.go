@@ -16,6 +16,8 @@ const (
 	capiBackend      = -2
 	capiInvalidState = -3
 	capiException    = -4
+	capiNoTelemetry  = -5
+	capiNotFound     = -6 // agent metadata not loaded, or no backend serves the request
 )
 
 // StateOf maps a transfer request's status. Every error is Failed (InDoubt):
@@ -47,6 +49,10 @@ func statusName(rc int) string {
 		return "ERROR_INVALID_STATE (-3)"
 	case capiException:
 		return "ERROR_EXCEPTION (-4)"
+	case capiNoTelemetry:
+		return "ERROR_NO_TELEMETRY (-5)"
+	case capiNotFound:
+		return "ERROR_NOT_FOUND (-6)"
 	}
 	return fmt.Sprintf("status %d", rc)
 }
@@ -57,6 +63,8 @@ func classOf(rc int) sdk.Class {
 		return sdk.ClassInvalidArgument
 	case capiInvalidState:
 		return sdk.ClassFailedPrecondition
+	case capiNotFound:
+		return sdk.ClassNotFound
 	}
 	return sdk.ClassUnavailable
 }

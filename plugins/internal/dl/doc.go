@@ -6,7 +6,9 @@
 // It owns finding the library (an environment variable naming its path,
 // else the dynamic linker's search path), resolving required and optional
 // symbols, and turning every failure into an *sdk.Error of class
-// FailedPrecondition whose message is a single line naming the variable.
+// FailedPrecondition whose message is a single line naming the variable;
+// and keeping the library's writes to stdout off the plugin protocol
+// (ProtectStdout).
 //
 // It must never call into the library (callers hold the symbols and the
 // trampolines that match their signatures), never unload a library whose

@@ -34,11 +34,15 @@ struct fengine {
 	int nsegs;
 };
 
-struct request { int opcode; void *source; int32_t target_id; uint32_t file_id; uint64_t target_offset; uint64_t length; };
+struct request { int opcode; void *source; int32_t target_id; uint64_t target_offset; uint64_t length; };
 struct status { int status; uint64_t transferred_bytes; };
 
 void *createTransferEngine(const char *meta, const char *name, const char *ip, uint64_t port, int auto_discover) {
 	(void)meta; (void)name; (void)port; (void)auto_discover;
+	if (getenv("KVFENCE_FAKE_STDOUT_NOISE")) { /* as UCX's default log does */
+		printf("fake transfer engine: a line on stdout\n");
+		fflush(stdout);
+	}
 	if (!getenv("KVFENCE_FAKE_STATUS_TIMEOUT_MS") && getenv("MC_TCP_STATUS_TIMEOUT_SEC")) {
 		char ms[32];
 		snprintf(ms, sizeof ms, "%lld", atoll(getenv("MC_TCP_STATUS_TIMEOUT_SEC")) * 1000);

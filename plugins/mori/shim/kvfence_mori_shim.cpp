@@ -1,8 +1,8 @@
 // kvfence's MORI-IO shim (see kvfence_mori_shim.h): this project's own C++
 // over MORI-IO's public C++ API (mori::io::IOEngine). Built only by
 // `make mori-shim` where MORI's headers and libmori_io.so exist
-// (MORI_HOME); never built in CI. NOT YET COMPILED OR RUN AGAINST REAL MORI:
-// written from the API's declarations; expect to adjust it on first build.
+// (MORI_HOME); never built in CI. Compiled (C++20) against MORI 624002c8's
+// headers, NOT YET LINKED OR RUN against a real libmori_io.so.
 #if !__has_include(<mori/io/engine.hpp>)
 #error "MORI-IO headers not found: set MORI_HOME (make mori-shim)"
 #endif

@@ -8,12 +8,21 @@
  * bytes still land later); release_xfer_req returns success in flight and
  * does not stop the transfer; deregistration is checked once per write.
  * -DFAKE_NO_STATUS hides nixl_capi_get_xfer_status (the refusal test).
+ * Like the real agent made with thread sync NONE (nixl_capi_create_agent's
+ * default), it is not safe to enter from two threads at once: with
+ * KVFENCE_FAKE_ONE_CALLER set, two threads inside an agent call abort the
+ * process. nixl_capi_create_configured_agent refuses a configuration
+ * other than the one the plugin must ask for (progress thread, a non-zero
+ * progress delay: 0 makes the real progress thread spin a core, and
+ * thread sync STRICT).
  */
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fakewire.h"
 
@@ -34,6 +43,20 @@ struct agent {
 struct dlist { size_t n; uintptr_t addr[MAX_DESCS]; size_t len[MAX_DESCS]; };
 struct req { struct fw_batch *b; int released; };
 
+/* One caller at a time, checked: the window is widened so overlaps show. */
+static atomic_int inside;
+static void enter(void) {
+	if (!getenv("KVFENCE_FAKE_ONE_CALLER")) return;
+	if (atomic_fetch_add(&inside, 1) != 0) {
+		fprintf(stderr, "fake nixl: two threads inside the agent at once (thread sync NONE)\n");
+		abort();
+	}
+	usleep(200);
+}
+static void leave(void) {
+	if (getenv("KVFENCE_FAKE_ONE_CALLER")) atomic_fetch_sub(&inside, 1);
+}
+
 int nixl_capi_create_agent(const char *name, void **out) {
 	struct agent *a = calloc(1, sizeof *a);
 	snprintf(a->name, sizeof a->name, "%s", name);
@@ -41,6 +64,23 @@ int nixl_capi_create_agent(const char *name, void **out) {
 	if (!(a->w = fw_start("127.0.0.1"))) return BACKEND;
 	*out = a;
 	return OK;
+}
+
+struct agent_config {
+	bool enable_prog_thread, enable_listen_thread;
+	int listen_port, thread_sync;
+	unsigned int num_workers;
+	uint64_t pthr_delay_us, lthr_delay_us;
+	bool capture_telemetry;
+};
+
+int nixl_capi_create_configured_agent(const char *name, const struct agent_config *c, void **out) {
+	if (!c->enable_prog_thread || c->enable_listen_thread || c->pthr_delay_us == 0 || c->thread_sync != 1) {
+		fprintf(stderr, "fake nixl: refused agent config (prog %d listen %d delay %llu sync %d)\n", c->enable_prog_thread,
+		        c->enable_listen_thread, (unsigned long long)c->pthr_delay_us, c->thread_sync);
+		return INVALID_PARAM;
+	}
+	return nixl_capi_create_agent(name, out);
 }
 
 int nixl_capi_get_plugin_params(void *a, const char *plugin, void **mems, void **params) {
@@ -78,7 +118,7 @@ int nixl_capi_create_xfer_dlist(int type, void **out, bool sorted) { (void)type;
 int nixl_capi_xfer_dlist_add_desc(void *d, uintptr_t addr, size_t len, uint64_t dev) { (void)dev; return add_desc(d, addr, len); }
 int nixl_capi_destroy_xfer_dlist(void *d) { free(d); return OK; }
 
-int nixl_capi_register_mem(void *ag, void *d, void *o) {
+static int fake_register_mem_impl(void *ag, void *d, void *o) {
 	(void)o;
 	struct agent *a = ag;
 	struct dlist *l = d;
@@ -86,7 +126,7 @@ int nixl_capi_register_mem(void *ag, void *d, void *o) {
 		if (fw_register(a->w, l->addr[i], l->len[i]) != 0) return BACKEND;
 	return OK;
 }
-int nixl_capi_deregister_mem(void *ag, void *d, void *o) {
+static int fake_deregister_mem_impl(void *ag, void *d, void *o) {
 	(void)o;
 	struct agent *a = ag;
 	struct dlist *l = d;
@@ -96,7 +136,7 @@ int nixl_capi_deregister_mem(void *ag, void *d, void *o) {
 }
 
 /* Metadata: "name|host:port". */
-int nixl_capi_get_local_md(void *ag, void **data, size_t *len) {
+static int fake_get_local_md_impl(void *ag, void **data, size_t *len) {
 	struct agent *a = ag;
 	char where[64], buf[160];
 	fw_name(a->w, where, sizeof where);
@@ -106,7 +146,7 @@ int nixl_capi_get_local_md(void *ag, void **data, size_t *len) {
 	*len = n;
 	return OK;
 }
-int nixl_capi_load_remote_md(void *ag, const void *data, size_t len, char **name) {
+static int fake_load_remote_md_impl(void *ag, const void *data, size_t len, char **name) {
 	struct agent *a = ag;
 	char buf[160];
 	if (len >= sizeof buf) return INVALID_PARAM;
@@ -128,7 +168,7 @@ int nixl_capi_load_remote_md(void *ag, const void *data, size_t len, char **name
 	return OK;
 }
 
-int nixl_capi_create_xfer_req(void *ag, int op, void *local, void *remote, const char *peer, void **out, void *o) {
+static int fake_create_xfer_req_impl(void *ag, int op, void *local, void *remote, const char *peer, void **out, void *o) {
 	(void)o;
 	struct agent *a = ag;
 	struct dlist *l = local, *r = remote;
@@ -149,13 +189,13 @@ int nixl_capi_create_xfer_req(void *ag, int op, void *local, void *remote, const
 	return OK;
 }
 
-int nixl_capi_post_xfer_req(void *ag, void *rq, void *o) {
+static int fake_post_xfer_req_impl(void *ag, void *rq, void *o) {
 	(void)ag; (void)o;
 	fw_batch_start(((struct req *)rq)->b);
 	return IN_PROG;
 }
 
-int nixl_capi_get_xfer_status(void *ag, void *rq) {
+static int fake_get_xfer_status_impl(void *ag, void *rq) {
 	(void)ag;
 	struct req *q = rq;
 	int done = 1;
@@ -170,7 +210,7 @@ int nixl_capi_get_xfer_status(void *ag, void *rq) {
 }
 
 /* Release is not cancel: the senders go on. */
-int nixl_capi_release_xfer_req(void *ag, void *rq) {
+static int fake_release_xfer_req_impl(void *ag, void *rq) {
 	(void)ag;
 	struct req *q = rq;
 	if (!q->released) fw_batch_free(q->b, 1);
@@ -178,3 +218,59 @@ int nixl_capi_release_xfer_req(void *ag, void *rq) {
 	return OK;
 }
 int nixl_capi_destroy_xfer_req(void *rq) { free(rq); return OK; }
+
+int nixl_capi_register_mem(void *ag, void *d, void *o) {
+	enter();
+	int rc = fake_register_mem_impl(ag, d, o);
+	leave();
+	return rc;
+}
+
+int nixl_capi_deregister_mem(void *ag, void *d, void *o) {
+	enter();
+	int rc = fake_deregister_mem_impl(ag, d, o);
+	leave();
+	return rc;
+}
+
+int nixl_capi_get_local_md(void *ag, void **data, size_t *len) {
+	enter();
+	int rc = fake_get_local_md_impl(ag, data, len);
+	leave();
+	return rc;
+}
+
+int nixl_capi_load_remote_md(void *ag, const void *data, size_t len, char **name) {
+	enter();
+	int rc = fake_load_remote_md_impl(ag, data, len, name);
+	leave();
+	return rc;
+}
+
+int nixl_capi_create_xfer_req(void *ag, int op, void *local, void *remote, const char *peer, void **out, void *o) {
+	enter();
+	int rc = fake_create_xfer_req_impl(ag, op, local, remote, peer, out, o);
+	leave();
+	return rc;
+}
+
+int nixl_capi_post_xfer_req(void *ag, void *rq, void *o) {
+	enter();
+	int rc = fake_post_xfer_req_impl(ag, rq, o);
+	leave();
+	return rc;
+}
+
+int nixl_capi_get_xfer_status(void *ag, void *rq) {
+	enter();
+	int rc = fake_get_xfer_status_impl(ag, rq);
+	leave();
+	return rc;
+}
+
+int nixl_capi_release_xfer_req(void *ag, void *rq) {
+	enter();
+	int rc = fake_release_xfer_req_impl(ag, rq);
+	leave();
+	return rc;
+}

@@ -157,6 +157,16 @@ func (p *Pair) ChangedSince(before []byte, off, n uint64, d time.Duration) bool 
 	}
 }
 
-// Stop and Cont signal the target.
-func (p *Pair) Stop() { _ = syscall.Kill(p.Tgt.Pid(), syscall.SIGSTOP) }
+// Stop sends the target SIGSTOP and waits (up to 2 s) until the kernel
+// shows every one of its threads stopped, so that a write posted next
+// cannot race the stop: against the real NIXL one such write in three
+// completed Succeeded before the target had stopped. Cont resumes it.
+func (p *Pair) Stop() {
+	pid := p.Tgt.Pid()
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	for end := time.Now().Add(2 * time.Second); !allThreadsStopped(pid) && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func (p *Pair) Cont() { _ = syscall.Kill(p.Tgt.Pid(), syscall.SIGCONT) }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/kvfence/kvfence/plugins/internal/dl"
 	"github.com/kvfence/kvfence/plugins/mori"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -21,6 +22,12 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	// Vendor C libraries print on stdout (UCX logs there by default), which
+	// is the handshake's channel: send their writes to stderr.
+	if err := dl.ProtectStdout(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	be, err := mori.Load(cfg, os.Getenv)
 	if err != nil {
