@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ type Pair struct {
 	DstID    sdk.RegionID
 	Key      sdk.Key
 	Peer     sdk.PeerID
-	next     sdk.BatchID
+	next     atomic.Uint64 // the last batch id handed out (ids start at 101)
 }
 
 // Size of each side's memory.
@@ -60,7 +61,7 @@ func NewPair(t testing.TB, bin string, env, iniEnv, tgtEnv []string, log io.Writ
 		t.Cleanup(func() { _ = syscall.Kill(p.Pid(), syscall.SIGCONT); _ = p.Close() })
 		return p
 	}
-	p := &Pair{Tgt: open(tgtEnv), Ini: open(iniEnv), next: 100}
+	p := &Pair{Tgt: open(tgtEnv), Ini: open(iniEnv)}
 	var err error
 	for _, m := range []**sdk.SharedMemory{&p.Src, &p.Dst} {
 		if *m, err = sdk.NewSharedMemory("nocanceltest", Size); err != nil {
@@ -96,10 +97,9 @@ func NewPair(t testing.TB, bin string, env, iniEnv, tgtEnv []string, log io.Writ
 }
 
 // Write is one batch writing src[off:off+n] to dst[off:off+n] in ops of
-// at most op bytes.
+// at most op bytes. Safe to call from several goroutines.
 func (p *Pair) Write(off, n, op uint64) sdk.Batch {
-	p.next++
-	b := sdk.Batch{ID: p.next, Peer: p.Peer}
+	b := sdk.Batch{ID: sdk.BatchID(p.next.Add(1)), Peer: p.Peer}
 	for o := off; o < off+n; o += op {
 		l := min(op, off+n-o)
 		b.Ops = append(b.Ops, sdk.Op{Kind: sdk.OpWrite, LocalRegion: p.SrcID, LocalOffset: o, RemoteKey: p.Key, RemoteOffset: o, Length: l})
