@@ -77,6 +77,7 @@ func openPlugin(path string, env []string, pins sdk.PluginPins, log hclog.Logger
 	popts.Stderr = said
 	plug, err := sdk.Open(exe, popts)
 	if err == nil {
+		log.Info("transport plugin open", "plugin", exe, "data_path", plug.DataPath(), "async_post", plug.AsyncPost())
 		return plug, nil
 	}
 	if line := said.wait(time.Second); line != "" {
