@@ -16,7 +16,9 @@
 // run of every check the plugin's profile requires — a certificate
 // (signed with WriteSigned). Tails are measured (the tail group), guard
 // windows have a floor independent of the plugin's claim, and every fault
-// is confirmed before a check counts it.
+// is confirmed before a check counts it: a proxy fault that touched none of
+// the plugin's data (its data does not take its endpoint address) leaves
+// its check NOT RUN, so the run is partial, neither passed nor failed.
 //
 // It owns the checks, the fault injectors and the report formats. It must
 // never import the core, never reach into a plugin's internals (only the sdk

@@ -10,30 +10,51 @@ import (
 )
 
 // fault is a real fault on the link or a process: apply starts it and
-// reports whether it took effect (a fault that was not applied must fail
-// the check, never let it pass vacuously), release ends it. underFault
-// says Quiesce may be asked while it holds (the plugin's control path is
-// not affected by it).
+// reports whether it took effect, release ends it. underFault says Quiesce
+// may be asked while it holds (the plugin's control path is not affected
+// by it). A fault that could not be applied (the plugin's link does not
+// pass through the proxy) is no evidence either way: apply then returns a
+// skip, so the required check is NOT RUN and the run partial (no
+// certificate), never a pass and never a failure. carried, when set, is
+// asked after a write of n bytes completed Succeeded with its bytes in
+// place: a skip if those bytes did not take the faulted link.
 type fault struct {
 	name       string
 	apply      func() error
 	release    func()
 	underFault bool
+	carried    func(n uint64) error
+}
+
+// notThroughProxy: the proxy fault touched nothing the plugin's data uses.
+func notThroughProxy(kind, what string) error {
+	return errSkip("proxy %s not applied: %s; the plugin's data does not pass through the in-path proxy (its endpoint is not its data address): run with --netns (or --netem-dev) to fault its real link", kind, what)
 }
 
 // proxyFault is one of the in-path proxy's faults on the session's link.
 func (se *session) proxyFault(kind string) fault {
 	p := se.proxy
+	var sentAt uint64
 	links := func(n int) error {
+		sentAt = p.Sent()
 		if n == 0 {
-			return fmt.Errorf("proxy %s hit no connection: the plugin's link does not pass through the proxy", kind)
+			return notThroughProxy(kind, "it hit no connection")
 		}
 		return nil
 	}
 	f := fault{name: "proxy " + kind, release: p.Release}
+	f.carried = func(n uint64) error {
+		if got := p.Sent() - sentAt; got < n {
+			return notThroughProxy(kind, fmt.Sprintf("a %d-byte write completed Succeeded with its bytes in place, but only %d bytes crossed the proxy", n, got))
+		}
+		return nil
+	}
 	switch kind {
 	case "delay":
 		f.apply = func() error { p.SetDelay(2 * time.Millisecond); return links(p.Links()) }
+		f.release, f.underFault = func() { p.SetDelay(0) }, false
+	case "reset": // the link is slowed so that the write is still on it when the check resets it
+		f.apply = func() error { p.SetDelay(time.Millisecond); return links(p.Links()) }
 		f.release, f.underFault = func() { p.SetDelay(0) }, false
 	case "stall":
 		f.apply, f.underFault = func() error { return links(p.Stall()) }, true

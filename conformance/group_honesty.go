@@ -90,6 +90,11 @@ func (se *session) honest(ctx context.Context, r *Result, f fault, n uint64, dur
 			r.Promise = PromiseSucceeded
 			return fmt.Errorf("target memory changed after Succeeded: %v", ch)
 		}
+		if f.carried != nil {
+			if err := f.carried(n); err != nil {
+				return err
+			}
+		}
 	case sdk.FailedDefinite:
 		w := snapshot(se.dst.Bytes())
 		release()
@@ -170,8 +175,6 @@ func proxyFault(kind string) func(context.Context, *suite, *Result) error {
 		var during func()
 		f := se.proxyFault(kind)
 		if kind == "reset" {
-			f = se.proxyFault("delay")
-			f.apply = func() error { p.SetDelay(time.Millisecond); return nil }
 			during = func() { time.Sleep(20 * time.Millisecond); resetN = p.Reset() }
 		}
 		resetN = -1
@@ -179,7 +182,7 @@ func proxyFault(kind string) func(context.Context, *suite, *Result) error {
 			return err
 		}
 		if resetN == 0 {
-			return fmt.Errorf("fault proxy reset not applied: no connection to reset")
+			return notThroughProxy(kind, "no connection was open to reset during the write")
 		}
 		return nil
 	}
@@ -205,7 +208,7 @@ func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
 	fill(se.dst.Bytes()[off:off+n], 0xB3)
 	stall := se.proxyFault("stall")
 	if err := stall.apply(); err != nil {
-		return fmt.Errorf("fault not applied: %w", err)
+		return fmt.Errorf("fault %s not applied: %w", stall.name, err)
 	}
 	defer se.proxy.Release()
 	b := se.split(k, 1234, 0, n, 64<<10)
@@ -233,6 +236,9 @@ func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
 		if err := mismatch(se.dst.Bytes()[off:off+n], se.src.Bytes()[1234:1234+n]); err != nil {
 			r.Promise = PromiseSucceeded
 			return fmt.Errorf("Succeeded on a stalled link without the bytes: %w", err)
+		}
+		if err := stall.carried(n); err != nil {
+			return err
 		}
 	}
 	se.proxy.Release()

@@ -10,7 +10,9 @@ import (
 // netnsPair is two network namespaces made for one run, joined by a veth
 // pair: the initiator runs in one, the target in the other. Nothing is
 // created, addressed or changed in the host's own namespace, and the only
-// addresses used are link-local (169.254.213.0/30) inside these namespaces.
+// addresses used are 10.213.213.0/30, inside these namespaces only: a
+// private range, not link-local, because UCX ignores IPv4 link-local
+// addresses (169.254.0.0/16) and NIXL could not connect over them.
 // tc netem on the initiator's veth end shapes the data path.
 type netnsPair struct {
 	ini, tgt     string // namespace names
@@ -20,8 +22,8 @@ type netnsPair struct {
 }
 
 const (
-	nsIniAddr = "169.254.213.1"
-	nsTgtAddr = "169.254.213.2"
+	nsIniAddr = "10.213.213.1"
+	nsTgtAddr = "10.213.213.2"
 )
 
 func newNetnsPair() (*netnsPair, error) {

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,7 @@ import (
 type Proxy struct {
 	ln     net.Listener
 	target string
+	sent   atomic.Uint64 // bytes forwarded from the initiator to the target
 
 	mu    sync.Mutex
 	cond  *sync.Cond
@@ -111,6 +113,9 @@ func (p *Proxy) pump(l *link, src, dst net.Conn, toTarget bool) {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
 				}
+				if toTarget {
+					p.sent.Add(uint64(n))
+				}
 			}
 		}
 		if err != nil {
@@ -196,6 +201,10 @@ func (p *Proxy) Reset() int {
 	}
 	return len(ls)
 }
+
+// Sent is how many bytes the proxy has forwarded from the initiator to the
+// target so far: what a write that took the proxied link must add to.
+func (p *Proxy) Sent() uint64 { return p.sent.Load() }
 
 // Links is how many connections pass through the proxy now.
 func (p *Proxy) Links() int {

@@ -309,12 +309,10 @@ func (s *suite) finish(start time.Time) {
 	s.report.finish()
 }
 
+// asSkip finds a skip anywhere in err's chain: a fault that could not be
+// applied is reported by the fault, deep inside the check.
 func asSkip(err error, sk *skipError) bool {
-	if e, ok := err.(skipError); ok {
-		*sk = e
-		return true
-	}
-	return false
+	return errors.As(err, sk)
 }
 
 func (s *suite) groupSkip(g group) string {

@@ -65,10 +65,10 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	// Under conformance --netns each process gets its namespace's address:
 	// the engine and the key directory must not stay on 127.0.0.1 there.
-	if c, _ := mooncake.ConfigFromEnv(env("KVFENCE_TCP_LISTEN", "169.254.213.2:0")); c.Host != "169.254.213.2" || c.DirListen != "169.254.213.2:0" {
+	if c, _ := mooncake.ConfigFromEnv(env("KVFENCE_TCP_LISTEN", "10.213.213.2:0")); c.Host != "10.213.213.2" || c.DirListen != "10.213.213.2:0" {
 		t.Errorf("KVFENCE_TCP_LISTEN: host %q dir %q", c.Host, c.DirListen)
 	}
-	if c, _ := mooncake.ConfigFromEnv(env("KVFENCE_TCP_LISTEN", "169.254.213.2:0", mooncake.EnvHost, "10.0.0.7")); c.Host != "10.0.0.7" || c.DirListen != "10.0.0.7:0" {
+	if c, _ := mooncake.ConfigFromEnv(env("KVFENCE_TCP_LISTEN", "10.213.213.2:0", mooncake.EnvHost, "10.0.0.7")); c.Host != "10.0.0.7" || c.DirListen != "10.0.0.7:0" {
 		t.Errorf("%s must win: host %q dir %q", mooncake.EnvHost, c.Host, c.DirListen)
 	}
 	if c, _ := mooncake.ConfigFromEnv(env("MC_TCP_PROTO", "1")); c.Framing != "legacy" {

@@ -69,8 +69,8 @@ func TestDirListenFollowsNamespaceAddress(t *testing.T) {
 		want string
 	}{
 		{map[string]string{}, ""},
-		{map[string]string{"KVFENCE_TCP_LISTEN": "169.254.213.2:0"}, "169.254.213.2:0"},
-		{map[string]string{"KVFENCE_TCP_LISTEN": "169.254.213.2:0", nixl.EnvDirListen: "127.0.0.1:7000"}, "127.0.0.1:7000"},
+		{map[string]string{"KVFENCE_TCP_LISTEN": "10.213.213.2:0"}, "10.213.213.2:0"},
+		{map[string]string{"KVFENCE_TCP_LISTEN": "10.213.213.2:0", nixl.EnvDirListen: "127.0.0.1:7000"}, "127.0.0.1:7000"},
 	} {
 		cfg, err := nixl.ConfigFromEnv(env(c.env))
 		if err != nil || cfg.DirListen != c.want {
