@@ -12,53 +12,57 @@ import (
 // cost per tick and per input must not grow with them.
 var timerSizes = []int{100, 10_000, 100_000}
 
-// BenchmarkReceiverTick: one decode Tick every 10 ms of clock with live
-// exposures assigned and nothing due, plus one commit cycle per tick so the
-// queue changes as it would in service.
-func BenchmarkReceiverTick(b *testing.B) {
+// runTimerBench runs op at every size in timerSizes on the pair setup
+// builds: 64 warm-up ops (pools, maps, timer queues), then b.N timed ops,
+// then check (nil: none) to prove the run was the steady state it claims.
+func runTimerBench(b *testing.B, setup func(b *testing.B, live int) *benchPair, op func(p *benchPair), check func(b *testing.B, p *benchPair)) {
 	for _, live := range timerSizes {
 		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
-			p := newBenchPair(b, live, knownunsafe.Safe)
-			step := func() {
-				p.now = p.now.Add(10 * time.Millisecond)
-				p.r.Tick(p.now)
-				p.fromR()
-				p.flush()
-			}
+			p := setup(b, live)
 			for i := 0; i < 64; i++ {
-				step()
+				op(p)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				step()
+				op(p)
+			}
+			b.StopTimer()
+			if check != nil {
+				check(b, p)
 			}
 		})
 	}
 }
 
+// advance moves the bench clock 10 ms; tickReceiver and tickSender Tick
+// one side and deliver what it sent.
+func advance(p *benchPair) { p.now = p.now.Add(10 * time.Millisecond) }
+
+func tickReceiver(p *benchPair) {
+	p.r.Tick(p.now)
+	p.fromR()
+	p.flush()
+}
+
+func tickSender(p *benchPair) {
+	p.s.Tick(p.now)
+	p.fromS()
+	p.flush()
+}
+
+func safePair(b *testing.B, live int) *benchPair { return newBenchPair(b, live, knownunsafe.Safe) }
+
+// BenchmarkReceiverTick: one decode Tick every 10 ms of clock with live
+// exposures assigned and nothing due.
+func BenchmarkReceiverTick(b *testing.B) {
+	runTimerBench(b, safePair, func(p *benchPair) { advance(p); tickReceiver(p) }, nil)
+}
+
 // BenchmarkSenderTick: one prefill Tick every 10 ms of clock with live
 // streams and nothing due, heartbeats off (a period of an hour).
 func BenchmarkSenderTick(b *testing.B) {
-	for _, live := range timerSizes {
-		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
-			p := newBenchPair(b, live, knownunsafe.Safe)
-			step := func() {
-				p.now = p.now.Add(10 * time.Millisecond)
-				p.s.Tick(p.now)
-				p.fromS()
-				p.flush()
-			}
-			for i := 0; i < 64; i++ {
-				step()
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				step()
-			}
-		})
-	}
+	runTimerBench(b, safePair, func(p *benchPair) { advance(p); tickSender(p) }, nil)
 }
 
 // newTimerPair is a bench pair whose live background exposures were admitted
@@ -67,12 +71,18 @@ func BenchmarkSenderTick(b *testing.B) {
 // the benchmark's own requests expire within a few ticks: what is measured
 // is the steady state, tombstone expiry included.
 func newTimerPair(b *testing.B, live int) *benchPair {
-	return newTimerPairBeat(b, live, 2*time.Hour)
+	return newTimerPairAt(b, live, 2*time.Hour, 100*time.Millisecond, Time(1<<62))
 }
 
-func newTimerPairBeat(b *testing.B, live int, heartbeat time.Duration) *benchPair {
+func newTimerPairBeat(b *testing.B, live int) *benchPair {
+	return newTimerPairAt(b, live, 10*time.Millisecond, 100*time.Millisecond, Time(1<<62))
+}
+
+// newTimerPairAt admits and opens live background requests at admitAt,
+// then sets the clock to 0.
+func newTimerPairAt(b *testing.B, live int, heartbeat, maxHold time.Duration, admitAt Time) *benchPair {
 	r, err := NewReceiver(ReceiverConfig{Instance: 1, Self: 100, Slots: (live + 64) * benchPages, SlotBytes: 4096,
-		Lease: 50 * time.Millisecond, MaxHold: 100 * time.Millisecond, MaxTail: time.Millisecond, ClockMargin: time.Millisecond}, 0)
+		Lease: 50 * time.Millisecond, MaxHold: maxHold, MaxTail: time.Millisecond, ClockMargin: time.Millisecond}, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -81,7 +91,7 @@ func newTimerPairBeat(b *testing.B, live int, heartbeat time.Duration) *benchPai
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := &benchPair{r: r, s: s, live: live, now: Time(1 << 62)}
+	p := &benchPair{r: r, s: s, live: live, now: admitAt}
 	for i := 0; i < live; i++ {
 		key := p.next()
 		if _, err := r.Admit(key, []RankID{0}, benchPages, p.now); err != nil {
@@ -103,34 +113,17 @@ func newTimerPairBeat(b *testing.B, live int, heartbeat time.Duration) *benchPai
 // inputs), then 10 ms of clock and a Tick on each side, with live requests
 // in the background; the tombstones of earlier ops expire as it runs.
 func BenchmarkSteadyState(b *testing.B) {
-	for _, live := range timerSizes {
-		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
-			p := newTimerPair(b, live)
-			op := func() {
-				p.commitCycle()
-				p.abortCycle()
-				p.now = p.now.Add(10 * time.Millisecond)
-				p.r.Tick(p.now)
-				p.fromR()
-				p.flush()
-				p.s.Tick(p.now)
-				p.fromS()
-				p.flush()
-			}
-			for i := 0; i < 64; i++ { // warm the pools, maps and timer queues
-				op()
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				op()
-			}
-			b.StopTimer()
-			if m := p.s.Metrics(); m.Tombstones > 64 || m.Requests != live {
-				b.Fatalf("not a steady state: %d tombstones, %d requests (want %d)", m.Tombstones, m.Requests, live)
-			}
-		})
-	}
+	runTimerBench(b, newTimerPair, func(p *benchPair) {
+		p.commitCycle()
+		p.abortCycle()
+		advance(p)
+		tickReceiver(p)
+		tickSender(p)
+	}, func(b *testing.B, p *benchPair) {
+		if m := p.s.Metrics(); m.Tombstones > 64 || m.Requests != p.live {
+			b.Fatalf("not a steady state: %d tombstones, %d requests (want %d)", m.Tombstones, m.Requests, p.live)
+		}
+	})
 }
 
 // BenchmarkHeartbeat: one prefill heartbeat (its Tick when the 10 ms period
@@ -139,29 +132,11 @@ func BenchmarkSteadyState(b *testing.B) {
 // here), not the live tags (docs/design.md §3), so its cost does not grow
 // with the live requests.
 func BenchmarkHeartbeat(b *testing.B) {
-	for _, live := range timerSizes {
-		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
-			p := newTimerPairBeat(b, live, 10*time.Millisecond)
-			op := func() {
-				p.now = p.now.Add(10 * time.Millisecond)
-				p.s.Tick(p.now)
-				p.fromS()
-				p.flush()
-			}
-			for i := 0; i < 64; i++ {
-				op()
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				op()
-			}
-			b.StopTimer()
-			if m := p.s.Metrics(); m.Streams != live || m.RankLeases == 0 {
-				b.Fatalf("%d live streams (want %d), %d rank leases", m.Streams, live, m.RankLeases)
-			}
-		})
-	}
+	runTimerBench(b, newTimerPairBeat, func(p *benchPair) { advance(p); tickSender(p) }, func(b *testing.B, p *benchPair) {
+		if m := p.s.Metrics(); m.Streams != p.live || m.RankLeases == 0 {
+			b.Fatalf("%d live streams (want %d), %d rank leases", m.Streams, p.live, m.RankLeases)
+		}
+	})
 }
 
 // BenchmarkHeartbeatChurn: one commit cycle and one abort cycle, then one
@@ -169,31 +144,16 @@ func BenchmarkHeartbeat(b *testing.B) {
 // background: a heartbeat that carries what changed costs the same at 100
 // and 100k live requests.
 func BenchmarkHeartbeatChurn(b *testing.B) {
-	for _, live := range timerSizes {
-		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
-			p := newTimerPairBeat(b, live, 10*time.Millisecond)
-			op := func() {
-				p.commitCycle()
-				p.abortCycle()
-				p.now = p.now.Add(10 * time.Millisecond)
-				p.s.Tick(p.now)
-				p.fromS()
-				p.flush()
-			}
-			for i := 0; i < 64; i++ {
-				op()
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				op()
-			}
-			b.StopTimer()
-			if m := p.s.Metrics(); m.Streams != live || m.Tombstones > 64 {
-				b.Fatalf("not a steady state: %d live streams (want %d), %d tombstones", m.Streams, live, m.Tombstones)
-			}
-		})
-	}
+	runTimerBench(b, newTimerPairBeat, func(p *benchPair) {
+		p.commitCycle()
+		p.abortCycle()
+		advance(p)
+		tickSender(p)
+	}, func(b *testing.B, p *benchPair) {
+		if m := p.s.Metrics(); m.Streams != p.live || m.Tombstones > 64 {
+			b.Fatalf("not a steady state: %d live streams (want %d), %d tombstones", m.Streams, p.live, m.Tombstones)
+		}
+	})
 }
 
 // BenchmarkRenewedTicks: 10 ms of clock, then a Tick on each side (the
@@ -201,54 +161,12 @@ func BenchmarkHeartbeatChurn(b *testing.B) {
 // whose leases are real and renewed only by the rank lease: lease timers
 // must not come due once per lease and live request.
 func BenchmarkRenewedTicks(b *testing.B) {
-	for _, live := range timerSizes {
-		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
-			r, err := NewReceiver(ReceiverConfig{Instance: 1, Self: 100, Slots: (live + 64) * benchPages, SlotBytes: 4096,
-				Lease: 50 * time.Millisecond, MaxHold: 1000 * time.Hour, MaxTail: time.Millisecond, ClockMargin: time.Millisecond}, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := NewSender(SenderConfig{Rank: 0, Session: 1, SkewMargin: time.Millisecond, MaxInflight: 1 << 30, MaxBatchPages: 2,
-				Heartbeat: 10 * time.Millisecond, RequestTombstone: time.Millisecond, BootstrapTimeout: 2 * time.Hour})
-			if err != nil {
-				b.Fatal(err)
-			}
-			p := &benchPair{r: r, s: s, live: live}
-			for i := 0; i < live; i++ {
-				key := p.next()
-				if _, err := r.Admit(key, []RankID{0}, benchPages, 0); err != nil {
-					b.Fatal(err)
-				}
-				p.fromR()
-				p.flush()
-				if err := s.Open(key, benchPages, 0); err != nil {
-					b.Fatal(err)
-				}
-				p.fromS()
-				p.flush()
-			}
-			p.now = 0
-			op := func() {
-				p.now = p.now.Add(10 * time.Millisecond)
-				p.s.Tick(p.now)
-				p.fromS()
-				p.flush()
-				p.r.Tick(p.now)
-				p.fromR()
-				p.flush()
-			}
-			for i := 0; i < 64; i++ {
-				op()
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				op()
-			}
-			b.StopTimer()
-			if m := p.s.Metrics(); m.Streams != live || m.LeaseLapses != 0 {
-				b.Fatalf("not a steady state: %d live streams (want %d), %d lease lapses", m.Streams, live, m.LeaseLapses)
-			}
-		})
+	renewed := func(b *testing.B, live int) *benchPair {
+		return newTimerPairAt(b, live, 10*time.Millisecond, 1000*time.Hour, 0)
 	}
+	runTimerBench(b, renewed, func(p *benchPair) { advance(p); tickSender(p); tickReceiver(p) }, func(b *testing.B, p *benchPair) {
+		if m := p.s.Metrics(); m.Streams != p.live || m.LeaseLapses != 0 {
+			b.Fatalf("not a steady state: %d live streams (want %d), %d lease lapses", m.Streams, p.live, m.LeaseLapses)
+		}
+	})
 }
