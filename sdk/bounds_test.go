@@ -63,7 +63,9 @@ func (g *grantRecorder) Grant(_ context.Context, w Window) (Key, error) {
 	return 7, nil
 }
 
-func (g *grantRecorder) Revoke(context.Context, Key) (RevokeResult, error) { return RevokeResult{}, nil }
+func (g *grantRecorder) Revoke(context.Context, Key) (RevokeResult, error) {
+	return RevokeResult{}, nil
+}
 
 // grantClient forwards Grant straight to a grpcServer (no network) so the
 // host side and the plugin side of the guard are tested separately.
