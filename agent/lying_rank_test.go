@@ -28,6 +28,12 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // lines returns the @message of every JSON log line about tag, in order.
 func (l *lockedBuffer) lines(tag core.Tag) []string {
 	l.mu.Lock()

@@ -3,8 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/sdk"
@@ -178,8 +181,10 @@ func TestRequireShardKeysRefusesUnboundableKeys(t *testing.T) {
 	}{{"no-fence", false, nil, true}, {"bounds-none", true, &none, true}, {"pieces", true, nil, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			plug := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{})
+			var log lockedBuffer
 			d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 2, ShardBytes: skShard, Shards: 2,
-				Lease: 10 * time.Second, MaxHold: 20 * time.Second, Fence: c.fence, keyBounds: c.bounds, RequireShardKeys: true, ControlAddr: "127.0.0.1:0"}, plug.Transport())
+				Lease: 10 * time.Second, MaxHold: 20 * time.Second, Fence: c.fence, keyBounds: c.bounds, RequireShardKeys: true, ControlAddr: "127.0.0.1:0",
+				Logger: hclog.New(&hclog.LoggerOptions{Output: &log, JSONFormat: true, Level: hclog.Info})}, plug.Transport())
 			if err == nil {
 				defer d.Close()
 			}
@@ -187,6 +192,21 @@ func TestRequireShardKeysRefusesUnboundableKeys(t *testing.T) {
 				t.Fatalf("NewDecode: %v (refusal expected: %v)", err, c.refused)
 			}
 			t.Logf("NewDecode: %v", err)
+			if err == nil && !strings.Contains(log.String(), `"shard_keys":"pieces"`) {
+				t.Fatalf("the start-up log does not say how keys are bound: %s", log.String())
+			}
 		})
+	}
+}
+
+// A peer speaking control protocol v1 (where keyRef.Base was the slot's
+// start and prefill added its shard itself) is refused at link: it would
+// write its shard at the wrong offset under v2 keys.
+func TestControlV1PeerRefused(t *testing.T) {
+	d := startShardDecode(t, shardArms[0])
+	_, _, err := dial(context.Background(), d.Addr(), nil, identity{RoleDecode, 0},
+		peerHello{Role: RolePrefill, Rank: 1, ShardBytes: skShard, Version: 1, Caps: peerCaps{Quiesce: true}})
+	if !sdk.IsClass(err, sdk.ClassFailedPrecondition) || !strings.Contains(err.Error(), "v1") {
+		t.Fatalf("a v1 prefill rank: %v, want refused as incompatible", err)
 	}
 }
