@@ -42,6 +42,14 @@ type DecodeConfig struct {
 	// (Capabilities.WriterBound; writer_keys.go). For measuring the cost
 	// of binding and for tests; off by default.
 	UnboundKeys bool
+	// RequireShardKeys: refuse to start (FailedPrecondition) where keys
+	// cannot be bound to shard positions (shard_keys.go): no fence, a
+	// restart fence, or a transport declaring bounds none.
+	RequireShardKeys bool
+	// keyBounds, when set, caps how decode binds keys to shard positions
+	// below what the transport declares (tests and benchmarks: the window
+	// arm on a pieces transport, the whole-slot control arm).
+	keyBounds *sdk.Bounds
 	// Check, when set, checks page contents before exposure, at handoff,
 	// at finish and after release (the demo's content oracle; a real
 	// engine's bytes are its own: nil).
@@ -87,6 +95,9 @@ type Decode struct {
 	fence   bool
 	// bindWriters: grant each rank keys bound to its data identity
 	bindWriters bool
+	// shardKeys: how each rank's keys are bound to its shard positions
+	// (shard_keys.go); none: not at all.
+	shardKeys sdk.Bounds
 
 	core    *core.Receiver
 	lp      *loop
@@ -111,8 +122,8 @@ type decTag struct {
 	tag      core.Tag
 	ranks    []core.RankID
 	slots    []uint32
-	keys     []keyRef                 // unbound: every rank without its own
-	rankKeys map[core.RankID][]keyRef // bound to one rank's data identity
+	keys     []keyRef                 // shared (bounds none): every rank without its own, at its shard's offset
+	rankKeys map[core.RankID][]keyRef // one rank's own, over its shards (nil entry: refused keys)
 	granted  []sdk.Key                // per-exposure keys still to revoke
 	state    PollState
 	reason   string
@@ -151,6 +162,9 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 		if tr != nil || cfg.Restart.Targets <= 0 || cfg.Restart.Targets > MaxTargets || cfg.Restart.Open == nil || cfg.AdvertiseData != nil {
 			return nil, errdefs.Errorf(errdefs.InvalidArgument, "decode: a restart fence needs 1..%d Targets (got %d) and an Open function, opens its own transports (so takes none) and takes no AdvertiseData", MaxTargets, cfg.Restart.Targets)
 		}
+		if _, err := d.chooseShardKeys(); err != nil {
+			return nil, err // before any instance starts
+		}
 		if err := d.startRestartFenced(ctx); err != nil {
 			return nil, err
 		}
@@ -168,6 +182,9 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	d.granter = g
 	d.fence = cfg.Fence && info.Capabilities.Revoke
 	d.bindWriters = d.fence && info.Capabilities.WriterBound && !cfg.UnboundKeys
+	if d.shardKeys, err = d.chooseShardKeys(); err != nil {
+		return nil, err // before the pool is mapped or registered
+	}
 	if d.mem, err = sdk.NewSharedMemory(fmt.Sprintf("decode-%d-pool", cfg.Rank), uint64(int64(cfg.Slots)*d.slotB)); err != nil {
 		return nil, err
 	}
@@ -233,7 +250,7 @@ func (d *Decode) listen(log hclog.Logger) (*Decode, error) {
 	}
 	go d.lp.run(cfg.Tick, d.tick)
 	log.Info("decode agent up", "rank", cfg.Rank, "instance", cfg.Instance, "control", d.srv.Addr(),
-		"data", d.data.Address, "slots", cfg.Slots, "slot_bytes", d.slotB, "fence", d.fence, "writer_bound", d.bindWriters, "max_tail", d.info.Capabilities.MaxTail, "targets", len(d.targets),
+		"data", d.data.Address, "slots", cfg.Slots, "slot_bytes", d.slotB, "fence", d.fence, "writer_bound", d.bindWriters, "shard_keys", d.shardKeys.String(), "max_tail", d.info.Capabilities.MaxTail, "targets", len(d.targets),
 		"variant", knownunsafe.AgentVariant().Name())
 	return d, nil
 }
@@ -452,10 +469,10 @@ func (d *Decode) admit(key core.RequestKey, pages int, ranks []core.RankID, rv *
 	return tag, nil
 }
 
-// grant makes the keys an Assign carries: with a fence, one key per run of
-// consecutive slots covering this exposure only (bound to each rank's data
-// identity where the transport can: writer_keys.go), else the pool key at
-// the slot's offset.
+// grant makes the keys an Assign carries: with a fence, each rank's own
+// keys over its shards of this exposure only (shard_keys.go; bound to its
+// data identity where the transport can: writer_keys.go), else the pool
+// key at the slot's offset (keysFor adds the rank's shard).
 func (d *Decode) grant(dt *decTag) error {
 	if d.restartFenced() {
 		d.grantTarget(dt)
@@ -468,12 +485,7 @@ func (d *Decode) grant(dt *decTag) error {
 		}
 		return nil
 	}
-	if d.bindWriters {
-		return d.grantBound(dt)
-	}
-	refs, granted, err := d.grantRuns(dt.slots, "")
-	dt.keys, dt.granted = refs, granted
-	return err
+	return d.grantFenced(dt)
 }
 
 // act carries out what the core's last input asked for (loop only).
@@ -484,7 +496,7 @@ func (d *Decode) act() {
 		f := &frame{Type: frameCore, Core: core.AppendMessage(nil, &env.Msg)}
 		if env.Msg.Kind == core.KindAssign {
 			if dt := d.tags[env.Msg.Tag.Key()]; dt != nil && dt.tag == env.Msg.Tag {
-				f.Keys = dt.keysFor(env.To)
+				f.Keys = dt.keysFor(d, env.To)
 			}
 		}
 		l := d.links[env.To]

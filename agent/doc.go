@@ -50,8 +50,9 @@
 // machine; every input — engine call, control message, completion, tick,
 // revoke or quiesce result — goes through it), the mapping of core Posts to
 // sdk batches and of sdk completions back to core.Completed, per-exposure
-// keys on decode (granted per Assign — per rank, bound to the rank's data
-// identity, where the transport declares WriterBound — revoked when the
+// keys on decode (granted per Assign — per rank, over that rank's shards
+// only where the transport's Bounds allow (shard_keys.go), bound to the
+// rank's data identity where it declares WriterBound — revoked when the
 // core asks, the result fed back as Revoked), the restart fence's target
 // instances on decode for transports that cannot revoke (restart.go: each
 // exposure's keys come from the instance the core bound it to; an instance

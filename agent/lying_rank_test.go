@@ -28,6 +28,12 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // lines returns the @message of every JSON log line about tag, in order.
 func (l *lockedBuffer) lines(tag core.Tag) []string {
 	l.mu.Lock()
@@ -66,14 +72,21 @@ func TestLyingRankCannotWriteAfterRelease(t *testing.T) {
 	}
 	t.Cleanup(d.Close)
 
-	// The liar links as prefill rank 1 and opens its own transport.
-	l, _, err := dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}})
+	// The liar opens its own transport and links as prefill rank 1,
+	// announcing its data identity as every prefill rank does (a rank that
+	// announces none gets no keys: issue 19).
+	tr := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{}).Transport()
+	ep, err := tr.LocalEndpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion,
+		Caps: peerCaps{Quiesce: true}, Writer: ep.Address})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.close()
 	waitFor(t, "the liar's link", func() bool { return writerTail(t, d.Metrics, 1) > 0 })
-	tr := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{}).Transport()
 	src, err := sdk.NewSharedMemory("liar-src", 4096)
 	if err != nil {
 		t.Fatal(err)

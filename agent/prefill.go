@@ -444,7 +444,7 @@ func (p *Prefill) post(post core.Post) {
 		page := int(post.FirstPage) + i
 		k := tk.keys[page]
 		ops[i] = sdk.Op{Kind: sdk.OpWrite, LocalRegion: p.region, LocalOffset: uint64(r.src[page]) * shard,
-			RemoteKey: sdk.Key(k.Key), RemoteOffset: k.Base + uint64(tk.pos)*shard, Length: shard}
+			RemoteKey: sdk.Key(k.Key), RemoteOffset: k.Base, Length: shard} // Base: this rank's shard (v2)
 	}
 	peer := lanes[lane(post.Tag, len(lanes))]
 	p.track(id, peer)

@@ -26,6 +26,9 @@ type DecodeStats struct {
 	// identity unknown or not connected yet). writer_keys.go.
 	BoundGrants   int `json:"bound_grants,omitempty"`
 	UnboundGrants int `json:"unbound_grants,omitempty"`
+	// NoWriterKeys: ranks refused keys for an exposure because they
+	// announced no data identity to a transport that binds writers.
+	NoWriterKeys int `json:"no_writer_keys,omitempty"`
 	// TargetRestarts: target instances reaped and started again
 	// (restart.go); the core's RestartFailed is their blast radius.
 	TargetRestarts int `json:"target_restarts,omitempty"`

@@ -12,7 +12,11 @@ import (
 // another version is refused at connect (no silent downgrade). It is not
 // core.MessageVersion (the encoding of one core message) nor
 // sdk.ProtocolVersion (the plugin transport protocol).
-const ControlVersion = 1
+//
+// v2: keyRef.Base is where the rank's own shard of the page is under the
+// key (decode grants each rank keys over its shards only); in v1 it was
+// the slot's start and prefill added its shard offset itself.
+const ControlVersion = 2
 
 // frameType is what a control-plane frame carries.
 type frameType uint8
@@ -44,7 +48,8 @@ type frame struct {
 }
 
 // keyRef is where one page of an exposure may be written: the key decode's
-// transport granted for it and the window's base offset under that key.
+// transport granted for it and, under that key, the offset of the
+// receiving rank's own shard of the page (ControlVersion 2).
 type keyRef struct {
 	Key  uint64 `json:"k"`
 	Base uint64 `json:"b"`

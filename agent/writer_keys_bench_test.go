@@ -19,6 +19,11 @@ type benchCluster struct {
 }
 
 func startBenchCluster(b *testing.B, unbound bool) *benchCluster {
+	return startBenchClusterWith(b, func(c *DecodeConfig) { c.UnboundKeys = unbound })
+}
+
+// startBenchClusterWith starts a cluster whose decode config tweak adjusts.
+func startBenchClusterWith(b *testing.B, tweak func(*DecodeConfig)) *benchCluster {
 	b.Helper()
 	ctx := context.Background()
 	open := func() sdk.Transport {
@@ -30,8 +35,10 @@ func startBenchCluster(b *testing.B, unbound bool) *benchCluster {
 		return p.Transport()
 	}
 	const shard = 16 << 10
-	d, err := NewDecode(ctx, DecodeConfig{Rank: 0, Slots: 64, ShardBytes: shard, Shards: 2, Lease: 2 * time.Second,
-		MaxHold: 10 * time.Second, Fence: true, UnboundKeys: unbound, ControlAddr: "127.0.0.1:0"}, open())
+	cfg := DecodeConfig{Rank: 0, Slots: 64, ShardBytes: shard, Shards: 2, Lease: 2 * time.Second,
+		MaxHold: 10 * time.Second, Fence: true, ControlAddr: "127.0.0.1:0"}
+	tweak(&cfg)
+	d, err := NewDecode(ctx, cfg, open())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,7 +2,9 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
@@ -22,7 +24,11 @@ func contractGroup() group {
 			if err != nil {
 				return err
 			}
-			return c.Run(ctx, e)
+			err = c.Run(ctx, e)
+			if errors.Is(err, sdktest.ErrNotApplicable) {
+				return errNotApplicable("%s", strings.TrimPrefix(err.Error(), sdktest.ErrNotApplicable.Error()+": "))
+			}
+			return err
 		}})
 	}
 	return g

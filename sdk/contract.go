@@ -92,6 +92,18 @@ type Transport interface {
 // one connected more than once, where the key binds to one connection
 // (verbs: a queue pair) — a transport that binds it to the writer's proven
 // identity (tcp: its certificate) accepts any of that writer's connections.
+//
+// Capabilities.Bounds says how far the receiver holds a write to its key:
+// with BoundsWindow or BoundsPieces, a write under a key outside what the
+// key's Window covers (Window.Covers: past its end, or, pieced, outside one
+// piece) is refused by the receiving side and lands nothing; it ends at its
+// sender refused (FailedDefinite or InDoubt, never Succeeded). Only a
+// BoundsPieces transport is granted a pieced window; the sdk refuses one
+// to any other (Unimplemented) on both sides of the plugin boundary.
+// BoundsNone promises nothing beyond the backend's own checks: a key may
+// reach every byte its backend lets it (Mooncake, NIXL, MORI check windows
+// only at the sender). The conformance check key-bounds-confine-writes
+// holds a plugin to its claim.
 type Granter interface {
 	Grant(ctx context.Context, w Window) (Key, error)
 	Revoke(ctx context.Context, key Key) (RevokeResult, error)

@@ -65,6 +65,7 @@ func infoToPB(i Info) *pb.InfoResponse {
 		MaxBatch:        uint32(i.Capabilities.MaxBatch),
 		MaxOpBytes:      i.Capabilities.MaxOpBytes,
 		WriterBound:     i.Capabilities.WriterBound,
+		Bounds:          boundsToPB(i.Capabilities.Bounds),
 	}
 	for _, k := range i.Capabilities.MemoryKinds {
 		r.MemoryKinds = append(r.MemoryKinds, memoryKindToPB(k))
@@ -84,12 +85,44 @@ func infoFromPB(r *pb.InfoResponse) Info {
 			MaxBatch:    int(r.GetMaxBatch()),
 			MaxOpBytes:  r.GetMaxOpBytes(),
 			WriterBound: r.GetWriterBound(),
+			Bounds:      boundsFromPB(r.GetBounds()),
 		},
 	}
 	for _, k := range r.GetMemoryKinds() {
 		i.Capabilities.MemoryKinds = append(i.Capabilities.MemoryKinds, memoryKindFromPB(k))
 	}
 	return i
+}
+
+func boundsToPB(b Bounds) pb.KeyBounds {
+	switch b {
+	case BoundsWindow:
+		return pb.KeyBounds_KEY_BOUNDS_WINDOW
+	case BoundsPieces:
+		return pb.KeyBounds_KEY_BOUNDS_PIECES
+	}
+	return pb.KeyBounds_KEY_BOUNDS_NONE
+}
+
+// boundsFromPB reads an unknown value as none: a claim the host cannot
+// read enforces nothing.
+func boundsFromPB(b pb.KeyBounds) Bounds {
+	switch b {
+	case pb.KeyBounds_KEY_BOUNDS_WINDOW:
+		return BoundsWindow
+	case pb.KeyBounds_KEY_BOUNDS_PIECES:
+		return BoundsPieces
+	}
+	return BoundsNone
+}
+
+func windowToPB(w Window) *pb.GrantRequest {
+	return &pb.GrantRequest{Region: uint64(w.Region), Offset: w.Offset, Length: w.Length, Writer: w.Writer, Stride: w.Stride, Piece: w.Piece}
+}
+
+func windowFromPB(r *pb.GrantRequest) Window {
+	return Window{Region: RegionID(r.GetRegion()), Offset: r.GetOffset(), Length: r.GetLength(), Writer: r.GetWriter(),
+		Stride: r.GetStride(), Piece: r.GetPiece()}
 }
 
 func memoryDescToPB(d MemoryDesc) *pb.MemoryDesc {

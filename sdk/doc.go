@@ -7,6 +7,8 @@
 // protocol kvfence.transport.v1 over hashicorp/go-plugin (Serve for plugins,
 // Open for hosts), the host's crash semantics (a dead plugin's batches become
 // InDoubt, then are covered by process-exited evidence once it is reaped),
+// the guard that a pieced window (Window.Stride) reaches only a plugin
+// declaring Capabilities.Bounds pieces (bounds.go; checked on both sides),
 // the helpers that share memory between host and plugin without copies,
 // the shared-memory rings that carry Post and Completion (and the opt-in
 // asynchronous Post, OpenOptions.AsyncPost),

@@ -436,8 +436,14 @@ func (r *remote) Close() error {
 // remoteGranter is a remote with Grant and Revoke forwarded to the plugin.
 type remoteGranter struct{ *remote }
 
+// Grant refuses a pieced window to a plugin that did not declare pieces
+// before it leaves the host: an older plugin would drop the fields it does
+// not know and expose the whole span.
 func (r *remoteGranter) Grant(ctx context.Context, w Window) (Key, error) {
-	res, err := r.rpc.Grant(ctx, &pb.GrantRequest{Region: uint64(w.Region), Offset: w.Offset, Length: w.Length, Writer: w.Writer})
+	if err := refusePieced(w, r.info.Capabilities.Bounds); err != nil {
+		return 0, err
+	}
+	res, err := r.rpc.Grant(ctx, windowToPB(w))
 	if err != nil {
 		return 0, fromStatusError(err)
 	}

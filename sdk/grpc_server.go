@@ -141,7 +141,20 @@ func (s *grpcServer) Grant(ctx context.Context, r *pb.GrantRequest) (*pb.GrantRe
 	if !ok {
 		return nil, fail(ctx, Errorf(ClassUnimplemented, "Grant: transport cannot revoke"))
 	}
-	k, err := g.Grant(ctx, Window{Region: RegionID(r.GetRegion()), Offset: r.GetOffset(), Length: r.GetLength(), Writer: r.GetWriter()})
+	w := windowFromPB(r)
+	if w.Pieced() {
+		// The plugin's own side of the guard: a host that did not check
+		// (or lies) still cannot get a pieced key from a transport that
+		// does not enforce pieces.
+		info, err := s.impl.Info(ctx)
+		if err != nil {
+			return nil, fail(ctx, err)
+		}
+		if err := refusePieced(w, info.Capabilities.Bounds); err != nil {
+			return nil, fail(ctx, err)
+		}
+	}
+	k, err := g.Grant(ctx, w)
 	if err != nil {
 		return nil, fail(ctx, err)
 	}

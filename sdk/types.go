@@ -190,6 +190,10 @@ type Capabilities struct {
 	// refuses that key to every other writer (verbs: a type-2 memory window
 	// bound on the writer's own queue pair).
 	WriterBound bool
+	// Bounds: how far the receiving side itself holds a write to the bytes
+	// its key grants (bounds.go). A plugin that does not say (an older
+	// one) is BoundsNone.
+	Bounds Bounds
 }
 
 // Info identifies a transport.
@@ -214,13 +218,25 @@ type Endpoint struct {
 // connected to this transport, and the key lives no longer than that
 // connection (see Granter: a transport binding keys to one connection
 // refuses a writer connected several times; tcp binds to the writer's
-// proven identity, and the key lives until its last connection closes). A transport without Capabilities.WriterBound ignores Writer;
-// empty Writer: whoever holds the key.
+// proven identity, and the key lives until its last connection closes).
+// A transport without Capabilities.WriterBound ignores Writer; empty
+// Writer: whoever holds the key.
+//
+// Stride and Piece, when Stride is set, make the window pieced: of
+// [Offset, Offset+Length) only the bytes at window offset o with
+// o % Stride < Piece may be written, and one write must fit in one piece
+// (a rank's shard in every slot of a run, say). Only a transport with
+// Capabilities.Bounds == BoundsPieces may be granted a pieced window; the
+// sdk refuses one to any other (Unimplemented), on both sides of the
+// plugin boundary, so a plugin that ignores the fields can never expose
+// the whole span. Stride zero: every byte of the window (Piece is zero).
 type Window struct {
 	Region RegionID
 	Offset uint64
 	Length uint64
 	Writer string
+	Stride uint64
+	Piece  uint64
 }
 
 // RevokeResult reports what the receiver did under a key.

@@ -138,6 +138,10 @@ const (
 	// unsafeConfirmBeforeStopped: the receiver confirms a QUIESCE without
 	// ending the session, which goes on applying what it still reads.
 	unsafeConfirmBeforeStopped
+	// unsafeIgnorePieces: the receiver checks a write against its key's
+	// whole span, not its pieces: a rank's key reaches its co-ranks'
+	// shards (pieces.go).
+	unsafeIgnorePieces
 )
 
 // unsafeModeByName is how the kvfenceunsafe build of the binary picks one.
@@ -155,4 +159,5 @@ var unsafeModeByName = map[string]unsafeMode{
 	"understate-tail":              unsafeUnderstateTail,
 	"wrong-refusal-class":          unsafeWrongRefusalClass,
 	"confirm-before-stopped":       unsafeConfirmBeforeStopped,
+	"ignore-pieces":                unsafeIgnorePieces,
 }

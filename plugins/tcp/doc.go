@@ -40,6 +40,13 @@
 // variant is kept, under the kvfenceunsafe build tag only, as the baseline
 // of BenchmarkEncryptionCost and as the variant the sniffer tests catch.
 //
+// Capabilities.Bounds is pieces (pieces.go): a key's window may be pieced
+// (sdk.Window.Stride/Piece: one rank's shard in each slot of a run), and
+// each write is checked against its key's window, piece by piece, before a
+// byte of its payload is read; a write outside is refused (out of bounds)
+// and its payload discarded. The known-unsafe ignore-pieces variant checks
+// the span only.
+//
 // Bounds on the data port (receiver.go): Accept errors (descriptor or
 // memory exhaustion) are retried with backoff, never fatal; at most
 // MaxConns connections at once (more are closed on accept); a connection

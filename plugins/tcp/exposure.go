@@ -15,6 +15,8 @@ type exposure struct {
 	region *region
 	off    uint64
 	length uint64
+	// stride, piece: a pieced window (pieces.go); zero stride: all of it.
+	stride, piece uint64
 	// writer, when set, is the presence of the one identity whose data
 	// sessions may write under the key (sdk.Window.Writer); fixed at
 	// Grant. The key dies with it (receiver.go: presence).

@@ -362,7 +362,7 @@ func (r *receiver) apply(s *recvSession, h header) (ackCode, error) {
 	case e.writer != nil && e.writer != s.at:
 		code = ackNotWriter
 		r.t.stats.add(statNotWriter, 1)
-	case !inBounds(h.Offset, h.Length, e.length):
+	case !e.admits(h.Offset, h.Length, r.t.cfg.unsafe == unsafeIgnorePieces):
 		code = ackOutOfBounds
 	case time.Now().UnixNano() > h.Deadline:
 		code = ackExpired

@@ -188,6 +188,7 @@ func (t *Transport) Info(context.Context) (sdk.Info, error) {
 			MaxOpBytes:  t.cfg.MaxOpBytes,
 			MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared},
 			WriterBound: t.id != nil,
+			Bounds:      keyBounds,
 		},
 	}, nil
 }
@@ -476,10 +477,14 @@ func (t *Transport) Quiesce(ctx context.Context, peerID sdk.PeerID, ids []sdk.Ba
 }
 
 // Grant exposes a window of a registered region under a new random key.
-// With w.Writer, only that writer's one data session may use the key.
+// With w.Writer, only that writer's one data session may use the key;
+// with w.Stride, only the window's pieces (pieces.go).
 func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 	if w.Length == 0 {
 		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "Grant: zero-length window")
+	}
+	if err := w.Check(); err != nil {
+		return 0, err
 	}
 	var writer *presence
 	if w.Writer != "" && t.id != nil {
@@ -502,6 +507,7 @@ func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 		k = sdk.Key(randomNonZero())
 	}
 	e := newExposure(k, r, w.Offset, w.Length)
+	e.setWindow(w)
 	e.writer = writer
 	t.keys[k] = e
 	r.mu.Lock()

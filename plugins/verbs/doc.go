@@ -78,11 +78,17 @@
 // a writer's connection closes every window bound through it is invalidated
 // before the QP is destroyed (the key dies with the connection); bound-ness
 // is tracked per window because invalidating an unbound type-2 window is an
-// error (and dereferences NULL in rxe on Linux 6.1). The agent grants one
-// key per slot run shared by all prefill ranks of a request, each rank
-// writing over several QPs, so it uses unbound keys; binding would also make
-// every Quiesce of a peer (QP → ERROR, reconnect) kill the keys of requests
-// that had nothing in flight on it.
+// error (and dereferences NULL in rxe on Linux 6.1). A rank writing over
+// several QPs cannot use a key bound to one of them, so the agent's keys
+// over verbs are mostly not writer-bound; binding would also make every
+// Quiesce of a peer (QP → ERROR, reconnect) kill the keys of requests that
+// had nothing in flight on it.
+//
+// Capabilities.Bounds is window: every key is its own MR or memory window
+// over exactly its range, so the device refuses a write past it, and the
+// agent grants each prefill rank one key per shard of each slot (issue 19).
+// A pieced window (sdk.Window.Stride) would need one memory window per
+// piece: Grant refuses it (Unimplemented).
 //
 // MaxTail is derived from the QP's own timeout and retry_cnt; retry_cnt 7
 // (infinite retry on rxe) is refused.

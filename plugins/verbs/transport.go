@@ -178,6 +178,10 @@ func (t *Transport) Info(ctx context.Context) (sdk.Info, error) {
 			MaxOpBytes:  maxOpBytes,
 			MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared, sdk.MemoryDMABuf},
 			WriterBound: t.writerBound(),
+			// Each key is its own MR or memory window over exactly its
+			// range: the device refuses a write past it. Pieced windows
+			// would need one window per piece: refused at Grant.
+			Bounds: sdk.BoundsWindow,
 		},
 	}, nil
 }
@@ -274,6 +278,9 @@ func (t *Transport) DeregisterMemory(ctx context.Context, id sdk.RegionID) error
 // ---- receiving side: exposures ----
 
 func (t *Transport) Grant(ctx context.Context, w sdk.Window) (sdk.Key, error) {
+	if w.Pieced() {
+		return 0, sdk.Errorf(sdk.ClassUnimplemented, "verbs: a pieced window (stride %d, piece %d): a key is one contiguous MR or memory window (bounds window); grant one key per piece", w.Stride, w.Piece)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r, ok := t.regions[w.Region]

@@ -178,6 +178,55 @@ func (Status) EnumDescriptor() ([]byte, []int) {
 	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{2}
 }
 
+type KeyBounds int32
+
+const (
+	KeyBounds_KEY_BOUNDS_NONE   KeyBounds = 0
+	KeyBounds_KEY_BOUNDS_WINDOW KeyBounds = 1
+	KeyBounds_KEY_BOUNDS_PIECES KeyBounds = 2
+)
+
+// Enum value maps for KeyBounds.
+var (
+	KeyBounds_name = map[int32]string{
+		0: "KEY_BOUNDS_NONE",
+		1: "KEY_BOUNDS_WINDOW",
+		2: "KEY_BOUNDS_PIECES",
+	}
+	KeyBounds_value = map[string]int32{
+		"KEY_BOUNDS_NONE":   0,
+		"KEY_BOUNDS_WINDOW": 1,
+		"KEY_BOUNDS_PIECES": 2,
+	}
+)
+
+func (x KeyBounds) Enum() *KeyBounds {
+	p := new(KeyBounds)
+	*p = x
+	return p
+}
+
+func (x KeyBounds) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KeyBounds) Descriptor() protoreflect.EnumDescriptor {
+	return file_kvfence_transport_v1_transport_proto_enumTypes[3].Descriptor()
+}
+
+func (KeyBounds) Type() protoreflect.EnumType {
+	return &file_kvfence_transport_v1_transport_proto_enumTypes[3]
+}
+
+func (x KeyBounds) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KeyBounds.Descriptor instead.
+func (KeyBounds) EnumDescriptor() ([]byte, []int) {
+	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{3}
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -226,7 +275,10 @@ type InfoResponse struct {
 	MemoryKinds     []MemoryKind           `protobuf:"varint,8,rep,packed,name=memory_kinds,json=memoryKinds,proto3,enum=kvfence.transport.v1.MemoryKind" json:"memory_kinds,omitempty"`
 	MaxOpBytes      uint64                 `protobuf:"varint,9,opt,name=max_op_bytes,json=maxOpBytes,proto3" json:"max_op_bytes,omitempty"`
 	// Grant honours GrantRequest.writer (see sdk.Capabilities.WriterBound).
-	WriterBound   bool `protobuf:"varint,10,opt,name=writer_bound,json=writerBound,proto3" json:"writer_bound,omitempty"`
+	WriterBound bool `protobuf:"varint,10,opt,name=writer_bound,json=writerBound,proto3" json:"writer_bound,omitempty"`
+	// How far the receiving side holds a write to its key (sdk.Bounds).
+	// Absent (an older plugin): KEY_BOUNDS_NONE.
+	Bounds        KeyBounds `protobuf:"varint,11,opt,name=bounds,proto3,enum=kvfence.transport.v1.KeyBounds" json:"bounds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -329,6 +381,13 @@ func (x *InfoResponse) GetWriterBound() bool {
 		return x.WriterBound
 	}
 	return false
+}
+
+func (x *InfoResponse) GetBounds() KeyBounds {
+	if x != nil {
+		return x.Bounds
+	}
+	return KeyBounds_KEY_BOUNDS_NONE
 }
 
 type MemoryDesc struct {
@@ -1253,7 +1312,11 @@ type GrantRequest struct {
 	Length uint64                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
 	// The only writer that may use the key: its transport's LocalEndpoint
 	// address. Empty: whoever holds the key.
-	Writer        string `protobuf:"bytes,4,opt,name=writer,proto3" json:"writer,omitempty"`
+	Writer string `protobuf:"bytes,4,opt,name=writer,proto3" json:"writer,omitempty"`
+	// A pieced window (sdk.Window.Stride/Piece): only bytes at window offset
+	// o with o % stride < piece are writable. Zero stride: the whole window.
+	Stride        uint64 `protobuf:"varint,5,opt,name=stride,proto3" json:"stride,omitempty"`
+	Piece         uint64 `protobuf:"varint,6,opt,name=piece,proto3" json:"piece,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1314,6 +1377,20 @@ func (x *GrantRequest) GetWriter() string {
 		return x.Writer
 	}
 	return ""
+}
+
+func (x *GrantRequest) GetStride() uint64 {
+	if x != nil {
+		return x.Stride
+	}
+	return 0
+}
+
+func (x *GrantRequest) GetPiece() uint64 {
+	if x != nil {
+		return x.Piece
+	}
+	return 0
 }
 
 type GrantResponse struct {
@@ -1613,7 +1690,7 @@ var File_kvfence_transport_v1_transport_proto protoreflect.FileDescriptor
 const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\n" +
 	"$kvfence/transport/v1/transport.proto\x12\x14kvfence.transport.v1\"\r\n" +
-	"\vInfoRequest\"\xe0\x02\n" +
+	"\vInfoRequest\"\x99\x03\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12)\n" +
@@ -1626,7 +1703,8 @@ const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\fmax_op_bytes\x18\t \x01(\x04R\n" +
 	"maxOpBytes\x12!\n" +
 	"\fwriter_bound\x18\n" +
-	" \x01(\bR\vwriterBound\"\x9a\x01\n" +
+	" \x01(\bR\vwriterBound\x127\n" +
+	"\x06bounds\x18\v \x01(\x0e2\x1f.kvfence.transport.v1.KeyBoundsR\x06bounds\"\x9a\x01\n" +
 	"\n" +
 	"MemoryDesc\x124\n" +
 	"\x04kind\x18\x01 \x01(\x0e2 .kvfence.transport.v1.MemoryKindR\x04kind\x12\x12\n" +
@@ -1681,12 +1759,14 @@ const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\x0fQuiesceResponse\x12\x1a\n" +
 	"\bevidence\x18\x01 \x01(\tR\bevidence\x12\x18\n" +
 	"\abatches\x18\x02 \x03(\x04R\abatches\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"n\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x9c\x01\n" +
 	"\fGrantRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\x04R\x06region\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\x04R\x06length\x12\x16\n" +
-	"\x06writer\x18\x04 \x01(\tR\x06writer\"!\n" +
+	"\x06writer\x18\x04 \x01(\tR\x06writer\x12\x16\n" +
+	"\x06stride\x18\x05 \x01(\x04R\x06stride\x12\x14\n" +
+	"\x05piece\x18\x06 \x01(\x04R\x05piece\"!\n" +
 	"\rGrantResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\"!\n" +
 	"\rRevokeRequest\x12\x10\n" +
@@ -1715,7 +1795,11 @@ const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STATUS_SUCCEEDED\x10\x01\x12\x1a\n" +
 	"\x16STATUS_FAILED_DEFINITE\x10\x02\x12\x13\n" +
-	"\x0fSTATUS_IN_DOUBT\x10\x032\x9f\t\n" +
+	"\x0fSTATUS_IN_DOUBT\x10\x03*N\n" +
+	"\tKeyBounds\x12\x13\n" +
+	"\x0fKEY_BOUNDS_NONE\x10\x00\x12\x15\n" +
+	"\x11KEY_BOUNDS_WINDOW\x10\x01\x12\x15\n" +
+	"\x11KEY_BOUNDS_PIECES\x10\x022\x9f\t\n" +
 	"\tTransport\x12M\n" +
 	"\x04Info\x12!.kvfence.transport.v1.InfoRequest\x1a\".kvfence.transport.v1.InfoResponse\x12k\n" +
 	"\x0eRegisterMemory\x12+.kvfence.transport.v1.RegisterMemoryRequest\x1a,.kvfence.transport.v1.RegisterMemoryResponse\x12q\n" +
@@ -1744,82 +1828,84 @@ func file_kvfence_transport_v1_transport_proto_rawDescGZIP() []byte {
 	return file_kvfence_transport_v1_transport_proto_rawDescData
 }
 
-var file_kvfence_transport_v1_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_kvfence_transport_v1_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_kvfence_transport_v1_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_kvfence_transport_v1_transport_proto_goTypes = []any{
 	(MemoryKind)(0),                  // 0: kvfence.transport.v1.MemoryKind
 	(OpKind)(0),                      // 1: kvfence.transport.v1.OpKind
 	(Status)(0),                      // 2: kvfence.transport.v1.Status
-	(*InfoRequest)(nil),              // 3: kvfence.transport.v1.InfoRequest
-	(*InfoResponse)(nil),             // 4: kvfence.transport.v1.InfoResponse
-	(*MemoryDesc)(nil),               // 5: kvfence.transport.v1.MemoryDesc
-	(*RegisterMemoryRequest)(nil),    // 6: kvfence.transport.v1.RegisterMemoryRequest
-	(*RegisterMemoryResponse)(nil),   // 7: kvfence.transport.v1.RegisterMemoryResponse
-	(*DeregisterMemoryRequest)(nil),  // 8: kvfence.transport.v1.DeregisterMemoryRequest
-	(*DeregisterMemoryResponse)(nil), // 9: kvfence.transport.v1.DeregisterMemoryResponse
-	(*LocalEndpointRequest)(nil),     // 10: kvfence.transport.v1.LocalEndpointRequest
-	(*Endpoint)(nil),                 // 11: kvfence.transport.v1.Endpoint
-	(*ConnectRequest)(nil),           // 12: kvfence.transport.v1.ConnectRequest
-	(*ConnectResponse)(nil),          // 13: kvfence.transport.v1.ConnectResponse
-	(*DisconnectRequest)(nil),        // 14: kvfence.transport.v1.DisconnectRequest
-	(*DisconnectResponse)(nil),       // 15: kvfence.transport.v1.DisconnectResponse
-	(*Op)(nil),                       // 16: kvfence.transport.v1.Op
-	(*PostRequest)(nil),              // 17: kvfence.transport.v1.PostRequest
-	(*PostResponse)(nil),             // 18: kvfence.transport.v1.PostResponse
-	(*CompletionsRequest)(nil),       // 19: kvfence.transport.v1.CompletionsRequest
-	(*Completion)(nil),               // 20: kvfence.transport.v1.Completion
-	(*QuiesceRequest)(nil),           // 21: kvfence.transport.v1.QuiesceRequest
-	(*QuiesceResponse)(nil),          // 22: kvfence.transport.v1.QuiesceResponse
-	(*GrantRequest)(nil),             // 23: kvfence.transport.v1.GrantRequest
-	(*GrantResponse)(nil),            // 24: kvfence.transport.v1.GrantResponse
-	(*RevokeRequest)(nil),            // 25: kvfence.transport.v1.RevokeRequest
-	(*RevokeResponse)(nil),           // 26: kvfence.transport.v1.RevokeResponse
-	(*StatsRequest)(nil),             // 27: kvfence.transport.v1.StatsRequest
-	(*StatsResponse)(nil),            // 28: kvfence.transport.v1.StatsResponse
-	(*CloseRequest)(nil),             // 29: kvfence.transport.v1.CloseRequest
-	(*CloseResponse)(nil),            // 30: kvfence.transport.v1.CloseResponse
-	nil,                              // 31: kvfence.transport.v1.StatsResponse.CountersEntry
+	(KeyBounds)(0),                   // 3: kvfence.transport.v1.KeyBounds
+	(*InfoRequest)(nil),              // 4: kvfence.transport.v1.InfoRequest
+	(*InfoResponse)(nil),             // 5: kvfence.transport.v1.InfoResponse
+	(*MemoryDesc)(nil),               // 6: kvfence.transport.v1.MemoryDesc
+	(*RegisterMemoryRequest)(nil),    // 7: kvfence.transport.v1.RegisterMemoryRequest
+	(*RegisterMemoryResponse)(nil),   // 8: kvfence.transport.v1.RegisterMemoryResponse
+	(*DeregisterMemoryRequest)(nil),  // 9: kvfence.transport.v1.DeregisterMemoryRequest
+	(*DeregisterMemoryResponse)(nil), // 10: kvfence.transport.v1.DeregisterMemoryResponse
+	(*LocalEndpointRequest)(nil),     // 11: kvfence.transport.v1.LocalEndpointRequest
+	(*Endpoint)(nil),                 // 12: kvfence.transport.v1.Endpoint
+	(*ConnectRequest)(nil),           // 13: kvfence.transport.v1.ConnectRequest
+	(*ConnectResponse)(nil),          // 14: kvfence.transport.v1.ConnectResponse
+	(*DisconnectRequest)(nil),        // 15: kvfence.transport.v1.DisconnectRequest
+	(*DisconnectResponse)(nil),       // 16: kvfence.transport.v1.DisconnectResponse
+	(*Op)(nil),                       // 17: kvfence.transport.v1.Op
+	(*PostRequest)(nil),              // 18: kvfence.transport.v1.PostRequest
+	(*PostResponse)(nil),             // 19: kvfence.transport.v1.PostResponse
+	(*CompletionsRequest)(nil),       // 20: kvfence.transport.v1.CompletionsRequest
+	(*Completion)(nil),               // 21: kvfence.transport.v1.Completion
+	(*QuiesceRequest)(nil),           // 22: kvfence.transport.v1.QuiesceRequest
+	(*QuiesceResponse)(nil),          // 23: kvfence.transport.v1.QuiesceResponse
+	(*GrantRequest)(nil),             // 24: kvfence.transport.v1.GrantRequest
+	(*GrantResponse)(nil),            // 25: kvfence.transport.v1.GrantResponse
+	(*RevokeRequest)(nil),            // 26: kvfence.transport.v1.RevokeRequest
+	(*RevokeResponse)(nil),           // 27: kvfence.transport.v1.RevokeResponse
+	(*StatsRequest)(nil),             // 28: kvfence.transport.v1.StatsRequest
+	(*StatsResponse)(nil),            // 29: kvfence.transport.v1.StatsResponse
+	(*CloseRequest)(nil),             // 30: kvfence.transport.v1.CloseRequest
+	(*CloseResponse)(nil),            // 31: kvfence.transport.v1.CloseResponse
+	nil,                              // 32: kvfence.transport.v1.StatsResponse.CountersEntry
 }
 var file_kvfence_transport_v1_transport_proto_depIdxs = []int32{
 	0,  // 0: kvfence.transport.v1.InfoResponse.memory_kinds:type_name -> kvfence.transport.v1.MemoryKind
-	0,  // 1: kvfence.transport.v1.MemoryDesc.kind:type_name -> kvfence.transport.v1.MemoryKind
-	5,  // 2: kvfence.transport.v1.RegisterMemoryRequest.memory:type_name -> kvfence.transport.v1.MemoryDesc
-	11, // 3: kvfence.transport.v1.ConnectRequest.endpoint:type_name -> kvfence.transport.v1.Endpoint
-	1,  // 4: kvfence.transport.v1.Op.kind:type_name -> kvfence.transport.v1.OpKind
-	16, // 5: kvfence.transport.v1.PostRequest.ops:type_name -> kvfence.transport.v1.Op
-	2,  // 6: kvfence.transport.v1.Completion.status:type_name -> kvfence.transport.v1.Status
-	31, // 7: kvfence.transport.v1.StatsResponse.counters:type_name -> kvfence.transport.v1.StatsResponse.CountersEntry
-	3,  // 8: kvfence.transport.v1.Transport.Info:input_type -> kvfence.transport.v1.InfoRequest
-	6,  // 9: kvfence.transport.v1.Transport.RegisterMemory:input_type -> kvfence.transport.v1.RegisterMemoryRequest
-	8,  // 10: kvfence.transport.v1.Transport.DeregisterMemory:input_type -> kvfence.transport.v1.DeregisterMemoryRequest
-	10, // 11: kvfence.transport.v1.Transport.LocalEndpoint:input_type -> kvfence.transport.v1.LocalEndpointRequest
-	12, // 12: kvfence.transport.v1.Transport.Connect:input_type -> kvfence.transport.v1.ConnectRequest
-	14, // 13: kvfence.transport.v1.Transport.Disconnect:input_type -> kvfence.transport.v1.DisconnectRequest
-	17, // 14: kvfence.transport.v1.Transport.Post:input_type -> kvfence.transport.v1.PostRequest
-	19, // 15: kvfence.transport.v1.Transport.Completions:input_type -> kvfence.transport.v1.CompletionsRequest
-	21, // 16: kvfence.transport.v1.Transport.Quiesce:input_type -> kvfence.transport.v1.QuiesceRequest
-	23, // 17: kvfence.transport.v1.Transport.Grant:input_type -> kvfence.transport.v1.GrantRequest
-	25, // 18: kvfence.transport.v1.Transport.Revoke:input_type -> kvfence.transport.v1.RevokeRequest
-	27, // 19: kvfence.transport.v1.Transport.Stats:input_type -> kvfence.transport.v1.StatsRequest
-	29, // 20: kvfence.transport.v1.Transport.Close:input_type -> kvfence.transport.v1.CloseRequest
-	4,  // 21: kvfence.transport.v1.Transport.Info:output_type -> kvfence.transport.v1.InfoResponse
-	7,  // 22: kvfence.transport.v1.Transport.RegisterMemory:output_type -> kvfence.transport.v1.RegisterMemoryResponse
-	9,  // 23: kvfence.transport.v1.Transport.DeregisterMemory:output_type -> kvfence.transport.v1.DeregisterMemoryResponse
-	11, // 24: kvfence.transport.v1.Transport.LocalEndpoint:output_type -> kvfence.transport.v1.Endpoint
-	13, // 25: kvfence.transport.v1.Transport.Connect:output_type -> kvfence.transport.v1.ConnectResponse
-	15, // 26: kvfence.transport.v1.Transport.Disconnect:output_type -> kvfence.transport.v1.DisconnectResponse
-	18, // 27: kvfence.transport.v1.Transport.Post:output_type -> kvfence.transport.v1.PostResponse
-	20, // 28: kvfence.transport.v1.Transport.Completions:output_type -> kvfence.transport.v1.Completion
-	22, // 29: kvfence.transport.v1.Transport.Quiesce:output_type -> kvfence.transport.v1.QuiesceResponse
-	24, // 30: kvfence.transport.v1.Transport.Grant:output_type -> kvfence.transport.v1.GrantResponse
-	26, // 31: kvfence.transport.v1.Transport.Revoke:output_type -> kvfence.transport.v1.RevokeResponse
-	28, // 32: kvfence.transport.v1.Transport.Stats:output_type -> kvfence.transport.v1.StatsResponse
-	30, // 33: kvfence.transport.v1.Transport.Close:output_type -> kvfence.transport.v1.CloseResponse
-	21, // [21:34] is the sub-list for method output_type
-	8,  // [8:21] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	3,  // 1: kvfence.transport.v1.InfoResponse.bounds:type_name -> kvfence.transport.v1.KeyBounds
+	0,  // 2: kvfence.transport.v1.MemoryDesc.kind:type_name -> kvfence.transport.v1.MemoryKind
+	6,  // 3: kvfence.transport.v1.RegisterMemoryRequest.memory:type_name -> kvfence.transport.v1.MemoryDesc
+	12, // 4: kvfence.transport.v1.ConnectRequest.endpoint:type_name -> kvfence.transport.v1.Endpoint
+	1,  // 5: kvfence.transport.v1.Op.kind:type_name -> kvfence.transport.v1.OpKind
+	17, // 6: kvfence.transport.v1.PostRequest.ops:type_name -> kvfence.transport.v1.Op
+	2,  // 7: kvfence.transport.v1.Completion.status:type_name -> kvfence.transport.v1.Status
+	32, // 8: kvfence.transport.v1.StatsResponse.counters:type_name -> kvfence.transport.v1.StatsResponse.CountersEntry
+	4,  // 9: kvfence.transport.v1.Transport.Info:input_type -> kvfence.transport.v1.InfoRequest
+	7,  // 10: kvfence.transport.v1.Transport.RegisterMemory:input_type -> kvfence.transport.v1.RegisterMemoryRequest
+	9,  // 11: kvfence.transport.v1.Transport.DeregisterMemory:input_type -> kvfence.transport.v1.DeregisterMemoryRequest
+	11, // 12: kvfence.transport.v1.Transport.LocalEndpoint:input_type -> kvfence.transport.v1.LocalEndpointRequest
+	13, // 13: kvfence.transport.v1.Transport.Connect:input_type -> kvfence.transport.v1.ConnectRequest
+	15, // 14: kvfence.transport.v1.Transport.Disconnect:input_type -> kvfence.transport.v1.DisconnectRequest
+	18, // 15: kvfence.transport.v1.Transport.Post:input_type -> kvfence.transport.v1.PostRequest
+	20, // 16: kvfence.transport.v1.Transport.Completions:input_type -> kvfence.transport.v1.CompletionsRequest
+	22, // 17: kvfence.transport.v1.Transport.Quiesce:input_type -> kvfence.transport.v1.QuiesceRequest
+	24, // 18: kvfence.transport.v1.Transport.Grant:input_type -> kvfence.transport.v1.GrantRequest
+	26, // 19: kvfence.transport.v1.Transport.Revoke:input_type -> kvfence.transport.v1.RevokeRequest
+	28, // 20: kvfence.transport.v1.Transport.Stats:input_type -> kvfence.transport.v1.StatsRequest
+	30, // 21: kvfence.transport.v1.Transport.Close:input_type -> kvfence.transport.v1.CloseRequest
+	5,  // 22: kvfence.transport.v1.Transport.Info:output_type -> kvfence.transport.v1.InfoResponse
+	8,  // 23: kvfence.transport.v1.Transport.RegisterMemory:output_type -> kvfence.transport.v1.RegisterMemoryResponse
+	10, // 24: kvfence.transport.v1.Transport.DeregisterMemory:output_type -> kvfence.transport.v1.DeregisterMemoryResponse
+	12, // 25: kvfence.transport.v1.Transport.LocalEndpoint:output_type -> kvfence.transport.v1.Endpoint
+	14, // 26: kvfence.transport.v1.Transport.Connect:output_type -> kvfence.transport.v1.ConnectResponse
+	16, // 27: kvfence.transport.v1.Transport.Disconnect:output_type -> kvfence.transport.v1.DisconnectResponse
+	19, // 28: kvfence.transport.v1.Transport.Post:output_type -> kvfence.transport.v1.PostResponse
+	21, // 29: kvfence.transport.v1.Transport.Completions:output_type -> kvfence.transport.v1.Completion
+	23, // 30: kvfence.transport.v1.Transport.Quiesce:output_type -> kvfence.transport.v1.QuiesceResponse
+	25, // 31: kvfence.transport.v1.Transport.Grant:output_type -> kvfence.transport.v1.GrantResponse
+	27, // 32: kvfence.transport.v1.Transport.Revoke:output_type -> kvfence.transport.v1.RevokeResponse
+	29, // 33: kvfence.transport.v1.Transport.Stats:output_type -> kvfence.transport.v1.StatsResponse
+	31, // 34: kvfence.transport.v1.Transport.Close:output_type -> kvfence.transport.v1.CloseResponse
+	22, // [22:35] is the sub-list for method output_type
+	9,  // [9:22] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_kvfence_transport_v1_transport_proto_init() }
@@ -1832,7 +1918,7 @@ func file_kvfence_transport_v1_transport_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvfence_transport_v1_transport_proto_rawDesc), len(file_kvfence_transport_v1_transport_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
