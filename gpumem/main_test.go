@@ -9,7 +9,7 @@ import (
 
 // fakeLib is the fake driver built by TestMain (testdata/fakecuda.c), or ""
 // when gcc is missing (the fake-driver tests then fail, not skip: CI has gcc).
-var fakeLib, testDir string
+var fakeLib, testDir, pluginBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "kvfence-gpumem-test-")
@@ -21,6 +21,11 @@ func TestMain(m *testing.M) {
 	if out, err := exec.Command("gcc", "-Wall", "-shared", "-fPIC", "-O1", "-pthread", "-o", fakeLib, "testdata/fakecuda.c").CombinedOutput(); err != nil {
 		os.Stderr.Write(out)
 		panic("building the fake CUDA driver: " + err.Error())
+	}
+	pluginBin = filepath.Join(dir, "kvfence-plugin-tcp")
+	if out, err := exec.Command("go", "build", "-o", pluginBin, "../plugins/tcp/cmd/kvfence-plugin-tcp").CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		panic(err)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
