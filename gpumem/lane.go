@@ -1,6 +1,7 @@
 package gpumem
 
 import (
+	"runtime"
 	"sync"
 )
 
@@ -121,9 +122,7 @@ func (l *lane) issue(op *Op, segs []segment) bool {
 	}
 	if l.toDevice {
 		c := l.st.chunk(chunk)
-		for _, s := range segs {
-			copy(c[s.off:], s.host)
-		}
+		parallelSegs(segs, func(s segment) { copy(c[s.off:], s.host) })
 	}
 	op.left++
 	op.mu.Unlock()
@@ -181,13 +180,39 @@ func (l *lane) completer() {
 			b.op.mu.Lock()
 			if !b.op.cancel {
 				c := l.st.chunk(b.chunk)
-				for _, s := range b.segs {
-					copy(s.host, c[s.off:s.off+int64(len(s.host))])
-				}
+				parallelSegs(b.segs, func(s segment) { copy(s.host, c[s.off:s.off+int64(len(s.host))]) })
 			}
 			b.op.mu.Unlock()
 		}
 		l.st.free <- b.chunk
 		b.op.batchDone()
 	}
+}
+
+// parallelSegs runs f on every segment, spread over a few goroutines when
+// the batch is big: one core's memcpy is slower than a PCIe link, and the
+// host copy is the staged mode's only cost over cuMemcpy.
+func parallelSegs(segs []segment, f func(segment)) {
+	var bytes int
+	for _, s := range segs {
+		bytes += len(s.host)
+	}
+	workers := min(runtime.GOMAXPROCS(0), 8, len(segs), bytes/(256<<10))
+	if workers <= 1 {
+		for _, s := range segs {
+			f(s)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	per := (len(segs) + workers - 1) / workers
+	for lo := 0; lo < len(segs); lo += per {
+		part := segs[lo:min(lo+per, len(segs))]
+		wg.Go(func() {
+			for _, s := range part {
+				f(s)
+			}
+		})
+	}
+	wg.Wait()
 }

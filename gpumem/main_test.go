@@ -1,6 +1,7 @@
 package gpumem
 
 import (
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,14 +12,21 @@ import (
 // when gcc is missing (the fake-driver tests then fail, not skip: CI has gcc).
 var fakeLib, testDir, pluginBin string
 
+// realDriver (make gpu-check) runs the driver-neutral tests against a real
+// driver library instead of the fake; fake-only tests skip.
+var realDriver = flag.String("gpumem.driver", "", "run the tests against this CUDA driver library instead of the fake (make gpu-check)")
+
 func TestMain(m *testing.M) {
+	flag.Parse()
 	dir, err := os.MkdirTemp("", "kvfence-gpumem-test-")
 	if err != nil {
 		panic(err)
 	}
 	testDir = dir
 	fakeLib = filepath.Join(dir, "libfakecuda.so")
-	if out, err := exec.Command("gcc", "-Wall", "-shared", "-fPIC", "-O1", "-pthread", "-o", fakeLib, "testdata/fakecuda.c").CombinedOutput(); err != nil {
+	if *realDriver != "" {
+		fakeLib = *realDriver
+	} else if out, err := exec.Command("gcc", "-Wall", "-shared", "-fPIC", "-O1", "-pthread", "-o", fakeLib, "testdata/fakecuda.c").CombinedOutput(); err != nil {
 		os.Stderr.Write(out)
 		panic("building the fake CUDA driver: " + err.Error())
 	}
@@ -42,4 +50,11 @@ func openFake(t testing.TB, o Options) *Device {
 	}
 	t.Cleanup(d.Close)
 	return d
+}
+
+// fakeOnly skips a test that checks the fake driver's own behaviour.
+func fakeOnly(t *testing.T) {
+	if *realDriver != "" {
+		t.Skip("checks the fake driver (running against " + *realDriver + ")")
+	}
 }

@@ -68,6 +68,7 @@ type decodePages struct {
 	free    []int
 	touched int // free pages found written
 	aborted int // ... with an aborted request's bytes
+	corrupt int // pages of a successful request not holding its bytes
 }
 
 func (a *decodePages) check(p int) {
@@ -156,11 +157,14 @@ func stagedPairCheck(t *testing.T, check agent.ContentCheck) (*agent.Decode, *ag
 	return d, p
 }
 
+// waitUntil and waitChan wait for one step (30 s each, for a loaded
+// machine); they run on worker goroutines too, so they report with Errorf.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Errorf("timed out waiting for %s", what)
+			return
 		}
 	}
 }
@@ -170,7 +174,7 @@ func waitChan(t *testing.T, what string, c <-chan struct{}) {
 	select {
 	case <-c:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
+		t.Errorf("timed out waiting for %s", what)
 	}
 }
 
@@ -272,13 +276,13 @@ func TestLateWriteNeverReachesGPUPage(t *testing.T) {
 		}
 	}
 	held.mu.Unlock()
-	t.Logf("requests: %d verified, %d aborted on decode with writes in flight (%d of them with bytes seen in held host slots), %d aborted on prefill; releases %v; free GPU pages written: %d (%d with a request's bytes)",
-		out.ok, out.decodeAborted, lateHeld, out.prefillAborted, s.Released, dec.touched, dec.aborted)
+	t.Logf("requests: %d verified, %d aborted on decode with writes in flight (%d of them with bytes seen in held host slots), %d aborted on prefill; releases %v; free GPU pages written: %d (%d with a request's bytes); successful requests' GPU pages corrupt: %d",
+		out.ok, out.decodeAborted, lateHeld, out.prefillAborted, s.Released, dec.touched, dec.aborted, dec.corrupt)
 	if CopiesBeforeSuccess {
-		if dec.touched == 0 {
+		if dec.touched+dec.corrupt == 0 {
 			t.Fatal("control arm (copies before success) not caught: no free GPU page was written")
 		}
-		t.Logf("control arm caught: %d free GPU pages written", dec.touched)
+		t.Logf("control arm caught: %d free GPU pages written, %d pages of successful requests corrupt", dec.touched, dec.corrupt)
 		return
 	}
 	if dec.touched != 0 {
@@ -335,7 +339,12 @@ func runStaged(t *testing.T, dev *Device, d *agent.Decode, p *agent.Prefill, pre
 	for i, pg := range didx {
 		for b := range dec.eng.bufs {
 			if got := dec.eng.read(t, pg, b); !bytes.Equal(got, content(k, i, b)) {
-				t.Errorf("request %d page %d buffer %d: GPU page holds %.12q", k, i, b, got)
+				dec.mu.Lock()
+				dec.corrupt++
+				dec.mu.Unlock()
+				if !CopiesBeforeSuccess {
+					t.Errorf("request %d page %d buffer %d: GPU page holds %.12q", k, i, b, got)
+				}
 			}
 		}
 	}
