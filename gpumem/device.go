@@ -167,3 +167,15 @@ func (s *staging) chunk(i int) []byte {
 func (s *staging) addr(i int, off int64) uintptr {
 	return uintptr(unsafe.Pointer(&s.mem[int64(i)*s.chunkB])) + uintptr(off)
 }
+
+// DeviceOf is how engine-binding code decides where a buffer lives: the
+// process's Device and true when p is device memory of the CUDA driver;
+// nil and false when it is not, or when no driver loads (then a buffer
+// the engine says is on a GPU is to be refused with Shared's error).
+func DeviceOf(p uintptr) (*Device, bool) {
+	d, err := Shared()
+	if err != nil || !d.IsDevice(p) {
+		return nil, false
+	}
+	return d, true
+}

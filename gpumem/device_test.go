@@ -190,6 +190,34 @@ func TestGatherLargerThanStaging(t *testing.T) {
 	}
 }
 
+// A chunk is reused only once its copy is over: a scatter bigger than all
+// staging, with the device running each copy 2 ms late, must land exactly
+// (a chunk refilled while its copy is queued would carry the next batch's
+// bytes into this batch's pages).
+func TestScatterReusesNoChunkInFlight(t *testing.T) {
+	t.Setenv("FAKECUDA_DELAY_US", "2000")
+	d := openFake(t, Options{ChunkBytes: 16 << 10, Chunks: 2})
+	const pages, pageB = 64, 4096 // 256 KiB through 32 KiB of staging
+	dst := newLayout(t, d, pages, pageB, 5)
+	src := newLayout(t, d, pages, pageB, 6).image
+	op, err := d.Scatter([]Piece{{Device: dst.base, Host: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(src))
+	if err := d.CopyFromDevice(got, dst.base); err != nil {
+		t.Fatal(err)
+	}
+	for p := 0; p < pages; p++ {
+		if !bytes.Equal(got[p*pageB:(p+1)*pageB], src[p*pageB:(p+1)*pageB]) {
+			t.Fatalf("page %d of the scatter holds other bytes: a staging chunk was reused while its copy was in flight", p)
+		}
+	}
+}
+
 // Aborts mid-copy: once Cancel returns, no byte reaches the host pieces of a
 // gather; a cancelled scatter writes nothing after Done; every page that
 // was written holds exactly its source.
