@@ -316,12 +316,16 @@ func runStaged(t *testing.T, dev *Device, d *agent.Decode, p *agent.Prefill, pre
 	waitUntil(t, "decode slots", func() bool { _, err := rv.Init(didx, []core.RankID{1}); return err == nil })
 	ss := NewStagedSender(dev, p.NewSender(key), pre.bufs)
 	defer ss.Close()
+	posted := p.Stats().Posted
 	waitUntil(t, "prefill source pages", func() bool { return ss.Send(pidx) == nil })
 	defer waitUntil(t, "prefill's GPU pages released", ss.GPUReleasable)
 	switch mode {
 	case 1:
 		waitUntil(t, "gather done", ss.GPUReleasable)
-		time.Sleep(5 * time.Millisecond) // the writes are in the proxy
+		// Abort once prefill posted (a loaded machine may take a while):
+		// the writes are then in the 40 ms proxy, and land after the abort.
+		waitUntil(t, "writes posted", func() bool { return p.Stats().Posted > posted })
+		time.Sleep(2 * time.Millisecond)
 		rv.Abort()
 		waitChan(t, "decode GPU pages quiet", rv.Quiesced())
 		return 1
