@@ -8,7 +8,8 @@
  *     out, so host code that touches a device pointer faults, as on a GPU;
  *     the fake's own copies go through a second, private read-write view;
  *   - each stream has a worker thread that runs its copies late (after
- *     FAKECUDA_DELAY_US microseconds each), in order;
+ *     FAKECUDA_DELAY_US microseconds each, read when the stream is made),
+ *     in order;
  *   - an event completes only when its stream's worker reaches it;
  *   - asynchronous copies refuse host memory that is not registered
  *     (cuMemHostRegister), as a strict driver may;
@@ -44,7 +45,7 @@ static struct region pinned[64];
 struct event { unsigned long want, stream_id; int recorded; struct stream *s; };
 enum { OP_COPY, OP_EVENT };
 struct op { int kind; char *dst, *src; size_t n; struct event *ev; unsigned long seq; struct op *next; };
-struct stream { pthread_t th; struct op *head, *tail; unsigned long queued, reached; int stop; };
+struct stream { pthread_t th; struct op *head, *tail; unsigned long queued, reached, delay; int stop; };
 
 static unsigned long delay_us(void) {
   const char *v = getenv("FAKECUDA_DELAY_US");
@@ -145,7 +146,7 @@ static void *worker(void *arg) {
     if (!s->head) break;
     struct op *o = s->head;
     pthread_mutex_unlock(&mu);
-    if (o->kind == OP_COPY) { usleep(delay_us()); memcpy(o->dst, o->src, o->n); }
+    if (o->kind == OP_COPY) { usleep(s->delay); memcpy(o->dst, o->src, o->n); }
     pthread_mutex_lock(&mu);
     s->head = o->next;
     if (!s->head) s->tail = 0;
@@ -161,6 +162,7 @@ CUresult cuStreamCreate(void **out, unsigned flags) {
   (void)flags;
   if (!inited) return E_NOT_INITIALIZED;
   struct stream *s = calloc(1, sizeof *s);
+  s->delay = delay_us(); /* read here, not on the worker: getenv races setenv */
   if (pthread_create(&s->th, 0, worker, s) != 0) { free(s); return E_INVALID_VALUE; }
   *out = s;
   return OK;
