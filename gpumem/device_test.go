@@ -3,6 +3,7 @@ package gpumem
 import (
 	"bytes"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -214,6 +215,55 @@ func TestScatterReusesNoChunkInFlight(t *testing.T) {
 		if !bytes.Equal(got[p*pageB:(p+1)*pageB], src[p*pageB:(p+1)*pageB]) {
 			t.Fatalf("page %d of the scatter holds other bytes: a staging chunk was reused while its copy was in flight", p)
 		}
+	}
+}
+
+// A chunk whose copy cannot be shown finished (the event's wait fails) is
+// withheld for ever; the op fails classified, and later ops go on with
+// the chunks left.
+func TestChunkOfFailedCopyIsNeverReused(t *testing.T) {
+	fakeOnly(t)
+	d := openFake(t, Options{ChunkBytes: 16 << 10, Chunks: 2})
+	src := newLayout(t, d, 16, 4096, 7)
+	gather := func() ([]byte, error) {
+		host := make([]byte, len(src.image))
+		op, err := d.Gather([]Piece{{Device: src.base, Host: host}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return host, op.Wait()
+	}
+	failing := func(n int) error { // a gather of n bytes, its event's wait failing
+		t.Setenv("FAKECUDA_EVENT_FAIL", "1")
+		defer os.Unsetenv("FAKECUDA_EVENT_FAIL")
+		op, err := d.Gather([]Piece{{Device: src.base, Host: make([]byte, n)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return op.Wait()
+	}
+	err := failing(16 << 10)
+	if !errdefs.IsInternal(err) || !strings.Contains(err.Error(), "CUDA_ERROR_LAUNCH_FAILED") {
+		t.Fatalf("a failed event wait: %v, want Internal naming the driver's error", err)
+	}
+	if d.Leaked() != 1 {
+		t.Fatalf("%d chunks withheld after one failed batch, want 1", d.Leaked())
+	}
+	for range 3 { // 64 KiB through the one chunk left
+		host, err := gather()
+		if err != nil || !bytes.Equal(host, src.image) {
+			t.Fatalf("gather after a leak: %v (bytes equal: %v)", err, bytes.Equal(host, src.image))
+		}
+	}
+	if d.Leaked() != 1 {
+		t.Fatalf("%d chunks withheld, want still 1", d.Leaked())
+	}
+	// The last chunk lost: ops fail at once instead of waiting for ever.
+	if err := failing(16 << 10); !errdefs.IsInternal(err) || d.Leaked() != 2 {
+		t.Fatalf("second failed copy: %v, %d withheld", err, d.Leaked())
+	}
+	if _, err := gather(); !errdefs.IsInternal(err) || !strings.Contains(err.Error(), "no staging left") {
+		t.Fatalf("gather with every chunk withheld: %v, want Internal (no staging left)", err)
 	}
 }
 

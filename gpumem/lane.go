@@ -3,6 +3,8 @@ package gpumem
 import (
 	"runtime"
 	"sync"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // lane is one copy direction: a stream, its staging, a submitter goroutine
@@ -21,6 +23,8 @@ type lane struct {
 
 	mu     sync.Mutex
 	leaked int
+	dead   chan struct{} // closed once every chunk is withheld
+	chunks int
 }
 
 type job struct {
@@ -52,7 +56,8 @@ func newLane(drv *driver, toDevice bool, chunkB int64, chunks int) (*lane, error
 	if err != nil {
 		return nil, err
 	}
-	l := &lane{drv: drv, toDevice: toDevice, st: st, str: s, jobs: make(chan job, 1024), batches: make(chan *batch, chunks)}
+	l := &lane{drv: drv, toDevice: toDevice, st: st, str: s, jobs: make(chan job, 1024), batches: make(chan *batch, chunks),
+		dead: make(chan struct{}), chunks: chunks}
 	l.wg.Add(2)
 	go l.submitter()
 	go l.completer()
@@ -71,6 +76,17 @@ func (l *lane) leakedChunks() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.leaked
+}
+
+// withhold keeps a chunk whose copy may still be in flight out of use for
+// ever; when none is left, ops fail instead of waiting.
+func (l *lane) withhold() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leaked++
+	if l.leaked == l.chunks {
+		close(l.dead)
+	}
 }
 
 func (l *lane) submitter() {
@@ -112,7 +128,13 @@ func (l *lane) run(j job) {
 // scatter, and enqueues one copy per run of consecutive device addresses.
 // It reports false when the op is cancelled or failed.
 func (l *lane) issue(op *Op, segs []segment) bool {
-	chunk := <-l.st.free
+	var chunk int
+	select {
+	case chunk = <-l.st.free:
+	case <-l.dead:
+		op.fail(errdefs.Errorf(errdefs.Internal, "no staging left: every chunk is withheld after copies the device could not show finished"))
+		return false
+	}
 	b := &batch{op: op, chunk: chunk, segs: segs}
 	op.mu.Lock()
 	if op.cancel {
@@ -169,9 +191,7 @@ func (l *lane) completer() {
 	for b := range l.batches {
 		if err := l.drv.waitEvent(b.ev); err != nil {
 			b.op.fail(err)
-			l.mu.Lock()
-			l.leaked++ // the copy may still be in flight: never reuse the chunk
-			l.mu.Unlock()
+			l.withhold()
 			b.op.batchDone()
 			continue
 		}

@@ -42,7 +42,7 @@ static unsigned long n_async, n_sync, n_refused;
 struct region { char *p; size_t n; };
 static struct region pinned[64];
 
-struct event { unsigned long want, stream_id; int recorded; struct stream *s; };
+struct event { unsigned long want, stream_id; int recorded, fail; struct stream *s; };
 enum { OP_COPY, OP_EVENT };
 struct op { int kind; char *dst, *src; size_t n; struct event *ev; unsigned long seq; struct op *next; };
 struct stream { pthread_t th; struct op *head, *tail; unsigned long queued, reached, delay; int stop; };
@@ -81,6 +81,7 @@ CUresult cuGetErrorName(CUresult e, const char **s) {
   case E_NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; return OK;
   case E_NOT_READY: *s = "CUDA_ERROR_NOT_READY"; return OK;
   case E_HOST_REGISTERED: *s = "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"; return OK;
+  case 719: *s = "CUDA_ERROR_LAUNCH_FAILED"; return OK;
   default: *s = "CUDA_ERROR_UNKNOWN"; return OK;
   }
 }
@@ -239,7 +240,9 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
 
 CUresult cuEventCreate(void **out, unsigned flags) {
   (void)flags;
-  *out = calloc(1, sizeof(struct event));
+  struct event *e = calloc(1, sizeof *e);
+  e->fail = getenv("FAKECUDA_EVENT_FAIL") != 0; /* its wait reports a device fault */
+  *out = e;
   return OK;
 }
 CUresult cuEventDestroy_v2(void *e) { free(e); return OK; }
@@ -269,7 +272,7 @@ CUresult cuEventSynchronize(void *ep) {
   pthread_mutex_lock(&mu);
   while (e->recorded && e->s->reached < e->want) pthread_cond_wait(&cv, &mu);
   pthread_mutex_unlock(&mu);
-  return OK;
+  return e->fail ? 719 /* CUDA_ERROR_LAUNCH_FAILED */ : OK;
 }
 
 /* dma-buf export (CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1): the memfd. */
