@@ -69,8 +69,15 @@ func TestHostTouchOfDeviceMemoryFaults(t *testing.T) {
 	if !faulted {
 		t.Fatal("a host read of device memory did not fault")
 	}
-	if _, err := d.Gather([]Piece{{Device: uintptr(unsafe.Pointer(&host[0])), Host: make([]byte, 8)}}); !errdefs.IsInvalidArgument(err) {
-		t.Fatalf("gather from host memory: %v, want InvalidArgument", err)
+	op, err := d.Gather([]Piece{{Device: uintptr(unsafe.Pointer(&host[0])), Host: make([]byte, 8)}})
+	if err == nil {
+		err = op.Wait()
+	}
+	if !errdefs.IsInvalidArgument(err) || (op != nil && op.Copies() != 0) {
+		t.Fatalf("gather from host memory: %v, want InvalidArgument and no copy", err)
+	}
+	if _, err := d.Scatter([]Piece{{Device: 0, Host: host}}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("scatter to address 0: %v, want InvalidArgument at once", err)
 	}
 }
 

@@ -100,6 +100,10 @@ func (l *lane) submitter() {
 // run cuts a job into chunk-sized batches and hands each to the stream.
 func (l *lane) run(j job) {
 	defer j.op.allQueued()
+	if err := l.checkDevice(j.pieces); err != nil {
+		j.op.fail(err)
+		return
+	}
 	var segs []segment
 	var used int64
 	flush := func() bool {
@@ -122,6 +126,24 @@ func (l *lane) run(j job) {
 		}
 	}
 	flush()
+}
+
+// checkDevice asks the driver whether each run of consecutive pieces
+// starts and ends in device memory (a run that does lies in one mapping or
+// in adjacent ones: the driver hands out no holes inside an allocation).
+func (l *lane) checkDevice(pieces []Piece) error {
+	for i := 0; i < len(pieces); {
+		j, end := i, pieces[i].Device+uintptr(len(pieces[i].Host))
+		for j+1 < len(pieces) && pieces[j+1].Device == end {
+			j++
+			end += uintptr(len(pieces[j].Host))
+		}
+		if !l.drv.isDevice(pieces[i].Device) || !l.drv.isDevice(end-1) {
+			return errdefs.Errorf(errdefs.InvalidArgument, "pieces %d..%d: %#x..%#x is not device memory of %s", i, j, pieces[i].Device, end, l.drv.lib)
+		}
+		i = j + 1
+	}
+	return nil
 }
 
 // issue takes a free chunk (waiting for one: backpressure), fills it for a

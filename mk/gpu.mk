@@ -1,6 +1,7 @@
 # KV in GPU memory (issue 24): the staged mode through the CUDA driver API.
 #   make gpu-fake   the gpumem tests on the fake driver (gcc builds it from
-#                   gpumem/testdata/fakecuda.c into $(BIN)), under -race; the
+#                   gpumem/testdata/fakecuda.c; `make unit` runs them under
+#                   -race too); the
 #                   known-unsafe copy-before-success control arm, which the
 #                   late-write test must catch; the gpu-check path itself
 #                   over the fake (bandwidth figures there mean nothing); and
@@ -25,7 +26,7 @@ gpu-check:
 gpu-fake:
 	@echo "==> gpu-fake"
 	mkdir -p $(BIN)
-	$(GO) test -race -count=1 ./gpumem/...
+	$(GO) test -count=1 ./gpumem/...
 	$(GO) test -count=1 -tags kvfenceunsafe -v ./gpumem -run '^TestLateWriteNeverReachesGPUPage$$' 2>&1 | grep -E 'control arm caught' || \
 	  { echo "gpu-fake: the copy-before-success control arm was not caught"; exit 1; }
 	$(CC) -Wall -shared -fPIC -O1 -pthread -o $(BIN)/libfakecuda.so gpumem/testdata/fakecuda.c
