@@ -18,6 +18,17 @@
 //     pages into the engine's GPU pages only after the request succeeded,
 //     and reports Transferring until that copy is done.
 //
+// Binding code (the C ABI's gather/scatter of an engine's buffer list)
+// routes a device buffer like this; the host destination is the agent's
+// page memory, the copy completes off the caller's thread:
+//
+//	if dev, ok := gpumem.DeviceOf(bufPtr); ok {
+//		op, err := dev.Gather(pieces) // or Scatter, after the request succeeded
+//		...                           // poll op.Ready(); op.Cancel() on abort
+//	} else if engineSaysGPU {
+//		_, err := gpumem.Shared() // FailedPrecondition naming the library
+//	}
+//
 // It owns: the driver binding (driver.go), pinned staging (one mmap
 // registered once with cuMemHostRegister, cut in chunks), asynchronous
 // copies (one per run of consecutive device addresses within a chunk),
