@@ -1,0 +1,10 @@
+//go:build !kvfenceunsafe
+
+package gpumem
+
+// The safe build copies nothing into GPU memory before success.
+func startEarlyCopies(*StagedReceiver) {}
+
+// CopiesBeforeSuccess says whether this build is the known-unsafe control
+// arm (it is not).
+const CopiesBeforeSuccess = false
