@@ -77,6 +77,7 @@ def check_clean(pi, di):
         assert not inst.held, "blocks still held: %s" % inst.held
         for w in inst.workers:
             assert w.live_handles() == dict(loads=0, out=0)
+            assert w.unreleased_reports() == 0
 
 
 def stop(*insts):
@@ -215,17 +216,41 @@ def _abort_then_reuse(arm, monkeypatch):
             w.fill(victim, 42)
         settle(pi, di, ["a"], [])
         di.run_until(lambda: all(w.threads() == 0 for w in di.workers), "load threads to end")
-        return sum(w.corrupt(victim, 42) for w in di.workers)
+        return sum(w.corrupt(victim, 42) for w in di.workers), sum(w.unreleased_reports() for w in di.workers)
     finally:
         stop(di, pi)
 
 
 def test_abort_keeps_blocks_until_released(monkeypatch):
-    assert _abort_then_reuse(None, monkeypatch) == 0
+    assert _abort_then_reuse(None, monkeypatch) == (0, 0)
 
 
 def test_control_arm_free_on_abort_is_caught(monkeypatch):
-    assert _abort_then_reuse("free_on_abort", monkeypatch) > 0
+    corrupt, unreleased = _abort_then_reuse("free_on_abort", monkeypatch)
+    # Reported while kvfence still held the request, and the late copy
+    # landed in the blocks' next owner.
+    assert unreleased > 0 and corrupt > 0
+
+
+def test_prefill_worker_killed_mid_load():
+    """A prefill worker (and with it its plugin) dies after decode exposed
+    the request's slots: the load fails for every block, and is reported
+    only once kvfence released the slots (fence or lease)."""
+    pi, di = pair(2, 1, "flash")
+    try:
+        params = prefill(pi, "k", 12, 3)
+        # Prefill's workers never get the send intent (no step): the pull is
+        # answered, decode exposes its slots, and no byte comes.
+        blocks = decode(di, "k", 12, params)
+        di.run_until(lambda: di.workers[0].exposed() == 1, "decode to expose the request")
+        pi.workers[1].kill()
+        di.run_until(lambda: "k" in di.done, "the failed load to be reported")
+        assert di.errors == set(blocks)
+        assert di.workers[0].unreleased_reports() == 0
+        assert di.workers[0].live_handles() == dict(loads=0, out=0)
+    finally:
+        pi.workers[1].stop = lambda: None
+        stop(di, pi)
 
 
 def test_unsafe_arm_refused_outside_tests(monkeypatch):

@@ -127,6 +127,12 @@ class Worker:
     def threads(self):
         return sum(t.name.startswith("kvfence-load") or t.name.startswith("kvfence-send") for t in threading.enumerate())
 
+    def unreleased_reports(self):
+        return self.c.worker.reported_unreleased
+
+    def exposed(self):
+        return sum(ld.rv is not None for ld in list(self.c.worker.loads.values()))
+
     def live_handles(self):
         w = self.c.worker
         return dict(loads=len(w.loads), out=len(w.out))

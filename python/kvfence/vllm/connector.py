@@ -281,6 +281,7 @@ class _Load:
         self.done = False
         self.errors = set()
         self.rv = None
+        self.rv_released = False
         self.t = threading.Thread(target=self._run, name="kvfence-load", daemon=True)
 
     def _run(self):
@@ -351,6 +352,7 @@ class _Load:
         if self.w.opts.unsafe != "free_on_abort":
             while not self.rv.released:
                 time.sleep(0.01)
+            self.rv_released = True
         self.rv.close()
 
 
@@ -391,6 +393,7 @@ class _Worker:
         self.load_errors = set()
         self.gens = {}
         self.out = {}  # tid -> _Outgoing
+        self.reported_unreleased = 0  # loads reported to vLLM while kvfence still held them
         self.gone = {}  # tid -> when: transfers that ended here; a later pull is refused
         self.agents = {}  # decode addr -> api.Prefill
         self.dec = self.srv = self.caches = None
@@ -469,6 +472,8 @@ class _Worker:
                 early = self.opts.unsafe == "free_on_abort" and ld.aborted.is_set()
                 if ld.done or early:
                     recving.add(req_id)
+                    if not ld.done or (ld.rv is not None and not ld.rv_released):
+                        self.reported_unreleased += 1  # only the unsafe arm gets here
                     if self.opts.unsafe != "swallow_load_errors":
                         self.load_errors |= ld.errors
                     del self.loads[req_id]
