@@ -123,12 +123,18 @@ def test_transfers_with_aborts(p_tp, d_tp, kind, p_hnd, d_hnd):
         stop(di, pi)
 
 
-def test_prefix_hit_reused_id_and_aborts_before_scheduling():
+def test_prefix_hit_preemption_reused_id_and_aborts_before_scheduling():
     pi, di = pair(2, 2, "flash", True, False, p_extra=dict(abort_timeout_s=600))
     try:
         pa = prefill(pi, "x", 9, 5)
         pb = prefill(pi, "gone", 8, 6)
+        pc = prefill(pi, "hit", 8, 4)
         pi.step()
+        # "hit" is all in decode's prefix cache: nothing to load, and prefill
+        # is told at once that its blocks are free.
+        di.sched.add("hit", 8, pc)
+        assert di.sched.matched("hit", 8) == (0, False)
+        di.sched.after_alloc("hit", di.alloc(2), 0, 2)
         # Decode has the first block from its own prefix cache.
         bx = decode(di, "x", 9, pa, hashed=1)
         for w in di.workers:
@@ -137,9 +143,12 @@ def test_prefix_hit_reused_id_and_aborts_before_scheduling():
         # told (abandon), not wait out its 600 s abort timeout.
         di.sched.add("gone", 8, pb)
         assert di.sched.finished("gone", [], "FINISHED_ABORTED") == (False, None)
-        settle(pi, di, ["x", "gone"], ["x"])
+        settle(pi, di, ["x", "gone", "hit"], ["x"])
         for w in di.workers:
             assert w.corrupt(bx, 5) == 0
+        # Preempted after its load, "x" is scheduled again: vLLM asks once
+        # more, and it recomputes locally instead of loading twice.
+        assert di.sched.matched("x", 0) == (0, False)
         di.release(bx)
         # The same request id again: a new transfer, a new room.
         pa2 = prefill(pi, "x", 9, 7)
