@@ -9,9 +9,10 @@ buffer (gpu_model_runner permutes the view, so the strides say it):
 - MLA:                   (num_blocks, block_size, latent_size)
 
 A kvfence page is one vLLM block across every layer. On the wire each
-writer's shard is canonical — per layer, (kv, heads, tokens, head bytes),
+writer's shard is canonical — per layer, (kv, tokens, heads, head bytes),
 C order — so a prefill instance in NHD feeds a decode instance in HND, and
-a page never depends on either side's strides. Only host memory is read or
+a page never depends on either side's strides. The order is vLLM's
+default (NHD): an NHD cache sending all its heads copies whole runs. Only host memory is read or
 written here: GPU caches are refused (Unimplemented) until staged GPU mode
 is wired in.
 
@@ -51,7 +52,7 @@ def as_bytes_view(t):
 
 class LayerView:
     """One layer's cache as canonical blocks: block(b) is a view
-    (kv, heads, tokens, head_bytes) of block b, whatever the strides."""
+    (kv, tokens, heads, head_bytes) of block b, whatever the strides."""
 
     def __init__(self, name, tensor, kind="auto"):
         v = as_bytes_view(tensor)
@@ -61,8 +62,8 @@ class LayerView:
         if kind == MLA:
             if v.ndim != 4:
                 raise errors.InvalidArgument("kvfence.vllm: layer %s: MLA cache must be (blocks, block_size, latent), got %s" % (name, v.shape[:-1]))
-            # (blocks, tokens, latent, esize) -> (blocks, 1, 1, tokens, latent bytes)
-            self.blocks = _merge_last(v[:, None, None])
+            # (blocks, tokens, latent, esize) -> (blocks, 1, tokens, 1, latent bytes)
+            self.blocks = _merge_last(v[:, None, :, None])
         else:
             if v.ndim != 6:
                 raise errors.InvalidArgument("kvfence.vllm: layer %s: cache must be 5-dimensional for %s, got %s" % (name, kind, v.shape[:-1]))
@@ -70,10 +71,10 @@ class LayerView:
                 v = v.transpose(1, 0, 2, 3, 4, 5)  # -> (blocks, kv, tokens, heads, head, esize)
             elif kind != FLASHINFER:
                 raise errors.InvalidArgument("kvfence.vllm: unknown cache layout %r (flash, flashinfer, mla)" % kind)
-            # (blocks, kv, heads, tokens, head*esize): a view; the copy out is C order
-            self.blocks = _merge_last(v.transpose(0, 1, 3, 2, 4, 5))
+            # (blocks, kv, tokens, heads, head bytes): a view; the copy out is C order
+            self.blocks = _merge_last(v)
         self.kind = kind
-        self.num_blocks, self.kv, self.heads, self.block_size, self.head_bytes = self.blocks.shape
+        self.num_blocks, self.kv, self.block_size, self.heads, self.head_bytes = self.blocks.shape
 
     def shard_bytes(self, nheads):
         return self.kv * nheads * self.block_size * self.head_bytes
@@ -163,7 +164,7 @@ class Caches:
         h0, h1 = heads[0], heads[-1] + 1
         off = 0
         for l in self.layers:
-            src = l.blocks[block, :, h0:h1]
+            src = l.blocks[block, :, :, h0:h1]
             n = src.size
             out[off:off + n].reshape(src.shape)[...] = src
             off += n
@@ -174,7 +175,7 @@ class Caches:
         h0, h1 = heads[0], heads[-1] + 1
         off = 0
         for l in self.layers:
-            dst = l.blocks[block, :, h0:h1]
+            dst = l.blocks[block, :, :, h0:h1]
             n = dst.size
             dst[...] = shard[off:off + n].reshape(dst.shape)
             off += n
