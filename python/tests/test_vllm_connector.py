@@ -124,7 +124,7 @@ def test_transfers_with_aborts(p_tp, d_tp, kind, p_hnd, d_hnd):
 
 
 def test_prefix_hit_preemption_reused_id_and_aborts_before_scheduling():
-    pi, di = pair(2, 2, "flash", True, False, p_extra=dict(abort_timeout_s=600))
+    pi, di = pair(2, 2, "flash", True, False, p_extra=dict(abort_timeout_s=600, idle_close_s=0.5))
     try:
         pa = prefill(pi, "x", 9, 5)
         pb = prefill(pi, "gone", 8, 6)
@@ -150,7 +150,10 @@ def test_prefix_hit_preemption_reused_id_and_aborts_before_scheduling():
         # more, and it recomputes locally instead of loading twice.
         assert di.sched.matched("x", 0) == (0, False)
         di.release(bx)
-        # The same request id again: a new transfer, a new room.
+        # Idle prefill agents (one per decode rank) close, plugins and all.
+        assert all(w.live_agents() == 1 for w in pi.workers)  # decode rank d takes rank d's heads
+        pi.run_until(lambda: all(w.live_agents() == 0 for w in pi.workers), "idle prefill agents to close")
+        # The same request id again: a new transfer, a new room, new agents.
         pa2 = prefill(pi, "x", 9, 7)
         assert pa2["kvfence_tid"] != pa["kvfence_tid"]
         pi.done.pop("x")

@@ -130,6 +130,9 @@ class Worker:
     def unreleased_reports(self):
         return self.c.worker.reported_unreleased
 
+    def live_agents(self):
+        return self.c.worker.live_agents()
+
     def exposed(self):
         return sum(ld.rv is not None for ld in list(self.c.worker.loads.values()))
 

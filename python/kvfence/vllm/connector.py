@@ -98,6 +98,7 @@ class _Options:
         self.abort_timeout_s = float(x.get("abort_timeout_s", 120.0))
         self.link_timeout_s = float(x.get("link_timeout_s", 30.0))
         self.load_timeout_s = float(x.get("load_timeout_s", 300.0))
+        self.idle_close_s = float(x.get("idle_close_s", 300.0))
         self.agent = {k: x[k] for k in ("plugin", "log_level", "log_file", "tls_cert", "tls_key", "tls_ca", "checksums") if k in x}
         self.decode_cfg = dict(slots=int(x.get("slots", 1024)), lease_ms=int(x.get("lease_ms", 5000)),
                                max_hold_ms=int(x.get("max_hold_ms", 60000)))
@@ -489,6 +490,7 @@ class _Worker:
             cut = time.monotonic() - 4 * self.opts.abort_timeout_s - 600
             for tid in [t for t, at in self.gone.items() if at < cut]:
                 del self.gone[tid]
+        self._close_idle()
         return (sending or None), (recving or None)
 
     def take_load_errors(self):
@@ -535,6 +537,10 @@ class _Worker:
                 raise errors.FailedPrecondition("transfer expired: its blocks were given back")
             o.decode_tp = int(msg["decode_tp"])
             o.pulls[d] = msg
+            if heads is not None:
+                slot = self.agents.get(msg["decode_addr"])
+                if slot is not None:
+                    slot["active"] += 1  # until its sender ends (_send)
             if heads is None:
                 o.started.add(d)
                 o.ended.add(d)  # nothing for this rank to send that decode rank
@@ -547,22 +553,61 @@ class _Worker:
     def _agent(self, addr, shard_bytes, decode_rank):
         """The prefill agent linked to the decode rank at addr: one per
         decode rank, opened by the first pull that names it."""
-        with self.lock:
-            slot = self.agents.setdefault(addr, [threading.Lock(), None])
-        with slot[0]:
-            if slot[1] is None:
-                # Opened on the worker's long-lived opener thread: the agent's
-                # plugin process dies with the thread that started it (Linux
-                # ties a child's parent-death signal to the forking thread, and
-                # cgo forks on the calling thread), and rendezvous handler and
-                # sender threads are short-lived.
-                slot[1] = self.opener.submit(api.Prefill, rank=rank_id(self.opts.engine_id, self.tp_rank), decode_addr=addr,
-                                             decode_rank=int(decode_rank), shard_bytes=shard_bytes, **self.opts.prefill_cfg, **self.opts.agent).result()
-            a = slot[1]
+        while True:
+            with self.lock:
+                slot = self.agents.setdefault(addr, dict(lock=threading.Lock(), agent=None, used=0.0, active=0))
+                slot["used"] = time.monotonic()
+            with slot["lock"]:
+                with self.lock:
+                    if self.agents.get(addr) is not slot:
+                        continue  # closed as idle meanwhile: take the new slot
+                a = self._open_in(slot, addr, shard_bytes, decode_rank)
+            break
         if a.page_bytes != shard_bytes:
             raise errors.InvalidArgument("decode rank at %s asked for %d-byte shards, then %d" % (addr, a.page_bytes, shard_bytes))
         a.wait_linked(self.opts.link_timeout_s)
         return a
+
+    def _open_in(self, slot, addr, shard_bytes, decode_rank):
+        if slot["agent"] is None:
+            # Opened on the worker's long-lived opener thread: the agent's
+            # plugin process dies with the thread that started it (Linux
+            # ties a child's parent-death signal to the forking thread, and
+            # cgo forks on the calling thread), and rendezvous handler and
+            # sender threads are short-lived.
+            slot["agent"] = self.opener.submit(
+                api.Prefill, rank=rank_id(self.opts.engine_id, self.tp_rank), decode_addr=addr,
+                decode_rank=int(decode_rank), shard_bytes=shard_bytes, **self.opts.prefill_cfg,
+                **self.opts.agent).result()
+        return slot["agent"]
+
+    def _use(self, addr, n):
+        """Counts the pulls naming addr whose sender has not ended: an agent
+        with one is never closed as idle."""
+        with self.lock:
+            slot = self.agents.get(addr)
+            if slot is not None:
+                slot["active"] += n
+                slot["used"] = time.monotonic()
+
+    def _close_idle(self):
+        """Closes agents (and their plugin processes) idle for idle_close_s:
+        decode ranks come and go (a restarted one has a new address)."""
+        now, idle = time.monotonic(), []
+        with self.lock:
+            for addr, slot in list(self.agents.items()):
+                if slot["active"] == 0 and now - slot["used"] > self.opts.idle_close_s and slot["lock"].acquire(False):
+                    del self.agents[addr]
+                    idle.append(slot)
+        for slot in idle:
+            a, slot["agent"] = slot["agent"], None
+            slot["lock"].release()
+            if a is not None:
+                self.opener.submit(a.close)
+
+    def live_agents(self):
+        with self.lock:
+            return sum(slot["agent"] is not None for slot in self.agents.values())
 
     def _start_send(self, o, msg):
         d = int(msg["decode_rank"])
@@ -588,6 +633,7 @@ class _Worker:
         finally:
             if s is not None:
                 s.close()
+            self._use(msg["decode_addr"], -1)
             with self.lock:
                 o.ended.add(d)
 
@@ -621,9 +667,9 @@ class _Worker:
         self.closed = True
         if self.srv:
             self.srv.close()
-        for _, a in list(self.agents.values()):
-            if a is not None:
-                a.close()
+        for slot in list(self.agents.values()):
+            if slot["agent"] is not None:
+                slot["agent"].close()
         if self.dec:
             self.dec.close()
         self.opener.shutdown(wait=False)
