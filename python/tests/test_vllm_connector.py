@@ -269,3 +269,25 @@ def test_unsafe_arm_refused_outside_tests(monkeypatch):
     monkeypatch.delenv("KVFENCE_TEST_CONTROL_ARM", raising=False)
     with pytest.raises(RuntimeError, match="unsafe_control_arm is for kvfence's own tests only"):
         Instance("kv_consumer", "d", 1, "flash", False, 2, bs=BS, extra=dict(FAST, unsafe_control_arm="free_on_abort"))
+
+
+def test_prefill_worker_hung_mid_load_lease_expires():
+    """A prefill worker stops (SIGSTOP: no heartbeat, its plugin still up)
+    after decode exposed the request: kvfence's lease on it passes, the load
+    fails for every block and is reported once the slots were released."""
+    import signal
+    pi, di = pair(1, 1, "flash")
+    try:
+        params = prefill(pi, "h", 8, 5)
+        blocks = decode(di, "h", 8, params)
+        di.run_until(lambda: di.workers[0].exposed() == 1, "decode to expose the request")
+        os.kill(pi.workers[0].pid, signal.SIGSTOP)
+        try:
+            di.run_until(lambda: "h" in di.done, "the load to fail at the lease")
+        finally:
+            os.kill(pi.workers[0].pid, signal.SIGCONT)
+        assert di.errors == set(blocks)
+        assert di.workers[0].unreleased_reports() == 0
+        assert di.workers[0].live_handles() == dict(loads=0, out=0)
+    finally:
+        stop(di, pi)
