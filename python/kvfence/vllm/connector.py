@@ -307,25 +307,47 @@ class _Load:
             raise errors.InvalidArgument("decode allocated more blocks than prefill sent")
         writers = w.writers(r["prefill_tp"])
         ids = [rank_id(r["engine_id"], p) for p, _ in writers]
-        room, gen = room_of(r["tid"]), w.next_gen(room_of(r["tid"]))
-        count = len(r["local"])
-        heads = dict(writers)
-        for p, (host, port) in enumerate(r["peers"]):
-            rendezvous.call(host, port, dict(op="pull", tid=r["tid"], gen=gen, decode_rank=w.tp_rank, decode_tp=w.tp_size,
-                                             decode_addr=w.dec.addr, block_size=w.block_size, skip=r["skip"], count=count,
-                                             heads=heads.get(p), shard_bytes=w.shard_bytes), w.opts.secret,
-                            timeout=w.opts.link_timeout_s)
+        room = room_of(r["tid"])
+        gen = w.next_gen(room)
+        self._pull(gen, dict(writers))
         w.dec.wait_linked(ids, timeout=w.opts.link_timeout_s)
         self.rv = w.dec.receiver(room, gen)
-        end = time.monotonic() + w.opts.link_timeout_s
+        self._expose(ids)
+        if not self._wait_handoff():
+            return False
+        if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
+            self.rv.abort()  # handed off, but vLLM let the request go: no copy into its blocks
+            return False
+        page = self.rv.read(0, len(r["local"]))
+        w.scatter(r["local"], writers, page)
+        self.rv.finish()
+        return True
+
+    def _pull(self, gen, heads):
+        """Tells every prefill rank where to write (non-writers learn they
+        have nothing to send); an error answer fails the load."""
+        w, r = self.w, self.r
+        for p, (host, port) in enumerate(r["peers"]):
+            rendezvous.call(host, port, dict(op="pull", tid=r["tid"], gen=gen, decode_rank=w.tp_rank, decode_tp=w.tp_size,
+                                             decode_addr=w.dec.addr, block_size=w.block_size, skip=r["skip"],
+                                             count=len(r["local"]), heads=heads.get(p), shard_bytes=w.shard_bytes),
+                            w.opts.secret, timeout=w.opts.link_timeout_s)
+
+    def _expose(self, ids):
+        end = time.monotonic() + self.w.opts.link_timeout_s
         while True:
             try:
-                self.rv.init(count, ids)
-                break
+                self.rv.init(len(self.r["local"]), ids)
+                return
             except errors.ResourceExhausted:
                 if time.monotonic() > end or self.aborted.is_set():
                     raise
                 time.sleep(0.01)
+
+    def _wait_handoff(self):
+        """True at a hand-off; False once vLLM aborted the request (the
+        receiver is aborted: kvfence holds its slots until released)."""
+        w = self.w
         deadline = time.monotonic() + w.opts.load_timeout_s
         while True:
             if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
@@ -336,16 +358,9 @@ class _Load:
                 raise errors.Unavailable("no hand-off within load_timeout_s (%.0f s)" % w.opts.load_timeout_s)
             st = self.rv.wait(0.1)
             if st == api.KVPoll.Success:
-                break
+                return True
             if st == api.KVPoll.Failed:
                 raise self.rv.failure() or errors.Unavailable("load failed")
-        if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
-            self.rv.abort()  # handed off, but vLLM let the request go: no copy into its blocks
-            return False
-        page = self.rv.read(0, count)
-        w.scatter(r["local"], writers, page)
-        self.rv.finish()
-        return True
 
     def _wait_released(self):
         if self.rv is None:
@@ -463,35 +478,46 @@ class _Worker:
                 self._start_send(o, m)
 
     def finished(self, finished_req_ids):
-        recving, sending = set(), set()
         with self.lock:
-            for req_id in finished_req_ids:
-                ld = self.loads.get(req_id)
-                if ld is not None and not ld.done:
-                    ld.aborted.set()
-            for req_id, ld in list(self.loads.items()):
-                early = self.opts.unsafe == "free_on_abort" and ld.aborted.is_set()
-                if ld.done or early:
-                    recving.add(req_id)
-                    if not ld.done or (ld.rv is not None and not ld.rv_released):
-                        self.reported_unreleased += 1  # only the unsafe arm gets here
-                    if self.opts.unsafe != "swallow_load_errors":
-                        self.load_errors |= ld.errors
-                    del self.loads[req_id]
-            for tid, o in list(self.out.items()):
-                if o.finished(self.opts.abort_timeout_s):
-                    if o.req_id is not None:
-                        sending.add(o.req_id)
-                    del self.out[tid]
-                    self.gone[tid] = time.monotonic()
-                elif o.blocks is None and time.monotonic() - o.t0 > 2 * self.opts.abort_timeout_s:
-                    del self.out[tid]  # a pull for a request this worker never got
-                    self.gone[tid] = time.monotonic()
-            cut = time.monotonic() - 4 * self.opts.abort_timeout_s - 600
-            for tid in [t for t, at in self.gone.items() if at < cut]:
-                del self.gone[tid]
+            recving = self._finished_loads(finished_req_ids)
+            sending = self._finished_sends()
         self._close_idle()
         return (sending or None), (recving or None)
+
+    def _finished_loads(self, finished_req_ids):
+        """Loads kvfence let go of; vLLM's finished ids abort the rest."""
+        recving = set()
+        for req_id in finished_req_ids:
+            ld = self.loads.get(req_id)
+            if ld is not None and not ld.done:
+                ld.aborted.set()
+        for req_id, ld in list(self.loads.items()):
+            early = self.opts.unsafe == "free_on_abort" and ld.aborted.is_set()
+            if not (ld.done or early):
+                continue
+            recving.add(req_id)
+            if not ld.done or (ld.rv is not None and not ld.rv_released):
+                self.reported_unreleased += 1  # only the unsafe arm gets here
+            if self.opts.unsafe != "swallow_load_errors":
+                self.load_errors |= ld.errors
+            del self.loads[req_id]
+        return recving
+
+    def _finished_sends(self):
+        """Prefill requests whose blocks nothing reads any more."""
+        sending, now = set(), time.monotonic()
+        for tid, o in list(self.out.items()):
+            if o.finished(self.opts.abort_timeout_s):
+                if o.req_id is not None:
+                    sending.add(o.req_id)
+            elif not (o.blocks is None and now - o.t0 > 2 * self.opts.abort_timeout_s):
+                continue  # (else: a pull for a request this worker never got)
+            del self.out[tid]
+            self.gone[tid] = now
+        cut = now - 4 * self.opts.abort_timeout_s - 600
+        for tid in [t for t, at in self.gone.items() if at < cut]:
+            del self.gone[tid]
+        return sending
 
     def take_load_errors(self):
         with self.lock:
@@ -520,11 +546,23 @@ class _Worker:
         heads = msg.get("heads")
         if int(msg["block_size"]) != self.block_size:
             raise errors.Unimplemented("block size %d here, %d on decode" % (self.block_size, int(msg["block_size"])))
+        held = None
         if heads is not None:
             sb = self.caches.shard_bytes(len(heads))
             if sb != int(msg["shard_bytes"]):
                 raise errors.InvalidArgument("shard of %d bytes here, %d on decode (layouts differ)" % (sb, int(msg["shard_bytes"])))
-            self._agent(msg["decode_addr"], sb, d)
+            self._agent(msg["decode_addr"], sb, d, hold=True)
+            held = msg["decode_addr"]
+        try:
+            return self._register_pull(tid, d, heads, msg)
+        except BaseException:
+            if held is not None:
+                self._use(held, -1)
+            raise
+
+    def _register_pull(self, tid, d, heads, msg):
+        """Records decode rank d's pull; with heads, its agent stays held
+        until the sender ends (_send gives it back)."""
         with self.lock:
             if tid in self.gone:
                 raise errors.FailedPrecondition("transfer %s ended here (sent, abandoned or expired)" % tid[:8])
@@ -537,10 +575,6 @@ class _Worker:
                 raise errors.FailedPrecondition("transfer expired: its blocks were given back")
             o.decode_tp = int(msg["decode_tp"])
             o.pulls[d] = msg
-            if heads is not None:
-                slot = self.agents.get(msg["decode_addr"])
-                if slot is not None:
-                    slot["active"] += 1  # until its sender ends (_send)
             if heads is None:
                 o.started.add(d)
                 o.ended.add(d)  # nothing for this rank to send that decode rank
@@ -550,22 +584,34 @@ class _Worker:
             self._start_send(o, msg)
         return {}
 
-    def _agent(self, addr, shard_bytes, decode_rank):
+    def _agent(self, addr, shard_bytes, decode_rank, hold=False):
         """The prefill agent linked to the decode rank at addr: one per
-        decode rank, opened by the first pull that names it."""
+        decode rank, opened by the first pull that names it. While this
+        runs, and after it with hold (the caller gives it back with _use),
+        the agent counts as in use and is never closed as idle."""
         while True:
             with self.lock:
                 slot = self.agents.setdefault(addr, dict(lock=threading.Lock(), agent=None, used=0.0, active=0))
-                slot["used"] = time.monotonic()
             with slot["lock"]:
                 with self.lock:
                     if self.agents.get(addr) is not slot:
                         continue  # closed as idle meanwhile: take the new slot
-                a = self._open_in(slot, addr, shard_bytes, decode_rank)
+                    slot["active"] += 1
+                try:
+                    a = self._open_in(slot, addr, shard_bytes, decode_rank)
+                except BaseException:
+                    self._use(addr, -1)
+                    raise
             break
-        if a.page_bytes != shard_bytes:
-            raise errors.InvalidArgument("decode rank at %s asked for %d-byte shards, then %d" % (addr, a.page_bytes, shard_bytes))
-        a.wait_linked(self.opts.link_timeout_s)
+        try:
+            if a.page_bytes != shard_bytes:
+                raise errors.InvalidArgument("decode rank at %s asked for %d-byte shards, then %d" % (addr, a.page_bytes, shard_bytes))
+            a.wait_linked(self.opts.link_timeout_s)
+        except BaseException:
+            self._use(addr, -1)
+            raise
+        if not hold:
+            self._use(addr, -1)
         return a
 
     def _open_in(self, slot, addr, shard_bytes, decode_rank):
