@@ -291,3 +291,27 @@ def test_prefill_worker_hung_mid_load_lease_expires():
         assert di.workers[0].live_handles() == dict(loads=0, out=0)
     finally:
         stop(di, pi)
+
+
+def test_two_prefill_instances_feed_one_decode():
+    """Two prefill instances (their own engine ids, so their own kvfence
+    ranks) load into one decode instance, interleaved, every block checked."""
+    pa = Instance("kv_producer", "prefill-A", 1, "flash", False, 2, bs=BS, extra=FAST)
+    pb = Instance("kv_producer", "prefill-B", 1, "flash", True, 2, bs=BS, extra=FAST)
+    di = Instance("kv_consumer", "decode-A", 1, "flash", False, 2, bs=BS, extra=dict(FAST, prefill_tp_size=1))
+    try:
+        plan = [(pa, "a0", 9, 11), (pb, "b0", 6, 12), (pa, "a1", 5, 13), (pb, "b1", 11, 14)]
+        params = {rid: prefill(p, rid, n, tag) for p, rid, n, tag in plan}
+        blocks = {rid: decode(di, rid, n, params[rid]) for _, rid, n, _ in plan}
+        def settled():
+            pa.step()
+            pb.step()
+            return all(rid in p.done for p, rid, _, _ in plan) and all(rid in di.done for _, rid, _, _ in plan)
+        di.run_until(settled, "both instances' transfers to settle")
+        assert not di.errors
+        for _, rid, _, tag in plan:
+            assert di.workers[0].corrupt(blocks[rid], tag) == 0
+        check_clean(pa, di)
+        check_clean(pb, di)
+    finally:
+        stop(di, pb, pa)
