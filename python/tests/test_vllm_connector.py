@@ -59,17 +59,16 @@ def both_step(pi, di):
 
 
 def settle(pi, di, rids_p, rids_d):
-    end_ok = lambda: all(r in pi.done for r in rids_p) and all(r in di.done for r in rids_d)  # noqa: E731
-    for _ in range(100000):
-        if end_ok():
-            return
-        both_step(pi, di)
-        import time
-        time.sleep(0.01)
-        if _ > 12000:
-            break
-    raise AssertionError("not settled: prefill pending %s, decode pending %s" % (
-        [r for r in rids_p if r not in pi.done], [r for r in rids_d if r not in di.done]))
+    """Steps both instances until every named request was reported (each
+    step waits on its own; the bound only turns a hang into a failure)."""
+    def done():
+        pi.step()
+        return all(r in pi.done for r in rids_p) and all(r in di.done for r in rids_d)
+    try:
+        di.run_until(done, "transfers to settle")
+    except AssertionError:
+        raise AssertionError("not settled: prefill pending %s, decode pending %s" % (
+            [r for r in rids_p if r not in pi.done], [r for r in rids_d if r not in di.done]))
 
 
 def check_clean(pi, di):
