@@ -75,7 +75,6 @@ class Server:
             raise errors.FailedPrecondition(
                 "kvfence.vllm: rendezvous on %s (not loopback) needs a secret: set kv_connector_extra_config "
                 "rendezvous_secret or $KVFENCE_VLLM_SECRET" % host)
-        outer = self
 
         class H(socketserver.StreamRequestHandler):
             def handle(self):
@@ -101,7 +100,6 @@ class Server:
         self.host, self.port = self.srv.server_address[:2]
         self.t = threading.Thread(target=self.srv.serve_forever, name="kvfence-rendezvous", daemon=True)
         self.t.start()
-        del outer
 
     def close(self):
         self.srv.shutdown()
