@@ -474,6 +474,7 @@ class _Worker:
                 o = self.out.setdefault(s["tid"], _Outgoing(s["tid"]))
                 o.req_id, o.blocks, o.t0 = s["req_id"], list(s["blocks"]), time.monotonic()
                 ready = [m for d, m in o.pulls.items() if d not in o.started]
+                o.started.update(int(m["decode_rank"]) for m in ready)
             for m in ready:
                 self._start_send(o, m)
 
@@ -571,8 +572,8 @@ class _Worker:
                 raise errors.FailedPrecondition("transfer already abandoned or pulled by decode rank %d" % d)
             if o.blocks is None and o.req_id is None and time.monotonic() - o.t0 > self.opts.abort_timeout_s:
                 raise errors.FailedPrecondition("transfer expired")
-            if o.blocks is not None and not o.started and time.monotonic() - o.t0 > self.opts.abort_timeout_s:
-                raise errors.FailedPrecondition("transfer expired: its blocks were given back")
+            if o.blocks is not None and time.monotonic() - o.t0 > self.opts.abort_timeout_s:
+                raise errors.FailedPrecondition("transfer expired: its blocks are given back")
             o.decode_tp = int(msg["decode_tp"])
             o.pulls[d] = msg
             if heads is None:
@@ -580,6 +581,8 @@ class _Worker:
                 o.ended.add(d)  # nothing for this rank to send that decode rank
                 return {}
             ready = o.blocks is not None
+            if ready:
+                o.started.add(d)  # in the same hold of the lock: the blocks cannot be given back meanwhile
         if ready:
             self._start_send(o, msg)
         return {}
@@ -656,11 +659,8 @@ class _Worker:
             return sum(slot["agent"] is not None for slot in self.agents.values())
 
     def _start_send(self, o, msg):
-        d = int(msg["decode_rank"])
-        with self.lock:
-            if d in o.started:
-                return
-            o.started.add(d)
+        """Runs one sender; the caller marked it started under the lock
+        that also decides when o's blocks go back."""
         threading.Thread(target=self._send, args=(o, msg), name="kvfence-send", daemon=True).start()
 
     def _send(self, o, msg):
