@@ -216,8 +216,10 @@ def _abort_then_reuse(arm, monkeypatch):
     d_extra = dict(unsafe_control_arm=arm) if arm else {}
     pi, di = pair(1, 1, "flash", d_extra=d_extra)
     try:
+        # Prefill's workers get the send intent only after the blocks' next
+        # owner computed into them (settle steps prefill), so a late copy
+        # can only land after that, whatever the machine's load.
         params = prefill(pi, "a", 16, 9)
-        pi.step()
         blocks = decode(di, "a", 16, params)
         abort_decode(di, "a", blocks)
         di.run_until(lambda: "a" in di.done, "the aborted load to be reported")
