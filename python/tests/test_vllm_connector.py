@@ -256,13 +256,12 @@ def test_prefill_worker_killed_mid_load():
         # answered, decode exposes its slots, and no byte comes.
         blocks = decode(di, "k", 12, params)
         di.run_until(lambda: di.workers[0].exposed() == 1, "decode to expose the request")
-        pi.workers[1].kill()
+        pi.kill_worker(1)
         di.run_until(lambda: "k" in di.done, "the failed load to be reported")
         assert di.errors == set(blocks)
         assert di.workers[0].unreleased_reports() == 0
         assert di.workers[0].live_handles() == dict(loads=0, out=0)
     finally:
-        pi.workers[1].stop = lambda: None
         stop(di, pi)
 
 
@@ -316,3 +315,20 @@ def test_two_prefill_instances_feed_one_decode():
         check_clean(pb, di)
     finally:
         stop(di, pb, pa)
+
+
+def test_failed_pull_tells_the_other_prefill_ranks():
+    """Decode's pull to prefill rank 0 fails (that worker is gone), so rank 1
+    is never pulled: the load fails for every block, and rank 1 gives its
+    blocks back at once (cancel), not at its 600 s abort_timeout_s."""
+    pi, di = pair(2, 1, "flash", p_extra=dict(abort_timeout_s=600))
+    try:
+        params = prefill(pi, "c", 12, 6)
+        pi.kill_worker(0)
+        blocks = decode(di, "c", 12, params)
+        settle(pi, di, ["c"], ["c"])
+        assert di.errors == set(blocks)
+        assert pi.workers[1].live_handles() == dict(loads=0, out=0)
+        assert di.workers[0].unreleased_reports() == 0
+    finally:
+        stop(di, pi)

@@ -261,6 +261,12 @@ class Instance:
         self.errors = set()
         self.held = {}  # req_id -> blocks held past finish (delay_free_blocks)
         self.done = {}  # req_id -> "sent"/"recved"
+        self.dead = set()  # killed workers: vLLM's executor would be gone; the test steps the rest
+
+    def kill_worker(self, k):
+        self.workers[k].kill()
+        self.workers[k].stop = lambda: None
+        self.dead.add(k)
 
     def alloc(self, n):
         assert len(self.free) >= n, "pool empty"
@@ -273,11 +279,12 @@ class Instance:
     def step(self):
         meta = self.sched.meta()
         ids, self.finished_ids = self.finished_ids, set()
-        outs = [w.step(meta, ids) for w in self.workers]
-        for k, (sending, recving, errs) in enumerate(outs):
+        live = [k for k in range(self.tp) if k not in self.dead]
+        outs = {k: self.workers[k].step(meta, ids) for k in live}
+        for k, (sending, recving, errs) in outs.items():
             self.errors |= set(errs)
             for rid in list(sending) + list(recving):
-                left = self.pending.setdefault(rid, set(range(self.tp)))
+                left = self.pending.setdefault(rid, set(live))
                 left.discard(k)
                 if not left:
                     del self.pending[rid]

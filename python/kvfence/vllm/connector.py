@@ -296,6 +296,8 @@ class _Load:
             ok = False
         if not ok and not self.aborted.is_set():
             self.errors = set(self.r["local"])
+        if not ok:
+            self._cancel()
         self._wait_released()
         self.done = True
 
@@ -322,6 +324,19 @@ class _Load:
         w.scatter(r["local"], writers, page)
         self.rv.finish()
         return True
+
+    def _cancel(self):
+        """Tells every prefill rank this decode rank will not take the
+        request (a pull that failed, or an abort): a rank still waiting for
+        this pull gives its blocks back now, not at abort_timeout_s. A rank
+        whose sender runs lets it end on its own."""
+        w, r = self.w, self.r
+        for host, port in r["peers"]:
+            try:
+                rendezvous.call(host, port, dict(op="cancel", tid=r["tid"], decode_rank=w.tp_rank, decode_tp=w.tp_size),
+                                w.opts.secret, timeout=10)
+            except errors.KVFenceError:
+                pass  # that rank's abort_timeout_s still bounds it
 
     def _pull(self, gen, heads):
         """Tells every prefill rank where to write (non-writers learn they
@@ -473,7 +488,7 @@ class _Worker:
             with self.lock:
                 o = self.out.setdefault(s["tid"], _Outgoing(s["tid"]))
                 o.req_id, o.blocks, o.t0 = s["req_id"], list(s["blocks"]), time.monotonic()
-                ready = [m for d, m in o.pulls.items() if d not in o.started]
+                ready = [m for d, m in o.pulls.items() if d not in o.started and m is not None]
                 o.started.update(int(m["decode_rank"]) for m in ready)
             for m in ready:
                 self._start_send(o, m)
@@ -537,6 +552,16 @@ class _Worker:
             with self.lock:
                 o = self.out.setdefault(tid, _Outgoing(tid))
                 o.abandoned = True
+            return {}
+        if op == "cancel":
+            d = int(msg["decode_rank"])
+            with self.lock:
+                o = self.out.setdefault(tid, _Outgoing(tid))
+                o.decode_tp = int(msg["decode_tp"])
+                o.pulls.setdefault(d, None)
+                if d not in o.started:
+                    o.started.add(d)
+                    o.ended.add(d)  # this decode rank will never take it
             return {}
         if op != "pull":
             raise errors.InvalidArgument("rendezvous: unknown op %r" % (op,))
