@@ -4,7 +4,9 @@
 #   make bindings-c    builds and runs the C test (bindings/c), ~5 s
 #   make bindings-py   the pytest suite (python/tests) with Debian's python3,
 #                      ~30 s; SGLang's base classes are checked only when
-#                      SGLANG_SRC names a checkout of sgl-project/sglang
+#                      SGLANG_SRC names a checkout of sgl-project/sglang,
+#                      vLLM's base class and factory only when VLLM_SRC names
+#                      a copy of vLLM (README: Use from vLLM)
 PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 .PHONY: bindings bindings-c bindings-py bindings-deps bindings-bench
 
@@ -27,6 +29,7 @@ bindings-deps:
 
 bindings-py: bindings bindings-deps
 	PYTHONPATH=python $(PYTHON) -c 'from kvfence.sglang import KVFenceBackendProvider'
+	PYTHONPATH=python $(PYTHON) -c 'from kvfence.vllm import KVFenceConnector'
 	PYTHONPATH=python KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
 	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider python/tests
 	@echo "(boundary cost: make bindings-bench)"
