@@ -6,11 +6,13 @@ package main
 // are exactly the ones C makes, minus the crossing.
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -341,4 +343,73 @@ func init() {
 	if len(os.TempDir()) > 40 {
 		_ = os.Setenv("TMPDIR", filepath.Clean("/tmp"))
 	}
+}
+
+// openPairT opens a decode rank (one shard) and a prefill rank 1 linked
+// to it, both closed at test end.
+func openPairT(t *testing.T) (dec, pre uint64) {
+	t.Helper()
+	dec = openDecodeT(t, 1)
+	addr := make([]byte, 128)
+	abi(kvfence_agent_addr, dec, unsafe.Pointer(&addr[0]), len(addr), nil)
+	cfg := fmt.Sprintf(`{"rank": 1, "source_pages": 8, "shard_bytes": 4096, "log_level": "off", "plugin": %q, "decode_addr": %q}`,
+		pluginBin, string(addr[:strings.IndexByte(string(addr), 0)]))
+	var e errBuf
+	if rc := abi(kvfence_prefill_open, cstr(cfg), unsafe.Pointer(&pre), e.p()); rc != 0 {
+		t.Fatalf("prefill_open: %d %s", rc, e.Message[:])
+	}
+	t.Cleanup(func() { abi(kvfence_close, pre, nil) })
+	for abi(kvfence_prefill_linked, pre) != 1 || abi(kvfence_decode_linked, dec, 1) != 1 {
+		time.Sleep(10 * time.Millisecond) // the link comes up on its own; the test's timeout bounds it
+	}
+	return dec, pre
+}
+
+// The issue's Python crash at its root: src and dst that fault, where a
+// page is really copied (a handed-off request).
+func TestWriteAndReadFaultingMemoryAreInvalidArguments(t *testing.T) {
+	dec, pre := openPairT(t)
+	m := testMem(t)
+	var e errBuf
+	rv := newReceiverT(t, dec, 21)
+	defer abi(kvfence_close, rv, nil)
+	ranks := []uint32{1}
+	if rc := abi(kvfence_receiver_init, rv, 1, unsafe.Pointer(&ranks[0]), 1, e.p()); rc != 0 {
+		t.Fatalf("receiver_init: %d", rc)
+	}
+	var sd uint64
+	if rc := abi(kvfence_sender_new, pre, 21, 1, unsafe.Pointer(&sd), e.p()); rc != 0 {
+		t.Fatalf("sender_new: %d", rc)
+	}
+	defer abi(kvfence_close, sd, nil)
+	if rc := abi(kvfence_sender_init, sd, 1, e.p()); rc != 0 {
+		t.Fatalf("sender_init: %d", rc)
+	}
+	for name, p := range badPointers(m) {
+		if rc := abi(kvfence_sender_write, sd, 0, 1, p, 4096, e.p()); rc != codeInvalid {
+			t.Errorf("sender_write from %s: %d", name, rc)
+		}
+	}
+	src := m.rw[:4096]
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	if rc := abi(kvfence_sender_write, sd, 0, 1, unsafe.Pointer(&src[0]), 4096, e.p()); rc != 0 {
+		t.Fatalf("sender_write: %d", rc)
+	}
+	abi(kvfence_sender_send, sd, 1, e.p())
+	abi(kvfence_sender_finish, sd, 1, e.p())
+	if st := abi(kvfence_wait, rv, 60_000); st != 4 {
+		t.Fatalf("receiver state %d, want SUCCESS", st)
+	}
+	for name, p := range badPointers(m) {
+		if rc := abi(kvfence_receiver_read, rv, 0, 1, p, 4096, e.p()); rc != codeInvalid {
+			t.Errorf("receiver_read into %s: %d", name, rc)
+		}
+	}
+	dst := m.rw[8192 : 8192+4096]
+	if rc := abi(kvfence_receiver_read, rv, 0, 1, unsafe.Pointer(&dst[0]), 4096, e.p()); rc != 0 || !bytes.Equal(dst, src) {
+		t.Errorf("a good read after the refusals: code %d, bytes equal %v", rc, bytes.Equal(dst, src))
+	}
+	abi(kvfence_receiver_finish, rv, e.p())
 }

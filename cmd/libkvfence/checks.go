@@ -7,6 +7,7 @@ import (
 	"math"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -62,14 +63,16 @@ func probe(what string, p unsafe.Pointer, n int) error {
 	}
 	return touch(what, func() {
 		b := unsafe.Slice((*byte)(p), n)
-		var sink byte
+		var sum byte
 		for i := 0; i < n; i += 4096 {
-			sink ^= b[i]
+			sum ^= b[i]
 		}
-		sink ^= b[n-1]
-		_ = sink
+		probeSink.Store(uint32(sum ^ b[n-1])) // stored, so the compiler keeps the reads
 	})
 }
+
+// probeSink keeps probe's reads: loads whose value is unused may be dropped.
+var probeSink atomic.Uint32
 
 // bytesAt is n bytes of caller memory at p, or INVALID_ARGUMENT when p is
 // NULL, size (the caller's claim) is below n, or n is not a length.
