@@ -45,6 +45,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime $(FUZZTIME) ./plugins/tcp
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeControl$$' -fuzztime $(FUZZTIME) ./agent
 	$(GO) test -run '^$$' -fuzz '^FuzzPrefillControl$$' -fuzztime $(FUZZTIME) ./agent
+	$(GO) test -run '^$$' -fuzz '^FuzzABI$$' -fuzztime $(FUZZTIME) ./cmd/libkvfence
 
 sim:
 	$(GO) test -count=1 -run '^TestSim' ./core/sim -sim.seeds=$(SIM_SEEDS) -v 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|safe:|caught'

@@ -121,6 +121,36 @@ static void bad_input(void) {
 	      "small metrics buffer: %d", e.code);
 }
 
+/* hostile: arguments that crashed or hung the engine before the ABI
+ * checked them. Each must come back as a classified refusal, at once. */
+static void *close_later(void *arg) {
+	usleep(50000); /* let the waiter block (it returns either way) */
+	kvfence_error e;
+	kvfence_close(*(kvfence_handle *)arg, &e);
+	return NULL;
+}
+
+static void hostile(void) {
+	kvfence_error e;
+	kvfence_handle rv;
+	CHECK(kvfence_receiver_new(dec, 88, 1, &rv, &e) == 0, "receiver_new: %s", e.message);
+	uint32_t one[1] = {1};
+	CHECK(kvfence_receiver_init(rv, 1, one, INT32_MAX, &e) == KVFENCE_E_INVALID_ARGUMENT,
+	      "nranks = INT_MAX: %d (%s)", e.code, e.message);
+	CHECK(kvfence_receiver_init(rv, INT32_MAX, one, 1, &e) == KVFENCE_E_INVALID_ARGUMENT, "pages = INT_MAX: %d", e.code);
+	CHECK(kvfence_wait(rv, -1) == -KVFENCE_E_INVALID_ARGUMENT, "negative timeout");
+	CHECK(kvfence_poll_go_ns(rv, INT64_MAX) == -(double)KVFENCE_E_INVALID_ARGUMENT, "poll_go_ns(INT64_MAX)");
+	CHECK(kvfence_page_bytes_go_ns(dec, INT64_MAX) == -(double)KVFENCE_E_INVALID_ARGUMENT, "page_bytes_go_ns(INT64_MAX)");
+	/* A wait with the largest timeout, woken by a close from another thread. */
+	pthread_t th;
+	pthread_create(&th, NULL, close_later, &rv);
+	int st = kvfence_wait(rv, INT64_MAX);
+	pthread_join(th, NULL);
+	CHECK(st == -KVFENCE_E_NOT_FOUND, "wait on a handle closed by another thread: %d", st);
+	CHECK(kvfence_decode_open("{\"slots\": 2147483647, \"shard_bytes\": 9223372036854775807}", &rv, &e) ==
+	          KVFENCE_E_INVALID_ARGUMENT, "huge pool: %d", e.code);
+}
+
 static int count_path(const char *stats, const char *path) {
 	/* stats JSON: "released":{"completed":N,"drained":M,...} */
 	const char *r = strstr(stats, "\"released\":{");
@@ -192,6 +222,7 @@ int main(void) {
 	CHECK(kvfence_decode_linked(dec, 1) == 1, "decode never saw rank 1 link");
 	CHECK(kvfence_decode_linked(pre, 1) == -KVFENCE_E_INVALID_ARGUMENT, "decode_linked on a prefill handle");
 	bad_input();
+	hostile();
 
 	pthread_t th[THREADS];
 	for (int i = 0; i < THREADS; i++)

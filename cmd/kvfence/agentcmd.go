@@ -21,7 +21,6 @@ import (
 	"github.com/kvfence/kvfence/internal/demo"
 	"github.com/kvfence/kvfence/internal/demo/delayproxy"
 	"github.com/kvfence/kvfence/internal/demo/oracle"
-	"github.com/kvfence/kvfence/internal/knownunsafe"
 	"github.com/kvfence/kvfence/plugins/tcp"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -119,21 +118,9 @@ func newAgentCommand() *cobra.Command {
 }
 
 func runAgent(f agentFlags) error {
-	// A default build refuses every unsafe variant here (issue 15: known-
-	// unsafe cores are not selectable from an agent's flags).
-	if err := knownunsafe.SelectForAgents(f.unsafe); err != nil {
-		return usageError{err}
-	}
-	if f.role != "decode" && f.role != "prefill" {
-		return usagef("--role must be decode or prefill, not %q", f.role)
-	}
-	switch {
-	case f.maxDeclaredTail < 0:
-		return usagef("--max-declared-tail must not be negative, got %v", f.maxDeclaredTail)
-	case f.maxDeclaredTail != 0 && f.role != "decode":
-		return usagef("--max-declared-tail bounds what prefill ranks declare to a decode rank; it applies to --role decode only")
-	}
-	if err := checkRestartFence(f.restartInstances, f.restartAfter, f.role, f.delays, f.advertiseHosts); err != nil { // agent_restart.go
+	// Every flag is checked before the log or the plugin opens (agent_rules.go);
+	// a default build refuses every unsafe variant there (issue 15).
+	if err := checkAgentFlags(f); err != nil {
 		return err
 	}
 	pluginPath, err := resolvePluginFlag(f.plugin)

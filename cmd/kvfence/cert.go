@@ -29,7 +29,7 @@ func newCertKeygenCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if private == "" || public == "" {
-				return fmt.Errorf("--private and --public are required")
+				return usagef("--private and --public are required")
 			}
 			priv, pub, err := sdk.GenerateSigningKey()
 			if err != nil {
@@ -58,7 +58,7 @@ func newCertVerifyCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if plugin == "" || len(trusted) == 0 {
-				return fmt.Errorf("--plugin and at least one --trusted-key are required")
+				return usagef("--plugin and at least one --trusted-key are required")
 			}
 			for _, path := range trusted {
 				k, err := sdk.LoadPublicKey(path)

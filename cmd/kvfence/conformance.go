@@ -51,7 +51,7 @@ Groups: ` + strings.Join(conformance.GroupNames(), ", "),
 			// Everything is checked before anything starts: the output
 			// directory first, then every flag, then the signing key.
 			if err := conformance.CheckOutputDir(out); err != nil {
-				return fmt.Errorf("--out %s: %w", out, err)
+				return usagef("--out %s: %w", out, err)
 			}
 			if err := checkConformanceFlags(cmd, cfg, guard); err != nil {
 				return err
@@ -62,12 +62,12 @@ Groups: ` + strings.Join(conformance.GroupNames(), ", "),
 			}
 			cfg.Plugin, cfg.GuardWindow = abs, guard
 			if err := cfg.Validate(); err != nil {
-				return err
+				return usageError{err}
 			}
 			var key ed25519.PrivateKey
 			if signKey != "" {
 				if key, err = sdk.LoadPrivateKey(signKey); err != nil {
-					return fmt.Errorf("--sign-key: %w", err)
+					return usagef("--sign-key: %w", err)
 				}
 			}
 			w := cmd.OutOrStdout()
@@ -146,10 +146,10 @@ Groups: ` + strings.Join(conformance.GroupNames(), ", "),
 // starts.
 func checkConformanceFlags(cmd *cobra.Command, cfg conformance.Config, guard time.Duration) error {
 	if cfg.Plugin == "" {
-		return fmt.Errorf("--plugin is required")
+		return usagef("--plugin is required")
 	}
 	if guard < 0 {
-		return fmt.Errorf("--guard %v: must not be negative", guard)
+		return usagef("--guard %v: must not be negative", guard)
 	}
 	positive := map[string]bool{
 		"max-write": cfg.MaxWriteSize > 0, "perf-bytes": cfg.PerfBytes > 0, "repeat": cfg.Repeat > 0,
@@ -158,7 +158,7 @@ func checkConformanceFlags(cmd *cobra.Command, cfg conformance.Config, guard tim
 	}
 	for _, name := range []string{"max-write", "perf-bytes", "repeat", "guard-tails", "completion-timeout", "guard-floor", "max-watch"} {
 		if !positive[name] {
-			return fmt.Errorf("--%s %s: must be positive", name, cmd.Flags().Lookup(name).Value)
+			return usagef("--%s %s: must be positive", name, cmd.Flags().Lookup(name).Value)
 		}
 	}
 	return nil

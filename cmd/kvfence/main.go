@@ -35,6 +35,9 @@ func newRoot() *cobra.Command {
 	for _, c := range commands {
 		root.AddCommand(c())
 	}
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	refuseBeforeRun(root)
 	return root
 }
 
@@ -43,10 +46,13 @@ func main() {
 	if err == nil {
 		return
 	}
-	fmt.Fprintln(os.Stderr, "kvfence:", err)
 	var ue usageError
-	if errors.As(err, &ue) {
+	if errors.As(err, &ue) || !commandStarted {
+		// Cobra's own refusals (unknown command, positionals, required
+		// flags) come before any command runs: usage errors too.
+		fmt.Fprintln(os.Stderr, "kvfence:", oneLine(err.Error()))
 		os.Exit(2)
 	}
+	fmt.Fprintln(os.Stderr, "kvfence:", err)
 	os.Exit(1)
 }

@@ -59,12 +59,12 @@ A violation prints its seed: --replay SEED --variant NAME shows its trace.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			vs, err := parseVariants(variants)
 			if err != nil {
-				return err
+				return usageError{err}
 			}
 			out := cmd.OutOrStdout()
 			if replay != 0 {
 				if len(vs) != 1 {
-					return fmt.Errorf("invalid argument: --replay needs exactly one --variant")
+					return usagef("invalid argument: --replay needs exactly one --variant")
 				}
 				r := sim.Run(sim.Config{Seed: replay, Variant: vs[0], Trace: true, TraceLen: 200})
 				fmt.Fprintf(out, "seed %d, variant %s: %d steps, profile %+v\n", replay, vs[0].Name(), r.Steps, r.Profile)
@@ -76,7 +76,7 @@ A violation prints its seed: --replay SEED --variant NAME shows its trace.`,
 				return nil
 			}
 			if seeds <= 0 {
-				return fmt.Errorf("invalid argument: --seeds must be positive, got %d", seeds)
+				return usagef("invalid argument: --seeds must be positive, got %d", seeds)
 			}
 			rep := simReport{FirstSeed: from}
 			for _, v := range vs {

@@ -33,15 +33,18 @@ func kvfence_prefill_open(config *C.char, out *C.kvfence_handle, e *C.kvfence_er
 }
 
 func openAgent(config *C.char, out *C.kvfence_handle, e *C.kvfence_error, open func(string) (*agentObj, error)) C.int {
-	if config == nil || out == nil {
-		return fail(e, invalid("config and out must not be NULL"))
+	text, err := goString("config", config, maxConfigBytes)
+	if err == nil {
+		err = setHandle(out, 0) // out must be writable before a rank starts
 	}
-	a, err := open(C.GoString(config))
 	if err != nil {
 		return fail(e, err)
 	}
-	*out = C.kvfence_handle(register(a))
-	return fail(e, nil)
+	a, err := open(text)
+	if err != nil {
+		return fail(e, err)
+	}
+	return fail(e, setHandle(out, register(a)))
 }
 
 // kvfence_close closes any handle. An agent stops (exposed memory is not
@@ -157,15 +160,18 @@ func kvfence_agent_stats(h C.kvfence_handle, buf *C.char, size C.size_t, needed 
 // NULL) gets len(b)+1 either way.
 func copyOut(b []byte, buf *C.char, size C.size_t, needed *C.size_t) error {
 	if needed != nil {
-		*needed = C.size_t(len(b) + 1)
+		if err := touch("needed", func() { *needed = C.size_t(len(b) + 1) }); err != nil {
+			return err
+		}
 	}
-	if buf == nil || int(size) < len(b)+1 {
-		return errdefs.Errorf(errdefs.ResourceExhausted, "buffer of %d bytes, %d needed", size, len(b)+1)
+	if buf == nil || uint64(size) < uint64(len(b)+1) {
+		return errdefs.Errorf(errdefs.ResourceExhausted, "buffer of %d bytes, %d needed", uint64(size), len(b)+1)
 	}
-	dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(size))
-	copy(dst, b)
-	dst[len(b)] = 0
-	return nil
+	return touch("buf", func() {
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(b)+1)
+		copy(dst, b)
+		dst[len(b)] = 0
+	})
 }
 
 // kvfence_decode_linked is 1 while prefill rank's control link to this

@@ -102,6 +102,7 @@ type agentObj struct {
 	logf *os.File
 	// pageBytes: decode's slot (one shard per prefill rank), prefill's shard.
 	pageBytes int64
+	shards    int // decode: prefill ranks per slot (checks.go bounds Init by it)
 }
 
 func (a *agentObj) metrics() *agent.Metrics {
@@ -196,8 +197,8 @@ func openDecode(text string) (*agentObj, error) {
 	if err := parseJSON(text, &j); err != nil {
 		return nil, err
 	}
-	if j.Slots <= 0 || j.ShardBytes <= 0 {
-		return nil, invalid("config: decode needs slots > 0 and shard_bytes > 0, got %d and %d", j.Slots, j.ShardBytes)
+	if err := checkDecodeConfig(j); err != nil {
+		return nil, err
 	}
 	fence := j.Fence == nil || *j.Fence
 	a, log, tlsCfg, err := j.open(agent.RoleDecode)
@@ -211,7 +212,7 @@ func openDecode(text string) (*agentObj, error) {
 	if cfg.ControlAddr == "" {
 		cfg.ControlAddr = "127.0.0.1:0"
 	}
-	a.pageBytes = cfg.ShardBytes * int64(cfg.Shards)
+	a.pageBytes, a.shards = cfg.ShardBytes*int64(cfg.Shards), cfg.Shards
 	if a.dec, err = agent.NewDecode(context.Background(), cfg, a.plug.Transport()); err != nil {
 		a.close()
 		return nil, err
@@ -224,8 +225,11 @@ func openPrefill(text string) (*agentObj, error) {
 	if err := parseJSON(text, &j); err != nil {
 		return nil, err
 	}
-	if j.SourcePages <= 0 || j.ShardBytes <= 0 || j.DecodeAddr == "" {
-		return nil, invalid("config: prefill needs source_pages > 0, shard_bytes > 0 and decode_addr")
+	if j.DecodeAddr == "" {
+		return nil, invalid("config: prefill needs decode_addr")
+	}
+	if err := checkPrefillConfig(j); err != nil {
+		return nil, err
 	}
 	a, log, tlsCfg, err := j.open(agent.RolePrefill)
 	if err != nil {

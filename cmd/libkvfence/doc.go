@@ -20,8 +20,13 @@
 //     loop; the registry is locked; a panic becomes an Internal error.
 //   - Configuration is a JSON object (config.go), so the ABI does not break
 //     when a field is added.
+//   - Arguments are checked before use, in one place (checks.go): bounds on
+//     configs, counts, page ranges, sizes and timeouts, and every read or
+//     write of caller memory under debug.SetPanicOnFault, so a bad argument
+//     is INVALID_ARGUMENT and never brings the engine's process down.
 //
 // It must never hand C a pointer into Go memory, call back into C, release
-// memory on its own (the runtime and core decide that), or let a Go panic
-// unwind into C.
+// memory on its own (the runtime and core decide that), let a Go panic
+// unwind into C, or read caller memory it has not touched or probed first
+// (checks.go).
 package main

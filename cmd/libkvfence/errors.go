@@ -4,8 +4,6 @@ package main
 import "C"
 
 import (
-	"unsafe"
-
 	"github.com/kvfence/kvfence/errdefs"
 )
 
@@ -20,19 +18,11 @@ func codeOf(err error) C.int {
 // fail fills e (when not NULL) with err's code and message and returns the
 // code. A nil err clears e.
 func fail(e *C.kvfence_error, err error) C.int {
-	code := codeOf(err)
-	if e == nil {
-		return code
-	}
-	e.code = C.int32_t(code)
 	msg := ""
 	if err != nil {
 		msg = err.Error()
 	}
-	buf := unsafe.Slice((*byte)(unsafe.Pointer(&e.message[0])), len(e.message))
-	n := copy(buf[:len(buf)-1], msg)
-	buf[n] = 0
-	return code
+	return errorOut(e, codeOf(err), msg)
 }
 
 // guard turns a panic in an exported call into an Internal error: a Go

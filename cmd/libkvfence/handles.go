@@ -20,6 +20,7 @@ func register(v any) uint64 {
 	defer registry.Unlock()
 	registry.next++
 	registry.objs[registry.next] = v
+	markOpen(v)
 	return registry.next
 }
 
@@ -44,5 +45,8 @@ func unregister(h uint64) (any, bool) {
 	defer registry.Unlock()
 	v, ok := registry.objs[h]
 	delete(registry.objs, h)
+	if ok {
+		markClosed(v) // wakes kvfence_wait on h
+	}
 	return v, ok
 }

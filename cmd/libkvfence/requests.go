@@ -32,7 +32,13 @@ type request interface {
 func (r *receiverObj) req() request { return r.rv }
 func (s *senderObj) req() request   { return s.s }
 
-type hasReq interface{ req() request }
+type hasReq interface {
+	req() request
+	agent() *agentObj
+}
+
+func (r *receiverObj) agent() *agentObj { return r.a }
+func (s *senderObj) agent() *agentObj   { return s.a }
 
 // kvfence_page_bytes is the bytes of one page on this rank (decode: a slot,
 // one shard per prefill rank; prefill: one shard), or a negated error code.
@@ -60,15 +66,14 @@ func kvfence_receiver_new(dec C.kvfence_handle, room, gen C.uint64_t, out *C.kvf
 	if err == nil && a.dec == nil {
 		err = invalid("handle %d is a prefill rank; receivers live on decode", dec)
 	}
-	if err == nil && out == nil {
-		err = invalid("out must not be NULL")
+	if err == nil {
+		err = setHandle(out, 0)
 	}
 	if err != nil {
 		return fail(e, err)
 	}
 	rv := a.dec.NewReceiver(core.RequestKey{Room: uint64(room), Gen: uint64(gen)})
-	*out = C.kvfence_handle(register(&receiverObj{a: a, rv: rv}))
-	return fail(e, nil)
+	return fail(e, setHandle(out, register(&receiverObj{a: a, rv: rv})))
 }
 
 // kvfence_receiver_init exposes pages slots that each of the nranks prefill
@@ -79,15 +84,19 @@ func kvfence_receiver_new(dec C.kvfence_handle, room, gen C.uint64_t, out *C.kvf
 func kvfence_receiver_init(r C.kvfence_handle, pages C.int, ranks *C.uint32_t, nranks C.int, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
 	o, err := lookup[*receiverObj](uint64(r), "receiver")
-	if err == nil && (ranks == nil || nranks <= 0) {
-		err = invalid("a request has at least one prefill rank")
+	if err == nil {
+		err = pageCount("pages", pages, true)
+	}
+	var xs []uint32
+	if err == nil {
+		xs, err = ranksAt(ranks, nranks, o.a.shards) // nranks checked before ranks is read
 	}
 	if err != nil {
 		return fail(e, err)
 	}
-	var rs []core.RankID
-	for _, x := range unsafe.Slice((*uint32)(unsafe.Pointer(ranks)), int(nranks)) {
-		rs = append(rs, core.RankID(x))
+	rs := make([]core.RankID, len(xs))
+	for i, x := range xs {
+		rs[i] = core.RankID(x)
 	}
 	_, err = o.rv.Init(int(pages), rs)
 	return fail(e, err)
@@ -109,18 +118,18 @@ func kvfence_receiver_read(r C.kvfence_handle, first, count C.int, dst unsafe.Po
 	if pages == nil {
 		return fail(e, errdefs.Errorf(errdefs.FailedPrecondition, "request not handed off (state %s)", o.rv.Poll()))
 	}
-	if first < 0 || count < 0 || int(first)+int(count) > len(pages) {
-		return fail(e, invalid("pages [%d, %d) of a %d-page request", first, first+count, len(pages)))
+	if err := pageRange(first, count, len(pages)); err != nil {
+		return fail(e, err)
 	}
-	need := int(count) * int(o.a.pageBytes)
-	if dst == nil || int(size) < need {
-		return fail(e, invalid("dst holds %d bytes, %d needed", size, need))
+	out, err := bytesAt("dst", dst, size, int64(count)*o.a.pageBytes)
+	if err != nil {
+		return fail(e, err)
 	}
-	out := unsafe.Slice((*byte)(dst), need)
-	for i, p := range pages[first : first+count] {
-		copy(out[i*int(o.a.pageBytes):], p)
-	}
-	return fail(e, nil)
+	return fail(e, touch("dst", func() {
+		for i, p := range pages[first : first+count] {
+			copy(out[i*int(o.a.pageBytes):], p)
+		}
+	}))
 }
 
 // kvfence_receiver_finish gives a handed-off request's slots back.
@@ -175,15 +184,14 @@ func kvfence_sender_new(pre C.kvfence_handle, room, gen C.uint64_t, out *C.kvfen
 	if err == nil && a.pre == nil {
 		err = invalid("handle %d is a decode rank; senders live on prefill", pre)
 	}
-	if err == nil && out == nil {
-		err = invalid("out must not be NULL")
+	if err == nil {
+		err = setHandle(out, 0)
 	}
 	if err != nil {
 		return fail(e, err)
 	}
 	s := a.pre.NewSender(core.RequestKey{Room: uint64(room), Gen: uint64(gen)})
-	*out = C.kvfence_handle(register(&senderObj{a: a, s: s}))
-	return fail(e, nil)
+	return fail(e, setHandle(out, register(&senderObj{a: a, s: s})))
 }
 
 // kvfence_sender_init reserves pages source pages (RESOURCE_EXHAUSTED when
@@ -193,6 +201,9 @@ func kvfence_sender_new(pre C.kvfence_handle, room, gen C.uint64_t, out *C.kvfen
 func kvfence_sender_init(s C.kvfence_handle, pages C.int, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
 	o, err := lookup[*senderObj](uint64(s), "sender")
+	if err == nil {
+		err = pageCount("pages", pages, true)
+	}
 	if err != nil {
 		return fail(e, err)
 	}
@@ -210,16 +221,19 @@ func kvfence_sender_write(s C.kvfence_handle, first, count C.int, src unsafe.Poi
 	if err != nil {
 		return fail(e, err)
 	}
-	if n := o.s.Pages(); first < 0 || count < 0 || int(first)+int(count) > n {
-		return fail(e, invalid("pages [%d, %d) of a %d-page request (init first)", first, first+count, n))
+	if err := pageRange(first, count, o.s.Pages()); err != nil {
+		return fail(e, invalid("%v (init first)", err))
 	}
-	pb := int(o.a.pageBytes)
-	if src == nil || int(size) < int(count)*pb {
-		return fail(e, invalid("src holds %d bytes, %d needed", size, int(count)*pb))
+	in, err := bytesAt("src", src, size, int64(count)*o.a.pageBytes)
+	if err == nil {
+		err = probe("src", src, len(in)) // the loop's copy below could not catch a fault
+	}
+	if err != nil {
+		return fail(e, err)
 	}
 	// Write copies inside the rank's loop and refuses once the request's
 	// source pages went back to the pool (they may be another request's).
-	return fail(e, o.s.Write(int(first), unsafe.Slice((*byte)(src), int(count)*pb)))
+	return fail(e, o.s.Write(int(first), in))
 }
 
 // kvfence_sender_send marks pages [0, upto) computed and sendable.
@@ -228,6 +242,9 @@ func kvfence_sender_write(s C.kvfence_handle, first, count C.int, src unsafe.Poi
 func kvfence_sender_send(s C.kvfence_handle, upto C.int, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
 	o, err := lookup[*senderObj](uint64(s), "sender")
+	if err == nil {
+		err = pageCount("upto", upto, false)
+	}
 	if err != nil {
 		return fail(e, err)
 	}
@@ -241,6 +258,9 @@ func kvfence_sender_send(s C.kvfence_handle, upto C.int, e *C.kvfence_error) (co
 func kvfence_sender_finish(s C.kvfence_handle, total C.int, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
 	o, err := lookup[*senderObj](uint64(s), "sender")
+	if err == nil {
+		err = pageCount("total", total, false)
+	}
 	if err != nil {
 		return fail(e, err)
 	}
@@ -276,7 +296,9 @@ func kvfence_poll(h C.kvfence_handle) (code C.int) {
 }
 
 // kvfence_wait waits up to timeout_ms for a receiver or sender to reach
-// Success or Failed, then returns its state as kvfence_poll does.
+// Success or Failed, then returns its state as kvfence_poll does. It
+// returns at once -NOT_FOUND when another thread closes the handle and
+// -UNAVAILABLE when its agent closes.
 //
 //export kvfence_wait
 func kvfence_wait(h C.kvfence_handle, timeoutMs C.int64_t) (code C.int) {
@@ -285,11 +307,26 @@ func kvfence_wait(h C.kvfence_handle, timeoutMs C.int64_t) (code C.int) {
 	if err != nil {
 		return -codeOf(err)
 	}
-	t := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
+	d, err := waitFor(timeoutMs)
+	if err != nil {
+		return -codeOf(err)
+	}
+	closed, agentClosed := goneCh(r), goneCh(r.agent())
+	if closed == nil {
+		return -codeOf(errdefs.Errorf(errdefs.NotFound, "handle %d closed", h))
+	}
+	if agentClosed == nil {
+		return -codeOf(errdefs.Errorf(errdefs.Unavailable, "agent of handle %d closed", h))
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-r.req().Done():
 	case <-t.C:
+	case <-closed:
+		return -codeOf(errdefs.Errorf(errdefs.NotFound, "handle %d closed", h))
+	case <-agentClosed:
+		return -codeOf(errdefs.Errorf(errdefs.Unavailable, "agent of handle %d closed", h))
 	}
 	return C.int(r.req().Poll())
 }

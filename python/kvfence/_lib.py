@@ -6,7 +6,7 @@ checkout (../../bin/libkvfence.so), else by the dynamic loader's search path.
 import ctypes
 import os
 
-from . import errors
+from . import checks, errors
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -93,12 +93,23 @@ def lib():
 
 def call(name, *args):
     """Calls a function whose last argument is a kvfence_error and raises
-    the classified exception when it fails."""
+    the classified exception when it fails. Every integer argument is
+    range-checked against the function's argtypes first (checks.py)."""
+    fn = getattr(lib(), name)
+    checks.arguments(name, (fn.argtypes or [])[:-1], args)
     err = Error()
-    code = getattr(lib(), name)(*args, ctypes.byref(err))
+    code = fn(*args, ctypes.byref(err))
     if code != 0:
         raise errors.from_code(code, err.message.decode("utf-8", "replace"))
     return code
+
+
+def ret(name, *args):
+    """Calls a function without a kvfence_error (poll-style: its result is
+    a state or a negated code), its integer arguments checked first."""
+    fn = getattr(lib(), name)
+    checks.arguments(name, fn.argtypes or [], args)
+    return fn(*args)
 
 
 def check_state(value):

@@ -2,16 +2,17 @@
 
 A decode rank exposes slots and reads handed-off pages; a prefill rank fills
 source pages and sends them. Buffers are anything with the buffer protocol
-(bytes, bytearray, memoryview, array, numpy arrays) or a raw address (int)
-with an explicit size: pages are copied between the engine's memory and the
+(bytes, bytearray, memoryview, array, C-contiguous numpy arrays) or a raw
+address (int) inside memory registered with kvfence.register_memory (the
+engine's KV pool): pages are copied between the engine's memory and the
 runtime's registered pool, so the engine's buffer is free again as soon as a
-call returns.
+call returns. Arguments are checked before ctypes sees them (checks.py).
 """
 import ctypes
 import json
 import re
 
-from . import _lib
+from . import _lib, checks
 from .errors import ResourceExhausted  # noqa: F401  (re-exported for callers)
 
 
@@ -27,29 +28,6 @@ class KVPoll:
 
 def version():
     return _lib.lib().kvfence_version().decode()
-
-
-def _address(buf, size, writable):
-    """(address, keepalive) of buf's first byte; size bytes must fit."""
-    if isinstance(buf, int):
-        return buf, None
-    if isinstance(buf, bytes):
-        if len(buf) < size:
-            raise ValueError("buffer holds %d bytes, %d needed" % (len(buf), size))
-        if writable:
-            raise TypeError("bytes are read-only")
-        p = ctypes.c_char_p(buf)
-        return ctypes.cast(p, ctypes.c_void_p).value, p
-    mv = memoryview(buf).cast("B")
-    if mv.nbytes < size:
-        raise ValueError("buffer holds %d bytes, %d needed" % (mv.nbytes, size))
-    if mv.readonly:
-        if writable:
-            raise TypeError("buffer is read-only")
-        c = (ctypes.c_char * mv.nbytes).from_buffer_copy(mv)
-    else:
-        c = (ctypes.c_char * mv.nbytes).from_buffer(mv)
-    return ctypes.addressof(c), c
 
 
 class _Handle:
@@ -86,7 +64,7 @@ class _Agent(_Handle):
         h = _lib.H(0)
         _lib.call(fn, json.dumps(config).encode(), ctypes.byref(h))
         self._h = h.value
-        self.page_bytes = _lib.check_state(_lib.lib().kvfence_page_bytes(self._h))
+        self.page_bytes = _lib.check_state(_lib.ret("kvfence_page_bytes", self._h))
 
     @property
     def addr(self):
@@ -119,7 +97,7 @@ class Decode(_Agent):
     def linked(self, rank):
         """Whether prefill rank's control link is up: a request exposed to a
         rank that is not linked fails (its Assign is lost)."""
-        return _lib.check_state(_lib.lib().kvfence_decode_linked(self._handle(), rank)) == 1
+        return _lib.check_state(_lib.ret("kvfence_decode_linked", self._handle(), rank)) == 1
 
     def wait_linked(self, ranks, timeout=10.0):
         import time
@@ -143,7 +121,7 @@ class Prefill(_Agent):
 
     @property
     def linked(self):
-        return _lib.check_state(_lib.lib().kvfence_prefill_linked(self._handle())) == 1
+        return _lib.check_state(_lib.ret("kvfence_prefill_linked", self._handle())) == 1
 
     def wait_linked(self, timeout=10.0):
         import time
@@ -165,16 +143,18 @@ class _Request(_Handle):
 
     def poll(self):
         """KVPoll state."""
-        return _lib.check_state(_lib.lib().kvfence_poll(self._handle()))
+        return _lib.check_state(_lib.ret("kvfence_poll", self._handle()))
 
     def wait(self, timeout=10.0):
-        """Waits up to timeout seconds for Success or Failed; the state."""
-        return _lib.check_state(_lib.lib().kvfence_wait(self._handle(), int(timeout * 1000)))
+        """Waits up to timeout seconds for Success or Failed; the state.
+        NotFound at once when another thread closes the handle, Unavailable
+        when the agent closes."""
+        return _lib.check_state(_lib.ret("kvfence_wait", self._handle(), checks.timeout_ms(timeout)))
 
     def failure(self):
         """The classified error a failed request failed with, else None."""
         err = _lib.Error()
-        code = _lib.lib().kvfence_failure(self._handle(), ctypes.byref(err))
+        code = _lib.ret("kvfence_failure", self._handle(), ctypes.byref(err))
         if code == 0:
             return None
         return _lib.errors.from_code(code, err.message.decode("utf-8", "replace"))
@@ -187,14 +167,15 @@ class Receiver(_Request):
         """Exposes pages slots written by each prefill rank in ranks (a slot
         holds one shard per rank, in this order). ResourceExhausted: the
         pool is full; retry later."""
-        arr = (ctypes.c_uint32 * len(ranks))(*ranks)
-        _lib.call("kvfence_receiver_init", self._handle(), pages, arr, len(ranks))
+        rs = [checks.integer(r, ctypes.c_uint32, "rank") for r in ranks]
+        arr = (ctypes.c_uint32 * len(rs))(*rs)
+        _lib.call("kvfence_receiver_init", self._handle(), pages, arr, len(rs))
 
     def read_into(self, buf, first=0, count=1, size=None):
         """Copies count pages from first on into buf (count × page_bytes)."""
-        need = count * self.agent.page_bytes
-        addr, keep = _address(buf, need, writable=True)
-        _lib.call("kvfence_receiver_read", self._handle(), first, count, addr, size or need)
+        need = checks.integer(count, ctypes.c_int, "count") * self.agent.page_bytes
+        addr, size, keep = checks.buffer(buf, need, writable=True, size=size)
+        _lib.call("kvfence_receiver_read", self._handle(), first, count, addr, size)
         del keep
 
     def read(self, first=0, count=1):
@@ -212,7 +193,7 @@ class Receiver(_Request):
 
     @property
     def released(self):
-        return _lib.check_state(_lib.lib().kvfence_receiver_released(self._handle())) == 1
+        return _lib.check_state(_lib.ret("kvfence_receiver_released", self._handle())) == 1
 
 
 class Sender(_Request):
@@ -225,9 +206,9 @@ class Sender(_Request):
         """Copies count pages (count × page_bytes) from buf into the source
         pages from first on. FailedPrecondition once the request ended (its
         source pages went back to the pool)."""
-        need = count * self.agent.page_bytes
-        addr, keep = _address(buf, need, writable=False)
-        _lib.call("kvfence_sender_write", self._handle(), first, count, addr, size or need)
+        need = checks.integer(count, ctypes.c_int, "count") * self.agent.page_bytes
+        addr, size, keep = checks.buffer(buf, need, writable=False, size=size)
+        _lib.call("kvfence_sender_write", self._handle(), first, count, addr, size)
         del keep
 
     def send(self, upto):

@@ -50,6 +50,9 @@ class HostPool:
 
     def __init__(self, pages, page_bytes):
         self.buf = (ctypes.c_char * (pages * page_bytes))()
+        # Pages move by raw address: kvfence takes those only inside
+        # memory registered with it.
+        self.reg = kvfence.register_memory(ctypes.addressof(self.buf), pages * page_bytes)
         self.page_bytes = page_bytes
         self.free = list(range(pages))
         self.lock = threading.Lock()
