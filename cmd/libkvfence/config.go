@@ -55,6 +55,7 @@ type decodeJSON struct {
 type prefillJSON struct {
 	common
 	DecodeAddr         string `json:"decode_addr"`
+	DecodeRank         uint32 `json:"decode_rank"` // the decode rank at decode_addr (decode TP >= 2)
 	SourcePages        int    `json:"source_pages"`
 	ShardBytes         int64  `json:"shard_bytes"`
 	Lanes              int    `json:"lanes"`
@@ -230,7 +231,7 @@ func openPrefill(text string) (*agentObj, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := agent.PrefillConfig{Rank: core.RankID(j.Rank), DecodeAddr: j.DecodeAddr, SourcePages: j.SourcePages,
+	cfg := agent.PrefillConfig{Rank: core.RankID(j.Rank), DecodeAddr: j.DecodeAddr, DecodeRank: core.RankID(j.DecodeRank), SourcePages: j.SourcePages,
 		ShardBytes: j.ShardBytes, Lanes: orInt(j.Lanes, 1), QuiesceGrace: ms(j.QuiesceGraceMs, 0),
 		MaxInflight: orInt(j.MaxInflight, 256), MaxBatchPages: orInt(j.MaxBatchPages, 4),
 		Heartbeat: ms(j.HeartbeatMs, 200), SkewMargin: ms(j.SkewMarginMs, 50),
