@@ -215,3 +215,46 @@ def test_start_up_refusals():
     with pytest.raises(errors.Unimplemented, match="state"):
         refuse_unsupported(None, types.SimpleNamespace(state_types=["mamba"]))
     refuse_unsupported(types.SimpleNamespace(tp_size=4), a)
+
+
+def test_instance_of_another_tp_is_refused_per_request():
+    """Decode sized for prefill TP2 meets an instance registering TP1: its
+    requests fail FailedPrecondition (never silently wrong heads)."""
+    dep = Deployment(P, prefill_tp=(2, 1), decode_tp=1)
+    try:
+        rv = dep.Receiver(dep.dec[0], dep.instances[1]["addr"], 81)
+        rv.init(0)
+        dep.until(lambda: rv.poll() == 0, "refusal")
+        with pytest.raises(errors.FailedPrecondition, match="TP"):
+            rv.failure_exception()
+        rv.clear()
+    finally:
+        dep.close()
+
+
+def test_bootstrap_routes_answer_as_sglang():
+    from kvfence import sglang_bootstrap as sb
+    srv = P.get_kv_class("bootstrap_server")("127.0.0.1", 0)
+    url = "http://127.0.0.1:%d" % srv.port
+    try:
+        q = "/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
+        assert sb.request("GET", url + "/health")[0] == 200
+        assert sb.request("GET", url + "/route")[0] == 400
+        assert sb.request("GET", url + q)[0] == 503  # not every rank registered yet
+        reg = dict(attn_tp_size=2, attn_cp_size=1, attn_dp_size=1, attn_dp_rank=0, attn_cp_rank=0, pp_size=1,
+                   pp_rank=0, system_dp_size=1, system_dp_rank=0, rank_ip="h", rank_port=1, page_size=2,
+                   kv_cache_dtype="auto", kvfence_rank_base=5000)
+        for r in (0, 1, 1):  # a retry counts once
+            assert sb.request("PUT", url + "/route", dict(reg, attn_tp_rank=r))[0] == 200
+        st, info = sb.request("GET", url + q)
+        assert st == 200 and info["attn_tp_size"] == 2 and info["dp_size"] == 1 and info["follow_bootstrap_room"]
+        assert sb.request("GET", url + "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=1&target_pp_rank=0") \
+            == (200, {"rank_ip": "h", "rank_port": 1})
+        assert sb.request("GET", url + "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=7&target_pp_rank=0")[0] == 404
+        assert sb.request("POST", url + "/register_dp_rank", {"bootstrap_room": 9, "dp_rank": 0})[0] == 200
+        assert sb.request("POST", url + "/query_dp_ranks", {"bootstrap_rooms": [9, 10]}) == (200, {"9": 0})
+        assert sb.request("GET", url + "/kvfence")[1]["rank_base"] == 5000
+        assert sb.request("PUT", url + "/route", {"junk": 1})[0] == 400  # a bad request never stops the server
+        assert sb.request("GET", url + "/health")[0] == 200
+    finally:
+        srv.close()
