@@ -4,8 +4,8 @@ import "github.com/kvfence/kvfence/errdefs"
 
 // FillPiece is the most bytes Fill copies in one turn of the rank's loop:
 // other inputs (polls, acks, the transport's completions) wait at most one
-// piece, never a whole request.
-const FillPiece = 1 << 20
+// piece (tens of microseconds), never a whole request.
+const FillPiece = 256 << 10
 
 // Fill has fill write source pages [first, first+count) (fill(i, page) for
 // each page i), in pieces of at most FillPiece bytes. Each piece runs in the

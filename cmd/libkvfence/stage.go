@@ -17,7 +17,7 @@ import (
 // threads, so the engine's scheduler thread only queues the work and polls
 // for it. Engine memory is read or written only while the call's request
 // still owns its kvfence pages: gathers go through KVSender.Fill (checked
-// per 1 MiB piece), and a receiver's finish or close waits for its scatter.
+// per 256 KiB piece), and a receiver's finish or close waits for its scatter.
 
 type layoutObj struct{ l *stage.Layout }
 

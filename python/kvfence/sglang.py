@@ -11,7 +11,7 @@ SGLang's base classes when SGLang is importable (plain classes otherwise, so
 this module imports without SGLang). Underneath, kvfence's guarantees hold:
 
 - Pages are staged on Go threads (kvfence.staging): send() only queues the
-  copy of the chunk's pages (contiguous runs, 1 MiB pieces) into kvfence's
+  copy of the chunk's pages (contiguous runs, 256 KiB pieces) into kvfence's
   source pages; decode's poll() queues the copy of a handed-off request
   into the engine's pages and reports Success once it is done. No transport
   ever writes engine memory, so SGLang may free its own pages at once after

@@ -5,12 +5,17 @@ Layout describes the engine's KV buffers once (addresses, sizes, bytes per
 page index, page size); gather() queues the copy of a chunk's pages into a
 sender's source pages followed by its send/finish, and scatter() the copy of
 a handed-off request's slots into the engine's pages. Each copy is a list of
-contiguous runs (one memmove each), done in Go in 1 MiB pieces. No Python
+contiguous runs (one memmove each), done in Go in 256 KiB pieces. No Python
 loop runs per token or per page.
 """
 import ctypes
 
 from . import _lib, errors
+
+try:  # SGLang passes numpy arrays; imported once here, never inside a call
+    import numpy as _np
+except ImportError:  # numpy-less callers pass sequences
+    _np = None
 
 _H, _I, _I64 = ctypes.c_uint64, ctypes.c_int, ctypes.c_int64
 _E = ctypes.POINTER(_lib.Error)
@@ -55,13 +60,11 @@ def handles_live():
 def _indices(idx):
     """(int32 pointer, count, keepalive) of page indices: a numpy array is
     passed in place when it already is contiguous int32."""
-    try:
-        import numpy as np
-        arr = np.ascontiguousarray(idx, dtype=np.int32)
+    if _np is not None:
+        arr = _np.ascontiguousarray(idx, dtype=_np.int32)
         return arr.ctypes.data_as(_I32P), int(arr.size), arr
-    except ImportError:  # numpy-less callers pass a sequence
-        arr = (ctypes.c_int32 * len(idx))(*[int(i) for i in idx])
-        return ctypes.cast(arr, _I32P), len(idx), arr
+    arr = (ctypes.c_int32 * len(idx))(*[int(i) for i in idx])
+    return ctypes.cast(arr, _I32P), len(idx), arr
 
 
 class Layout:
