@@ -2,18 +2,23 @@ package stage
 
 import "unsafe"
 
+// Pointers are formed only for the first byte of a run (offsets are summed
+// as integers): a pointer one past the end of an allocation is invalid to
+// the Go runtime's checks.
+
 // GatherPage appends the runs that copy slice s of engine page idx (every
 // buffer's item, in buffer order) into one shard at dst.
 func (l *Layout) GatherPage(runs []Run, idx int32, s Slice, dst unsafe.Pointer) []Run {
 	ps := int64(l.PageSize)
+	var dstOff int64
 	for _, b := range l.Bufs {
 		tok := b.Item / ps
 		part := tok / int64(s.Parts)
-		src := unsafe.Add(b.Addr, int64(idx)*b.Item+int64(s.Part)*part)
+		srcOff := int64(idx)*b.Item + int64(s.Part)*part
 		for t := int64(0); t < ps; t++ {
-			runs = appendRun(runs, Run{Dst: unsafe.Add(dst, t*part), Src: unsafe.Add(src, t*tok), N: int(part)})
+			runs = appendRun(runs, Run{Dst: unsafe.Add(dst, dstOff+t*part), Src: unsafe.Add(b.Addr, srcOff+t*tok), N: int(part)})
 		}
-		dst = unsafe.Add(dst, part*ps)
+		dstOff += part * ps
 	}
 	return runs
 }
@@ -28,15 +33,15 @@ func (l *Layout) ScatterPage(runs []Run, slot unsafe.Pointer, shards int, shardB
 	}
 	ps := int64(l.PageSize)
 	for k := 0; k < shards; k++ {
-		src := unsafe.Add(slot, int64(k)*shardBytes)
+		srcOff := int64(k) * shardBytes
 		for _, b := range l.Bufs {
 			tok := b.Item / ps
 			part := tok / int64(shards)
-			dst := unsafe.Add(b.Addr, int64(idx)*b.Item+int64(k)*part)
+			dstOff := int64(idx)*b.Item + int64(k)*part
 			for t := int64(0); t < ps; t++ {
-				runs = appendRun(runs, Run{Dst: unsafe.Add(dst, t*tok), Src: unsafe.Add(src, t*part), N: int(part)})
+				runs = appendRun(runs, Run{Dst: unsafe.Add(b.Addr, dstOff+t*tok), Src: unsafe.Add(slot, srcOff+t*part), N: int(part)})
 			}
-			src = unsafe.Add(src, part*ps)
+			srcOff += part * ps
 		}
 	}
 	return runs

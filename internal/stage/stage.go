@@ -101,7 +101,7 @@ func (l *Layout) CheckIndices(idx []int32) error {
 func appendRun(runs []Run, r Run) []Run {
 	if n := len(runs); n > 0 {
 		last := &runs[n-1]
-		if unsafe.Add(last.Src, last.N) == r.Src && unsafe.Add(last.Dst, last.N) == r.Dst {
+		if uintptr(last.Src)+uintptr(last.N) == uintptr(r.Src) && uintptr(last.Dst)+uintptr(last.N) == uintptr(r.Dst) {
 			last.N += r.N
 			return runs
 		}
