@@ -4,6 +4,7 @@ package main
 import "C"
 
 import (
+	"runtime/debug"
 	"sync"
 	"time"
 	"unsafe"
@@ -30,6 +31,20 @@ func copierFor(l *stage.Layout) (stage.Copier, error) {
 		}
 	}
 	return stage.Host{}, nil
+}
+
+// safeCopy performs runs, turning a fault on engine memory (an address
+// that is not mapped) into InvalidArgument instead of a crash of the
+// process: it may run on a rank's loop goroutine (KVSender.Fill).
+func safeCopy(cp stage.Copier, runs []stage.Run) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			err = errdefs.Errorf(errdefs.InvalidArgument, "staging copy faulted on engine memory: %v", r)
+		}
+	}()
+	return cp.Copy(runs)
 }
 
 // job is the staging work queued on one sender or receiver handle: each new

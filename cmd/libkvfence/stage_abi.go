@@ -57,7 +57,7 @@ func gather(o *senderObj, l *stage.Layout, sl stage.Slice, cp stage.Copier, page
 	var runs []stage.Run
 	err := o.s.Fill(first, len(pages), func(i int, page []byte) error {
 		runs = l.GatherPage(runs[:0], pages[i-first], sl, unsafe.Pointer(&page[0]))
-		return cp.Copy(runs)
+		return safeCopy(cp, runs)
 	})
 	if err == nil && upto > 0 {
 		err = o.s.Send(upto)
@@ -126,7 +126,7 @@ func kvfence_receiver_scatter(r, layout C.kvfence_handle, idx *C.int32_t, n, sha
 		var runs []stage.Run
 		for i, p := range pages {
 			runs = l.ScatterPage(runs[:0], unsafe.Pointer(&slots[i][0]), int(shards), shardB, mla != 0, p)
-			if err := cp.Copy(runs); err != nil {
+			if err := safeCopy(cp, runs); err != nil {
 				return err
 			}
 		}
