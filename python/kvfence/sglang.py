@@ -478,8 +478,8 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
     def _try_init(self):
         """Reserves source pages on every target; a full pool is
         backpressure until pool_wait_s (then ResourceExhausted)."""
-        if self.inited or self.conclude_state is not None:
-            return
+        if self.inited or self.conclude_state is not None or self.total is None:
+            return  # a send before init (optimistic prefill) waits in the backlog
         for snd, _, _ in self.snds:
             if snd.pages_reserved:
                 continue

@@ -189,7 +189,9 @@ def _server_args(m):
 
 STUBS = {"requests": _requests, "torch": _torch, "torch.distributed": _dist, "sglang.srt.utils.network": _network,
          "sglang.srt.environ": _environ, "sglang.srt.server_args": _server_args,
-         "sglang.srt.utils": lambda m: setattr(m, "is_npu", lambda: False)}
+         "sglang.srt.utils": lambda m: setattr(m, "is_npu", lambda: False),
+         # mem_cache/common.py pulls torch kernels; its page count is SGLang's ceiling division
+         "sglang.srt.mem_cache.common": lambda m: setattr(m, "kv_to_page_num", lambda n, ps: (n + ps - 1) // ps)}
 
 sys.meta_path.insert(0, Finder())
 sys.path.insert(0, SRC)
@@ -367,11 +369,111 @@ def scenario_aborts_and_instances():
         dep.close()
 
 
+class PReq(Req):
+    """What PrefillBootstrapQueue reads of a request."""
+
+    def __init__(self, room, host, port, tokens):
+        super().__init__(room, host, port)
+        self.origin_input_ids = list(range(tokens))
+        self.sampling_params = types.SimpleNamespace(max_new_tokens=None)
+        self.metadata_buffer_index = -1
+        self.is_retracted = False
+        self.time_stats = types.SimpleNamespace(prefill_retry_count=0, set_bootstrap_done_time=lambda: None,
+                                                set_wait_queue_entry_time=lambda: None)
+
+
+class Allocator:
+    def __init__(self, n):
+        self.free = list(range(n))
+
+    def available_size(self):
+        return len(self.free)
+
+    def alloc(self):
+        return self.free.pop(0) if self.free else None
+
+
+def bootstrap_queues(dep, inst, failures):
+    """One PrefillBootstrapQueue per prefill TP rank with what add(),
+    pop_bootstrapped() and finalize_bootstrap() read; get_kv_class routed
+    to kvfence as kvfence's plugin hook routes SGLang's."""
+    sg_prefill.get_kv_class = lambda backend, class_type: kv.KVFenceBackendProvider().get_kv_class(
+        str(getattr(class_type, "value", class_type)).lower())
+    mgrs = dep.instances[inst]["mgrs"]
+    tp = Group(len(mgrs))
+    qs = []
+    for r, mgr in enumerate(mgrs):
+        q = object.__new__(sg_prefill.PrefillBootstrapQueue)
+        q.kv_manager, q.tp_rank, q.pp_rank, q.queue = mgr, r, 0, []
+        q.bootstrap_port = int(dep.instances[inst]["addr"].rsplit(":", 1)[1])
+        q.transfer_backend, q.max_total_num_tokens = "kvfence", 1 << 20
+        q.req_to_metadata_buffer_idx_allocator = Allocator(8)
+        q.token_to_kv_pool = types.SimpleNamespace(page_size=2)
+        q.scheduler = types.SimpleNamespace(attn_cp_cpu_group=Group(1), attn_tp_cpu_group=tp,
+                                            server_args=types.SimpleNamespace(optimistic_prefill_retries=0),
+                                            handle_bootstrap_failure=failures.append)
+        qs.append(q)
+    return qs
+
+
+def scenario_prefill_queue():
+    """SGLang's own PrefillBootstrapQueue.add / pop_bootstrapped /
+    finalize_bootstrap (prefill TP2) into decode TP1, then a request whose
+    decode never answers: SGLang's pop_bootstrapped gets Failed after the
+    bound and calls handle_bootstrap_failure; nothing raises."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2,), decode_tp=1, extra=dict(link_timeout_s=2))
+    try:
+        failures = []
+        qs, dq = bootstrap_queues(dep, 0, failures), prealloc_queues(dep)
+        host, port = dep.instances[0]["addr"].rsplit(":", 1)
+        drs = handshake(dep, dq, 0, 701)
+        drs[0].kv_receiver.send_metadata([1, 2], 1, [], decode_prefix_len=0)
+        reqs = [PReq(701, host, port, 4) for _ in qs]
+        for q, req in zip(qs, reqs):
+            q.add(req, num_kv_heads=2)
+        popped = []
+        Deployment.until(lambda: popped.extend(sum(tp_run(len(qs), lambda r: qs[r].pop_bootstrapped()), [])) or
+                         len(popped) == len(qs), "SGLang's pop_bootstrapped")
+        assert all(not r.pending_bootstrap and r.metadata_buffer_index >= 0 for r in reqs)
+        snds = [r.disagg_kv_sender for r in reqs]
+        aux = reqs[0].metadata_buffer_index
+        for e, s in zip(dep.instances[0]["engs"], snds):
+            e.fill(701, 1, [3, 4], False)
+            e.set_aux(aux, 701, 1)
+            s.send([3, 4], [])  # send_kv_chunk's last chunk
+        d, p = transfer(dep, drs, snds, 701, 1)
+        assert (d, p) == (4, 4) and dep.corrupt(701, 1, [1, 2]) == 0, (d, p)
+        for x in [drs[0].kv_receiver] + snds:
+            x.clear()
+        # The decode instance dies: a new request never bootstraps and fails
+        # after link_timeout_s through SGLang's own failure path.
+        for m in dep.dec:
+            m.close()
+        Deployment.until(lambda: not any(m.linked() for m in dep.instances[0]["mgrs"]), "links down")
+        dead = [PReq(702, host, port, 4) for _ in qs]
+        for q, req in zip(qs, dead):
+            q.add(req, num_kv_heads=2)
+        Deployment.until(lambda: tp_run(len(qs), lambda r: qs[r].pop_bootstrapped()) and False or
+                         len(failures) == len(qs), "SGLang's handle_bootstrap_failure")
+        for req in dead:
+            try:
+                req.disagg_kv_sender.failure_exception()
+                raise AssertionError("no failure recorded")
+            except kv.errors.Unavailable:
+                pass
+            req.disagg_kv_sender.clear()
+        print("SGLang's PrefillBootstrapQueue.add/pop_bootstrapped/finalize_bootstrap, prefill TP2 -> decode TP1: "
+              "Success, 0 corrupt heads; decode gone: Failed after link_timeout_s via handle_bootstrap_failure")
+    finally:
+        dep.close()
+
+
 from kvfence import staging  # noqa: E402
 
 live = staging.handles_live()
 for ptp, dtp, mla in ((1, 1, False), (2, 1, False), (1, 2, False), (4, 2, False), (2, 2, False), (2, 1, True)):
     scenario_topology(ptp, dtp, mla)
 scenario_aborts_and_instances()
+scenario_prefill_queue()
 assert staging.handles_live() == live, "handles leaked: %d" % (staging.handles_live() - live)
 print("OK")
