@@ -85,13 +85,16 @@ func (l *Layout) ShardBytes(s Slice) int64 {
 	return n
 }
 
-// CheckIndices refuses a page index outside any buffer.
+// CheckIndices refuses a page index outside any buffer (one pass over the
+// indices against the smallest buffer's page count).
 func (l *Layout) CheckIndices(idx []int32) error {
+	pages := l.Bufs[0].Len / l.Bufs[0].Item
+	for _, b := range l.Bufs[1:] {
+		pages = min(pages, b.Len/b.Item)
+	}
 	for _, i := range idx {
-		for bi, b := range l.Bufs {
-			if i < 0 || (int64(i)+1)*b.Item > b.Len {
-				return errdefs.Errorf(errdefs.InvalidArgument, "page index %d outside buffer %d (%d pages)", i, bi, b.Len/b.Item)
-			}
+		if i < 0 || int64(i) >= pages {
+			return errdefs.Errorf(errdefs.InvalidArgument, "page index %d outside the engine's buffers (%d pages)", i, pages)
 		}
 	}
 	return nil
