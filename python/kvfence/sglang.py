@@ -561,18 +561,22 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
 
     def _transfer_state(self):
         st = KVPoll.Success
+        staged = self.staged or self.sent >= self.total  # once the last gather ended, no need to ask again
         for snd, _, _ in self.snds:
             try:
-                staging.gather_wait(snd)
+                staged = staging.gather_wait(snd) and staged if not self.staged else True
             except errors.KVFenceError as exc:
                 return self._fail(exc)
             s = snd.poll()
             if s == KVPoll.Failed:
                 return self._fail(snd.failure() or errors.Unavailable("kvfence: room %d failed" % self.room))
             st = min(st, s)
+        self.staged = staged
         if st == KVPoll.Success:
             self.conclude_state = KVPoll.Success
         return st
+
+    staged = False
 
     def get_transfer_metric(self):
         if KVTransferMetric is None:

@@ -97,7 +97,7 @@ class Deployment:
         self.mla, self.dtp = mla, decode_tp
         kvargs, manager = provider.get_kv_class("kvargs"), provider.get_kv_class("manager")
         self.Sender, self.Receiver = provider.get_kv_class("sender"), provider.get_kv_class("receiver")
-        base = dict(slots=64, source_pages=64, log_level="error", decode=dict(lease_ms=1000),
+        base = dict(slots=64, source_pages=64, log_level="error", decode=dict(lease_ms=5000, max_hold_ms=10000),
                     prefill=dict(heartbeat_ms=100), link_timeout_s=30)
         base.update(extra or {})
         ptp0 = prefill_tp[0]

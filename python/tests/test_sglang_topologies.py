@@ -13,8 +13,10 @@ from sglang_topo import Deployment
 P = KVFenceBackendProvider()
 
 
-def settle(dep, handles_before, timeout=30):
-    """Every hold released, every slot back, every handle closed."""
+def settle(dep, handles_before, timeout=90):
+    """Every hold released, every slot back, every handle closed: a hold ends
+    by drain, fence or max_hold (10 s here), so the bound is max_hold plus
+    a loaded machine's margin."""
     end = time.monotonic() + timeout
     while dep.held() or dep.slots_in_use():
         assert time.monotonic() < end, "held %d rooms, %d slots in use" % (dep.held(), dep.slots_in_use())
@@ -109,6 +111,7 @@ def test_every_abort_point_settles(dep, where):
     room = {"before_init": 301, "prealloc": 302, "after_metadata": 303, "mid_transfer": 304, "prefill_side": 305}[where]
     rvs = [dep.Receiver(m, dep.instances[0]["addr"], room) for m in dep.dec]
     snds = []
+    in_use = dep.slots_in_use()
     if where == "before_init":
         rvs[0].abort()
     else:
@@ -117,7 +120,7 @@ def test_every_abort_point_settles(dep, where):
         if where == "prealloc":
             rvs[0].abort()
             rvs[0].send_metadata([1, 2], 1, None, decode_prefix_len=0)  # SGLang may still call it: never exposed
-            assert dep.slots_in_use() == 0, "an aborted receiver was exposed"
+            assert dep.slots_in_use() == in_use, "an aborted receiver was exposed"
         else:
             rvs[0].send_metadata([1, 2], 1, None, decode_prefix_len=0)
             snds = dep.senders(0, room)
@@ -134,6 +137,7 @@ def test_every_abort_point_settles(dep, where):
                 for s in snds:
                     s.abort()
                 assert min(s.poll() for s in snds) == 0
+                dep.until(lambda: rvs[0].poll() == 0, "decode learns of prefill's abort")  # over the control plane
     assert rvs[0].poll() == 0 and rvs[0].conclude_state == 0
     with pytest.raises(errors.KVFenceError):
         rvs[0].failure_exception()
