@@ -517,7 +517,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         if not self.inited:
             self._try_init()
         if not self.inited:
-            self.backlog.append(kv_indices)
+            self.backlog.append(staging.as_indices(kv_indices))  # SGLang may reuse its array
             return
         self._stage(kv_indices)
 
@@ -642,7 +642,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         if decode_prefix_len:
             self._fail(errors.Unimplemented("kvfence: decode_prefix_len > 0 (decode radix cache) is not supported"))
             return
-        self.kv_indices = [int(i) for i in kv_indices]
+        self.kv_indices = staging.as_indices(kv_indices)  # no per-page Python loop on the scheduler thread
         self.aux_index = aux_index
         self.metadata_at = time.monotonic()
         self._expose()

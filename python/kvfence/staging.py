@@ -57,6 +57,14 @@ def handles_live():
     return int(lib().kvfence_handles_live())
 
 
+def as_indices(idx):
+    """A private copy of page indices in the form the calls take without
+    converting again (contiguous int32 when numpy is there)."""
+    if _np is not None:
+        return _np.array(idx, dtype=_np.int32, copy=True)
+    return [int(i) for i in idx]
+
+
 def _indices(idx):
     """(int32 pointer, count, keepalive) of page indices: a numpy array is
     passed in place when it already is contiguous int32."""

@@ -53,7 +53,7 @@ def old_staging(eng, idx):
     out = (ctypes.c_char * (len(idx) * BUFS * ITEM))()
     base = ctypes.addressof(out)
     t0 = time.perf_counter()
-    for n, i in enumerate(idx):
+    for n, i in enumerate(idx.tolist()):
         dst = base + n * BUFS * ITEM
         for b in eng.kv:
             ctypes.memmove(dst, ctypes.addressof(b) + i * ITEM, ITEM)
@@ -75,7 +75,10 @@ def main():
     pre = manager(p_eng.kv_args(kvargs), "prefill", None, False)
     pre.register_to_bootstrap()
     rnd = random.Random(3)
-    p_idx, d_idx = rnd.sample(range(POOL), TOKENS), rnd.sample(range(POOL), TOKENS)
+    import numpy as np
+    # int32 numpy arrays of page indices, as SGLang's kv_to_page_indices gives them
+    p_idx = np.array(rnd.sample(range(POOL), TOKENS), dtype=np.int32)
+    d_idx = np.array(rnd.sample(range(POOL), TOKENS), dtype=np.int32)
     try:
         for rep in range(3):
             room = 900 + rep
@@ -108,7 +111,7 @@ def main():
             total = time.perf_counter() - t_start
             bad = sum(ctypes.string_at(ctypes.addressof(d_eng.kv[b]) + di * ITEM, ITEM)
                       != ctypes.string_at(ctypes.addressof(p_eng.kv[b]) + pi * ITEM, ITEM)
-                      for di, pi in zip(d_idx, p_idx) for b in range(BUFS))
+                      for di, pi in zip(d_idx.tolist(), p_idx.tolist()) for b in range(BUFS))
             old = old_staging(p_eng, p_idx)
             print("run %d: request of 64 MiB done in %.0f ms, %d corrupt items" % (rep, total * 1e3, bad))
             print("  send():         " + us(sends) + "; all four sends %.1f ms" % (sum(sends) * 1e3))
