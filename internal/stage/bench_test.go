@@ -25,12 +25,19 @@ func BenchmarkGatherVsCopy(b *testing.B) {
 	}
 	b.Run("scattered", func(b *testing.B) { benchGather(b, l, scattered) })
 	b.Run("contiguous", func(b *testing.B) { benchGather(b, l, contiguous) })
+	// Page size 16 (32 pages of 16 tokens, the same 64 MiB): 32 KiB runs.
+	e16 := newEngine(nbuf, pool/16, item*16, 1)
+	l16 := e16.layout(b, 16)
+	pages16 := make([]int32, tokens/16)
+	for i, p := range rand.Perm(pool / 16)[:tokens/16] {
+		pages16[i] = int32(p)
+	}
+	b.Run("page16-scattered", func(b *testing.B) { benchGather(b, l16, pages16) })
 }
 
 func benchGather(b *testing.B, l *Layout, idx []int32) {
-	const tokens = 512
 	shard := l.ShardBytes(Slice{0, 1})
-	dst := make([]byte, shard*tokens)
+	dst := make([]byte, shard*int64(len(idx)))
 	plainSrc := make([]byte, len(dst))
 	plainDst := make([]byte, len(dst))
 	for i := range plainSrc { // untouched memory is the shared zero page: a baseline that never leaves the cache
