@@ -41,3 +41,20 @@ func TestFillStopsAtAbortBetweenPieces(t *testing.T) {
 		t.Fatalf("7 pages of 6: %v", err)
 	}
 }
+
+// A request whose agent closed polls Failed on both sides, never the
+// Bootstrapping an engine would wait on for ever.
+func TestPollAfterCloseIsFailed(t *testing.T) {
+	d, p := startPair(t, nil, nil, nil)
+	key := core.RequestKey{Room: 6, Gen: 1}
+	rv := d.NewReceiver(key)
+	if _, err := rv.Init(2, []core.RankID{1}); err != nil {
+		t.Fatal(err)
+	}
+	snd := p.NewSender(key)
+	d.lp.shutdown() // the loops stop as Close stops them; the cleanups Close the rest
+	p.lp.shutdown()
+	if rv.Poll() != PollFailed || snd.Poll() != PollFailed {
+		t.Fatalf("after close: decode %v, prefill %v (want Failed, Failed)", rv.Poll(), snd.Poll())
+	}
+}

@@ -177,6 +177,27 @@ def _write_aux(a, aux_index, row):
         off += int(item)
 
 
+def _never_raises(method):
+    """SGLang's scheduler takes the server down on an exception from a
+    backend call: an unexpected error fails this request instead
+    (conclude_state Failed, failure_exception raises it)."""
+    import functools
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001  (recorded, raised by failure_exception)
+            err = exc if isinstance(exc, errors.KVFenceError) else errors.Internal(
+                "kvfence: %s.%s: %r" % (type(self).__name__, method.__name__, exc))
+            try:
+                self._fail(err)
+            except Exception:  # noqa: BLE001  (the failure is already recorded)
+                pass
+            return KVPoll.Failed if method.__name__ == "poll" else None
+    return guarded
+
+
 class KVFenceKVArgs(KVArgs):
     """SGLang fills the attributes; kvfence reads the buffer layout."""
 
@@ -470,6 +491,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
                 except errors.KVFenceError:
                     pass
 
+    @_never_raises
     def init(self, num_kv_indices, aux_index=None):
         self.total, self.aux_index = int(num_kv_indices), aux_index
         self.started = self.waiting_since = time.monotonic()
@@ -504,6 +526,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
     def should_send_kv_chunk(self, num_pages, last_chunk):
         return num_pages > 0 or last_chunk
 
+    @_never_raises
     def send(self, kv_indices, state_indices=None, token_position_offset=0, *args, **kwargs):
         """Queues the chunk's copy on Go threads and returns; never raises."""
         if self.conclude_state is not None or self.aborted:
@@ -541,6 +564,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         self.sent += n
         self.bytes += n * self.mgr.shard_bytes * len(self.snds)
 
+    @_never_raises
     def poll(self):
         if self.conclude_state is not None:
             return self.conclude_state
@@ -584,10 +608,12 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         lat = time.monotonic() - self.started if self.started else None
         return KVTransferMetric(transfer_latency_s=lat, transfer_total_bytes=self.bytes)
 
+    @_never_raises
     def abort(self):
         self.aborted = True
         self._fail(errors.Unavailable("kvfence: room %d aborted" % self.room))
 
+    @_never_raises
     def clear(self):
         """Drops the handles; source pages come back only when no posted
         write can still read them (the runtime decides)."""
@@ -613,6 +639,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         self.scattering = self.aborted = self.held = False
         self.require_staging = False  # what SGLang's decode queue reads
 
+    @_never_raises
     def init(self, *args, **kwargs):
         """main-2606 on: init(prefill_dp_rank); older: init(kv_indices,
         aux_index, state_indices), which also sends the metadata."""
@@ -633,6 +660,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         else:
             self._timed_out(self.created, self.mgr.link_timeout_s, "prefill instance %s never registered" % self.bootstrap_addr)
 
+    @_never_raises
     def send_metadata(self, kv_indices, aux_index=None, state_indices=None, decode_prefix_len=None):
         if self.conclude_state is not None or self.aborted:
             return  # an aborted receiver is never exposed
@@ -690,6 +718,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         self.held = True
         self.mgr.hold(self.room, self.rv)
 
+    @_never_raises
     def poll(self):
         if self.conclude_state is not None:
             return self.conclude_state
@@ -740,6 +769,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         self.conclude_state = KVPoll.Success
         return KVPoll.Success
 
+    @_never_raises
     def abort(self):
         self.aborted = True
         if self.conclude_state is None:
@@ -748,6 +778,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
     def abort_for_deferred_release(self):
         self.abort()
 
+    @_never_raises
     def clear(self):
         """Drops this object's claim: a request kvfence still holds stays
         held (the manager closes it once released); nothing is freed here."""

@@ -262,3 +262,25 @@ def test_bootstrap_routes_answer_as_sglang():
         assert sb.request("GET", url + "/health")[0] == 200
     finally:
         srv.close()
+
+
+def test_calls_after_the_agent_closed_fail_the_request_never_raise():
+    """The agent underneath is gone (shutdown, a crashed plugin): every call
+    SGLang makes returns (poll: Failed) and failure_exception says why."""
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1)
+    try:
+        rvs = dep.receivers(0, 91)
+        rvs[0].send_metadata([1], 1, None, decode_prefix_len=0)
+        snds = dep.senders(0, 91)
+        snds[0].init(1, 1)
+        dep.dec[0].agent.close()
+        dep.instances[0]["mgrs"][0].agent.close()
+        snds[0].send([2], [])
+        assert snds[0].poll() == 0 and rvs[0].poll() == 0
+        for x in (rvs[0], snds[0]):
+            with pytest.raises(errors.KVFenceError):
+                x.failure_exception()
+            x.abort()
+            x.clear()
+    finally:
+        dep.close()
