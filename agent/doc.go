@@ -46,6 +46,11 @@
 //	}
 //	snd.Close() // the source pages go back once no write can still read them
 //
+// An engine that cannot order its writes before a request's end (an abort
+// may come at any time) fills source pages with Write or Fill instead of
+// Page: both run in the rank's loop and refuse once the request's pages went
+// back; Fill copies in FillPiece pieces, one loop turn each.
+//
 // It owns: the event loop of each rank (one goroutine owns a core state
 // machine; every input — engine call, control message, completion, tick,
 // revoke or quiesce result — goes through it), the mapping of core Posts to

@@ -72,10 +72,11 @@ func (r *KVReceiver) Init(pages int, ranks []core.RankID) (core.Tag, error) {
 // Tag is the exposure Init made (zero before).
 func (r *KVReceiver) Tag() core.Tag { return r.tag }
 
-// Poll reports the request's state.
+// Poll reports the request's state; Failed once the agent closed (nothing
+// will ever move the request again, so a caller must not wait on it).
 func (r *KVReceiver) Poll() PollState {
 	st := PollBootstrapping
-	r.d.lp.call(func() {
+	if !r.d.lp.call(func() {
 		if dt := r.d.tags[r.key]; dt != nil && dt.tag == r.tag {
 			st = dt.state
 		} else if r.tag != (core.Tag{}) {
@@ -84,7 +85,9 @@ func (r *KVReceiver) Poll() PollState {
 				st = PollSuccess
 			}
 		}
-	})
+	}) {
+		return PollFailed
+	}
 	return st
 }
 

@@ -102,10 +102,10 @@ func (s *KVSender) Finish(total int) error {
 	return err
 }
 
-// Poll reports the request's state.
+// Poll reports the request's state; Failed once the agent closed.
 func (s *KVSender) Poll() PollState {
 	st := PollBootstrapping
-	s.p.lp.call(func() {
+	if !s.p.lp.call(func() {
 		switch r := s.p.reqs[s.key]; {
 		case r != nil && r.snd == s:
 			st = r.state
@@ -114,7 +114,9 @@ func (s *KVSender) Poll() PollState {
 		case s.src != nil:
 			st = PollFailed // closed or aborted before it ended
 		}
-	})
+	}) {
+		return PollFailed
+	}
 	return st
 }
 

@@ -41,3 +41,12 @@ TEST_STEPS += bindings-c bindings-py
 bindings-bench: bindings
 	PYTHONPATH=python KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
 	  $(PYTHON) -m pytest -q -s -p no:cacheprovider python/tests/test_boundary.py | grep boundary:
+
+# What kvfence's SGLang classes cost SGLang's scheduler thread (send/poll per
+# call for a 512-token Llama-3-8B-shaped request) and the Go gather against a
+# plain copy of the same bytes (figures only; the machine may be shared).
+.PHONY: sglang-bench
+sglang-bench: bindings bindings-deps
+	PYTHONPATH=python:python/tests KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
+	  $(PYTHON) python/tests/bench_sglang_calls.py
+	$(GO) test -run XXX -bench GatherVsCopy -benchtime 20x ./internal/stage

@@ -54,6 +54,7 @@ func openAgent(config *C.char, out *C.kvfence_handle, e *C.kvfence_error, open f
 //export kvfence_close
 func kvfence_close(h C.kvfence_handle, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
+	settleJobs(uint64(h)) // no staging copy outlives its handle
 	v, ok := unregister(uint64(h))
 	if !ok {
 		return fail(e, errdefs.Errorf(errdefs.NotFound, "no object with handle %d", h))

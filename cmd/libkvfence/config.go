@@ -55,7 +55,7 @@ type decodeJSON struct {
 type prefillJSON struct {
 	common
 	DecodeAddr         string `json:"decode_addr"`
-	DecodeRank         uint32 `json:"decode_rank"` // the decode rank at decode_addr (default 0)
+	DecodeRank         uint32 `json:"decode_rank"` // the decode rank at decode_addr (decode TP >= 2)
 	SourcePages        int    `json:"source_pages"`
 	ShardBytes         int64  `json:"shard_bytes"`
 	Lanes              int    `json:"lanes"`

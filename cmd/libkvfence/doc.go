@@ -13,7 +13,11 @@
 //     kvfence_error with the code and a message. No thread-local "last
 //     error", so concurrent callers never see each other's errors.
 //   - Bytes cross by copy into and out of caller memory (write_page,
-//     read_page); the runtime's pools never leave Go's control.
+//     read_page); the runtime's pools never leave Go's control. Staging
+//     (stage.go: layout, gather, scatter) copies on Go threads after the
+//     call returned, so the caller keeps its KV buffers allocated until
+//     the gather is waited for or the request ended, and a receiver's
+//     finish and close wait for its scatter.
 //   - Poll-based: callers poll (or wait with a timeout); Go never calls
 //     into C.
 //   - Safe from several threads: agent calls go through each rank's event

@@ -141,6 +141,7 @@ func kvfence_receiver_finish(r C.kvfence_handle, e *C.kvfence_error) (code C.int
 	if err != nil {
 		return fail(e, err)
 	}
+	settleJobs(uint64(r)) // the slots go back only after the scatter read them
 	o.rv.Finish()
 	return fail(e, nil)
 }

@@ -10,45 +10,65 @@ The classes keep SGLang's method names and KVPoll integers and subclass
 SGLang's base classes when SGLang is importable (plain classes otherwise, so
 this module imports without SGLang). Underneath, kvfence's guarantees hold:
 
-- Pages are staged: send() copies the engine's pages (kv_data_ptrs at the
-  page indices) into kvfence's source pages, and decode copies a handed-off
-  request from kvfence's slots into the engine's pages only at Success. No
-  transport ever writes engine memory, so SGLang may free its own pages at
-  once after an abort; kvfence holds its slots until every prefill rank's
-  writes are proven stopped (drained, fenced or timeout).
-- clear() during a hold never drops the hold: the manager keeps the request
-  until the runtime releases it (is_abort_release_safe says when).
-- Every prefill rank of a request writes its shard and must drain: TP
-  fan-out (decode TP smaller than prefill TP: each prefill rank's heads are
-  scattered into decode's pages) and MLA (every rank writes the same
-  latent; decode takes shard 0 and still waits for all).
-- The aux metadata row (incl. bootstrap_room) travels as extra pages of the
-  same request and is written into decode's aux buffer before Success, so
-  SGLang's metadata gate opens only for a complete request.
+- Pages are staged on Go threads (kvfence.staging): send() only queues the
+  copy of the chunk's pages (contiguous runs, 256 KiB pieces) into kvfence's
+  source pages; decode's poll() queues the copy of a handed-off request
+  into the engine's pages and reports Success once it is done. No transport
+  ever writes engine memory, so SGLang may free its own pages at once after
+  an abort; kvfence holds its slots until every prefill rank's writes are
+  proven stopped (drained, fenced or timeout).
+- Nothing raises into SGLang's scheduler: send(), poll(), init() and
+  send_metadata() record a failure instead (conclude_state = KVPoll.Failed,
+  failure_exception() raises the classified error). A full pool is
+  backpressure for up to pool_wait_s; a peer that never links fails its
+  requests after link_timeout_s.
+- Discovery as SGLang does it: the bootstrap server answers SGLang's routes
+  (kvfence.sglang_bootstrap); prefill ranks register there, decode fills
+  prefill_info_table per bootstrap address and takes each instance's kvfence
+  rank base from it, so several prefill instances never collide.
+- Topologies: kvfence.sglang_layout pairs ranks as SGLang does (prefill TP
+  over, equal to or under decode TP, SGLang's contiguous head split, MLA).
+  DP attention, PP, context parallelism, hybrid-model state buffers, decode
+  radix cache (decode_prefix_len > 0) and token_position_offset are refused
+  with one Unimplemented error (at start-up where SGLang's arguments show
+  them, else per request).
+- The aux metadata row (incl. bootstrap_room), of any size, travels as
+  extra pages of the same request and is written into decode's aux buffer
+  after the KV pages, so SGLang's metadata gate opens only for a complete
+  request.
 - A room id used again gets a new generation on both sides (per-manager
   count of the room's requests), so a late message of the old request never
   matches the new one.
 
 Configuration: a JSON object in $KVFENCE_SGLANG_CONFIG, or the "kvfence"
 object of --disaggregation-transfer-backend-extra-config (the fork's flag):
-  decode_addrs   list of decode ranks' control addresses ("host:port"),
-                 decode rank d listens on decode_addrs[d]
-  prefill_tp     prefill's TP size (decode needs to know who writes)
+  decode_addrs   the decode instance's TP ranks' control addresses
+                 ("host:port"); decode rank d listens on decode_addrs[d]
+  prefill_tp     prefill's attention TP size (decode sizes its slots with
+                 it; an instance registering another size is refused)
+  rank_base      prefill: this instance's kvfence rank ids are rank_base +
+                 TP rank (default: derived from host and bootstrap port)
+  bootstrap_addr prefill: where to register ("host:port"; default the
+                 server's host and --disaggregation-bootstrap-port)
   slots          decode's kvfence pool in pages (default 1024)
   source_pages   prefill's kvfence source pages (default 1024)
+  pool_wait_s    how long a full pool is backpressure before the request
+                 fails ResourceExhausted (default 60)
+  link_timeout_s how long a request waits for its peer ranks to link
+                 (default SGLang's bootstrap timeout, 300)
   plugin, plugin_env, tls_cert, tls_key, tls_ca, log_level, log_file
                  the library's config fields both sides take
   decode, prefill  objects of further library config fields for that side
-                 (decode: lease_ms, max_hold_ms, fence, ...; prefill:
-                 heartbeat_ms, bootstrap_timeout_ms, lanes, ...)
 """
 import ctypes
 import json
 import os
+import socket
 import threading
 import time
+import zlib
 
-from . import api, errors
+from . import api, errors, sglang_bootstrap, sglang_layout, staging
 
 try:  # SGLang's base classes when SGLang is there; plain ones otherwise.
     from sglang.srt.disaggregation.base.conn import (BaseKVBootstrapServer, BaseKVManager, BaseKVReceiver,
@@ -65,10 +85,11 @@ except ImportError:
     class KVArgs:
         """SGLang's KVArgs: a bare attribute holder the scheduler fills."""
 
-PREFILL_RANK_BASE = 1000
 # Library config fields both sides take; side-specific ones go in the
 # "decode" or "prefill" object of the config.
-_SHARED_KEYS = ("plugin", "plugin_env", "tls_cert", "tls_key", "tls_ca", "log_level", "log_file")  # kvfence rank id of prefill TP rank r: base + r
+_SHARED_KEYS = ("plugin", "plugin_env", "tls_cert", "tls_key", "tls_ca", "log_level", "log_file")
+PREFILL_RANK_BASE = 1000  # kvfence rank ids below this are decode ranks'
+_SCATTER_WAIT_S = 60.0  # an abort waits this long for a scatter in flight (a bounded memcpy)
 
 
 def _config(server_args=None):
@@ -87,7 +108,7 @@ def _mode(mode):
 
 
 def _refuse_device_memory(ptrs):
-    """These classes stage pages with memmove, so every buffer must be host
+    """These classes stage pages on the host, so every buffer must be host
     memory: a CUDA device pointer is refused here (Unimplemented) instead of
     crashing the scheduler at the first send. Checked with the CUDA driver's
     cuPointerGetAttribute when libcuda is present; without it, no GPU memory
@@ -105,12 +126,108 @@ def _refuse_device_memory(ptrs):
                 "(README: GPU memory)" % int(p))
 
 
+def refuse_unsupported(server_args, kv_args):
+    """One Unimplemented error at start-up for what kvfence cannot carry."""
+    sa = server_args
+    why = []
+    if sa is not None:
+        if getattr(sa, "enable_dp_attention", False) or int(getattr(sa, "dp_size", 1) or 1) > 1:
+            why.append("DP attention / dp-size > 1")
+        if int(getattr(sa, "pp_size", 1) or 1) > 1:
+            why.append("pipeline parallelism (pp-size > 1)")
+        if int(getattr(sa, "attn_cp_size", 1) or 1) > 1:
+            why.append("context parallelism")
+        if getattr(sa, "disaggregation_decode_enable_radix_cache", False):
+            why.append("decode radix cache (decode_prefix_len)")
+    types = [str(getattr(t, "value", t)).lower() for t in (getattr(kv_args, "state_types", None) or [])]
+    if getattr(kv_args, "state_type", "none") not in (None, "none") or any(t != "none" for t in types):
+        why.append("hybrid-model state buffers (%s)" % (types or kv_args.state_type))
+    if why:
+        raise errors.Unimplemented("kvfence does not support %s yet (README: Use from SGLang)" % ", ".join(why))
+
+
+def _rank_base(cfg, server_args):
+    """This prefill instance's kvfence rank base: configured, else derived
+    from the host name and bootstrap port (instances differ in one)."""
+    if "rank_base" in cfg:
+        return int(cfg["rank_base"])
+    port = int(getattr(server_args, "disaggregation_bootstrap_port", 8998) or 8998)
+    h = zlib.crc32(("%s:%d" % (socket.gethostname(), port)).encode())
+    return PREFILL_RANK_BASE + (h % (1 << 20)) * 256
+
+
+def _layout(a):
+    return staging.Layout(a.kv_data_ptrs, a.kv_data_lens, a.kv_item_lens, int(a.page_size))
+
+
+def _aux_row(a, aux_index, size):
+    """The aux buffers' rows at aux_index, concatenated, padded to size."""
+    buf = (ctypes.c_char * size)()
+    off = 0
+    for ptr, item in zip(a.aux_data_ptrs, a.aux_item_lens):
+        ctypes.memmove(ctypes.addressof(buf) + off, int(ptr) + int(aux_index) * int(item), int(item))
+        off += int(item)
+    return buf
+
+
+def _write_aux(a, aux_index, row):
+    off = 0
+    for ptr, item in zip(a.aux_data_ptrs, a.aux_item_lens):
+        ctypes.memmove(int(ptr) + int(aux_index) * int(item), ctypes.addressof(row) + off, int(item))
+        off += int(item)
+
+
+def _never_raises(method):
+    """SGLang's scheduler takes the server down on an exception from a
+    backend call: an unexpected error fails this request instead
+    (conclude_state Failed, failure_exception raises it)."""
+    import functools
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001  (recorded, raised by failure_exception)
+            err = exc if isinstance(exc, errors.KVFenceError) else errors.Internal(
+                "kvfence: %s.%s: %r" % (type(self).__name__, method.__name__, exc))
+            try:
+                self._fail(err)
+            except Exception:  # noqa: BLE001  (the failure is already recorded)
+                pass
+            return KVPoll.Failed if method.__name__ == "poll" else None
+    return guarded
+
+
 class KVFenceKVArgs(KVArgs):
     """SGLang fills the attributes; kvfence reads the buffer layout."""
 
 
+class _Outcome:
+    """A request's end as SGLang's in-tree backends record it."""
+
+    conclude_state = None
+    error = None
+    started = None
+
+    def _fail(self, err):
+        if self.error is None:
+            self.error = err
+        self.conclude_state = KVPoll.Failed
+        return KVPoll.Failed
+
+    def _timed_out(self, since, limit, what):
+        if since is not None and limit is not None and time.monotonic() - since > limit:
+            self._fail(errors.Unavailable("kvfence: room %d: %s for %.0fs" % (self.room, what, limit)))
+            return True
+        return False
+
+    def failure_exception(self):
+        raise self.error or errors.Unavailable("kvfence: room %d failed" % self.room)
+
+
 class KVFenceKVManager(BaseKVManager):
-    """One per scheduler process: one kvfence rank (decode or prefill)."""
+    """One per scheduler process: one kvfence decode rank, or the prefill
+    rank's kvfence agents (one per decode rank it serves)."""
 
     # kvfence keeps aborted requests' memory held until every prefill rank's
     # writes are proven stopped; SGLang's engine pages are never a transfer
@@ -118,44 +235,68 @@ class KVFenceKVManager(BaseKVManager):
     supports_deferred_decode_kv_release = True
 
     def __init__(self, args, disaggregation_mode, server_args, is_mla_backend=False):
-        self.kv_args = args
-        self.mode = _mode(disaggregation_mode)
-        self.server_args = server_args
+        self.kv_args, self.mode, self.server_args = args, _mode(disaggregation_mode), server_args
         self.is_mla_backend = bool(is_mla_backend)
-        cfg = _config(server_args)
-        self.cfg = cfg
+        self.cfg = cfg = _config(server_args)
+        refuse_unsupported(server_args, args)
+        _refuse_device_memory(list(args.kv_data_ptrs) + list(getattr(args, "aux_data_ptrs", []) or []))
         # What SGLang's scheduler reads from a manager (Common* attributes).
         self.is_dummy_cp_rank = False
         self.prefill_info_table, self.transfer_infos, self.req_to_decode_prefix_len = {}, {}, {}
         self.enable_deferred_decode_kv_release = True
-        _refuse_device_memory(list(args.kv_data_ptrs) + list(getattr(args, "aux_data_ptrs", []) or []))
         self.rank = int(getattr(args, "engine_rank", 0))
         self.page_bytes = sum(int(x) for x in args.kv_item_lens)
         self.aux_bytes = sum(int(x) for x in getattr(args, "aux_item_lens", []) or [])
-        self._gens = {}
-        self._held = {}  # room -> [api.Receiver]: aborted requests the runtime still holds
-        self._lock = threading.Lock()
+        self.pool_wait_s = float(cfg.get("pool_wait_s", 60))
+        self.link_timeout_s = float(cfg.get("link_timeout_s", os.environ.get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300)))
+        self._gens, self._held, self._lock = {}, {}, threading.Lock()
+        self._swept = 0.0
+        self.addrs = cfg.get("decode_addrs") or ["127.0.0.1:17000"]
+        self.decode_tp, self.prefill_tp = len(self.addrs), int(cfg.get("prefill_tp", 1))
+        sa_tp = int(getattr(server_args, "tp_size", 0) or 0)
+        if self.mode == "decode" and sa_tp and sa_tp != self.decode_tp:
+            raise errors.InvalidArgument("kvfence: decode TP is %d but decode_addrs names %d ranks" % (sa_tp, self.decode_tp))
+        if self.mode != "decode" and sa_tp:
+            self.prefill_tp = sa_tp
+        self.layout = _layout(args)
         passthrough = {k: v for k, v in cfg.items() if k in _SHARED_KEYS}
-        passthrough.update(cfg.get(self.mode if self.mode == "decode" else "prefill", {}))
-        addrs = cfg.get("decode_addrs") or ["127.0.0.1:17000"]
+        passthrough.update(cfg.get("decode" if self.mode == "decode" else "prefill", {}))
         if self.mode == "decode":
-            prefill_tp = int(cfg.get("prefill_tp", 1))
-            dtp = len(addrs)
-            self.prefill_ranks = [PREFILL_RANK_BASE + r for r in range(prefill_tp) if r % dtp == self.rank % dtp]
-            self.shards = len(self.prefill_ranks)
-            # Non-MLA: prefill ranks each hold 1/shards of decode's heads.
-            shard = self.page_bytes if self.is_mla_backend else self.page_bytes // self.shards
-            self.shard_bytes = max(shard, 1)
-            self.aux_pages = -(-self.aux_bytes // self.shard_bytes) if self.aux_bytes else 0
-            passthrough.setdefault("control_addr", addrs[self.rank % dtp])
-            self.agent = api.Decode(rank=self.rank, slots=int(cfg.get("slots", 1024)), shard_bytes=self.shard_bytes,
-                                    shards=self.shards, **passthrough)
+            self._init_decode(cfg, passthrough)
         else:
-            self.shard_bytes = self.page_bytes
-            self.aux_pages = -(-self.aux_bytes // self.shard_bytes) if self.aux_bytes else 0
-            self.agent = api.Prefill(rank=PREFILL_RANK_BASE + self.rank, decode_addr=addrs[self.rank % len(addrs)],
-                                     source_pages=int(cfg.get("source_pages", 1024)), shard_bytes=self.shard_bytes,
-                                     **passthrough)
+            self._init_prefill(cfg, passthrough)
+
+    def _init_decode(self, cfg, passthrough):
+        self.writers = sglang_layout.decode_writers(self.rank, self.prefill_tp, self.decode_tp)
+        self.shards = len(self.writers)
+        self.shard_bytes = sglang_layout.shard_bytes(self.page_bytes, self.prefill_tp, self.decode_tp,
+                                                     self.is_mla_backend, "decode")
+        self.aux_pages = sglang_layout.aux_pages(self.aux_bytes, self.shard_bytes)
+        self._fetching, self._bad, self._bases = set(), {}, {}
+        passthrough.setdefault("control_addr", self.addrs[self.rank % self.decode_tp])
+        self.agent = api.Decode(rank=self.rank, slots=int(cfg.get("slots", 1024)), shard_bytes=self.shard_bytes,
+                                shards=self.shards, **passthrough)
+        self.agents = []
+
+    def _init_prefill(self, cfg, passthrough):
+        self.rank_base = _rank_base(cfg, self.server_args)
+        self.kv_rank = self.rank_base + self.rank
+        self.targets = sglang_layout.prefill_targets(self.rank, self.prefill_tp, self.decode_tp, self.is_mla_backend)
+        self.shard_bytes = sglang_layout.shard_bytes(self.page_bytes, self.prefill_tp, self.decode_tp,
+                                                     self.is_mla_backend, "prefill")
+        self.aux_pages = sglang_layout.aux_pages(self.aux_bytes, self.shard_bytes)
+        self.agents = []
+        try:
+            for dr, _, _ in self.targets:
+                self.agents.append(api.Prefill(rank=self.kv_rank, decode_addr=self.addrs[dr], decode_rank=dr,
+                                               source_pages=int(cfg.get("source_pages", 1024)),
+                                               shard_bytes=self.shard_bytes, **passthrough))
+        except Exception:
+            self.close()
+            raise
+        self.agent = self.agents[0]
+        if self.server_args is not None or cfg.get("bootstrap_addr"):
+            threading.Thread(target=self._register_quietly, daemon=True).start()
 
     def next_gen(self, room):
         """The generation of room's next request here (1, 2, ...)."""
@@ -163,13 +304,94 @@ class KVFenceKVManager(BaseKVManager):
             self._gens[room] = self._gens.get(room, 0) + 1
             return self._gens[room]
 
+    # ---- discovery (SGLang's bootstrap routes) ----
+
+    def _bootstrap_target(self):
+        addr = self.cfg.get("bootstrap_addr")
+        if addr:
+            host, port = addr.rsplit(":", 1)
+            return host, int(port)
+        host = getattr(self.server_args, "host", None) or "127.0.0.1"
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return host, int(getattr(self.server_args, "disaggregation_bootstrap_port", 8998))
+
     def register_to_bootstrap(self):
-        """kvfence's ranks find each other over their control plane."""
+        """PUT /route with SGLang's payload plus this instance's rank base."""
+        if self.mode == "decode":
+            return
+        sa = self.server_args
+        payload = {"attn_tp_size": self.prefill_tp, "attn_tp_rank": self.rank, "attn_cp_size": 1, "attn_cp_rank": 0,
+                   "attn_dp_size": 1, "attn_dp_rank": 0, "pp_size": 1, "pp_rank": 0, "system_dp_size": 1,
+                   "system_dp_rank": 0, "rank_ip": socket.gethostname(), "rank_port": 0,
+                   "page_size": int(self.kv_args.page_size), "kv_cache_dtype": getattr(sa, "kv_cache_dtype", None),
+                   "load_balance_method": getattr(sa, "load_balance_method", "follow_bootstrap_room"),
+                   "kvfence_rank_base": self.rank_base, "kvfence_mla": self.is_mla_backend}
+        host, port = self._bootstrap_target()
+        sglang_bootstrap.register(host, port, payload)
+
+    def _register_quietly(self):
+        try:
+            self.register_to_bootstrap()
+        except errors.KVFenceError:
+            pass  # decode then finds the instance incomplete: its requests fail after link_timeout_s
 
     def try_ensure_parallel_info(self, bootstrap_addr):
-        return True
+        """Non-blocking, as SGLang's: True once the instance's layout is in
+        prefill_info_table (or known to be refused: its receivers fail with
+        the reason); else a fetch runs on a thread and SGLang asks again."""
+        if bootstrap_addr in self.prefill_info_table or bootstrap_addr in self._bad:
+            return True
+        with self._lock:
+            if bootstrap_addr not in self._fetching:
+                self._fetching.add(bootstrap_addr)
+                threading.Thread(target=self._fetch, args=(bootstrap_addr,), daemon=True).start()
+        return False
 
-    # Deferred decode-KV release (SGLang's names), answered by the runtime.
+    def _fetch(self, addr):
+        try:
+            info = sglang_bootstrap.fetch_instance(addr)
+            if info is not None:
+                self._admit(addr, info)
+        finally:
+            with self._lock:
+                self._fetching.discard(addr)
+
+    def _admit(self, addr, info):
+        import types
+        why = None
+        if info.get("kvfence_dp_size", 1) != 1 or info.get("kvfence_pp_size", 1) != 1 or info.get("kvfence_attn_cp_size", 1) != 1:
+            why = errors.Unimplemented("kvfence: prefill %s uses DP attention, PP or CP: not supported" % addr)
+        elif int(info["attn_tp_size"]) != self.prefill_tp:
+            why = errors.FailedPrecondition("kvfence: prefill %s has TP %s, this decode was sized for prefill_tp %d"
+                                            % (addr, info["attn_tp_size"], self.prefill_tp))
+        elif info.get("page_size") not in (None, int(self.kv_args.page_size)):
+            why = errors.FailedPrecondition("kvfence: prefill %s page size %s, decode %s" % (addr, info["page_size"], self.kv_args.page_size))
+        base = int(info["kvfence_rank_base"])
+        with self._lock:
+            other = self._bases.get(base)
+            if why is None and other not in (None, addr):
+                why = errors.FailedPrecondition("kvfence: prefill %s and %s share rank base %d: set rank_base" % (addr, other, base))
+            if why is not None:
+                self._bad[addr] = why
+                return
+            self._bases[base] = addr
+        fields = {k: info.get(k) for k in ("attn_tp_size", "attn_cp_size", "dp_size", "pp_size", "page_size",
+                                            "kv_cache_dtype", "follow_bootstrap_room")}
+        self.prefill_info_table[addr] = types.SimpleNamespace(
+            **fields, target_tp_ranks=list(self.writers), target_tp_rank=self.writers[0], target_cp_ranks=[0],
+            target_pp_ranks=[0], required_dst_info_num=1, required_prefill_response_num=len(self.writers),
+            kvfence_ranks=[base + w for w in self.writers])
+
+    def instance(self, addr):
+        """(prefill kvfence rank ids, None) or (None, refusal) or (None, None)."""
+        if addr in self._bad:
+            return None, self._bad[addr]
+        info = self.prefill_info_table.get(addr)
+        return (info.kvfence_ranks if info else None), None
+
+    # ---- holds and deferred release (newest upstream's names) ----
+
     def register_deferred_abort_room(self, room):
         return self._gens.get(room, 0)
 
@@ -179,6 +401,19 @@ class KVFenceKVManager(BaseKVManager):
     def hold(self, room, receiver):
         with self._lock:
             self._held.setdefault(room, []).append(receiver)
+
+    def sweep(self, force=False):
+        """Closes the handles of held requests the runtime released, so
+        SGLang versions that never ask is_abort_release_safe leak nothing.
+        Runs at most every 50 ms unless forced (receivers' polls call it)."""
+        now = time.monotonic()
+        if not force and now - self._swept < 0.05:
+            return
+        self._swept = now
+        with self._lock:
+            rooms = list(self._held)
+        for room in rooms:
+            self.is_abort_release_safe(room)
 
     def is_abort_release_safe(self, room, required_acks=None):
         """True once the runtime released every aborted request of room:
@@ -200,73 +435,90 @@ class KVFenceKVManager(BaseKVManager):
         self.is_abort_release_safe(room)
 
     def held_rooms(self):
+        self.sweep(force=True)
         with self._lock:
             return sorted(self._held)
 
+    def linked(self):
+        """Prefill: every agent's link to its decode rank is up."""
+        return all(a.linked for a in self.agents)
+
     def close(self):
-        self.agent.close()
+        for a in self.agents or [getattr(self, "agent", None)]:
+            if a is not None:
+                a.close()
+        layout = getattr(self, "layout", None)
+        if layout is not None:
+            layout.close()
 
 
-def _copy_pages(ptrs, item_lens, indices, out_addr, shard_bytes):
-    """Gathers the engine's pages at indices (each buffer's item at its page
-    index, buffers concatenated) into consecutive shards at out_addr."""
-    for n, idx in enumerate(indices):
-        dst = out_addr + n * shard_bytes
-        for ptr, item in zip(ptrs, item_lens):
-            ctypes.memmove(dst, int(ptr) + int(idx) * int(item), int(item))
-            dst += int(item)
-
-
-def _scatter_pages(buf, indices, ptrs, item_lens, page_size, shards, shard_bytes, mla):
-    """Writes a handed-off request's slots (one shard per prefill rank) into
-    decode's pages: MLA takes shard 0 whole; otherwise shard k holds prefill
-    rank k's heads, so each token's bytes of every buffer come from all shards."""
-    base = ctypes.addressof(buf)
-    slot = shards * shard_bytes
-    for n, idx in enumerate(indices):
-        for k in range(1 if mla else shards):
-            src = base + n * slot + k * shard_bytes
-            for ptr, item in zip(ptrs, item_lens):
-                item = int(item)
-                page = int(ptr) + int(idx) * item
-                if mla:
-                    ctypes.memmove(page, src, item)
-                    src += item
-                    continue
-                tok_d = item // page_size
-                tok_p = tok_d // shards
-                for t in range(page_size):
-                    ctypes.memmove(page + t * tok_d + k * tok_p, src + t * tok_p, tok_p)
-                src += item // shards
-
-
-class KVFenceKVSender(BaseKVSender):
-    """Prefill's side of one request (SGLang's sender)."""
+class KVFenceKVSender(_Outcome, BaseKVSender):
+    """Prefill's side of one request (SGLang's sender): one kvfence sender
+    per decode rank this prefill rank serves."""
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room, dest_tp_ranks=None, pp_rank=0, *args, **kwargs):
         self.mgr, self.room = mgr, int(bootstrap_room or 0)
         self.gen = mgr.next_gen(self.room)
-        self.snd = mgr.agent.sender(self.room, self.gen)
-        self.total = None
-        self.sent = 0
-        self.aux_index = None
-        self.pending_init = False
-        self.aborted = False
-        self.started = None
-        self.bytes = 0
-        self._poll_inited = False
+        self.snds = []
+        self.created = time.monotonic()
+        self.total = self.aux_index = self.waiting_since = None
+        self.sent = self.bytes = 0
+        self.backlog = []  # chunks sent while the pool was full, in order
+        self.inited = self.aborted = self.closed = False
+        try:
+            for a, (_, part, parts) in zip(mgr.agents, mgr.targets):
+                snd = a.sender(self.room, self.gen)
+                snd.pages_reserved = False
+                self.snds.append((snd, part, parts))
+        except errors.KVFenceError as exc:
+            self._fail(exc)
 
+    def _fail(self, err):
+        super()._fail(err)
+        self._release()
+        return KVPoll.Failed
+
+    def _release(self):
+        """Aborts and drops the kvfence senders: their source pages come
+        back only when no posted write can still read them."""
+        if self.closed:
+            return
+        self.closed = True
+        for snd, _, _ in self.snds:
+            for step in (snd.abort, snd.close):
+                try:
+                    step()
+                except errors.KVFenceError:
+                    pass
+
+    @_never_raises
     def init(self, num_kv_indices, aux_index=None):
         self.total, self.aux_index = int(num_kv_indices), aux_index
-        self.started = time.monotonic()
+        self.started = self.waiting_since = time.monotonic()
         self._try_init()
 
     def _try_init(self):
-        try:
-            self.snd.init(self.total + self.mgr.aux_pages)
-            self.pending_init = False
-        except errors.ResourceExhausted:
-            self.pending_init = True  # no free source pages yet; poll retries
+        """Reserves source pages on every target; a full pool is
+        backpressure until pool_wait_s (then ResourceExhausted)."""
+        if self.inited or self.conclude_state is not None or self.total is None:
+            return  # a send before init (optimistic prefill) waits in the backlog
+        for snd, _, _ in self.snds:
+            if snd.pages_reserved:
+                continue
+            try:
+                snd.init(self.total + self.mgr.aux_pages)
+                snd.pages_reserved = True
+            except errors.ResourceExhausted as exc:
+                if time.monotonic() - self.waiting_since > self.mgr.pool_wait_s:
+                    self._fail(exc)
+                return
+            except errors.KVFenceError as exc:
+                self._fail(exc)
+                return
+        self.inited = True
+        backlog, self.backlog = self.backlog, []
+        for chunk in backlog:
+            self._stage(chunk)
 
     def pop_decode_prefix_len(self):
         return 0
@@ -274,197 +526,283 @@ class KVFenceKVSender(BaseKVSender):
     def should_send_kv_chunk(self, num_pages, last_chunk):
         return num_pages > 0 or last_chunk
 
-    def send(self, kv_indices, state_indices=None, *args, **kwargs):
+    @_never_raises
+    def send(self, kv_indices, state_indices=None, token_position_offset=0, *args, **kwargs):
+        """Queues the chunk's copy on Go threads and returns; never raises."""
+        if self.conclude_state is not None or self.aborted:
+            return
+        if state_indices and any(s is not None for s in state_indices):
+            self._fail(errors.Unimplemented("kvfence: hybrid-model state buffers are not supported"))
+            return
+        if token_position_offset:
+            self._fail(errors.Unimplemented("kvfence: token_position_offset is not supported"))
+            return
+        if not self.inited:
+            self._try_init()
+        if not self.inited:
+            self.backlog.append(staging.as_indices(kv_indices))  # SGLang may reuse its array
+            return
+        self._stage(kv_indices)
+
+    def _stage(self, kv_indices):
+        n = len(kv_indices)
+        last = self.total is not None and self.sent + n >= self.total
+        upto = self.sent + n
         try:
-            self._send(kv_indices)
-        except (errors.NotFound, errors.FailedPrecondition):
-            pass  # decode ended the request meanwhile: poll says Failed
+            for snd, part, parts in self.snds:
+                total = 0
+                if last:
+                    total = upto = self.total + self.mgr.aux_pages
+                    if self.mgr.aux_pages:  # the aux row is small: written here, sent with the last pages
+                        row = _aux_row(self.mgr.kv_args, self.aux_index, self.mgr.aux_pages * self.mgr.shard_bytes)
+                        snd.write(self.total, row, count=self.mgr.aux_pages)
+                staging.gather(snd, self.mgr.layout, kv_indices, self.sent, upto=upto, total=total, part=part, parts=parts)
+        except errors.KVFenceError as exc:
+            if not isinstance(exc, (errors.NotFound, errors.FailedPrecondition)) or not self.aborted:
+                self._fail(exc)
+            return
+        self.sent += n
+        self.bytes += n * self.mgr.shard_bytes * len(self.snds)
 
-    def _send(self, kv_indices):
-        if self.pending_init:
-            self._try_init()
-            if self.pending_init:
-                raise errors.ResourceExhausted("kvfence: no free source pages for room %d" % self.room)
-        idx = [int(i) for i in kv_indices]
-        if idx:
-            staging = (ctypes.c_char * (len(idx) * self.mgr.shard_bytes))()
-            _copy_pages(self.mgr.kv_args.kv_data_ptrs, self.mgr.kv_args.kv_item_lens, idx,
-                        ctypes.addressof(staging), self.mgr.shard_bytes)
-            self.snd.write(self.sent, staging, count=len(idx))
-            self.sent += len(idx)
-            self.bytes += len(staging)
-        last = self.total is not None and self.sent >= self.total
-        if last and self.mgr.aux_pages:
-            # The aux row goes last: it is what opens decode's metadata gate.
-            self.snd.write(self.sent, self._aux_row(), count=self.mgr.aux_pages)
-        self.snd.send(self.sent + (self.mgr.aux_pages if last else 0))
-        if last:
-            self.snd.finish(self.total + self.mgr.aux_pages)
-
-    def _aux_row(self):
-        a = self.mgr.kv_args
-        buf = (ctypes.c_char * (self.mgr.aux_pages * self.mgr.shard_bytes))()
-        off = 0
-        for ptr, item in zip(a.aux_data_ptrs, a.aux_item_lens):
-            ctypes.memmove(ctypes.addressof(buf) + off, int(ptr) + int(self.aux_index) * int(item), int(item))
-            off += int(item)
-        return buf
-
+    @_never_raises
     def poll(self):
+        if self.conclude_state is not None:
+            return self.conclude_state
         if self.aborted:
-            return KVPoll.Failed
+            return self._fail(errors.Unavailable("kvfence: room %d aborted" % self.room))
         if self.total is None:
-            # Bootstrapped once the rank's link to decode is up.
-            return KVPoll.WaitingForInput if self.mgr.agent.linked else KVPoll.Bootstrapping
-        if self.pending_init:
+            # Bootstrapped once every link to decode is up.
+            if self.mgr.linked():
+                return KVPoll.WaitingForInput
+            if self._timed_out(self.created, self.mgr.link_timeout_s, "decode never linked"):
+                self._release()
+                return KVPoll.Failed
+            return KVPoll.Bootstrapping
+        if not self.inited:
             self._try_init()
-            return KVPoll.WaitingForInput
-        return self.snd.poll()
+            return KVPoll.WaitingForInput if self.conclude_state is None else KVPoll.Failed
+        return self._transfer_state()
 
-    def failure_exception(self):
-        err = self.snd.failure() or errors.Unavailable("kvfence: room %d failed" % self.room)
-        raise err
+    def _transfer_state(self):
+        st = KVPoll.Success
+        staged = self.staged or self.sent >= self.total  # once the last gather ended, no need to ask again
+        for snd, _, _ in self.snds:
+            try:
+                staged = staging.gather_wait(snd) and staged if not self.staged else True
+            except errors.KVFenceError as exc:
+                return self._fail(exc)
+            s = snd.poll()
+            if s == KVPoll.Failed:
+                return self._fail(snd.failure() or errors.Unavailable("kvfence: room %d failed" % self.room))
+            st = min(st, s)
+        self.staged = staged
+        if st == KVPoll.Success:
+            self.conclude_state = KVPoll.Success
+        return st
+
+    staged = False
 
     def get_transfer_metric(self):
-        lat = time.monotonic() - self.started if self.started else None
         if KVTransferMetric is None:
             return None
+        lat = time.monotonic() - self.started if self.started else None
         return KVTransferMetric(transfer_latency_s=lat, transfer_total_bytes=self.bytes)
 
+    @_never_raises
     def abort(self):
         self.aborted = True
-        try:
-            self.snd.abort()
-        except errors.NotFound:
-            pass
+        self._fail(errors.Unavailable("kvfence: room %d aborted" % self.room))
 
+    @_never_raises
     def clear(self):
-        """Drops the handle; source pages come back only when no posted
+        """Drops the handles; source pages come back only when no posted
         write can still read them (the runtime decides)."""
-        self.snd.close()
+        if self.closed:
+            return
+        self.closed = True
+        for snd, _, _ in self.snds:
+            try:
+                snd.close()
+            except errors.KVFenceError:
+                pass
 
 
-class KVFenceKVReceiver(BaseKVReceiver):
+class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
     """Decode's side of one request (SGLang's receiver)."""
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None, *args, **kwargs):
-        self.mgr, self.room = mgr, int(bootstrap_room or 0)
+        self.mgr, self.room, self.bootstrap_addr = mgr, int(bootstrap_room or 0), bootstrap_addr
         self.gen = mgr.next_gen(self.room)
-        self.rv = mgr.agent.receiver(self.room, self.gen)
-        self.ready = False
-        self.exposed = False
-        self.kv_indices = None
-        self.aux_index = None
-        self.delivered = False
-        self.aborted = False
-        self.failed = None
-        # What SGLang's decode queue reads from a receiver.
-        self.conclude_state = None
-        self.require_staging = False
+        self.rv = self.ranks = self.kv_indices = self.aux_index = self.aux_row = None
+        self.created = time.monotonic()
+        self.metadata_at = None
+        self.scattering = self.aborted = self.held = False
+        self.require_staging = False  # what SGLang's decode queue reads
 
+    @_never_raises
     def init(self, *args, **kwargs):
         """main-2606 on: init(prefill_dp_rank); older: init(kv_indices,
         aux_index, state_indices), which also sends the metadata."""
-        self.ready = True
+        self._resolve()
         if args and not isinstance(args[0], int):
             self.send_metadata(*args, **kwargs)
 
+    def _resolve(self):
+        """Finds the writers from the bootstrap server (never blocks)."""
+        if self.ranks is not None or self.conclude_state is not None:
+            return
+        self.mgr.try_ensure_parallel_info(self.bootstrap_addr)
+        ranks, why = self.mgr.instance(self.bootstrap_addr)
+        if why is not None:
+            self._fail(why)
+        elif ranks is not None:
+            self.ranks = ranks
+        else:
+            self._timed_out(self.created, self.mgr.link_timeout_s, "prefill instance %s never registered" % self.bootstrap_addr)
+
+    @_never_raises
     def send_metadata(self, kv_indices, aux_index=None, state_indices=None, decode_prefix_len=None):
-        self.kv_indices = [int(i) for i in kv_indices]
+        if self.conclude_state is not None or self.aborted:
+            return  # an aborted receiver is never exposed
+        if state_indices and any(s is not None for s in state_indices):
+            self._fail(errors.Unimplemented("kvfence: hybrid-model state buffers are not supported"))
+            return
+        if decode_prefix_len:
+            self._fail(errors.Unimplemented("kvfence: decode_prefix_len > 0 (decode radix cache) is not supported"))
+            return
+        self.kv_indices = staging.as_indices(kv_indices)  # no per-page Python loop on the scheduler thread
         self.aux_index = aux_index
+        self.metadata_at = time.monotonic()
         self._expose()
 
     def _expose(self):
-        if not all(self.mgr.agent.linked(r) for r in self.mgr.prefill_ranks):
-            self.exposed = False  # an Assign reaches linked ranks only: wait for every writer
+        """Opens the request on kvfence once every writer is linked and the
+        pool has room; both wait at most their bounds."""
+        m = self.mgr
+        if not all(m.agent.linked(r) for r in self.ranks):
+            self._timed_out(self.metadata_at, m.link_timeout_s, "prefill ranks %s not linked" % self.ranks)
             return
         try:
-            self.rv.init(len(self.kv_indices) + self.mgr.aux_pages, self.mgr.prefill_ranks)
+            if self.rv is None:
+                self.rv = m.agent.receiver(self.room, self.gen)
+            self.rv.init(len(self.kv_indices) + m.aux_pages, self.ranks)
             self.exposed = True
-        except errors.ResourceExhausted:
-            self.exposed = False  # kvfence's pool is full (holds count): poll retries
+        except errors.ResourceExhausted as exc:
+            if time.monotonic() - self.metadata_at > m.pool_wait_s:
+                self._fail(exc)
+        except errors.KVFenceError as exc:
+            self._fail(exc)
 
+    exposed = False
+
+    def _fail(self, err):
+        super()._fail(err)
+        self._let_go()
+        return KVPoll.Failed
+
+    def _let_go(self):
+        """The request is over for SGLang: the handle closes once kvfence
+        released its slots (held by the manager until then)."""
+        if self.rv is None or self.held:
+            return
+        if self.scattering:
+            try:
+                staging.scatter_done(self.rv, _SCATTER_WAIT_S)
+            except errors.KVFenceError:
+                pass
+            self.scattering = False
+        if self.exposed and self.rv.poll() == KVPoll.Success:
+            self.rv.finish()  # handed off: nothing can still land
+        elif self.exposed:
+            self.rv.abort()
+        self.held = True
+        self.mgr.hold(self.room, self.rv)
+
+    @_never_raises
     def poll(self):
-        if self.failed is not None or self.aborted:
-            return KVPoll.Failed
-        if self.delivered:
-            return KVPoll.Success
-        if not self.ready:
-            return KVPoll.Bootstrapping
+        if self.conclude_state is not None:
+            return self.conclude_state
+        self.mgr.sweep()
+        if self.ranks is None:
+            self._resolve()
+            return KVPoll.Bootstrapping if self.conclude_state is None else KVPoll.Failed
         if self.kv_indices is None:
             return KVPoll.WaitingForInput
         if not self.exposed:
             self._expose()
-            return KVPoll.WaitingForInput
+            return KVPoll.WaitingForInput if self.conclude_state is None else KVPoll.Failed
+        if self.scattering:
+            return self._scatter_state()
         st = self.rv.poll()
         if st == KVPoll.Success:
-            self._deliver()
-            return KVPoll.Success
+            return self._start_scatter()
+        if st == KVPoll.Failed:
+            return self._fail(self.rv.failure() or errors.Unavailable("kvfence: room %d failed" % self.room))
         return st
 
-    def _deliver(self):
-        m, a = self.mgr, self.mgr.kv_args
-        n = len(self.kv_indices) + m.aux_pages
-        buf = (ctypes.c_char * (n * m.agent.page_bytes))()
-        self.rv.read_into(buf, 0, n)
-        _scatter_pages(buf, self.kv_indices, a.kv_data_ptrs, a.kv_item_lens, int(a.page_size), m.shards,
-                       m.shard_bytes, m.is_mla_backend)
-        if m.aux_pages and self.aux_index is not None:
-            src = ctypes.addressof(buf) + len(self.kv_indices) * m.agent.page_bytes  # shard 0 of the aux page
-            for ptr, item in zip(a.aux_data_ptrs, a.aux_item_lens):
-                ctypes.memmove(int(ptr) + int(self.aux_index) * int(item), src, int(item))
-                src += int(item)
+    def _start_scatter(self):
+        """Handed off: the aux row is read now (small), the pages are copied
+        into the engine on Go threads; Success once both are in place."""
+        m = self.mgr
+        try:
+            if m.aux_pages and self.aux_index is not None:
+                slots = self.rv.read(len(self.kv_indices), m.aux_pages)
+                slot = m.agent.page_bytes  # aux page j of writer 0: shard 0 of slot j
+                self.aux_row = (ctypes.c_char * (m.aux_pages * m.shard_bytes)).from_buffer_copy(
+                    b"".join(bytes(slots[j * slot:j * slot + m.shard_bytes]) for j in range(m.aux_pages)))
+            staging.scatter(self.rv, m.layout, self.kv_indices, shards=m.shards, mla=m.is_mla_backend)
+        except errors.KVFenceError as exc:
+            return self._fail(exc)
+        self.scattering = True
+        return self._scatter_state()
+
+    def _scatter_state(self):
+        try:
+            if not staging.scatter_done(self.rv):
+                return KVPoll.Transferring
+        except errors.KVFenceError as exc:
+            return self._fail(exc)
+        self.scattering = False
+        if self.aux_row is not None:
+            _write_aux(self.mgr.kv_args, self.aux_index, self.aux_row)  # opens SGLang's metadata gate: last
         self.rv.finish()
-        self.delivered = True
+        self.conclude_state = KVPoll.Success
+        return KVPoll.Success
 
-    def failure_exception(self):
-        err = self.rv.failure() or errors.Unavailable("kvfence: room %d failed" % self.room)
-        raise err
-
+    @_never_raises
     def abort(self):
         self.aborted = True
-        if self.exposed and not self.delivered:
-            self.rv.abort()
-            self.mgr.hold(self.room, self.rv)
+        if self.conclude_state is None:
+            self._fail(errors.Unavailable("kvfence: room %d aborted" % self.room))
 
     def abort_for_deferred_release(self):
         self.abort()
 
+    @_never_raises
     def clear(self):
-        """Drops this object's claim. A request the runtime still holds stays
-        held (the manager keeps it until released); nothing is freed here."""
-        if self.aborted:
-            return  # abort() handed the request to the manager's holds
-        if self.exposed and not self.delivered:
+        """Drops this object's claim: a request kvfence still holds stays
+        held (the manager closes it once released); nothing is freed here."""
+        if self.conclude_state is None:
             self.abort()
-            return
-        self.rv.close()
+        elif self.rv is not None and not self.held:
+            self.rv.close()
+            self.held = True  # nothing left to let go
 
 
 class KVFenceBootstrapServer(BaseKVBootstrapServer):
-    """SGLang starts one on prefill. kvfence's ranks link over their own
-    control plane, so it only answers GET /health (for load balancers)."""
+    """SGLang starts one per prefill instance: SGLang's routes
+    (kvfence.sglang_bootstrap) plus GET /kvfence."""
 
     def __init__(self, host, port, *args, **kwargs):
-        import http.server
+        ttl = float(os.environ.get("SGLANG_DISAGGREGATION_BOOTSTRAP_ENTRY_CLEANUP_INTERVAL", 120))
+        self.server = sglang_bootstrap.Server(host, port, entry_ttl_s=ttl)
+        self.host, self.port = host, self.server.port
 
-        class Health(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                ok = self.path == "/health"
-                self.send_response(200 if ok else 404)
-                self.end_headers()
-                self.wfile.write(b"OK" if ok else b"kvfence needs no bootstrap routes")
-
-            def log_message(self, *a):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer((host, int(port)), Health)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def poll(self):
+        return KVPoll.Success
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 _CLASSES = {

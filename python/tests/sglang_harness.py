@@ -81,6 +81,8 @@ class Cluster:
 
     def __init__(self, provider, mode_decode="decode", mode_prefill="prefill", tp=2, extra=None):
         self.tp = tp
+        self.boot = provider.get_kv_class("bootstrap_server")("127.0.0.1", 0)
+        self.boot_addr = "127.0.0.1:%d" % self.boot.port
         kvargs = provider.get_kv_class("kvargs")
         manager = provider.get_kv_class("manager")
         self.Sender = provider.get_kv_class("sender")
@@ -91,7 +93,8 @@ class Cluster:
         os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=["127.0.0.1:0"]))
         self.d_eng = Engine(DECODE_HEADS)
         self.dec = manager(self.d_eng.kv_args(kvargs, 0), mode_decode, None, False)
-        os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=[self.dec.agent.addr]))
+        os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=[self.dec.agent.addr],
+                                                              bootstrap_addr=self.boot_addr))
         self.p_eng = [Engine(DECODE_HEADS // tp) for _ in range(tp)]
         self.pre = [manager(self.p_eng[r].kv_args(kvargs, r), mode_prefill, None, False) for r in range(tp)]
         for m in self.pre:
@@ -101,6 +104,7 @@ class Cluster:
     def close(self):
         for m in self.pre + [self.dec]:
             m.close()
+        self.boot.close()
 
     @staticmethod
     def all_reduce_min(polls):
@@ -123,11 +127,14 @@ class Cluster:
         """Decode: receiver, init, poll to WaitingForInput, send_metadata.
         Prefill: one sender per TP rank, bootstrap, pop_decode_prefix_len,
         init."""
-        rv = self.Receiver(self.dec, "127.0.0.1:8998", room)
+        rv = self.Receiver(self.dec, self.boot_addr, room)
         rv.init(0)
-        assert rv.poll() == 2
+        end = time.monotonic() + 15
+        while rv.poll() != 2:  # the bootstrap server's layout is fetched off the scheduler thread
+            assert time.monotonic() < end, "decode never resolved the prefill instance"
+            time.sleep(0.01)
         rv.send_metadata(d_idx, aux_index, None, decode_prefix_len=0)
-        senders = [self.Sender(m, "127.0.0.1:8998", room, [r], 0) for r, m in enumerate(self.pre)]
+        senders = [self.Sender(m, self.boot_addr, room, [r], 0) for r, m in enumerate(self.pre)]
         self.wait_bootstrapped(senders)
         for s in senders:
             assert s.pop_decode_prefix_len() == 0

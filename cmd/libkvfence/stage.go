@@ -1,0 +1,153 @@
+package main
+
+// #include "abi.h"
+import "C"
+
+import (
+	"runtime/debug"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/stage"
+)
+
+// Staging: an engine's KV pages copied into a sender's source pages
+// (gather) and out of a handed-off receiver's slots (scatter) on Go
+// threads, so the engine's scheduler thread only queues the work and polls
+// for it. Engine memory is read or written only while the call's request
+// still owns its kvfence pages: gathers go through KVSender.Fill (checked
+// per 256 KiB piece), and a receiver's finish or close waits for its scatter.
+
+type layoutObj struct{ l *stage.Layout }
+
+// copierFor picks the copier of a layout's buffers: host memory now; a
+// device buffer will be routed to a device copier here.
+func copierFor(l *stage.Layout) (stage.Copier, error) {
+	for _, b := range l.Bufs {
+		if b.Device {
+			return nil, errdefs.Errorf(errdefs.Unimplemented, "device buffers are not staged yet")
+		}
+	}
+	return stage.Host{}, nil
+}
+
+// safeCopy performs runs, turning a fault on engine memory (an address
+// that is not mapped) into InvalidArgument instead of a crash of the
+// process: it may run on a rank's loop goroutine (KVSender.Fill).
+func safeCopy(cp stage.Copier, runs []stage.Run) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			err = errdefs.Errorf(errdefs.InvalidArgument, "staging copy faulted on engine memory: %v", r)
+		}
+	}()
+	return cp.Copy(runs)
+}
+
+// job is the staging work queued on one sender or receiver handle: each new
+// job starts after the previous one ended, in the order queued.
+type job struct {
+	done chan struct{}
+	err  error
+}
+
+var jobs = struct {
+	sync.Mutex
+	last map[uint64]*job
+}{last: map[uint64]*job{}}
+
+// queue runs work after h's previous job and records it as h's last.
+func queue(h uint64, work func() error) {
+	j := &job{done: make(chan struct{})}
+	jobs.Lock()
+	prev := jobs.last[h]
+	jobs.last[h] = j
+	jobs.Unlock()
+	go func() {
+		defer close(j.done)
+		if prev != nil {
+			<-prev.done
+			if prev.err != nil {
+				j.err = prev.err // a failed gather fails the ones after it: their pages follow its pages
+				return
+			}
+		}
+		j.err = work()
+	}()
+}
+
+// waitJobs waits up to timeout for h's queued work: 1 while it runs, 0 once
+// it ended well, else the negated code (e says why).
+func waitJobs(h uint64, timeout time.Duration, e *C.kvfence_error) C.int {
+	jobs.Lock()
+	j := jobs.last[h]
+	jobs.Unlock()
+	if j == nil {
+		return fail(e, nil)
+	}
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-j.done:
+		case <-t.C:
+		}
+	}
+	select {
+	case <-j.done:
+		return -fail(e, j.err)
+	default:
+		fail(e, nil)
+		return 1
+	}
+}
+
+// settleJobs waits for all of h's work and forgets it (finish and close:
+// no copy may touch a request's memory after its handle let go of it).
+func settleJobs(h uint64) {
+	jobs.Lock()
+	j := jobs.last[h]
+	delete(jobs.last, h)
+	jobs.Unlock()
+	if j != nil {
+		<-j.done
+	}
+}
+
+// kvfence_layout_new describes an engine's KV buffers: n buffers, buffer i
+// lens[i] bytes at ptrs[i] with items[i] bytes per page index, page_size
+// tokens per page. Close it with kvfence_close.
+//
+//export kvfence_layout_new
+func kvfence_layout_new(ptrs *unsafe.Pointer, lens, items *C.int64_t, n, pageSize C.int, out *C.kvfence_handle, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	if ptrs == nil || lens == nil || items == nil || out == nil || n <= 0 || n > 1<<16 {
+		return fail(e, invalid("a layout takes 1..65536 buffers (%d) and non-NULL arrays", n))
+	}
+	ps, ls, is := unsafe.Slice(ptrs, int(n)), unsafe.Slice(lens, int(n)), unsafe.Slice(items, int(n))
+	bufs := make([]stage.Buffer, n)
+	for i := range bufs {
+		bufs[i] = stage.Buffer{Addr: ps[i], Len: int64(ls[i]), Item: int64(is[i])}
+	}
+	l, err := stage.NewLayout(bufs, int(pageSize))
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.kvfence_handle(register(&layoutObj{l: l}))
+	return fail(e, nil)
+}
+
+// indices copies n page indices from C and checks them against l.
+func indices(l *stage.Layout, idx *C.int32_t, n C.int) ([]int32, error) {
+	if n < 0 || (n > 0 && idx == nil) {
+		return nil, invalid("%d page indices at %p", n, idx)
+	}
+	out := make([]int32, n)
+	if n > 0 {
+		copy(out, unsafe.Slice((*int32)(unsafe.Pointer(idx)), int(n)))
+	}
+	return out, l.CheckIndices(out)
+}

@@ -1,0 +1,170 @@
+package main
+
+// #include "abi.h"
+import "C"
+
+import (
+	"time"
+	"unsafe"
+
+	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/stage"
+)
+
+// kvfence_sender_gather queues the copy of n engine pages (page indices idx
+// of layout, slice part of parts of every token: SGLang's contiguous head
+// split when decode TP > prefill TP, else 0 of 1) into the sender's source
+// pages [first, first+n), then marks pages [0, upto) sendable (upto > 0)
+// and the request produced with total pages (total > 0). It returns at
+// once: the copy runs on a Go thread, after the sender's earlier gathers;
+// kvfence_sender_gather_wait reports it. The engine's pages must stay
+// allocated until then (SGLang frees them only after the request ends).
+//
+//export kvfence_sender_gather
+func kvfence_sender_gather(s, layout C.kvfence_handle, idx *C.int32_t, n, part, parts, first, upto, total C.int, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := lookup[*senderObj](uint64(s), "sender")
+	if err != nil {
+		return fail(e, err)
+	}
+	lo, err := lookup[*layoutObj](uint64(layout), "layout")
+	if err != nil {
+		return fail(e, err)
+	}
+	l, sl := lo.l, stage.Slice{Part: int(part), Parts: int(parts)}
+	if err := l.Check(sl); err != nil {
+		return fail(e, err)
+	}
+	if sb := l.ShardBytes(sl); sb > o.a.pageBytes {
+		return fail(e, invalid("a page of this layout is %d bytes, a source page %d", sb, o.a.pageBytes))
+	}
+	if first < 0 || n < 0 || int(first)+int(n) > o.s.Pages() || upto < 0 || total < 0 {
+		return fail(e, invalid("pages [%d, %d) of a %d-page request, upto %d, total %d (init first)", first, first+n, o.s.Pages(), upto, total))
+	}
+	pages, err := indices(l, idx, n)
+	if err != nil {
+		return fail(e, err)
+	}
+	cp, err := copierFor(l)
+	if err != nil {
+		return fail(e, err)
+	}
+	queue(uint64(s), func() error { return gather(o, l, sl, cp, pages, int(first), int(upto), int(total)) })
+	return fail(e, nil)
+}
+
+func gather(o *senderObj, l *stage.Layout, sl stage.Slice, cp stage.Copier, pages []int32, first, upto, total int) error {
+	var runs []stage.Run
+	err := o.s.Fill(first, len(pages), func(i int, page []byte) error {
+		runs = l.GatherPage(runs[:0], pages[i-first], sl, unsafe.Pointer(&page[0]))
+		return safeCopy(cp, runs)
+	})
+	if err == nil && upto > 0 {
+		err = o.s.Send(upto)
+	}
+	if err == nil && total > 0 {
+		err = o.s.Finish(total)
+	}
+	return err
+}
+
+// kvfence_sender_gather_wait waits up to timeout_ms (0: not at all) for the
+// sender's queued gathers: 1 while one runs, 0 once all ended well, else
+// the negated code of the first that failed (e says why).
+//
+//export kvfence_sender_gather_wait
+func kvfence_sender_gather_wait(s C.kvfence_handle, timeoutMs C.int64_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	if _, err := lookup[*senderObj](uint64(s), "sender"); err != nil {
+		return -fail(e, err)
+	}
+	return waitJobs(uint64(s), clampMs(timeoutMs), e)
+}
+
+// kvfence_receiver_scatter queues the copy of a handed-off request's first
+// n pages into the engine's pages idx of layout: shards prefill shards per
+// slot, shard k holding part k of every token (SGLang's head split); with
+// mla every shard holds the whole page and shard 0 is taken. It returns at
+// once; kvfence_receiver_scatter_done reports it, and the receiver's finish
+// and close wait for it.
+//
+//export kvfence_receiver_scatter
+func kvfence_receiver_scatter(r, layout C.kvfence_handle, idx *C.int32_t, n, shards, mla C.int, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	if err != nil {
+		return fail(e, err)
+	}
+	lo, err := lookup[*layoutObj](uint64(layout), "layout")
+	if err != nil {
+		return fail(e, err)
+	}
+	l := lo.l
+	if shards <= 0 || int64(shards) > o.a.pageBytes {
+		return fail(e, invalid("%d shards per slot", shards))
+	}
+	shardB := o.a.pageBytes / int64(shards)
+	if err := l.CheckShards(int(shards), mla != 0); err != nil {
+		return fail(e, err)
+	}
+	if sb := l.ShardBytes(stage.Slice{Part: 0, Parts: scatterParts(int(shards), mla != 0)}); sb > shardB {
+		return fail(e, invalid("a shard of this layout is %d bytes, a slot's shard %d", sb, shardB))
+	}
+	pages, err := indices(l, idx, n)
+	if err != nil {
+		return fail(e, err)
+	}
+	slots := o.rv.Pages()
+	if slots == nil || len(pages) > len(slots) {
+		return fail(e, errdefs.Errorf(errdefs.FailedPrecondition, "%d pages to scatter from a request with %d handed-off pages (state %s)", len(pages), len(slots), o.rv.Poll()))
+	}
+	cp, err := copierFor(l)
+	if err != nil {
+		return fail(e, err)
+	}
+	queue(uint64(r), func() error {
+		var runs []stage.Run
+		for i, p := range pages {
+			runs = l.ScatterPage(runs[:0], unsafe.Pointer(&slots[i][0]), int(shards), shardB, mla != 0, p)
+			if err := safeCopy(cp, runs); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return fail(e, nil)
+}
+
+func scatterParts(shards int, mla bool) int {
+	if mla {
+		return 1
+	}
+	return shards
+}
+
+// kvfence_receiver_scatter_done is kvfence_sender_gather_wait for a
+// receiver's scatters.
+//
+//export kvfence_receiver_scatter_done
+func kvfence_receiver_scatter_done(r C.kvfence_handle, timeoutMs C.int64_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	if _, err := lookup[*receiverObj](uint64(r), "receiver"); err != nil {
+		return -fail(e, err)
+	}
+	return waitJobs(uint64(r), clampMs(timeoutMs), e)
+}
+
+// kvfence_handles_live is how many handles are open (agents, requests,
+// layouts): a leak check for engines and tests.
+//
+//export kvfence_handles_live
+func kvfence_handles_live() C.int64_t {
+	registry.RLock()
+	defer registry.RUnlock()
+	return C.int64_t(len(registry.objs))
+}
+
+// clampMs is timeout_ms as a duration: negative is 0, at most an hour.
+func clampMs(ms C.int64_t) time.Duration {
+	return time.Duration(min(max(int64(ms), 0), 3600_000)) * time.Millisecond
+}

@@ -1,0 +1,130 @@
+"""Staging of an engine's KV pages on Go threads (the C ABI's gather and
+scatter), so an engine's scheduler thread only queues copies and polls them.
+
+Layout describes the engine's KV buffers once (addresses, sizes, bytes per
+page index, page size); gather() queues the copy of a chunk's pages into a
+sender's source pages followed by its send/finish, and scatter() the copy of
+a handed-off request's slots into the engine's pages. Each copy is a list of
+contiguous runs (one memmove each), done in Go in 256 KiB pieces. No Python
+loop runs per token or per page.
+"""
+import ctypes
+
+from . import _lib, errors
+
+try:  # SGLang passes numpy arrays; imported once here, never inside a call
+    import numpy as _np
+except ImportError:  # numpy-less callers pass sequences
+    _np = None
+
+_H, _I, _I64 = ctypes.c_uint64, ctypes.c_int, ctypes.c_int64
+_E = ctypes.POINTER(_lib.Error)
+_I32P = ctypes.POINTER(ctypes.c_int32)
+_SIGNATURES = {
+    "kvfence_layout_new": (_I, [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_I64), ctypes.POINTER(_I64), _I, _I,
+                                ctypes.POINTER(_H), _E]),
+    "kvfence_sender_gather": (_I, [_H, _H, _I32P, _I, _I, _I, _I, _I, _I, _E]),
+    "kvfence_sender_gather_wait": (_I, [_H, _I64, _E]),
+    "kvfence_receiver_scatter": (_I, [_H, _H, _I32P, _I, _I, _I, _E]),
+    "kvfence_receiver_scatter_done": (_I, [_H, _I64, _E]),
+    "kvfence_handles_live": (_I64, []),
+}
+_declared = False
+
+
+def lib():
+    """The library with the staging functions declared."""
+    global _declared
+    so = _lib.lib()
+    if not _declared:
+        for name, (res, args) in _SIGNATURES.items():
+            fn = getattr(so, name)
+            fn.restype, fn.argtypes = res, args
+        _declared = True
+    return so
+
+
+def _call(name, *args):
+    err = _lib.Error()
+    code = getattr(lib(), name)(*args, ctypes.byref(err))
+    if code < 0 or code > 1:
+        raise errors.from_code(abs(code), err.message.decode("utf-8", "replace"))
+    return code
+
+
+def handles_live():
+    """Open handles of this process (agents, requests, layouts)."""
+    return int(lib().kvfence_handles_live())
+
+
+def as_indices(idx):
+    """A private copy of page indices in the form the calls take without
+    converting again (contiguous int32 when numpy is there)."""
+    if _np is not None:
+        return _np.array(idx, dtype=_np.int32, copy=True)
+    return [int(i) for i in idx]
+
+
+def _indices(idx):
+    """(int32 pointer, count, keepalive) of page indices: a numpy array is
+    passed in place when it already is contiguous int32."""
+    if _np is not None:
+        arr = _np.ascontiguousarray(idx, dtype=_np.int32)
+        return arr.ctypes.data_as(_I32P), int(arr.size), arr
+    arr = (ctypes.c_int32 * len(idx))(*[int(i) for i in idx])
+    return ctypes.cast(arr, _I32P), len(idx), arr
+
+
+class Layout:
+    """An engine's KV buffers: ptrs[i] holds lens[i] bytes, items[i] per page
+    index, page_size tokens per page."""
+
+    def __init__(self, ptrs, lens, items, page_size):
+        n = len(ptrs)
+        if not (n == len(lens) == len(items)):
+            raise errors.InvalidArgument("%d pointers, %d lengths, %d item sizes" % (n, len(lens), len(items)))
+        p = (ctypes.c_void_p * n)(*[int(x) for x in ptrs])
+        ls = (_I64 * n)(*[int(x) for x in lens])
+        it = (_I64 * n)(*[int(x) for x in items])
+        h = _H(0)
+        _call("kvfence_layout_new", p, ls, it, n, int(page_size), ctypes.byref(h))
+        self._h = h.value
+
+    def close(self):
+        if self._h:
+            _lib.call("kvfence_close", self._h)
+            self._h = 0
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+
+def gather(sender, layout, kv_indices, first, upto=0, total=0, part=0, parts=1):
+    """Queues the copy of the engine pages kv_indices into sender's source
+    pages from first on, then send(upto) (upto > 0) and finish(total)
+    (total > 0). Returns at once."""
+    ptr, n, keep = _indices(kv_indices)
+    _call("kvfence_sender_gather", sender._handle(), layout._h, ptr, n, part, parts, first, upto, total)
+    del keep  # Go copied the indices before returning
+
+
+def gather_wait(sender, timeout=0.0):
+    """True once every queued gather ended well; False while one runs;
+    raises the first failure's classified error."""
+    return _call("kvfence_sender_gather_wait", sender._handle(), int(timeout * 1000)) == 0
+
+
+def scatter(receiver, layout, kv_indices, shards=1, mla=False):
+    """Queues the copy of a handed-off request's first len(kv_indices)
+    slots into the engine pages kv_indices. Returns at once."""
+    ptr, n, keep = _indices(kv_indices)
+    _call("kvfence_receiver_scatter", receiver._handle(), layout._h, ptr, n, int(shards), 1 if mla else 0)
+    del keep
+
+
+def scatter_done(receiver, timeout=0.0):
+    """True once the receiver's scatters ended well; False while one runs."""
+    return _call("kvfence_receiver_scatter_done", receiver._handle(), int(timeout * 1000)) == 0

@@ -1,0 +1,132 @@
+"""What kvfence's SGLang classes cost the scheduler thread (issue 20 item 6):
+one 512-token Llama-3-8B-shaped request (32 layers x K,V = 64 buffers,
+8 KV heads x 128 x bf16 = 2 KiB per token, page size 1: 64 MiB), prefill
+TP1 -> decode TP1 over loopback. Times every send() and poll() call on both
+sides, and, in the same run, the per-token Python memmove staging the
+previous release did for the same pages (the baseline). Checks every byte.
+
+  PYTHONPATH=python:python/tests KVFENCE_LIB=bin/libkvfence.so \
+    KVFENCE_PLUGIN=bin/kvfence-plugin-tcp python3 python/tests/bench_sglang_calls.py
+"""
+import ctypes
+import json
+import os
+import random
+import statistics
+import time
+
+from kvfence import staging
+from kvfence.sglang import KVFenceBackendProvider, KVFenceBootstrapServer
+
+BUFS, ITEM, TOKENS, POOL, CHUNK = 64, 2048, 512, 1024, 128
+
+
+class Engine:
+    def __init__(self, seed):
+        self.kv = [(ctypes.c_char * (POOL * ITEM))() for _ in range(BUFS)]
+        rnd = random.Random(seed)
+        for b in self.kv:
+            ctypes.memmove(b, rnd.randbytes(len(b)), len(b))
+        self.aux = [(ctypes.c_char * (8 * n))() for n in (64, 8)]
+
+    def kv_args(self, cls):
+        a = cls()
+        a.engine_rank, a.page_size, a.pp_rank, a.system_dp_rank = 0, 1, 0, 0
+        a.kv_data_ptrs = [ctypes.addressof(b) for b in self.kv]
+        a.kv_data_lens = [len(b) for b in self.kv]
+        a.kv_item_lens = [ITEM] * BUFS
+        a.aux_data_ptrs = [ctypes.addressof(b) for b in self.aux]
+        a.aux_data_lens = [len(b) for b in self.aux]
+        a.aux_item_lens = [64, 8]
+        a.state_types = []
+        return a
+
+
+def us(xs):
+    xs = sorted(xs)
+    return "median %.0f µs, p99 %.0f µs, max %.0f µs (%d calls)" % (
+        statistics.median(xs) * 1e6, xs[int(len(xs) * 0.99) - 1 if len(xs) > 1 else 0] * 1e6, xs[-1] * 1e6, len(xs))
+
+
+def old_staging(eng, idx):
+    """The previous release's send(): one Python memmove per token per buffer."""
+    out = (ctypes.c_char * (len(idx) * BUFS * ITEM))()
+    base = ctypes.addressof(out)
+    t0 = time.perf_counter()
+    for n, i in enumerate(idx.tolist()):
+        dst = base + n * BUFS * ITEM
+        for b in eng.kv:
+            ctypes.memmove(dst, ctypes.addressof(b) + i * ITEM, ITEM)
+            dst += ITEM
+    return time.perf_counter() - t0
+
+
+def main():
+    P = KVFenceBackendProvider()
+    kvargs, manager = P.get_kv_class("kvargs"), P.get_kv_class("manager")
+    boot = KVFenceBootstrapServer("127.0.0.1", 0)
+    addr = "127.0.0.1:%d" % boot.port
+    base = dict(slots=TOKENS + 8, source_pages=TOKENS + 8, log_level="error", prefill_tp=1)
+    os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=["127.0.0.1:0"]))
+    d_eng, p_eng = Engine(1), Engine(2)
+    dec = manager(d_eng.kv_args(kvargs), "decode", None, False)
+    os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=[dec.agent.addr], bootstrap_addr=addr,
+                                                          rank_base=7000))
+    pre = manager(p_eng.kv_args(kvargs), "prefill", None, False)
+    pre.register_to_bootstrap()
+    rnd = random.Random(3)
+    import numpy as np
+    # int32 numpy arrays of page indices, as SGLang's kv_to_page_indices gives them
+    p_idx = np.array(rnd.sample(range(POOL), TOKENS), dtype=np.int32)
+    d_idx = np.array(rnd.sample(range(POOL), TOKENS), dtype=np.int32)
+    try:
+        for rep in range(3):
+            room = 900 + rep
+            rv = P.get_kv_class("receiver")(dec, addr, room)
+            rv.init(0)
+            while rv.poll() != 2:
+                time.sleep(0.005)
+            rv.send_metadata(d_idx, 1, None, decode_prefix_len=0)
+            snd = P.get_kv_class("sender")(pre, addr, room, [0], 0)
+            while snd.poll() != 2:
+                time.sleep(0.005)
+            snd.init(TOKENS, 1)
+            p_eng.aux[1][8:16] = room.to_bytes(8, "little")
+            sends, ppolls, dpolls = [], [], []
+            t_start = time.perf_counter()
+            for lo in range(0, TOKENS, CHUNK):
+                t0 = time.perf_counter()
+                snd.send(p_idx[lo:lo + CHUNK], None)
+                sends.append(time.perf_counter() - t0)
+            d = p = 0
+            while d != 4 or p != 4:
+                t0 = time.perf_counter()
+                p = snd.poll()
+                t1 = time.perf_counter()
+                d = rv.poll()
+                dpolls.append(time.perf_counter() - t1)
+                ppolls.append(t1 - t0)
+                assert 0 not in (d, p), (d, p)
+                time.sleep(0.001)  # a scheduler iteration
+            total = time.perf_counter() - t_start
+            bad = sum(ctypes.string_at(ctypes.addressof(d_eng.kv[b]) + di * ITEM, ITEM)
+                      != ctypes.string_at(ctypes.addressof(p_eng.kv[b]) + pi * ITEM, ITEM)
+                      for di, pi in zip(d_idx.tolist(), p_idx.tolist()) for b in range(BUFS))
+            old = old_staging(p_eng, p_idx)
+            print("run %d: request of 64 MiB done in %.0f ms, %d corrupt items" % (rep, total * 1e3, bad))
+            print("  send():         " + us(sends) + "; all four sends %.1f ms" % (sum(sends) * 1e3))
+            print("  prefill poll(): " + us(ppolls))
+            print("  decode poll():  " + us(dpolls))
+            print("  previous release's per-token Python staging of the same pages: %.0f ms on the scheduler "
+                  "thread (x%.0f the four sends)" % (old * 1e3, old / sum(sends)))
+            rv.clear()
+            snd.clear()
+        print("handles open at the end: %d (agents and layouts)" % staging.handles_live())
+    finally:
+        pre.close()
+        dec.close()
+        boot.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,479 @@
+"""Run by test_sglang_queues.py in a fresh interpreter with $SGLANG_SRC (the
+python/ directory of an SGLang checkout outside this repository): imports
+SGLang's own disaggregation modules (decode.py, prefill.py, utils.py,
+common/conn.py, base/conn.py), unmodified, with every module they pull that
+is not there (torch, zmq, aiohttp, the rest of sglang.srt) replaced by
+permissive stubs, then drives kvfence's classes through SGLang's real queue
+methods: DecodePreallocQueue._resolve_pending_reqs / _ensure_prefill_info /
+_resolve_prefill_dp_rank / _update_handshake_waiters, SGLang's
+poll_and_all_reduce (a MIN over the TP ranks' threads), and
+CommonKVReceiver.query_prefill_dp_ranks against kvfence's bootstrap server.
+Prints one line per scenario and OK at the end."""
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import threading
+import types
+import urllib.request
+
+SRC = os.environ["SGLANG_SRC"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+REAL = {"sglang.srt.disaggregation.base", "sglang.srt.disaggregation.base.conn", "sglang.srt.disaggregation.utils",
+        "sglang.srt.disaggregation.decode", "sglang.srt.disaggregation.prefill", "sglang.srt.disaggregation.common",
+        "sglang.srt.disaggregation.common.conn", "sglang.srt.disaggregation.common.utils"}
+PACKAGES = {"sglang": "sglang", "sglang.srt": "sglang/srt", "sglang.srt.disaggregation": "sglang/srt/disaggregation"}
+
+
+class _Meta(type):
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Dummy
+
+    def __getitem__(cls, item):
+        return Dummy
+
+    def __or__(cls, other):
+        return Dummy
+
+    __ror__ = __or__
+
+
+class Dummy(metaclass=_Meta):
+    """Anything a stubbed module is asked for: a class, callable, value."""
+
+    def __init__(self, *a, **k):
+        pass
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Dummy()
+
+    def __call__(self, *a, **k):
+        return Dummy()
+
+    def __bool__(self):
+        return False
+
+    def get(self, *a):
+        return None
+
+
+class StubModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Dummy
+
+
+class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name in REAL:
+            return None
+        if name in PACKAGES:
+            spec = importlib.machinery.ModuleSpec(name, self, is_package=True)
+            spec.submodule_search_locations = [os.path.join(SRC, PACKAGES[name])]
+            return spec
+        top = name.split(".")[0]
+        if top in ("sglang", "torch", "zmq", "aiohttp", "requests", "triton", "transformers", "psutil", "pydantic",
+                   "setproctitle", "msgspec", "orjson", "uvloop", "fastapi", "einops"):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        m = (types.ModuleType if spec.name in PACKAGES else StubModule)(spec.name)  # real packages: no stub attributes
+        m.__path__ = spec.submodule_search_locations or []
+        return m
+
+    def exec_module(self, module):
+        fill = STUBS.get(module.__name__)
+        if fill:
+            fill(module)
+
+
+# ---- the few stubs whose behaviour matters ----
+
+class _Resp:
+    def __init__(self, status, body):
+        self.status_code, self.text = status, body.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.text)
+
+
+def _http(method, url, json_body=None, timeout=5):
+    data = json.dumps(json_body).encode() if json_body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return _Resp(r.status, r.read())
+    except urllib.error.HTTPError as e:
+        return _Resp(e.code, e.read())
+
+
+def _requests(m):
+    m.get = lambda url, timeout=5, **k: _http("GET", url, None, timeout)
+    m.post = lambda url, json=None, timeout=5, **k: _http("POST", url, json, timeout)
+    m.put = lambda url, json=None, timeout=5, **k: _http("PUT", url, json, timeout)
+
+
+class Tensor:
+    def __init__(self, data):
+        self.data = list(data)
+
+    def tolist(self):
+        return list(self.data)
+
+
+class Group:
+    """A gloo group of n threads: all_reduce MIN with a barrier."""
+
+    def __init__(self, n):
+        self.n, self.barrier, self.lock, self.buf = n, threading.Barrier(n), threading.Lock(), None
+
+    def min_reduce(self, t):
+        with self.lock:
+            self.buf = list(t.data) if self.buf is None else [min(a, b) for a, b in zip(self.buf, t.data)]
+        self.barrier.wait()
+        t.data = list(self.buf)
+        if self.barrier.wait() == 0:
+            self.buf = None
+        self.barrier.wait()
+
+
+def _torch(m):
+    m.tensor = lambda data, dtype=None, device=None: Tensor(data)
+    m.uint8 = "uint8"
+
+
+def _dist(m):
+    m.ReduceOp = types.SimpleNamespace(MIN="min")
+    m.all_reduce = lambda t, op=None, group=None: group.min_reduce(t) if group is not None else None
+    m.ProcessGroup = Group
+
+
+def _network(m):
+    class NetworkAddress:
+        def __init__(self, host, port):
+            self.host, self.port = host, int(port)
+
+        def to_host_port_str(self):
+            return "%s:%d" % (self.host, self.port)
+
+        def to_url(self):
+            return "http://" + self.to_host_port_str()
+    m.NetworkAddress = NetworkAddress
+
+
+class _EnvVar:
+    def __init__(self, v=None):
+        self.v = v
+
+    def get(self):
+        return self.v
+
+
+def _environ(m):
+    class Envs:
+        def __getattr__(self, name):
+            return _EnvVar({"SGLANG_DISAGGREGATION_BOOTSTRAP_ENTRY_CLEANUP_INTERVAL": 120}.get(name))
+    m.envs = Envs()
+
+
+def _server_args(m):
+    m.ServerArgs = type("ServerArgs", (), {})
+
+
+STUBS = {"requests": _requests, "torch": _torch, "torch.distributed": _dist, "sglang.srt.utils.network": _network,
+         "sglang.srt.environ": _environ, "sglang.srt.server_args": _server_args,
+         "sglang.srt.utils": lambda m: setattr(m, "is_npu", lambda: False),
+         # mem_cache/common.py pulls torch kernels; its page count is SGLang's ceiling division
+         "sglang.srt.mem_cache.common": lambda m: setattr(m, "kv_to_page_num", lambda n, ps: (n + ps - 1) // ps)}
+
+sys.meta_path.insert(0, Finder())
+sys.path.insert(0, SRC)
+sys.path.insert(0, HERE)
+import torch  # noqa: E402,F401  (the stub; decode.py's `import torch.distributed` needs the parent)
+from sglang.srt.disaggregation import decode as sg_decode  # noqa: E402  (SGLang's own)
+from sglang.srt.disaggregation import prefill as sg_prefill  # noqa: E402,F401
+from sglang.srt.disaggregation import utils as sg_utils  # noqa: E402
+from sglang.srt.disaggregation.common.conn import CommonKVReceiver  # noqa: E402
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, BaseKVSender, KVPoll  # noqa: E402
+
+from kvfence import sglang as kv  # noqa: E402
+from sglang_topo import Deployment  # noqa: E402
+
+assert issubclass(kv.KVFenceKVReceiver, BaseKVReceiver) and issubclass(kv.KVFenceKVSender, BaseKVSender)
+
+
+def tp_run(n, fn):
+    """fn(rank) on n threads at once (the TP ranks of one scheduler), so
+    SGLang's all_reduce meets every rank; re-raises a rank's exception."""
+    out, errs = [None] * n, []
+
+    def run(r):
+        try:
+            out[r] = fn(r)
+        except BaseException as exc:  # noqa: BLE001  (reported below)
+            errs.append(exc)
+    ts = [threading.Thread(target=run, args=(r,)) for r in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    if errs:
+        raise errs[0]
+    return out
+
+
+class Req:
+    def __init__(self, room, host, port):
+        self.rid, self.bootstrap_room, self.bootstrap_host, self.bootstrap_port = "r%d" % room, room, host, port
+        self.disagg_prefill_dp_rank = None
+        self.time_stats = Dummy()
+        self.finished_reason = None
+        self.return_logprob = False
+
+
+def prealloc_queues(dep):
+    """One DecodePreallocQueue per decode TP rank, with only what the queue
+    methods under test read (SGLang builds the rest from the scheduler)."""
+    g = Group(dep.dtp)
+    qs = []
+    for d, mgr in enumerate(dep.dec):
+        q = object.__new__(sg_decode.DecodePreallocQueue)
+        q.kv_manager, q.gloo_group, q.tp_rank = mgr, g, d
+        q.queue, q.pending_reqs = [], []
+        q._ensure_last_attempt_time, q._ensure_retry_count = {}, {}
+        q._ensure_retry_interval, q._max_ensure_retries = 0.0, 10_000
+        q.scheduler = types.SimpleNamespace(metrics_reporter=types.SimpleNamespace(enable_metrics=False))
+        qs.append(q)
+    return qs
+
+
+def handshake(dep, qs, inst, room):
+    """DecodePreallocQueue.add's receivers, then SGLang's own
+    _resolve_pending_reqs and _update_handshake_waiters until every rank's
+    request waits for input (or failed)."""
+    host, port = dep.instances[inst]["addr"].rsplit(":", 1)
+    drs = []
+    for q, mgr in zip(qs, dep.dec):
+        req = Req(room, host, int(port))
+        dr = sg_decode.DecodeRequest(req=req, kv_receiver=kv.KVFenceKVReceiver(mgr, "%s:%s" % (host, port), room))
+        q.queue.append(dr)
+        q.pending_reqs.append(dr)
+        drs.append(dr)
+
+    def step(d):
+        qs[d]._resolve_pending_reqs()
+        qs[d]._update_handshake_waiters()
+        return drs[d].waiting_for_input or drs[d].kv_receiver.conclude_state == KVPoll.Failed
+    Deployment.until(lambda: all(tp_run(dep.dtp, step)), "SGLang's handshake")
+    return drs
+
+
+def transfer(dep, drs, snds, room, aux_index):
+    """SGLang's poll_and_all_reduce on both sides until both end."""
+    pg = Group(len(snds))
+    done = {}
+
+    def step():
+        d = tp_run(dep.dtp, lambda r: sg_utils.poll_and_all_reduce([drs[r].kv_receiver], drs[0] and qs_group(drs))[0])
+        p = tp_run(len(snds), lambda r: sg_utils.poll_and_all_reduce([snds[r]], pg)[0])
+        gate = all(e.room_row(aux_index) == room for e in dep.d_eng)
+        done["d"], done["p"] = (3 if d[0] == 4 and not gate else d[0]), p[0]
+        return done["d"] in (0, 4) and done["p"] in (0, 4)
+    Deployment.until(step, "transfer")
+    return done["d"], done["p"]
+
+
+_GROUPS = {}
+
+
+def qs_group(drs):
+    return _GROUPS.setdefault(id(drs), Group(len(drs)))
+
+
+def scenario_topology(ptp, dtp, mla=False):
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(ptp,), decode_tp=dtp, mla=mla)
+    try:
+        qs = prealloc_queues(dep)
+        room, d_idx, p_idx, aux = 501, [3, 1, 7], [2, 4, 6], 2
+        drs = handshake(dep, qs, 0, room)
+        assert all(dr.waiting_for_input for dr in drs)
+        assert dep.instances[0]["addr"] in dep.dec[0].prefill_info_table  # filled as SGLang's own backends do
+        for dr in drs:
+            dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
+        snds = dep.senders(0, room)
+        dep.prefill(0, snds, room, 1, p_idx, aux)
+        d, p = transfer(dep, drs, snds, room, aux)
+        bad = dep.corrupt(room, 1, d_idx)
+        for x in [dr.kv_receiver for dr in drs] + snds:
+            x.clear()
+        assert (d, p, bad) == (4, 4, 0), (d, p, bad)
+        print("prefill TP%d -> decode TP%d%s: Success, 0 corrupt heads" % (ptp, dtp, " MLA" if mla else ""))
+    finally:
+        dep.close()
+
+
+def scenario_aborts_and_instances():
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2, 2), decode_tp=1,
+                     extra=dict(slots=16, source_pages=16))
+    try:
+        qs = prealloc_queues(dep)
+        # Abort in the prealloc queue after the handshake: SGLang aborts the
+        # receiver, its own _update_handshake_waiters sees conclude_state and
+        # reports Failed; send_metadata afterwards exposes nothing.
+        drs = handshake(dep, qs, 0, 601)
+        drs[0].kv_receiver.abort()
+        qs[0]._update_handshake_waiters()
+        assert drs[0].kv_receiver.poll() == KVPoll.Failed
+        drs[0].kv_receiver.send_metadata([1, 2], 1, [], decode_prefix_len=0)
+        assert dep.slots_in_use() == 0
+        drs[0].kv_receiver.clear()
+        qs[0].queue.clear()
+        # Abort after send_metadata, mid-transfer.
+        drs = handshake(dep, qs, 0, 602)
+        drs[0].kv_receiver.send_metadata([1, 2, 3], 1, [], decode_prefix_len=0)
+        snds = dep.senders(0, 602)
+        for s in snds:
+            s.init(3, 1)
+            s.send([4], None)
+        drs[0].kv_receiver.abort()
+        d, p = transfer(dep, drs, snds, 602, 1)
+        assert d == 0, d
+        for x in [drs[0].kv_receiver] + snds:
+            x.clear()
+        qs[0].queue.clear()
+        # The second instance (another rank base) through SGLang's own
+        # dp-rank query against kvfence's bootstrap server.
+        boot = dep.instances[1]["addr"]
+        sg_utils_req = sys.modules["requests"]
+        sg_utils_req.post("http://%s/register_dp_rank" % boot, json={"bootstrap_room": 603, "dp_rank": 0})
+        assert CommonKVReceiver.query_prefill_dp_ranks(boot, [603, 604]) == {"603": 0}
+        drs = handshake(dep, qs, 1, 603)
+        drs[0].kv_receiver.send_metadata([5, 6], 3, [], decode_prefix_len=0)
+        snds = dep.senders(1, 603)
+        dep.prefill(1, snds, 603, 1, [1, 2], 3)
+        d, p = transfer(dep, drs, snds, 603, 3)
+        assert (d, p) == (4, 4) and dep.corrupt(603, 1, [5, 6]) == 0
+        for x in [drs[0].kv_receiver] + snds:
+            x.clear()
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("aborts in prealloc and mid-transfer settle; second instance via query_prefill_dp_ranks: Success, "
+              "0 corrupt, 0 slots or holds left")
+    finally:
+        dep.close()
+
+
+class PReq(Req):
+    """What PrefillBootstrapQueue reads of a request."""
+
+    def __init__(self, room, host, port, tokens):
+        super().__init__(room, host, port)
+        self.origin_input_ids = list(range(tokens))
+        self.sampling_params = types.SimpleNamespace(max_new_tokens=None)
+        self.metadata_buffer_index = -1
+        self.is_retracted = False
+        self.time_stats = types.SimpleNamespace(prefill_retry_count=0, set_bootstrap_done_time=lambda: None,
+                                                set_wait_queue_entry_time=lambda: None)
+
+
+class Allocator:
+    def __init__(self, n):
+        self.free = list(range(n))
+
+    def available_size(self):
+        return len(self.free)
+
+    def alloc(self):
+        return self.free.pop(0) if self.free else None
+
+
+def bootstrap_queues(dep, inst, failures):
+    """One PrefillBootstrapQueue per prefill TP rank with what add(),
+    pop_bootstrapped() and finalize_bootstrap() read; get_kv_class routed
+    to kvfence as kvfence's plugin hook routes SGLang's."""
+    sg_prefill.get_kv_class = lambda backend, class_type: kv.KVFenceBackendProvider().get_kv_class(
+        str(getattr(class_type, "value", class_type)).lower())
+    mgrs = dep.instances[inst]["mgrs"]
+    tp = Group(len(mgrs))
+    qs = []
+    for r, mgr in enumerate(mgrs):
+        q = object.__new__(sg_prefill.PrefillBootstrapQueue)
+        q.kv_manager, q.tp_rank, q.pp_rank, q.queue = mgr, r, 0, []
+        q.bootstrap_port = int(dep.instances[inst]["addr"].rsplit(":", 1)[1])
+        q.transfer_backend, q.max_total_num_tokens = "kvfence", 1 << 20
+        q.req_to_metadata_buffer_idx_allocator = Allocator(8)
+        q.token_to_kv_pool = types.SimpleNamespace(page_size=2)
+        q.scheduler = types.SimpleNamespace(attn_cp_cpu_group=Group(1), attn_tp_cpu_group=tp,
+                                            server_args=types.SimpleNamespace(optimistic_prefill_retries=0),
+                                            handle_bootstrap_failure=failures.append)
+        qs.append(q)
+    return qs
+
+
+def scenario_prefill_queue():
+    """SGLang's own PrefillBootstrapQueue.add / pop_bootstrapped /
+    finalize_bootstrap (prefill TP2) into decode TP1, then a request whose
+    decode never answers: SGLang's pop_bootstrapped gets Failed after the
+    bound and calls handle_bootstrap_failure; nothing raises."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2,), decode_tp=1, extra=dict(link_timeout_s=2))
+    try:
+        failures = []
+        qs, dq = bootstrap_queues(dep, 0, failures), prealloc_queues(dep)
+        host, port = dep.instances[0]["addr"].rsplit(":", 1)
+        drs = handshake(dep, dq, 0, 701)
+        drs[0].kv_receiver.send_metadata([1, 2], 1, [], decode_prefix_len=0)
+        reqs = [PReq(701, host, port, 4) for _ in qs]
+        for q, req in zip(qs, reqs):
+            q.add(req, num_kv_heads=2)
+        popped = []
+        Deployment.until(lambda: popped.extend(sum(tp_run(len(qs), lambda r: qs[r].pop_bootstrapped()), [])) or
+                         len(popped) == len(qs), "SGLang's pop_bootstrapped")
+        assert all(not r.pending_bootstrap and r.metadata_buffer_index >= 0 for r in reqs)
+        snds = [r.disagg_kv_sender for r in reqs]
+        aux = reqs[0].metadata_buffer_index
+        for e, s in zip(dep.instances[0]["engs"], snds):
+            e.fill(701, 1, [3, 4], False)
+            e.set_aux(aux, 701, 1)
+            s.send([3, 4], [])  # send_kv_chunk's last chunk
+        d, p = transfer(dep, drs, snds, 701, 1)
+        assert (d, p) == (4, 4) and dep.corrupt(701, 1, [1, 2]) == 0, (d, p)
+        for x in [drs[0].kv_receiver] + snds:
+            x.clear()
+        # The decode instance dies: a new request never bootstraps and fails
+        # after link_timeout_s through SGLang's own failure path.
+        for m in dep.dec:
+            m.close()
+        Deployment.until(lambda: not any(m.linked() for m in dep.instances[0]["mgrs"]), "links down")
+        dead = [PReq(702, host, port, 4) for _ in qs]
+        for q, req in zip(qs, dead):
+            q.add(req, num_kv_heads=2)
+        Deployment.until(lambda: tp_run(len(qs), lambda r: qs[r].pop_bootstrapped()) and False or
+                         len(failures) == len(qs), "SGLang's handle_bootstrap_failure")
+        for req in dead:
+            try:
+                req.disagg_kv_sender.failure_exception()
+                raise AssertionError("no failure recorded")
+            except kv.errors.Unavailable:
+                pass
+            req.disagg_kv_sender.clear()
+        print("SGLang's PrefillBootstrapQueue.add/pop_bootstrapped/finalize_bootstrap, prefill TP2 -> decode TP1: "
+              "Success, 0 corrupt heads; decode gone: Failed after link_timeout_s via handle_bootstrap_failure")
+    finally:
+        dep.close()
+
+
+from kvfence import staging  # noqa: E402
+
+live = staging.handles_live()
+for ptp, dtp, mla in ((1, 1, False), (2, 1, False), (1, 2, False), (4, 2, False), (2, 2, False), (2, 1, True)):
+    scenario_topology(ptp, dtp, mla)
+scenario_aborts_and_instances()
+scenario_prefill_queue()
+assert staging.handles_live() == live, "handles leaked: %d" % (staging.handles_live() - live)
+print("OK")

@@ -1,0 +1,218 @@
+"""A whole disaggregated deployment in one process for kvfence's SGLang
+classes: one decode instance (TP D) and one or more prefill instances (TP P
+each), every TP rank its own manager and kvfence agent, driven in SGLang's
+scheduler order with the TP MIN-reduce of poll states on each side and the
+decode metadata gate. Heads are split contiguously over TP ranks as SGLang
+splits them; every byte is a function of (room, generation, buffer, page,
+token, global head), so a misplaced head or a stale generation is caught.
+MLA: one latent per token, the same on every prefill rank."""
+import ctypes
+import hashlib
+import json
+import os
+import time
+
+HEADS = 4         # KV heads in all (divides every TP size used)
+HEAD_BYTES = 8
+LAYERS = 2        # K and V per layer: 4 buffers
+PAGE_SIZE = 2
+PAGES = 32
+AUX_ROWS = 8
+
+
+def head_bytes(room, gen, buf, n, tok, head):
+    return hashlib.blake2b(b"%d/%d/%d/%d/%d/%d" % (room, gen, buf, n, tok, head), digest_size=HEAD_BYTES).digest()
+
+
+class Engine:
+    """One scheduler process's memory: KV buffers holding heads
+    [first_head, first_head + heads) and aux rows of aux_items bytes."""
+
+    def __init__(self, heads, first_head, aux_items):
+        self.heads, self.first_head = heads, first_head
+        self.item = PAGE_SIZE * heads * HEAD_BYTES
+        self.kv = [(ctypes.c_char * (PAGES * self.item))() for _ in range(2 * LAYERS)]
+        self.aux_items = list(aux_items)
+        self.aux = [(ctypes.c_char * (AUX_ROWS * n))() for n in self.aux_items]
+
+    def kv_args(self, cls, rank):
+        a = cls()
+        a.engine_rank = rank
+        a.kv_data_ptrs = [ctypes.addressof(b) for b in self.kv]
+        a.kv_data_lens = [len(b) for b in self.kv]
+        a.kv_item_lens = [self.item] * len(self.kv)
+        a.aux_data_ptrs = [ctypes.addressof(b) for b in self.aux]
+        a.aux_data_lens = [len(b) for b in self.aux]
+        a.aux_item_lens = list(self.aux_items)
+        a.state_types, a.state_data_ptrs, a.state_data_lens, a.state_item_lens = [], [], [], []
+        a.page_size, a.kv_head_num, a.pp_rank, a.system_dp_rank = PAGE_SIZE, self.heads, 0, 0
+        a.prefill_start_layer, a.gpu_id, a.ib_device = 0, 0, ""
+        return a
+
+    def fill(self, room, gen, indices, mla):
+        for n, idx in enumerate(indices):
+            for b in range(2 * LAYERS):
+                for t in range(PAGE_SIZE):
+                    for h in range(self.heads):
+                        off = idx * self.item + (t * self.heads + h) * HEAD_BYTES
+                        head = 0 if mla else self.first_head + h
+                        self.kv[b][off:off + HEAD_BYTES] = head_bytes(room, gen, b, n, t, head)
+
+    def corrupt_heads(self, room, gen, indices, mla):
+        bad = 0
+        for n, idx in enumerate(indices):
+            for b in range(2 * LAYERS):
+                for t in range(PAGE_SIZE):
+                    for h in range(self.heads):
+                        off = idx * self.item + (t * self.heads + h) * HEAD_BYTES
+                        head = 0 if mla else self.first_head + h
+                        bad += bytes(self.kv[b][off:off + HEAD_BYTES]) != head_bytes(room, gen, b, n, t, head)
+        return bad
+
+    def set_aux(self, aux_index, room, salt):
+        """Every aux buffer's row: derived from (room, salt); the last
+        buffer's first 8 bytes are bootstrap_room (SGLang's gate)."""
+        for i, n in enumerate(self.aux_items):
+            row = hashlib.shake_256(b"%d/%d/%d" % (room, salt, i)).digest(n)
+            if i == len(self.aux_items) - 1:
+                row = room.to_bytes(8, "little") + row[8:]
+            self.aux[i][aux_index * n:(aux_index + 1) * n] = row
+
+    def aux_row(self, aux_index):
+        return [bytes(self.aux[i][aux_index * n:(aux_index + 1) * n]) for i, n in enumerate(self.aux_items)]
+
+    def room_row(self, aux_index):
+        n = self.aux_items[-1]
+        return int.from_bytes(bytes(self.aux[-1][aux_index * n:aux_index * n + 8]), "little")
+
+
+def _min(states):
+    return min(int(s) for s in states)
+
+
+class Deployment:
+    def __init__(self, provider, prefill_tp=(2,), decode_tp=1, mla=False, aux_items=(16, 8), extra=None,
+                 decode_extra=None):
+        from kvfence.sglang import KVFenceBootstrapServer
+        self.mla, self.dtp = mla, decode_tp
+        kvargs, manager = provider.get_kv_class("kvargs"), provider.get_kv_class("manager")
+        self.Sender, self.Receiver = provider.get_kv_class("sender"), provider.get_kv_class("receiver")
+        base = dict(slots=64, source_pages=64, log_level="error", decode=dict(lease_ms=5000, max_hold_ms=10000),
+                    prefill=dict(heartbeat_ms=100), link_timeout_s=30)
+        base.update(extra or {})
+        ptp0 = prefill_tp[0]
+        self.d_eng, self.dec = [], []
+        heads_d = 1 if mla else HEADS // decode_tp
+        for d in range(decode_tp):
+            cfg = dict(base, prefill_tp=ptp0, decode_addrs=["127.0.0.1:0"] * decode_tp, **(decode_extra or {}))
+            os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(cfg)
+            eng = Engine(heads_d, 0 if mla else d * heads_d, aux_items)
+            self.d_eng.append(eng)
+            self.dec.append(manager(eng.kv_args(kvargs, d), "decode", None, mla))
+        addrs = [m.agent.addr for m in self.dec]
+        self.instances = []
+        for i, ptp in enumerate(prefill_tp):
+            boot = KVFenceBootstrapServer("127.0.0.1", 0)
+            addr = "127.0.0.1:%d" % boot.port
+            os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=addrs, prefill_tp=ptp,
+                                                                  bootstrap_addr=addr, rank_base=10000 + 1000 * i))
+            heads_p = 1 if mla else HEADS // ptp
+            engs = [Engine(heads_p, 0 if mla else r * heads_p, aux_items) for r in range(ptp)]
+            mgrs = [manager(engs[r].kv_args(kvargs, r), "prefill", None, mla) for r in range(ptp)]
+            for m in mgrs:
+                m.register_to_bootstrap()
+            self.instances.append(dict(boot=boot, addr=addr, engs=engs, mgrs=mgrs))
+        del os.environ["KVFENCE_SGLANG_CONFIG"]
+
+    def close(self):
+        for inst in self.instances:
+            for m in inst["mgrs"]:
+                m.close()
+            inst["boot"].close()
+        for m in self.dec:
+            m.close()
+
+    # ---- one request in SGLang's order ----
+
+    def receivers(self, inst, room):
+        """DecodePreallocQueue.add + init + _update_handshake_waiters until
+        WaitingForInput (MIN over decode TP)."""
+        rvs = [self.Receiver(m, self.instances[inst]["addr"], room) for m in self.dec]
+        for rv in rvs:
+            rv.init(0)
+        self.until(lambda: _min(rv.poll() for rv in rvs) >= 2, "decode handshake")
+        return rvs
+
+    def senders(self, inst, room):
+        snds = [self.Sender(m, self.instances[inst]["addr"], room, [r], 0) for r, m in enumerate(self.instances[inst]["mgrs"])]
+        self.until(lambda: _min(s.poll() for s in snds) >= 2, "prefill bootstrap")
+        return snds
+
+    @staticmethod
+    def until(cond, what, timeout=30):
+        end = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < end, "stuck: " + what
+            time.sleep(0.005)
+
+    def prefill(self, inst, snds, room, gen, p_idx, aux_index, chunks=2, salt=1):
+        """finalize_bootstrap (init), then the chunks of send_kv_chunk, the
+        aux row set before the last."""
+        for s in snds:
+            assert s.pop_decode_prefix_len() == 0
+            s.init(len(p_idx), aux_index)
+        engs = self.instances[inst]["engs"]
+        for e in engs:
+            e.fill(room, gen, p_idx, self.mla)
+        step = max(1, -(-len(p_idx) // chunks))
+        for lo in range(0, len(p_idx), step):
+            hi = min(lo + step, len(p_idx))
+            last = hi == len(p_idx)
+            for e, s in zip(engs, snds):
+                if last:
+                    e.set_aux(aux_index, room, salt)
+                if s.should_send_kv_chunk(hi - lo, last):
+                    s.send(p_idx[lo:hi], [] if last else None)
+
+    def decode_state(self, rvs, aux_index, room):
+        """Each rank's poll with the metadata gate, MIN-reduced."""
+        out = []
+        for rv, e in zip(rvs, self.d_eng):
+            st = rv.poll()
+            if st == 4 and e.room_row(aux_index) != room:
+                st = 3
+            out.append(st)
+        return _min(out)
+
+    def run(self, rvs, snds, aux_index, room, timeout=30):
+        end = time.monotonic() + timeout
+        while True:
+            d = self.decode_state(rvs, aux_index, room)
+            p = _min(s.poll() for s in snds)
+            if d in (0, 4) and p in (0, 4):
+                return d, p
+            assert time.monotonic() < end, "stuck: decode %d prefill %d" % (d, p)
+            time.sleep(0.005)
+
+    def corrupt(self, room, gen, d_idx):
+        return sum(e.corrupt_heads(room, gen, d_idx, self.mla) for e in self.d_eng)
+
+    def request(self, room, n_pages, d_idx, p_idx, aux_index, inst=0, chunks=2, gen=1):
+        rvs = self.receivers(inst, room)
+        for rv in rvs:
+            rv.send_metadata(d_idx, aux_index, None, decode_prefix_len=0)
+        snds = self.senders(inst, room)
+        self.prefill(inst, snds, room, gen, p_idx, aux_index, chunks)
+        d, p = self.run(rvs, snds, aux_index, room)
+        return rvs, snds, d, p
+
+    def held(self):
+        return sum(len(m.held_rooms()) for m in self.dec)
+
+    def slots_in_use(self):
+        """Slots assigned, held or handed on every decode rank (0 at rest)."""
+        n = 0
+        for m in self.dec:
+            c = m.agent.stats()["core"]
+            n += c["AssignedSlots"] + c["HeldSlots"] + c["HandedSlots"]
+        return n

@@ -1,0 +1,286 @@
+"""kvfence's SGLang classes across SGLang's topologies and abort paths, in
+SGLang's scheduler order (sglang_topo.py): every head of every page, the
+aux row, and at the end no slot, hold or handle left."""
+import time
+
+import pytest
+
+from kvfence import errors, staging
+from kvfence.sglang import KVFenceBackendProvider
+
+from sglang_topo import Deployment
+
+P = KVFenceBackendProvider()
+
+
+def settle(dep, handles_before, timeout=90):
+    """Every hold released, every slot back, every handle closed: a hold ends
+    by drain, fence or max_hold (10 s here), so the bound is max_hold plus
+    a loaded machine's margin."""
+    end = time.monotonic() + timeout
+    while dep.held() or dep.slots_in_use():
+        assert time.monotonic() < end, "held %d rooms, %d slots in use" % (dep.held(), dep.slots_in_use())
+        time.sleep(0.02)
+    assert staging.handles_live() == handles_before, "handles leaked"
+
+
+def finish(rvs, snds):
+    for x in list(rvs) + list(snds):
+        x.clear()
+
+
+@pytest.mark.parametrize("ptp,dtp,mla", [(1, 1, False), (2, 1, False), (4, 1, False), (2, 2, False), (4, 2, False),
+                                         (1, 2, False), (2, 4, False), (2, 1, True), (1, 2, True)])
+def test_topology_delivers_every_head(ptp, dtp, mla):
+    dep = Deployment(P, prefill_tp=(ptp,), decode_tp=dtp, mla=mla)
+    try:
+        base = staging.handles_live()
+        for room, d_idx, p_idx in ((21, [5, 2, 9], [0, 1, 2]), (22, [7, 8, 10, 11], [3, 4, 6, 12])):
+            rvs, snds, d, p = dep.request(room, len(d_idx), d_idx, p_idx, aux_index=room % 8)
+            assert (d, p) == (4, 4)
+            assert dep.corrupt(room, 1, d_idx) == 0, "heads misplaced"
+            for e in dep.d_eng:
+                assert e.aux_row(room % 8) == dep.instances[0]["engs"][0].aux_row(room % 8)
+            finish(rvs, snds)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+def test_aux_row_larger_than_a_shard_with_prefill_tp_over_decode_tp():
+    """Llama-3.2-1B at prefill TP8 has such rows: shards of a few hundred
+    bytes, an aux row of several KiB spanning many of them."""
+    dep = Deployment(P, prefill_tp=(4,), decode_tp=1, aux_items=(700, 300, 8))
+    try:
+        assert dep.dec[0].aux_pages > 1
+        rvs, snds, d, p = dep.request(31, 2, [1, 2], [3, 4], aux_index=3)
+        assert (d, p) == (4, 4) and dep.corrupt(31, 1, [1, 2]) == 0
+        assert dep.d_eng[0].aux_row(3) == dep.instances[0]["engs"][0].aux_row(3)
+        finish(rvs, snds)
+    finally:
+        dep.close()
+
+
+def test_two_prefill_instances_into_one_decode():
+    dep = Deployment(P, prefill_tp=(2, 2), decode_tp=1)
+    try:
+        base = staging.handles_live()
+        a = dep.request(41, 2, [1, 2], [3, 4], aux_index=1, inst=0)
+        b = dep.request(42, 2, [5, 6], [3, 4], aux_index=2, inst=1)
+        for (rvs, snds, d, p), room, idx in ((a, 41, [1, 2]), (b, 42, [5, 6])):
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, idx) == 0
+            finish(rvs, snds)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+@pytest.fixture(scope="module")
+def dep():
+    d = Deployment(P, prefill_tp=(2,), decode_tp=1, extra=dict(slots=24, source_pages=24))
+    yield d
+    d.close()
+
+
+def test_abort_after_handoff_before_next_poll_gives_slots_back(dep):
+    """The issue's case: 24 slots, 12 requests aborted after kvfence handed
+    them off and before SGLang polled again; all settle, the next runs."""
+    base = staging.handles_live()
+    for i in range(12):
+        room = 100 + i
+        rvs = dep.receivers(0, room)
+        rvs[0].send_metadata([1, 2, 3], 1, None, decode_prefix_len=0)
+        snds = dep.senders(0, room)
+        dep.prefill(0, snds, room, 1, [4, 5, 6], 1)
+        dep.until(lambda: all(s.poll() == 4 for s in snds), "prefill success")
+        rvs[0].abort()  # SGLang aborts; it never polls this receiver again
+        assert rvs[0].poll() == 0
+        with pytest.raises(errors.KVFenceError):
+            rvs[0].failure_exception()
+        finish(rvs, snds)
+    settle(dep, base)
+    rvs, snds, d, p = dep.request(200, 3, [1, 2, 3], [4, 5, 6], aux_index=2)
+    assert (d, p) == (4, 4) and dep.corrupt(200, 1, [1, 2, 3]) == 0
+    finish(rvs, snds)
+    settle(dep, base)
+
+
+@pytest.mark.parametrize("where", ["before_init", "prealloc", "after_metadata", "mid_transfer", "prefill_side"])
+def test_every_abort_point_settles(dep, where):
+    base = staging.handles_live()
+    room = {"before_init": 301, "prealloc": 302, "after_metadata": 303, "mid_transfer": 304, "prefill_side": 305}[where]
+    rvs = [dep.Receiver(m, dep.instances[0]["addr"], room) for m in dep.dec]
+    snds = []
+    in_use = dep.slots_in_use()
+    if where == "before_init":
+        rvs[0].abort()
+    else:
+        rvs[0].init(0)
+        dep.until(lambda: rvs[0].poll() >= 2, "handshake")
+        if where == "prealloc":
+            rvs[0].abort()
+            rvs[0].send_metadata([1, 2], 1, None, decode_prefix_len=0)  # SGLang may still call it: never exposed
+            assert dep.slots_in_use() == in_use, "an aborted receiver was exposed"
+        else:
+            rvs[0].send_metadata([1, 2], 1, None, decode_prefix_len=0)
+            snds = dep.senders(0, room)
+            if where == "after_metadata":
+                rvs[0].abort()
+            for s in snds:
+                s.init(2, 1)
+            if where == "mid_transfer":
+                for s, e in zip(snds, dep.instances[0]["engs"]):
+                    e.fill(room, 1, [3, 4], False)
+                    s.send([3], None)
+                rvs[0].abort()
+            if where == "prefill_side":
+                for s in snds:
+                    s.abort()
+                assert min(s.poll() for s in snds) == 0
+                dep.until(lambda: rvs[0].poll() == 0, "decode learns of prefill's abort")  # over the control plane
+    assert rvs[0].poll() == 0 and rvs[0].conclude_state == 0
+    with pytest.raises(errors.KVFenceError):
+        rvs[0].failure_exception()
+    if snds:
+        dep.until(lambda: min(s.poll() for s in snds) == 0 or where != "prefill_side", "prefill fails")
+    finish(rvs, snds)
+    settle(dep, base)
+
+
+def test_full_pool_is_backpressure_then_a_classified_failure():
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1, extra=dict(source_pages=4, pool_wait_s=0.5))
+    try:
+        base = staging.handles_live()
+        rvs = dep.receivers(0, 51)
+        rvs[0].send_metadata([1, 2, 3, 4, 5], 1, None, decode_prefix_len=0)
+        snds = dep.senders(0, 51)
+        dep.prefill(0, snds, 51, 1, [1, 2, 3, 4, 5], 1)  # 5 pages + aux into a 4-page pool: send() must not raise
+        assert snds[0].poll() == 2  # waiting for pages, not failed
+        dep.until(lambda: snds[0].poll() == 0, "pool wait bound")
+        with pytest.raises(errors.ResourceExhausted):
+            snds[0].failure_exception()
+        for rv in rvs:
+            rv.abort()
+        finish(rvs, snds)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+def test_never_linked_prefill_fails_after_the_bound():
+    """Decode waits for prefill ranks that never link: Failed after
+    link_timeout_s, classified, its slots never exposed."""
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1, extra=dict(link_timeout_s=1))
+    try:
+        base = staging.handles_live()
+        mgr = dep.dec[0]
+        info = mgr.prefill_info_table
+        rvs = dep.receivers(0, 61)
+        info[dep.instances[0]["addr"]].kvfence_ranks = [4242]  # a writer that never links
+        rvs[0].ranks = [4242]
+        rvs[0].send_metadata([1], 1, None, decode_prefix_len=0)
+        dep.until(lambda: rvs[0].poll() == 0, "link bound")
+        with pytest.raises(errors.Unavailable):
+            rvs[0].failure_exception()
+        finish(rvs, [])
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+def test_unsupported_features_fail_one_request_not_the_engine(dep):
+    base = staging.handles_live()
+    rvs = dep.receivers(0, 71)
+    rvs[0].send_metadata([1], 1, [[3]], decode_prefix_len=0)
+    assert rvs[0].poll() == 0
+    with pytest.raises(errors.Unimplemented):
+        rvs[0].failure_exception()
+    rvs2 = dep.receivers(0, 72)
+    rvs2[0].send_metadata([1], 1, None, decode_prefix_len=4)
+    assert rvs2[0].poll() == 0
+    snds = dep.senders(0, 73)
+    for s in snds:
+        s.init(1, 1)
+        s.send([1], None, token_position_offset=3)
+        assert s.poll() == 0
+    finish(rvs + rvs2, snds)
+    settle(dep, base)
+
+
+def test_start_up_refusals():
+    import types
+    from kvfence.sglang import refuse_unsupported
+    a = types.SimpleNamespace(state_types=[])
+    for sa, word in ((types.SimpleNamespace(enable_dp_attention=True), "DP attention"),
+                     (types.SimpleNamespace(pp_size=2), "pipeline"),
+                     (types.SimpleNamespace(disaggregation_decode_enable_radix_cache=True), "radix")):
+        with pytest.raises(errors.Unimplemented, match=word):
+            refuse_unsupported(sa, a)
+    with pytest.raises(errors.Unimplemented, match="state"):
+        refuse_unsupported(None, types.SimpleNamespace(state_types=["mamba"]))
+    refuse_unsupported(types.SimpleNamespace(tp_size=4), a)
+
+
+def test_instance_of_another_tp_is_refused_per_request():
+    """Decode sized for prefill TP2 meets an instance registering TP1: its
+    requests fail FailedPrecondition (never silently wrong heads)."""
+    dep = Deployment(P, prefill_tp=(2, 1), decode_tp=1)
+    try:
+        rv = dep.Receiver(dep.dec[0], dep.instances[1]["addr"], 81)
+        rv.init(0)
+        dep.until(lambda: rv.poll() == 0, "refusal")
+        with pytest.raises(errors.FailedPrecondition, match="TP"):
+            rv.failure_exception()
+        rv.clear()
+    finally:
+        dep.close()
+
+
+def test_bootstrap_routes_answer_as_sglang():
+    from kvfence import sglang_bootstrap as sb
+    srv = P.get_kv_class("bootstrap_server")("127.0.0.1", 0)
+    url = "http://127.0.0.1:%d" % srv.port
+    try:
+        q = "/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1"
+        assert sb.request("GET", url + "/health")[0] == 200
+        assert sb.request("GET", url + "/route")[0] == 400
+        assert sb.request("GET", url + q)[0] == 503  # not every rank registered yet
+        reg = dict(attn_tp_size=2, attn_cp_size=1, attn_dp_size=1, attn_dp_rank=0, attn_cp_rank=0, pp_size=1,
+                   pp_rank=0, system_dp_size=1, system_dp_rank=0, rank_ip="h", rank_port=1, page_size=2,
+                   kv_cache_dtype="auto", kvfence_rank_base=5000)
+        for r in (0, 1, 1):  # a retry counts once
+            assert sb.request("PUT", url + "/route", dict(reg, attn_tp_rank=r))[0] == 200
+        st, info = sb.request("GET", url + q)
+        assert st == 200 and info["attn_tp_size"] == 2 and info["dp_size"] == 1 and info["follow_bootstrap_room"]
+        assert sb.request("GET", url + "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=1&target_pp_rank=0") \
+            == (200, {"rank_ip": "h", "rank_port": 1})
+        assert sb.request("GET", url + "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=7&target_pp_rank=0")[0] == 404
+        assert sb.request("POST", url + "/register_dp_rank", {"bootstrap_room": 9, "dp_rank": 0})[0] == 200
+        assert sb.request("POST", url + "/query_dp_ranks", {"bootstrap_rooms": [9, 10]}) == (200, {"9": 0})
+        assert sb.request("GET", url + "/kvfence")[1]["rank_base"] == 5000
+        assert sb.request("PUT", url + "/route", {"junk": 1})[0] == 400  # a bad request never stops the server
+        assert sb.request("GET", url + "/health")[0] == 200
+    finally:
+        srv.close()
+
+
+def test_calls_after_the_agent_closed_fail_the_request_never_raise():
+    """The agent underneath is gone (shutdown, a crashed plugin): every call
+    SGLang makes returns (poll: Failed) and failure_exception says why."""
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1)
+    try:
+        rvs = dep.receivers(0, 91)
+        rvs[0].send_metadata([1], 1, None, decode_prefix_len=0)
+        snds = dep.senders(0, 91)
+        snds[0].init(1, 1)
+        dep.dec[0].agent.close()
+        dep.instances[0]["mgrs"][0].agent.close()
+        snds[0].send([2], [])
+        assert snds[0].poll() == 0 and rvs[0].poll() == 0
+        for x in (rvs[0], snds[0]):
+            with pytest.raises(errors.KVFenceError):
+                x.failure_exception()
+            x.abort()
+            x.clear()
+    finally:
+        dep.close()

@@ -1,0 +1,82 @@
+"""The C ABI's staging calls (kvfence.staging) refuse bad input with a
+classified error and the process stays up: page indices outside the
+engine's buffers, a layout that does not fit the pages, a scatter before the
+request was handed off, a handle of the wrong kind."""
+import ctypes
+
+import pytest
+
+from kvfence import api, errors, staging
+
+
+@pytest.fixture(scope="module")
+def pair():
+    d = api.Decode(rank=0, slots=8, shard_bytes=64, shards=1, control_addr="127.0.0.1:0", log_level="error")
+    p = api.Prefill(rank=1000, decode_addr=d.addr, source_pages=8, shard_bytes=64, log_level="error")
+    p.wait_linked()
+    d.wait_linked([1000])
+    yield d, p
+    p.close()
+    d.close()
+
+
+def engine(pages=4, item=32, nbuf=2):
+    bufs = [(ctypes.c_char * (pages * item))() for _ in range(nbuf)]
+    return bufs, staging.Layout([ctypes.addressof(b) for b in bufs], [len(b) for b in bufs], [item] * nbuf, 1)
+
+
+def test_round_trip_and_refusals(pair):
+    d, p = pair
+    live = staging.handles_live()
+    src, lay = engine()
+    for i, b in enumerate(src):
+        ctypes.memmove(b, bytes(range(i * 10, i * 10 + 128)), 128)
+    dst, dlay = engine()
+    rv, snd = d.receiver(5), p.sender(5)
+    rv.init(2, [1000])
+    snd.init(2)
+    with pytest.raises(errors.InvalidArgument):
+        staging.gather(snd, lay, [0, 4], 0, upto=2, total=2)  # page 4 of a 4-page buffer
+    with pytest.raises(errors.InvalidArgument):
+        staging.gather(snd, lay, [0, 1], 1, upto=2, total=2)  # pages [1, 3) of a 2-page request
+    with pytest.raises(errors.InvalidArgument):
+        staging.gather(snd, lay, [0], 0, part=0, parts=3)  # 32 bytes per token in 3 parts
+    with pytest.raises(errors.InvalidArgument):
+        staging.gather(rv, lay, [0], 0)  # a receiver is not a sender
+    with pytest.raises(errors.FailedPrecondition):
+        staging.scatter(rv, dlay, [0, 1])  # not handed off yet
+    staging.gather(snd, lay, [2, 0], 0, upto=2, total=2)
+    rv.wait(20)
+    assert staging.gather_wait(snd, 5)
+    staging.scatter(rv, dlay, [3, 1])
+    assert staging.scatter_done(rv, 5)
+    for b_src, b_dst in zip(src, dst):
+        assert bytes(b_dst[3 * 32:4 * 32]) == bytes(b_src[2 * 32:3 * 32])
+        assert bytes(b_dst[1 * 32:2 * 32]) == bytes(b_src[0:32])
+    rv.finish()
+    for h in (rv, snd, lay, dlay):
+        h.close()
+    with pytest.raises(errors.InvalidArgument):
+        staging.Layout([0], [64], [32], 1)  # a NULL buffer
+    with pytest.raises(errors.InvalidArgument):
+        staging.Layout([1], [64], [30], 4)  # items not whole tokens
+    assert staging.handles_live() == live
+
+
+def test_a_fault_on_engine_memory_is_an_error_not_a_crash(pair):
+    """An address that is not mapped (a stale or forged pointer from the
+    engine) faults inside the copy on a Go thread: the gather fails with
+    InvalidArgument and the process lives on."""
+    d, p = pair
+    lay = staging.Layout([4096], [1 << 20], [32], 1)  # the zero page: never mapped
+    snd = p.sender(6)
+    snd.init(1)
+    staging.gather(snd, lay, [0], 0, upto=1, total=1)
+    with pytest.raises(errors.InvalidArgument, match="faulted"):
+        for _ in range(200):
+            if staging.gather_wait(snd, 0.1):
+                break
+    snd.abort()
+    snd.close()
+    lay.close()
+    assert p.linked  # the rank's loop survived the fault
