@@ -12,6 +12,7 @@ import (
 var (
 	pluginBin, unsafeBin      string
 	fakeLib, oldLib, brokeLib string
+	legacyLib                 string
 	noCompiler                bool
 )
 
@@ -36,6 +37,9 @@ func build(dir string) (err error) {
 		return err
 	}
 	if oldLib, err = dltest.Build(dir, "libfake_old.so", fakeArgs("-DFAKE_OLD_API")...); err != nil {
+		return err
+	}
+	if legacyLib, err = dltest.Build(dir, "libfake_legacy.so", fakeArgs("-DFAKE_LEGACY")...); err != nil {
 		return err
 	}
 	brokeLib, err = dltest.Build(dir, "libfake_nosubmit.so", fakeArgs("-DFAKE_NO_SUBMIT")...)
