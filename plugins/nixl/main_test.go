@@ -12,6 +12,7 @@ import (
 var (
 	pluginBin, unsafeBin string
 	fakeLib, brokeLib    string
+	v01Lib, v02Lib       string
 	noCompiler           bool
 )
 
@@ -32,6 +33,12 @@ func build(dir string) (err error) {
 		return err
 	}
 	if fakeLib, err = dltest.Build(dir, "libfake_nixl_capi.so", fakeArgs()...); err != nil {
+		return err
+	}
+	if v01Lib, err = dltest.Build(dir, "libfake_nixl_v01.so", fakeArgs("-DFAKE_CAPI_V01")...); err != nil {
+		return err
+	}
+	if v02Lib, err = dltest.Build(dir, "libfake_nixl_v02.so", fakeArgs("-DFAKE_CAPI_V01", "-DFAKE_CAPI_MINOR=2")...); err != nil {
 		return err
 	}
 	brokeLib, err = dltest.Build(dir, "libfake_nixl_nostatus.so", fakeArgs("-DFAKE_NO_STATUS")...)

@@ -29,7 +29,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	be, err := nixl.Load(cfg, os.Getenv)
+	be, err := nixl.Load(cfg, os.Getenv, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
