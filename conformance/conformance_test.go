@@ -137,3 +137,23 @@ var variantGroups = func() []string {
 	}
 	return out
 }()
+
+// A tail check that fails still records the tail it measured: the report
+// and certificate of a plugin whose bytes land past its declared MaxTail
+// say how late they landed, not "not measured".
+func TestFailedTailRecordsMeasuredTail(t *testing.T) {
+	cfg := testConfig(unsafeBin, "KVFENCE_TCP_UNSAFE=understate-tail")
+	cfg.Groups = []string{"tail"}
+	r := conformance.Certify(context.Background(), cfg)
+	if r.Passed || !r.BrokenPromises()[conformance.PromiseMaxTail] {
+		t.Fatalf("understate-tail passed the tail group:\n%s", strings.Join(r.Failures(), "\n"))
+	}
+	if r.WorstTail == "" || r.Certificate().WorstTail == "" {
+		t.Fatalf("the failed tail check recorded no measured tail (report %q):\n%s", r.WorstTail, strings.Join(r.Failures(), "\n"))
+	}
+	d, err := time.ParseDuration(r.WorstTail)
+	if max, perr := time.ParseDuration(r.Plugin.Capabilities.MaxTail); err != nil || perr != nil || d <= max {
+		t.Fatalf("worst tail %q is not past the declared MaxTail %q", r.WorstTail, r.Plugin.Capabilities.MaxTail)
+	}
+	t.Logf("worst tail %s, declared MaxTail %s", r.WorstTail, r.Plugin.Capabilities.MaxTail)
+}

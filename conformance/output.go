@@ -27,27 +27,31 @@ const (
 // for a complete, passing run (inside an sdk.CertificateFile, signed when
 // a key is given); sdk.CertificatePolicy enforces it.
 type Certificate struct {
-	Certified    bool              `json:"certified"`
-	Profile      string            `json:"profile"`
-	Plugin       PluginInfo        `json:"plugin"`
-	SuiteVersion string            `json:"suite_version"`
-	Link         LinkInfo          `json:"link"`
-	Kernel       string            `json:"kernel"`
-	GuardWindow  string            `json:"guard_window"`
-	GuardTails   float64           `json:"guard_window_in_max_tails"`
-	GuardFloor   string            `json:"guard_floor"`
-	WorstTail    string            `json:"worst_tail_observed,omitempty"`
-	Groups       map[string]string `json:"groups"` // group -> pass, fail, skip: reason
-	Skipped      []SkippedCheck    `json:"skipped,omitempty"`
-	Failures     []string          `json:"failures,omitempty"`
-	Date         time.Time         `json:"date"`
+	Certified    bool       `json:"certified"`
+	Profile      string     `json:"profile"`
+	Plugin       PluginInfo `json:"plugin"`
+	SuiteVersion string     `json:"suite_version"`
+	Link         LinkInfo   `json:"link"`
+	Kernel       string     `json:"kernel"`
+	GuardWindow  string     `json:"guard_window"`
+	GuardTails   float64    `json:"guard_window_in_max_tails"`
+	GuardFloor   string     `json:"guard_floor"`
+	WorstTail    string     `json:"worst_tail_observed,omitempty"`
+	// Soak and SucceededChecked: how long one plugin pair was kept busy,
+	// and how many Succeeded were compared with target memory.
+	Soak             *SoakInfo         `json:"soak,omitempty"`
+	SucceededChecked uint64            `json:"succeeded_checked"`
+	Groups           map[string]string `json:"groups"` // group -> pass, fail, skip: reason
+	Skipped          []SkippedCheck    `json:"skipped,omitempty"`
+	Failures         []string          `json:"failures,omitempty"`
+	Date             time.Time         `json:"date"`
 }
 
 // Certificate derives the certificate from the report.
 func (r *Report) Certificate() Certificate {
 	c := Certificate{Certified: r.Certified, Profile: r.Profile, Plugin: r.Plugin, SuiteVersion: r.SuiteVersion, Link: r.Link, Kernel: r.Kernel,
 		GuardWindow: r.GuardWindow, GuardTails: r.GuardTails, GuardFloor: r.GuardFloor, WorstTail: r.WorstTail,
-		Groups: map[string]string{}, Skipped: r.Skipped, Failures: r.Failures(), Date: r.Date}
+		Soak: r.Soak, SucceededChecked: r.SucceededChecked, Groups: map[string]string{}, Skipped: r.Skipped, Failures: r.Failures(), Date: r.Date}
 	for _, g := range r.Groups {
 		v := string(g.Outcome)
 		if g.Skipped != "" {

@@ -20,6 +20,9 @@ type batch struct {
 	confirms bool
 	posted   time.Time
 	reported bool
+	// pending: not yet handed to the backend (the succeed-early variant
+	// of kvfenceunsafe builds only); the poller skips it.
+	pending bool
 	// refused: the library's submit was called and refused (part of the
 	// job may have left); the batch cannot be Succeeded, and its sources
 	// stay tainted whatever the tasks read.
@@ -87,6 +90,12 @@ func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 			return sdk.Errorf(sdk.ClassNotFound, "Post: region %d deregistered meanwhile", r.id)
 		}
 	}
+	if t.lieEarly(&batch{id: b.ID, peer: p, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}, ws) {
+		for _, r := range srcs {
+			r.pins++
+		}
+		return nil
+	}
 	job, err := t.be.Submit(p.seg, ws) // p.seg is read under t.mu
 	var refused *SubmitRefused
 	if errors.As(err, &refused) {
@@ -96,17 +105,24 @@ func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 	} else if err != nil {
 		return fmt.Errorf("Post: %s refused the batch (nothing was sent): %w", t.be.Name(), err)
 	}
-	bt := &batch{id: b.ID, peer: p, job: job, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: make([]Task, len(ws))}
+	bt := &batch{id: b.ID, peer: p, job: job, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}
 	if refused != nil {
 		bt.refused = refused.Err
 	}
-	for i, w := range ws {
-		bt.tasks[i] = Task{State: Waiting, Length: w.Length}
-		srcs[i].pins++
+	for _, r := range srcs {
+		r.pins++
 	}
 	t.live[b.ID] = bt
 	t.stats["batches_posted"]++
 	return nil
+}
+
+func newTasks(ws []Write) []Task {
+	tasks := make([]Task, len(ws))
+	for i, w := range ws {
+		tasks[i] = Task{State: Waiting, Length: w.Length}
+	}
+	return tasks
 }
 
 func (t *Transport) checkOp(op sdk.Op) (*region, error) {
@@ -172,7 +188,9 @@ func (t *Transport) poll() {
 		t.mu.Lock()
 		live := make([]*batch, 0, len(t.live))
 		for _, b := range t.live {
-			live = append(live, b)
+			if !b.pending {
+				live = append(live, b)
+			}
 		}
 		t.mu.Unlock()
 		for _, b := range live {
