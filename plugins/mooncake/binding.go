@@ -65,11 +65,13 @@ static void kvf_mc_set(kvf_mc_request *r, size_t i, uintptr_t src, int32_t seg, 
 import "C"
 
 import (
+	"github.com/hashicorp/go-hclog"
+
 	"fmt"
 	"unsafe"
 
-	"github.com/kvfence/kvfence/plugins/internal/dl"
-	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/plugins/kit/dl"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -112,7 +114,7 @@ var Spec = dl.Spec{
 const v2FramingMark = "getNicLoadStats"
 
 // Load loads the library named by the environment and starts an engine.
-func Load(cfg Config, getenv func(string) string) (nocancel.Backend, error) {
+func Load(cfg Config, getenv func(string) string, _ hclog.Logger) (nocancel.Backend, error) {
 	lib, err := dl.Load(Spec, getenv)
 	if err != nil {
 		return nil, err

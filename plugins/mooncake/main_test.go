@@ -3,8 +3,8 @@ package mooncake_test
 import (
 	"testing"
 
-	"github.com/kvfence/kvfence/plugins/internal/dl/dltest"
-	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
+	"github.com/kvfence/kvfence/plugins/kit/dl/dltest"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 )
 
 // Built once per test run from the current source: the plugin, its
@@ -19,7 +19,7 @@ var (
 const (
 	pluginPkg = "github.com/kvfence/kvfence/plugins/mooncake/cmd/kvfence-plugin-mooncake"
 	fakeSrc   = "testdata/fake_transfer_engine.c"
-	wireDir   = "../internal/nocancel/testdata"
+	wireDir   = "../kit/nocancel/testdata"
 )
 
 // fakeArgs are gcc's inputs for the fake library plus extra flags.

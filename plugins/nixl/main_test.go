@@ -3,8 +3,8 @@ package nixl_test
 import (
 	"testing"
 
-	"github.com/kvfence/kvfence/plugins/internal/dl/dltest"
-	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
+	"github.com/kvfence/kvfence/plugins/kit/dl/dltest"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 )
 
 // Built once per run from the current source: the plugin, its broken
@@ -19,7 +19,7 @@ var (
 const (
 	pluginPkg = "github.com/kvfence/kvfence/plugins/nixl/cmd/kvfence-plugin-nixl"
 	fakeSrc   = "testdata/fake_nixl_capi.c"
-	wireDir   = "../internal/nocancel/testdata"
+	wireDir   = "../kit/nocancel/testdata"
 )
 
 func fakeArgs(extra ...string) []string {

@@ -1,7 +1,7 @@
 /*
  * A stand-in for Mooncake Transfer Engine's C API, written for kvfence's
  * tests from the API's documented signatures; the bytes move through the
- * shared fake data path (../../internal/nocancel/testdata/fakewire.h),
+ * shared fake data path (../../kit/nocancel/testdata/fakewire.h),
  * which reproduces Mooncake's measured TCP behaviours: FAILED after
  * MC_TCP_STATUS_TIMEOUT_SEC (or KVFENCE_FAKE_STATUS_TIMEOUT_MS) while the
  * bytes still land, WAITING forever for large writes, transferred_bytes 0

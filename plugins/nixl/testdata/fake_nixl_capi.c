@@ -2,7 +2,7 @@
  * A stand-in for NIXL's C API (libnixl_capi.so), written for kvfence's
  * tests from the API's documented signatures: only the calls the plugin
  * makes. The bytes move through the shared fake data path
- * (../../internal/nocancel/testdata/fakewire.h). Behaviours reproduced:
+ * (../../kit/nocancel/testdata/fakewire.h). Behaviours reproduced:
  * a request to a stopped target stays IN_PROG with no timeout (unless
  * KVFENCE_FAKE_STATUS_TIMEOUT_MS turns a stall into ERROR_BACKEND while the
  * bytes still land later); release_xfer_req returns success in flight and
