@@ -76,6 +76,12 @@ func TestTCPPluginPasses(t *testing.T) {
 		t.Errorf("certificate: %+v", c)
 	}
 	t.Logf("worst tail observed %s (declared MaxTail %s)", c.WorstTail, c.Plugin.Capabilities.MaxTail)
+	// The soak ran and is recorded, and Succeeded completions were compared
+	// with target memory in every group.
+	if c.Soak == nil || c.Soak.Batches < conformance.DefaultSoakBatches || c.Groups["soak"] != "pass" || c.SucceededChecked < uint64(c.Soak.Batches) {
+		t.Errorf("certificate soak %+v, soak group %q, Succeeded checked %d", c.Soak, c.Groups["soak"], c.SucceededChecked)
+	}
+	t.Logf("Succeeded checked %d (not comparable %d); soak %+v", r.SucceededChecked, r.SucceededUnchecked, *c.Soak)
 }
 
 // Each deliberately broken variant of the TCP plugin must FAIL certification,

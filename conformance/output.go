@@ -218,6 +218,10 @@ func (r *Report) Markdown() string {
 	if r.WorstTail != "" {
 		fmt.Fprintf(&b, "- worst tail observed (bytes landing after a non-Succeeded completion, no Quiesce): %s (declared MaxTail %s)\n", r.WorstTail, c.MaxTail)
 	}
+	fmt.Fprintf(&b, "- Succeeded completions compared with target memory as they arrived: %d (not comparable: %d)\n", r.SucceededChecked, r.SucceededUnchecked)
+	if r.Soak != nil {
+		fmt.Fprintf(&b, "- soak: %d batches, %d MiB in %s on one plugin pair (asked: at least %d batches and %s)\n", r.Soak.Batches, r.Soak.Bytes>>20, r.Soak.Duration, r.Soak.MinBatches, r.Soak.MinDuration)
+	}
 	fmt.Fprintf(&b, "- suite %s, %s, %s, took %v\n\n", r.SuiteVersion, r.Kernel, r.Date.Format(time.RFC3339), r.Duration.Round(time.Second))
 	if r.Setup != "" {
 		fmt.Fprintf(&b, "**Setup failed:** %s\n\n", r.Setup)
