@@ -88,5 +88,7 @@ func New(cfg Config, be nocancel.Backend, log hclog.Logger) (*nocancel.Transport
 // EnvUnsafe selects a deliberately broken variant in a build with -tags
 // kvfenceunsafe (tests only; a default build ignores it):
 // failed-is-definite reports a batch with a FAILED task as FailedDefinite,
-// which is what a plugin that trusts Mooncake's FAILED would do.
+// which is what a plugin that trusts Mooncake's FAILED would do;
+// succeed-early-after:N is honest for N batches, then reports Succeeded
+// half a second before it submits.
 const EnvUnsafe = "KVFENCE_MOONCAKE_UNSAFE"
