@@ -49,8 +49,8 @@ func (v *vendorFake) build(t *testing.T) {
 		}
 		v.lib = filepath.Join(testDir, "libfake_"+v.name+".so")
 		if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o", v.lib,
-			"-I../plugins/internal/nocancel/testdata", "../plugins/"+v.name+"/testdata/"+v.fakeSrc,
-			"../plugins/internal/nocancel/testdata/fakewire.c").CombinedOutput(); err != nil {
+			"-I../plugins/kit/nocancel/testdata", "../plugins/"+v.name+"/testdata/"+v.fakeSrc,
+			"../plugins/kit/nocancel/testdata/fakewire.c").CombinedOutput(); err != nil {
 			v.err = fmt.Errorf("gcc: %v\n%s", err, out)
 			return
 		}

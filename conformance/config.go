@@ -66,6 +66,13 @@ type Config struct {
 	Repeat int
 	// PerfBytes is how much the bandwidth probe moves. Default 64 MiB.
 	PerfBytes uint64
+	// SoakBatches and SoakFor: the soak posts at least SoakBatches batches
+	// and keeps going until SoakFor has passed, on one plugin pair. Zero
+	// SoakBatches means DefaultSoakBatches (small: the library default is
+	// for tests; the CLI's defaults are 5000 and 2 minutes). Both are
+	// recorded in the report and the certificate.
+	SoakBatches int
+	SoakFor     time.Duration
 	// FailFast stops the run at the first failed check (the rest of the
 	// groups are recorded as not run); a certification needs one broken
 	// promise to fail.
@@ -84,6 +91,9 @@ type Config struct {
 // DefaultGuardFloor is the default GuardFloor: several seconds, far above
 // any scheduling hiccup on a loaded machine and independent of the claim.
 const DefaultGuardFloor = 3 * time.Second
+
+// DefaultSoakBatches is the default SoakBatches.
+const DefaultSoakBatches = 300
 
 // DefaultMaxWatch is the default MaxWatch.
 const DefaultMaxWatch = 30 * time.Second
@@ -121,6 +131,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PerfBytes == 0 {
 		c.PerfBytes = 64 << 20
+	}
+	if c.SoakBatches <= 0 {
+		c.SoakBatches = DefaultSoakBatches
 	}
 	if c.Proxy == "" {
 		c.Proxy = "auto"
@@ -174,6 +187,9 @@ func (c Config) Validate() error {
 		if d < 0 {
 			return fmt.Errorf("%s %v is negative", name, d)
 		}
+	}
+	if c.SoakBatches < 0 || c.SoakFor < 0 {
+		return fmt.Errorf("soak batches %d and soak duration %v must not be negative", c.SoakBatches, c.SoakFor)
 	}
 	if c.GuardTails < 0 || c.Repeat < 0 {
 		return fmt.Errorf("guard tails %d and repeat %d must not be negative", c.GuardTails, c.Repeat)

@@ -76,6 +76,12 @@ func TestTCPPluginPasses(t *testing.T) {
 		t.Errorf("certificate: %+v", c)
 	}
 	t.Logf("worst tail observed %s (declared MaxTail %s)", c.WorstTail, c.Plugin.Capabilities.MaxTail)
+	// The soak ran and is recorded, and Succeeded completions were compared
+	// with target memory in every group.
+	if c.Soak == nil || c.Soak.Batches < conformance.DefaultSoakBatches || c.Groups["soak"] != "pass" || c.SucceededChecked < uint64(c.Soak.Batches) {
+		t.Errorf("certificate soak %+v, soak group %q, Succeeded checked %d", c.Soak, c.Groups["soak"], c.SucceededChecked)
+	}
+	t.Logf("Succeeded checked %d (not comparable %d); soak %+v", r.SucceededChecked, r.SucceededUnchecked, *c.Soak)
 }
 
 // Each deliberately broken variant of the TCP plugin must FAIL certification,
@@ -140,3 +146,23 @@ var variantGroups = func() []string {
 	}
 	return out
 }()
+
+// A tail check that fails still records the tail it measured: the report
+// and certificate of a plugin whose bytes land past its declared MaxTail
+// say how late they landed, not "not measured".
+func TestFailedTailRecordsMeasuredTail(t *testing.T) {
+	cfg := testConfig(unsafeBin, "KVFENCE_TCP_UNSAFE=understate-tail")
+	cfg.Groups = []string{"tail"}
+	r := conformance.Certify(context.Background(), cfg)
+	if r.Passed || !r.BrokenPromises()[conformance.PromiseMaxTail] {
+		t.Fatalf("understate-tail passed the tail group:\n%s", strings.Join(r.Failures(), "\n"))
+	}
+	if r.WorstTail == "" || r.Certificate().WorstTail == "" {
+		t.Fatalf("the failed tail check recorded no measured tail (report %q):\n%s", r.WorstTail, strings.Join(r.Failures(), "\n"))
+	}
+	d, err := time.ParseDuration(r.WorstTail)
+	if max, perr := time.ParseDuration(r.Plugin.Capabilities.MaxTail); err != nil || perr != nil || d <= max {
+		t.Fatalf("worst tail %q is not past the declared MaxTail %q", r.WorstTail, r.Plugin.Capabilities.MaxTail)
+	}
+	t.Logf("worst tail %s, declared MaxTail %s", r.WorstTail, r.Plugin.Capabilities.MaxTail)
+}

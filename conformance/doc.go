@@ -14,7 +14,11 @@
 // runs it without a testing.T (the CLI) and returns a Report, which Write
 // turns into JUnit XML, JSON, Markdown and — only for a complete, passing
 // run of every check the plugin's profile requires — a certificate
-// (signed with WriteSigned). Tails are measured (the tail group), guard
+// (signed with WriteSigned). Every Succeeded completion the suite sees, in
+// every group, is compared with target memory the moment it arrives
+// (verify.go), and the soak group keeps one plugin pair busy for thousands
+// of batches of mixed sizes and depths, so that a plugin that lies only
+// late in a process's life is caught. Tails are measured (the tail group), guard
 // windows have a floor independent of the plugin's claim, and every fault
 // is confirmed before a check counts it: a proxy fault that touched none of
 // the plugin's data (its data does not take its endpoint address) leaves

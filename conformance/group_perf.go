@@ -45,7 +45,7 @@ func checkPerf(ctx context.Context, s *suite, r *Result) error {
 	start := time.Now()
 	var queue []sdk.BatchID
 	for i := uint64(0); i < total; i++ {
-		b := se.split(k, 0, 0, op*perBatch, op)
+		b := se.split(k, srcShift(int(i)), 0, op*perBatch, op)
 		b.Peer = peer
 		if err := se.ini.t.Post(ctx, b); err != nil {
 			return err
@@ -68,7 +68,7 @@ func checkPerf(ctx context.Context, s *suite, r *Result) error {
 	// Latency: one 4 KiB op per batch, one at a time.
 	var postLat, compLat []float64
 	for i := 0; i < 200; i++ {
-		b := se.write(k, 0, 0, 4096)
+		b := se.write(k, srcShift(i+1), 0, 4096)
 		b.Peer = peer
 		t0 := time.Now()
 		if err := se.ini.t.Post(ctx, b); err != nil {
@@ -88,6 +88,12 @@ func checkPerf(ctx context.Context, s *suite, r *Result) error {
 		m["bandwidth_mib_s"], total*op*perBatch>>20, inflight, m["post_call_p50_us"], m["completion_p50_us"], m["completion_p99_us"]))
 	return nil
 }
+
+// srcShift is the source offset of the i-th write to the same target
+// bytes: shifting the source pattern by 4096 changes every byte, so
+// consecutive writes differ and a Succeeded whose bytes have not landed
+// cannot pass its check on the previous write's bytes (verify.go).
+func srcShift(i int) uint64 { return uint64(i%31) * 4096 }
 
 func pct(v []float64, p int) float64 {
 	if len(v) == 0 {

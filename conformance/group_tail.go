@@ -16,7 +16,9 @@ import (
 // already belong to another request. Each check provokes an InDoubt or
 // FailedDefinite completion under a real fault, then restores the link at
 // several offsets after the completion and watches target memory WITHOUT
-// calling Quiesce.
+// calling Quiesce. Bytes after an InDoubt are judged against MaxTail;
+// any byte after a FailedDefinite breaks that promise (nothing more moves).
+// The tail measured in a failing application is recorded too.
 func tailGroup() group {
 	return group{name: "tail", needs: needsGranter, checks: []check{
 		{"link-restored-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) {
@@ -55,14 +57,16 @@ func checkTail(faultFor func(*suite) (fault, string)) func(context.Context, *sui
 		for _, off := range tailOffsets(s.watchedTail()) {
 			f, _ := faultFor(s)
 			tail, ok, err := s.main.lateBytes(ctx, r, f, off)
+			// The tail is recorded before the verdict: a failed tail check
+			// is exactly where the measured tail matters.
+			if tail > s.worstTail {
+				s.worstTail = tail
+			}
 			if err != nil {
 				return fmt.Errorf("fault lifted %v after the completion: %w", off.Round(time.Millisecond), err)
 			}
 			if ok {
 				measured++
-			}
-			if tail > s.worstTail {
-				s.worstTail = tail
 			}
 		}
 		if measured == 0 {
@@ -133,6 +137,12 @@ func (se *session) lateBytes(ctx context.Context, r *Result, f fault, off time.D
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("%s, lifted at +%v: %v, last byte landed %v after the completion (MaxTail %v)",
 		f.name, off.Round(time.Millisecond), c.Status, last.After.Round(time.Millisecond), maxTail))
+	if c.Status == sdk.FailedDefinite {
+		// FailedDefinite promises that nothing more moves: MaxTail bounds
+		// InDoubt bytes, not these.
+		return last.After, true, broke(PromiseFailed, fmt.Errorf("FailedDefinite completion, fault lifted %v after it: bytes landed %v after the completion (%v)",
+			off.Round(time.Millisecond), last.After.Round(time.Millisecond), last))
+	}
 	if last.After > maxTail {
 		return last.After, true, fmt.Errorf("%v completion, fault lifted %v after it, no Quiesce: bytes landed %v after the completion, past the declared MaxTail %v (%v)",
 			c.Status, off.Round(time.Millisecond), last.After.Round(time.Millisecond), maxTail, last)

@@ -27,27 +27,31 @@ const (
 // for a complete, passing run (inside an sdk.CertificateFile, signed when
 // a key is given); sdk.CertificatePolicy enforces it.
 type Certificate struct {
-	Certified    bool              `json:"certified"`
-	Profile      string            `json:"profile"`
-	Plugin       PluginInfo        `json:"plugin"`
-	SuiteVersion string            `json:"suite_version"`
-	Link         LinkInfo          `json:"link"`
-	Kernel       string            `json:"kernel"`
-	GuardWindow  string            `json:"guard_window"`
-	GuardTails   float64           `json:"guard_window_in_max_tails"`
-	GuardFloor   string            `json:"guard_floor"`
-	WorstTail    string            `json:"worst_tail_observed,omitempty"`
-	Groups       map[string]string `json:"groups"` // group -> pass, fail, skip: reason
-	Skipped      []SkippedCheck    `json:"skipped,omitempty"`
-	Failures     []string          `json:"failures,omitempty"`
-	Date         time.Time         `json:"date"`
+	Certified    bool       `json:"certified"`
+	Profile      string     `json:"profile"`
+	Plugin       PluginInfo `json:"plugin"`
+	SuiteVersion string     `json:"suite_version"`
+	Link         LinkInfo   `json:"link"`
+	Kernel       string     `json:"kernel"`
+	GuardWindow  string     `json:"guard_window"`
+	GuardTails   float64    `json:"guard_window_in_max_tails"`
+	GuardFloor   string     `json:"guard_floor"`
+	WorstTail    string     `json:"worst_tail_observed,omitempty"`
+	// Soak and SucceededChecked: how long one plugin pair was kept busy,
+	// and how many Succeeded were compared with target memory.
+	Soak             *SoakInfo         `json:"soak,omitempty"`
+	SucceededChecked uint64            `json:"succeeded_checked"`
+	Groups           map[string]string `json:"groups"` // group -> pass, fail, skip: reason
+	Skipped          []SkippedCheck    `json:"skipped,omitempty"`
+	Failures         []string          `json:"failures,omitempty"`
+	Date             time.Time         `json:"date"`
 }
 
 // Certificate derives the certificate from the report.
 func (r *Report) Certificate() Certificate {
 	c := Certificate{Certified: r.Certified, Profile: r.Profile, Plugin: r.Plugin, SuiteVersion: r.SuiteVersion, Link: r.Link, Kernel: r.Kernel,
 		GuardWindow: r.GuardWindow, GuardTails: r.GuardTails, GuardFloor: r.GuardFloor, WorstTail: r.WorstTail,
-		Groups: map[string]string{}, Skipped: r.Skipped, Failures: r.Failures(), Date: r.Date}
+		Soak: r.Soak, SucceededChecked: r.SucceededChecked, Groups: map[string]string{}, Skipped: r.Skipped, Failures: r.Failures(), Date: r.Date}
 	for _, g := range r.Groups {
 		v := string(g.Outcome)
 		if g.Skipped != "" {
@@ -213,6 +217,10 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "- profile %s; guard window %s (%.2f x MaxTail, floor %s); largest write %d bytes\n", r.Profile, r.GuardWindow, r.GuardTails, r.GuardFloor, r.MaxWriteSize)
 	if r.WorstTail != "" {
 		fmt.Fprintf(&b, "- worst tail observed (bytes landing after a non-Succeeded completion, no Quiesce): %s (declared MaxTail %s)\n", r.WorstTail, c.MaxTail)
+	}
+	fmt.Fprintf(&b, "- Succeeded completions compared with target memory as they arrived: %d (not comparable: %d)\n", r.SucceededChecked, r.SucceededUnchecked)
+	if r.Soak != nil {
+		fmt.Fprintf(&b, "- soak: %d batches, %d MiB in %s on one plugin pair (asked: at least %d batches and %s)\n", r.Soak.Batches, r.Soak.Bytes>>20, r.Soak.Duration, r.Soak.MinBatches, r.Soak.MinDuration)
 	}
 	fmt.Fprintf(&b, "- suite %s, %s, %s, took %v\n\n", r.SuiteVersion, r.Kernel, r.Date.Format(time.RFC3339), r.Duration.Round(time.Second))
 	if r.Setup != "" {

@@ -95,9 +95,18 @@ type Report struct {
 	// WorstTail is the latest a byte landed after a non-Succeeded
 	// completion, with the link restored and no Quiesce, over the tail
 	// checks (measured, not declared).
-	WorstTail string        `json:"worst_tail_observed,omitempty"`
-	Setup     string        `json:"setup_error,omitempty"`
-	Duration  time.Duration `json:"duration_ns"`
+	WorstTail string `json:"worst_tail_observed,omitempty"`
+	// SucceededChecked counts the Succeeded completions whose every byte
+	// the suite compared with target memory as they arrived, in every
+	// group; SucceededUnchecked those it could not (a key on memory the
+	// suite does not map, or bytes another batch overwrote from other
+	// source bytes first).
+	SucceededChecked   uint64 `json:"succeeded_checked"`
+	SucceededUnchecked uint64 `json:"succeeded_unchecked"`
+	// Soak is what the soak group ran (nil: it did not run).
+	Soak     *SoakInfo     `json:"soak,omitempty"`
+	Setup    string        `json:"setup_error,omitempty"`
+	Duration time.Duration `json:"duration_ns"`
 }
 
 // Failures lists every failed check as "group/check: promise: reason".
@@ -146,4 +155,14 @@ func (r *Report) finish() {
 		}
 	}
 	r.Certified = r.Passed && !r.Partial
+}
+
+// SoakInfo records the soak: what was asked (at least MinBatches batches
+// and MinDuration) and what ran, on one plugin pair.
+type SoakInfo struct {
+	Batches     int    `json:"batches"`
+	Bytes       uint64 `json:"bytes"`
+	Duration    string `json:"duration"`
+	MinBatches  int    `json:"min_batches"`
+	MinDuration string `json:"min_duration"`
 }

@@ -25,6 +25,7 @@ type session struct {
 	peer     sdk.PeerID
 	proxy    *Proxy
 	size     uint64
+	ledger   *ledger
 
 	mu      sync.Mutex
 	changed *sync.Cond
@@ -38,7 +39,12 @@ type session struct {
 // newSession starts a fresh pair. useProxy puts the fault proxy in the path
 // when the link allows it.
 func (s *suite) newSession(ctx context.Context, useProxy bool) (se *session, err error) {
-	se = &session{s: s, size: max(s.cfg.MaxWriteSize, 4<<20) + 1<<20, got: map[sdk.BatchID][]sdk.Completion{},
+	return s.newSessionSized(ctx, useProxy, max(s.cfg.MaxWriteSize, 4<<20)+1<<20)
+}
+
+// newSessionSized is newSession with size bytes of memory on each side.
+func (s *suite) newSessionSized(ctx context.Context, useProxy bool, size uint64) (se *session, err error) {
+	se = &session{s: s, size: size, ledger: newLedger(), got: map[sdk.BatchID][]sdk.Completion{},
 		done: make(chan struct{}), ended: make(chan struct{}), nextID: sdk.BatchID(time.Now().UnixNano() & 0xffffffff)}
 	se.changed = sync.NewCond(&se.mu)
 	defer func() {
@@ -52,6 +58,12 @@ func (s *suite) newSession(ctx context.Context, useProxy bool) (se *session, err
 	}
 	if se.ini, err = s.open(ctx, "initiator", s.cfg.InitiatorEnv); err != nil {
 		return se, err
+	}
+	// Record what is posted and granted, so that every Succeeded can be
+	// checked against target memory (verify.go).
+	se.ini.t = recordingTransport{Transport: se.ini.t, l: se.ledger}
+	if se.tgt.g != nil {
+		se.tgt.g = recordingGranter{Granter: se.tgt.g, l: se.ledger}
 	}
 	if se.src, err = sdk.NewSharedMemory("conformance-src", se.size); err != nil {
 		return se, err
@@ -107,6 +119,9 @@ func pattern(b []byte, seed byte) {
 func (se *session) collect() {
 	defer close(se.ended)
 	for c := range se.ini.t.Completions() {
+		if c.Status == sdk.Succeeded {
+			se.verify(c) // before any check can see it
+		}
 		se.mu.Lock()
 		se.got[c.Batch] = append(se.got[c.Batch], c)
 		se.changed.Broadcast()
@@ -203,6 +218,9 @@ func (se *session) wait(id sdk.BatchID, d time.Duration) (sdk.Completion, error)
 		default:
 		}
 		se.changed.Wait()
+	}
+	if err := se.lie(id); err != nil {
+		return se.got[id][0], err
 	}
 	return se.got[id][0], nil
 }

@@ -83,6 +83,7 @@ func groups() []group {
 		badInputGroup(),
 		contractGroup(),
 		tailGroup(),
+		soakGroup(),
 		perfGroup(),
 	}
 }
@@ -115,6 +116,8 @@ type suite struct {
 	// worstTail is the latest landing after a non-Succeeded completion
 	// that the tail checks saw (-1: none measured).
 	worstTail time.Duration
+	// verdicts accounts for the check of every Succeeded (verify.go).
+	verdicts verdicts
 }
 
 func needsGranter(s *suite) string {
@@ -264,8 +267,19 @@ func (s *suite) runCheck(ctx context.Context, g group, c check) Result {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	_, before := s.liesSince(0)
 	err := c.run(ctx, s, &r)
 	r.Duration = time.Since(start)
+	// A Succeeded without its bytes fails the check it happened in, whatever
+	// the check itself looked at.
+	if lie, _ := s.liesSince(before); lie != nil {
+		var sk skipError
+		if err == nil || asSkip(err, &sk) {
+			err = lie
+		} else if !errors.As(err, new(brokeError)) {
+			err = fmt.Errorf("%w; and %w", lie, err)
+		}
+	}
 	var sk skipError
 	switch {
 	case err == nil:
@@ -304,6 +318,9 @@ func (s *suite) finish(start time.Time) {
 	if s.worstTail >= 0 {
 		s.report.WorstTail = s.worstTail.String()
 	}
+	s.verdicts.mu.Lock()
+	s.report.SucceededChecked, s.report.SucceededUnchecked = s.verdicts.checked, s.verdicts.blind
+	s.verdicts.mu.Unlock()
 	s.report.Duration = time.Since(start)
 	s.account()
 	s.report.finish()

@@ -9,7 +9,7 @@ import (
 )
 
 // unboundedTail is what the non-revoking plugins declare for "no bound"
-// (plugins/internal/nocancel): about fifty years.
+// (plugins/kit/nocancel): about fifty years.
 const unboundedTail = 50 * 365 * 24 * time.Hour
 
 func restartReceiver(t *testing.T, targets int, v knownunsafe.Variant) *Receiver {

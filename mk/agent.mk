@@ -27,8 +27,8 @@ demo-smoke:
 	$(GO) test -count=1 -tags kvfenceunsafe ./internal/knownunsafe
 	$(GO) test -count=1 -tags kvfenceunsafe ./agent -run '^TestRestartFenceControlReleaseBeforeReap$$'
 	$(GO) build -o $(BIN)/kvfence-plugin-mooncake ./plugins/mooncake/cmd/kvfence-plugin-mooncake
-	$(CC) -shared -fPIC -O1 -pthread -Iplugins/internal/nocancel/testdata -o $(BIN)/libfake_transfer_engine.so \
-	  plugins/mooncake/testdata/fake_transfer_engine.c plugins/internal/nocancel/testdata/fakewire.c
+	$(CC) -shared -fPIC -O1 -pthread -Iplugins/kit/nocancel/testdata -o $(BIN)/libfake_transfer_engine.so \
+	  plugins/mooncake/testdata/fake_transfer_engine.c plugins/kit/nocancel/testdata/fakewire.c
 	KVFENCE_MOONCAKE_LIB=$(abspath $(BIN))/libfake_transfer_engine.so $(BIN)/kvfence demo --json --quiet --plugin mooncake \
 	  --restart-fence-instances 2 --restart-fence-after 1s --kill-prefill-after 2s --decode-for 100ms \
 	  --requests 300 --concurrency 16 --report none > $(BIN)/demo-smoke-restart.json

@@ -135,6 +135,8 @@ Groups: ` + strings.Join(conformance.GroupNames(), ", "),
 	f.DurationVar(&cfg.CompletionTimeout, "completion-timeout", 30*time.Second, "longest wait for one completion")
 	f.IntVar(&cfg.Repeat, "repeat", 20, "cycles of the registration idempotency check")
 	f.Uint64Var(&cfg.PerfBytes, "perf-bytes", 64<<20, "bytes moved by the bandwidth probe")
+	f.IntVar(&cfg.SoakBatches, "soak-batches", 5000, "the soak posts at least this many batches on one plugin pair (recorded in the certificate)")
+	f.DurationVar(&cfg.SoakFor, "soak-for", 2*time.Minute, "and keeps going at least this long (0: the batch count alone)")
 	f.StringSliceVar(&cfg.Groups, "group", nil, "run only these groups (repeatable)")
 	f.BoolVar(&cfg.FailFast, "fail-fast", false, "stop at the first failed check")
 	f.BoolVarP(&verbose, "verbose", "v", false, "add each check's notes and the plugins' stderr to the progress lines")
@@ -154,12 +156,15 @@ func checkConformanceFlags(cmd *cobra.Command, cfg conformance.Config, guard tim
 	positive := map[string]bool{
 		"max-write": cfg.MaxWriteSize > 0, "perf-bytes": cfg.PerfBytes > 0, "repeat": cfg.Repeat > 0,
 		"guard-tails": cfg.GuardTails > 0, "completion-timeout": cfg.CompletionTimeout > 0, "guard-floor": cfg.GuardFloor > 0,
-		"max-watch": cfg.MaxWatch > 0,
+		"max-watch": cfg.MaxWatch > 0, "soak-batches": cfg.SoakBatches > 0,
 	}
-	for _, name := range []string{"max-write", "perf-bytes", "repeat", "guard-tails", "completion-timeout", "guard-floor", "max-watch"} {
+	for _, name := range []string{"max-write", "perf-bytes", "repeat", "guard-tails", "completion-timeout", "guard-floor", "max-watch", "soak-batches"} {
 		if !positive[name] {
 			return usagef("--%s %s: must be positive", name, cmd.Flags().Lookup(name).Value)
 		}
+	}
+	if cfg.SoakFor < 0 {
+		return fmt.Errorf("--soak-for %v: must not be negative", cfg.SoakFor)
 	}
 	return nil
 }

@@ -144,7 +144,7 @@ func TestDemoOverFakeMooncake(t *testing.T) {
 	}
 	mooncakeBeside(t)
 	lib := filepath.Join(t.TempDir(), "libfake_transfer_engine.so")
-	const src, wire = "../../plugins/mooncake/testdata/", "../../plugins/internal/nocancel/testdata/"
+	const src, wire = "../../plugins/mooncake/testdata/", "../../plugins/kit/nocancel/testdata/"
 	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-pthread", "-o", lib, "-I"+wire,
 		src+"fake_transfer_engine.c", wire+"fakewire.c").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)

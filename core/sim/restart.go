@@ -16,7 +16,7 @@ import (
 // reap (the release-before-reap variant) lets it land in reused memory.
 
 // unboundedDecl is what a non-revoking plugin declares for "no bound"
-// (plugins/internal/nocancel): about fifty years.
+// (plugins/kit/nocancel): about fifty years.
 const unboundedDecl = int64(50 * 365 * 24 * time.Hour)
 
 // unboundedSpread is how late the simulated unbounded writer's bytes really

@@ -65,11 +65,13 @@ static void kvf_mc_set(kvf_mc_request *r, size_t i, uintptr_t src, int32_t seg, 
 import "C"
 
 import (
+	"github.com/hashicorp/go-hclog"
+
 	"fmt"
 	"unsafe"
 
-	"github.com/kvfence/kvfence/plugins/internal/dl"
-	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/plugins/kit/dl"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -82,7 +84,10 @@ type engine struct {
 	e     unsafe.Pointer
 	cfg   Config
 	local string
-	fn    struct {
+	// legacyLib: the library predates the acknowledged TCP framing (no
+	// v2FramingMark), so over TCP its COMPLETED means queued.
+	legacyLib bool
+	fn        struct {
 		local, open, reg, unreg, alloc, submit, status, free unsafe.Pointer
 	}
 }
@@ -95,11 +100,21 @@ var Spec = dl.Spec{
 	What: "mooncake", EnvVar: EnvLib, Names: []string{"libtransfer_engine.so"},
 	Required: []string{"createTransferEngine", "installTransport", "openSegment", "registerLocalMemory",
 		"unregisterLocalMemory", "allocateBatchID", "submitTransfer", "getTransferStatus", "freeBatchID"},
-	Optional: []string{"getLocalIpAndPort", "openSegmentNoCache", "closeSegment", "registerLocalMemoryBatch", "syncSegmentCache"},
+	Optional: []string{"getLocalIpAndPort", v2FramingMark, "openSegmentNoCache", "closeSegment", "registerLocalMemoryBatch", "syncSegmentCache"},
 }
 
+// v2FramingMark is the symbol that says the library has the acknowledged
+// TCP framing (COMPLETED means applied at the destination). Read in
+// Mooncake's public history: the framing landed in de58b58bd (#2850,
+// 2026-07-13); getNicLoadStats in ac0108389 (#2996, 2026-07-20), after it,
+// and both are first in a release at v0.3.12 (v0.3.11.post1 has neither).
+// showLinks, also new in v0.3.12, predates the framing and would admit a
+// library without it. A library lacking the mark speaks legacy framing
+// whatever the configuration says.
+const v2FramingMark = "getNicLoadStats"
+
 // Load loads the library named by the environment and starts an engine.
-func Load(cfg Config, getenv func(string) string) (nocancel.Backend, error) {
+func Load(cfg Config, getenv func(string) string, _ hclog.Logger) (nocancel.Backend, error) {
 	lib, err := dl.Load(Spec, getenv)
 	if err != nil {
 		return nil, err
@@ -108,7 +123,7 @@ func Load(cfg Config, getenv func(string) string) (nocancel.Backend, error) {
 		lib.Close()
 		return nil, lib.Refuse(Spec, "no getLocalIpAndPort: an engine older than the 2025 C API (createTransferEngine with auto_discover), which this plugin cannot drive")
 	}
-	g := &engine{lib: lib, cfg: cfg}
+	g := &engine{lib: lib, cfg: cfg, legacyLib: !lib.Has(v2FramingMark)}
 	g.fn.local, g.fn.open, g.fn.reg, g.fn.unreg = lib.Sym("getLocalIpAndPort"), lib.Sym("openSegment"), lib.Sym("registerLocalMemory"), lib.Sym("unregisterLocalMemory")
 	g.fn.alloc, g.fn.submit, g.fn.status, g.fn.free = lib.Sym("allocateBatchID"), lib.Sym("submitTransfer"), lib.Sym("getTransferStatus"), lib.Sym("freeBatchID")
 	meta, host, proto := C.CString(cfg.Metadata), C.CString(cfg.Host), C.CString(cfg.Protocol)
@@ -135,16 +150,33 @@ func Load(cfg Config, getenv func(string) string) (nocancel.Backend, error) {
 }
 
 func (g *engine) Name() string      { return "mooncake" }
-func (g *engine) Version() string   { return "c-api (" + g.lib.Path + ")" }
 func (g *engine) LocalName() string { return g.local }
-func (g *engine) Framing() string   { return g.cfg.framing() }
+
+// Version names the library and, for a library older than the
+// acknowledged framing, that its TCP writes end InDoubt.
+func (g *engine) Version() string {
+	v := "c-api (" + g.lib.Path + ")"
+	if g.legacyLib {
+		v += "; legacy TCP framing (no " + v2FramingMark + ": older than Mooncake v0.3.12): TCP writes end InDoubt"
+	}
+	return v
+}
+
+// Framing is what the library is, downgraded by configuration: a library
+// without the mark is legacy whatever the configuration says.
+func (g *engine) Framing() string {
+	if g.legacyLib && g.cfg.Protocol == "tcp" {
+		return "legacy"
+	}
+	return g.cfg.framing()
+}
 
 // Confirms: over RDMA a COMPLETED write was acknowledged by the remote NIC;
 // over TCP only when both ends speak the v2 framing (the server acknowledges
-// after applying). Legacy framing reports COMPLETED once the bytes are
-// queued.
+// after applying) and this library has it. Legacy framing reports
+// COMPLETED once the bytes are queued.
 func (g *engine) Confirms(peer string) bool {
-	return g.cfg.Protocol == "rdma" || (g.cfg.framing() == "v2" && peer == "v2")
+	return g.cfg.Protocol == "rdma" || (g.Framing() == "v2" && peer == "v2")
 }
 
 func (g *engine) Register(addr uintptr, n uint64) error {
@@ -177,9 +209,13 @@ func (g *engine) Open(name string, _ []byte) (nocancel.Segment, error) {
 	return nocancel.Segment(id), nil
 }
 
-// Submit allocates a batch and submits the writes. A refused submit (the
-// library checks its arguments and connects before queueing) moved nothing;
-// the batch is then freed at once, having no task.
+// Submit allocates a batch and submits the writes. Only a refused
+// allocateBatchID is an error (nothing was submitted). Once submitTransfer
+// was called a refusal is a *nocancel.SubmitRefused with the batch: over
+// RDMA the library posts slices as they accumulate (the submit watermark)
+// and can still refuse a later one (AddressNotRegistered, a device not
+// active), so part of the batch may be on the wire. The batch is then kept
+// and freed only once every task was polled terminal.
 func (g *engine) Submit(seg nocancel.Segment, ws []nocancel.Write) (nocancel.Job, error) {
 	b := uint64(C.kvf_mc_alloc(g.fn.alloc, g.e, C.size_t(len(ws))))
 	if b == invalidBatch {
@@ -191,8 +227,8 @@ func (g *engine) Submit(seg nocancel.Segment, ws []nocancel.Write) (nocancel.Job
 		C.kvf_mc_set(reqs, C.size_t(i), C.uintptr_t(w.Src), C.int32_t(seg), C.uint64_t(w.Dst), C.uint64_t(w.Length))
 	}
 	if rc := C.kvf_mc_submit(g.fn.submit, g.e, C.uint64_t(b), reqs, C.size_t(len(ws))); rc != 0 {
-		C.kvf_mc_free(g.fn.free, g.e, C.uint64_t(b))
-		return 0, sdk.Errorf(classOf(int(rc)), "mooncake: submitTransfer: %s", rcName(int(rc)))
+		return nocancel.Job(b), &nocancel.SubmitRefused{Job: nocancel.Job(b),
+			Err: sdk.Errorf(classOf(int(rc)), "mooncake: submitTransfer: %s", rcName(int(rc)))}
 	}
 	return nocancel.Job(b), nil
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -26,11 +26,13 @@ const (
 // Config is the plugin's settings.
 type Config struct {
 	Metadata, Protocol, Host, Location string
-	// Framing is what this end's TCP transport speaks. Mooncake falls back
-	// to legacy framing by itself with peers older than v0.3.12 and with
-	// MC_TCP_PROTO=1; the C API does not say which was negotiated, so an
-	// operator with such peers must set legacy. MC_TCP_PROTO=1 in the
-	// plugin's environment forces legacy.
+	// Framing is what this end's TCP transport speaks. It can only
+	// downgrade: a library without the acknowledged framing (no
+	// getNicLoadStats: older than v0.3.12) is legacy whatever this says.
+	// Mooncake also falls back to legacy framing by itself with peers
+	// older than v0.3.12 and with MC_TCP_PROTO=1; such a peer's plugin
+	// publishes legacy, so links to it never confirm. MC_TCP_PROTO=1 in
+	// the plugin's environment forces legacy.
 	Framing     string
 	ReportAfter time.Duration
 	DirListen   string
@@ -86,5 +88,7 @@ func New(cfg Config, be nocancel.Backend, log hclog.Logger) (*nocancel.Transport
 // EnvUnsafe selects a deliberately broken variant in a build with -tags
 // kvfenceunsafe (tests only; a default build ignores it):
 // failed-is-definite reports a batch with a FAILED task as FailedDefinite,
-// which is what a plugin that trusts Mooncake's FAILED would do.
+// which is what a plugin that trusts Mooncake's FAILED would do;
+// succeed-early-after:N is honest for N batches, then reports Succeeded
+// half a second before it submits.
 const EnvUnsafe = "KVFENCE_MOONCAKE_UNSAFE"

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 	"github.com/kvfence/kvfence/plugins/mooncake"
 )
 

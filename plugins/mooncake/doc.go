@@ -5,14 +5,19 @@
 // naming KVFENCE_MOONCAKE_LIB.
 //
 // It owns: the library's symbols and this plugin's version rule (required
-// core functions; getLocalIpAndPort marks the 2025 API it drives; newer
-// functions optional), the mapping of Mooncake's task statuses and return
-// codes, which links confirm application (RDMA; TCP only with v2 framing at
-// both ends), and its settings. The batch lifecycle and the verdicts are
+// core functions; getLocalIpAndPort marks the 2025 API it drives;
+// getNicLoadStats marks a library with the acknowledged TCP framing, v0.3.12
+// on; newer functions optional), the mapping of Mooncake's task statuses and
+// both sets of return codes (Status::Code and error.h), which links confirm
+// application (RDMA; TCP only with v2 framing at both ends, from a library
+// that has it), and its settings. The batch lifecycle and the verdicts are
 // package nocancel's.
 //
 // It must never report a batch Succeeded on a COMPLETED that the link does
-// not confirm (legacy TCP framing reports COMPLETED once bytes are queued),
+// not confirm (legacy TCP framing reports COMPLETED once bytes are queued)
+// or after a submitTransfer that refused part-way (over RDMA slices may
+// have left; never-posted tasks read COMPLETED on older engines), return
+// an error from Post once submitTransfer was called,
 // FailedDefinite on Mooncake's word (FAILED, TIMEOUT and WAITING writes
 // land later: measured), free a batch before every task was polled terminal
 // (batch ids are raw pointers; BatchBusy), release a source a FAILED task

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 	"github.com/kvfence/kvfence/plugins/mooncake"
 	"github.com/kvfence/kvfence/sdk"
 )

@@ -3,8 +3,8 @@ package mooncake_test
 import (
 	"testing"
 
-	"github.com/kvfence/kvfence/plugins/internal/dl/dltest"
-	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
+	"github.com/kvfence/kvfence/plugins/kit/dl/dltest"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 )
 
 // Built once per test run from the current source: the plugin, its
@@ -12,13 +12,14 @@ import (
 var (
 	pluginBin, unsafeBin      string
 	fakeLib, oldLib, brokeLib string
+	legacyLib                 string
 	noCompiler                bool
 )
 
 const (
 	pluginPkg = "github.com/kvfence/kvfence/plugins/mooncake/cmd/kvfence-plugin-mooncake"
 	fakeSrc   = "testdata/fake_transfer_engine.c"
-	wireDir   = "../internal/nocancel/testdata"
+	wireDir   = "../kit/nocancel/testdata"
 )
 
 // fakeArgs are gcc's inputs for the fake library plus extra flags.
@@ -36,6 +37,9 @@ func build(dir string) (err error) {
 		return err
 	}
 	if oldLib, err = dltest.Build(dir, "libfake_old.so", fakeArgs("-DFAKE_OLD_API")...); err != nil {
+		return err
+	}
+	if legacyLib, err = dltest.Build(dir, "libfake_legacy.so", fakeArgs("-DFAKE_LEGACY")...); err != nil {
 		return err
 	}
 	brokeLib, err = dltest.Build(dir, "libfake_nosubmit.so", fakeArgs("-DFAKE_NO_SUBMIT")...)

@@ -3,7 +3,7 @@ package mooncake
 import (
 	"fmt"
 
-	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -39,32 +39,42 @@ func StateOf(code int) nocancel.TaskState {
 	return nocancel.Unknown
 }
 
-// Mooncake's return codes that this plugin tells apart.
-var rcNames = map[int]string{
+// Mooncake's return codes. The C API returns two sets: submitTransfer
+// returns Status::Code (positive, common/base/status.h), most other calls
+// the negative codes of error.h, which differ beyond -8 (error.h has
+// ERR_NOT_IMPLEMENTED -303 where Status has kNotImplemented 999).
+var statusNames = map[int]string{
 	1: "InvalidArgument", 2: "TooManyRequests", 3: "AddressNotRegistered", 4: "BatchBusy",
 	6: "DeviceNotFound", 7: "AddressOverlapped", 8: "NotSupportedTransport", 101: "Dns", 102: "Socket",
-	104: "RejectHandshake", 200: "Metadata", 201: "Endpoint", 999: "NotImplemented",
+	103: "MalformedJson", 104: "RejectHandshake", 200: "Metadata", 201: "Endpoint", 202: "Context",
+	300: "Numa", 301: "Clock", 302: "Memory", 999: "NotImplemented",
+}
+
+var errorNames = map[int]string{
+	-1: "ERR_INVALID_ARGUMENT", -2: "ERR_TOO_MANY_REQUESTS", -3: "ERR_ADDRESS_NOT_REGISTERED", -4: "ERR_BATCH_BUSY",
+	-6: "ERR_DEVICE_NOT_FOUND", -7: "ERR_ADDRESS_OVERLAPPED", -101: "ERR_DNS", -102: "ERR_SOCKET",
+	-103: "ERR_MALFORMED_JSON", -104: "ERR_REJECT_HANDSHAKE", -200: "ERR_METADATA", -201: "ERR_ENDPOINT",
+	-202: "ERR_CONTEXT", -300: "ERR_NUMA", -301: "ERR_CLOCK", -302: "ERR_MEMORY", -303: "ERR_NOT_IMPLEMENTED",
 }
 
 func rcName(rc int) string {
-	if n, ok := rcNames[rc]; ok {
+	if n, ok := statusNames[rc]; ok {
+		return fmt.Sprintf("%s (%d)", n, rc)
+	}
+	if n, ok := errorNames[rc]; ok {
 		return fmt.Sprintf("%s (%d)", n, rc)
 	}
 	return fmt.Sprintf("rc %d", rc)
 }
 
-// classOf classifies a refused call (negative codes are the library's
-// negated forms of the same errors).
+// classOf classifies a refused call by either code set.
 func classOf(rc int) sdk.Class {
-	if rc < 0 {
-		rc = -rc
-	}
 	switch rc {
-	case 1, 3, 7:
+	case 1, -1, 3, -3, 7, -7, 103, -103:
 		return sdk.ClassInvalidArgument
-	case 2:
+	case 2, -2, 302, -302:
 		return sdk.ClassResourceExhausted
-	case 8, 999:
+	case 8, 999, -303:
 		return sdk.ClassUnimplemented
 	}
 	return sdk.ClassUnavailable

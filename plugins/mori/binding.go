@@ -35,11 +35,13 @@ static int kvf_mo_free(void *f, void *b) { return ((kvf_mo_free_fn)f)(b); }
 import "C"
 
 import (
+	"github.com/hashicorp/go-hclog"
+
 	"sync"
 	"unsafe"
 
-	"github.com/kvfence/kvfence/plugins/internal/dl"
-	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/plugins/kit/dl"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -69,7 +71,7 @@ func (g *engine) sym(n string) unsafe.Pointer { return g.lib.Sym(n) }
 
 // Load loads the shim, refuses another interface version, and starts a
 // MORI-IO engine.
-func Load(cfg Config, getenv func(string) string) (nocancel.Backend, error) {
+func Load(cfg Config, getenv func(string) string, _ hclog.Logger) (nocancel.Backend, error) {
 	lib, err := dl.Load(Spec, getenv)
 	if err != nil {
 		return nil, err

@@ -3,8 +3,8 @@ package mori_test
 import (
 	"testing"
 
-	"github.com/kvfence/kvfence/plugins/internal/dl/dltest"
-	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
+	"github.com/kvfence/kvfence/plugins/kit/dl/dltest"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 )
 
 // Built once per run: the plugin, its broken variant, and fakes of
@@ -18,7 +18,7 @@ var (
 const (
 	pluginPkg = "github.com/kvfence/kvfence/plugins/mori/cmd/kvfence-plugin-mori"
 	fakeSrc   = "testdata/fake_mori_shim.c"
-	wireDir   = "../internal/nocancel/testdata"
+	wireDir   = "../kit/nocancel/testdata"
 )
 
 func fakeArgs(extra ...string) []string {

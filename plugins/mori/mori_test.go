@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 	"github.com/kvfence/kvfence/plugins/mori"
 	"github.com/kvfence/kvfence/sdk"
 )

@@ -1,6 +1,6 @@
 package mori
 
-import "github.com/kvfence/kvfence/plugins/internal/nocancel"
+import "github.com/kvfence/kvfence/plugins/kit/nocancel"
 
 // MORI-IO StatusCode values (passed through by the shim).
 const (

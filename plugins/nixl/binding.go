@@ -1,94 +1,83 @@
 package nixl
 
 /*
-#include <stdint.h>
-#include <stddef.h>
 #include <stdlib.h>
-#include <stdbool.h>
 
-// NIXL's C API (libnixl_capi.so), declared here in this project's own words
-// from its documented signatures (nothing is included from NIXL). Handles
-// are opaque pointers; every call returns a status (0 success, 1 in
-// progress, negative errors).
-typedef int (*kvf_nx_create_agent_fn)(const char *, void **);
-typedef int (*kvf_nx_plugin_params_fn)(void *, const char *, void **, void **);
-typedef int (*kvf_nx_create_backend_fn)(void *, const char *, void *, void **);
-typedef int (*kvf_nx_destroy_fn)(void *);
-typedef int (*kvf_nx_create_opt_fn)(void **);
-typedef int (*kvf_nx_opt_add_backend_fn)(void *, void *);
-typedef int (*kvf_nx_create_dlist_fn)(int, void **, bool);
-typedef int (*kvf_nx_reg_add_fn)(void *, uintptr_t, size_t, uint64_t, const void *, size_t);
-typedef int (*kvf_nx_xfer_add_fn)(void *, uintptr_t, size_t, uint64_t);
-typedef int (*kvf_nx_reg_fn)(void *, void *, void *);
-typedef int (*kvf_nx_local_md_fn)(void *, void **, size_t *);
-typedef int (*kvf_nx_load_md_fn)(void *, const void *, size_t, char **);
-typedef int (*kvf_nx_create_req_fn)(void *, int, void *, void *, const char *, void **, void *);
-typedef int (*kvf_nx_req_fn)(void *, void *, void *);
-typedef int (*kvf_nx_status_fn)(void *, void *);
-typedef int (*kvf_nx_release_fn)(void *, void *);
+#include "kvf_nixl_capi.h"
 
-enum { KVF_NX_DRAM = 0, KVF_NX_WRITE = 1, KVF_NX_SYNC_STRICT = 1 };
+// Every call goes through a function pointer typed from the declarations
+// in kvf_nixl_capi.h (this project's words for NIXL's documented
+// signatures), so a call whose shape drifts from them fails to compile.
+// Every call returns a status (0 success, 1 in progress, negative errors).
+#define KVF_FN(name) __typeof__(name) *
+static int kvf_nx_create_agent(void *f, const char *name, void **a) { return ((KVF_FN(nixl_capi_create_agent))f)(name, a); }
+static int kvf_nx_plugin_params(void *f, void *a, const char *p, void **mems, void **params) {
+	return ((KVF_FN(nixl_capi_get_plugin_params))f)(a, p, mems, params);
+}
+static int kvf_nx_create_backend(void *f, void *a, const char *p, void *params, void **b) {
+	return ((KVF_FN(nixl_capi_create_backend))f)(a, p, params, b);
+}
+static int kvf_nx_destroy(void *f, void *h) { return ((KVF_FN(nixl_capi_destroy_params))f)(h); }
+static int kvf_nx_create_opt(void *f, void **o) { return ((KVF_FN(nixl_capi_create_opt_args))f)(o); }
+static int kvf_nx_opt_add_backend(void *f, void *o, void *b) { return ((KVF_FN(nixl_capi_opt_args_add_backend))f)(o, b); }
+// Both descriptor-list constructors take (mem_type, out).
+static int kvf_nx_create_dlist(void *f, void **d) { return ((KVF_FN(nixl_capi_create_reg_dlist))f)(KVF_NX_MEM_DRAM, d); }
+static int kvf_nx_reg_add(void *f, void *d, uintptr_t addr, size_t n) {
+	return ((KVF_FN(nixl_capi_reg_dlist_add_desc))f)(d, addr, n, 0, NULL, 0);
+}
+static int kvf_nx_xfer_add(void *f, void *d, uintptr_t addr, size_t n) {
+	return ((KVF_FN(nixl_capi_xfer_dlist_add_desc))f)(d, addr, n, 0);
+}
+static int kvf_nx_reg(void *f, void *a, void *d, void *o) { return ((KVF_FN(nixl_capi_register_mem))f)(a, d, o); }
+static int kvf_nx_local_md(void *f, void *a, void **data, size_t *n) { return ((KVF_FN(nixl_capi_get_local_md))f)(a, data, n); }
+static int kvf_nx_load_md(void *f, void *a, const void *data, size_t n, char **name) {
+	return ((KVF_FN(nixl_capi_load_remote_md))f)(a, data, n, name);
+}
+static int kvf_nx_create_req(void *f, void *a, void *local, void *remote, const char *peer, void **req, void *o) {
+	return ((KVF_FN(nixl_capi_create_xfer_req))f)(a, KVF_NX_OP_WRITE, local, remote, peer, req, o);
+}
+static int kvf_nx_post(void *f, void *a, void *req, void *o) { return ((KVF_FN(nixl_capi_post_xfer_req))f)(a, req, o); }
+static int kvf_nx_status(void *f, void *a, void *req) { return ((KVF_FN(nixl_capi_get_xfer_status))f)(a, req); }
+static int kvf_nx_release(void *f, void *a, void *req) { return ((KVF_FN(nixl_capi_release_xfer_req))f)(a, req); }
+static void kvf_nx_version(void *f, int *major, int *minor, int *patch) { ((KVF_FN(nixl_capi_get_version))f)(major, minor, patch); }
+static void kvf_nx_mem_free(void *f, void *p) { ((KVF_FN(nixl_capi_mem_free))f)(p); }
 
-// nixl_capi_agent_config_t as NIXL 8770b655 declares it (the assertions
-// at the end of this file pin its layout).
-typedef struct {
-	bool enable_prog_thread;
-	bool enable_listen_thread;
-	int listen_port;
-	int thread_sync;
-	unsigned int num_workers;
-	uint64_t pthr_delay_us;
-	uint64_t lthr_delay_us;
-	bool capture_telemetry;
-} kvf_nx_agent_config;
-typedef int (*kvf_nx_create_configured_fn)(const char *, const kvf_nx_agent_config *, void **);
+typedef int (*kvf_nx_create_8770_fn)(const char *, const struct kvf_nx_agent_config_8770 *, void **);
+typedef int (*kvf_nx_create_v01_fn)(const char *, const struct kvf_nx_agent_config_v01 *, void **);
 
 // The agent nixl_capi_create_agent makes (progress thread on, no listener),
 // but with NIXL's own locking (STRICT) and a progress-thread poll timeout:
 // with the default delay of 0 the progress thread polls without sleeping
-// and burns a core per process (measured: 99% of a CPU, idle).
-static int kvf_nx_create_configured(void *f, const char *name, uint64_t delay_us, void **a) {
-	kvf_nx_agent_config c = {true, false, 0, KVF_NX_SYNC_STRICT, 1, delay_us, 100000, false};
-	return ((kvf_nx_create_configured_fn)f)(name, &c, a);
+// and burns a core per process (measured: 99% of a CPU, idle). The
+// configuration is laid out as the library's API version has it.
+static int kvf_nx_create_configured(void *f, int v01, const char *name, uint64_t delay_us, void **a) {
+	if (v01) {
+		struct kvf_nx_agent_config_v01 c = {true, false, 0, KVF_NX_SYNC_STRICT, 1, delay_us, 100000, false};
+		return ((kvf_nx_create_v01_fn)f)(name, &c, a);
+	}
+	struct kvf_nx_agent_config_8770 c = {true, false, 0, KVF_NX_SYNC_STRICT, 1, delay_us, 100000, false};
+	return ((kvf_nx_create_8770_fn)f)(name, &c, a);
 }
-
-static int kvf_nx_create_agent(void *f, const char *name, void **a) { return ((kvf_nx_create_agent_fn)f)(name, a); }
-static int kvf_nx_plugin_params(void *f, void *a, const char *p, void **mems, void **params) { return ((kvf_nx_plugin_params_fn)f)(a, p, mems, params); }
-static int kvf_nx_create_backend(void *f, void *a, const char *p, void *params, void **b) { return ((kvf_nx_create_backend_fn)f)(a, p, params, b); }
-static int kvf_nx_destroy(void *f, void *h) { return ((kvf_nx_destroy_fn)f)(h); }
-static int kvf_nx_create_opt(void *f, void **o) { return ((kvf_nx_create_opt_fn)f)(o); }
-static int kvf_nx_opt_add_backend(void *f, void *o, void *b) { return ((kvf_nx_opt_add_backend_fn)f)(o, b); }
-static int kvf_nx_create_dlist(void *f, void **d) { return ((kvf_nx_create_dlist_fn)f)(KVF_NX_DRAM, d, false); }
-// The registration descriptor takes (metadata, length) in current NIXL and
-// not in older builds; passing them to an older build is harmless on the
-// SysV x86-64 and AArch64 ABIs (surplus register arguments are ignored).
-static int kvf_nx_reg_add(void *f, void *d, uintptr_t addr, size_t n) { return ((kvf_nx_reg_add_fn)f)(d, addr, n, 0, NULL, 0); }
-static int kvf_nx_xfer_add(void *f, void *d, uintptr_t addr, size_t n) { return ((kvf_nx_xfer_add_fn)f)(d, addr, n, 0); }
-static int kvf_nx_reg(void *f, void *a, void *d, void *o) { return ((kvf_nx_reg_fn)f)(a, d, o); }
-static int kvf_nx_local_md(void *f, void *a, void **data, size_t *n) { return ((kvf_nx_local_md_fn)f)(a, data, n); }
-static int kvf_nx_load_md(void *f, void *a, const void *data, size_t n, char **name) { return ((kvf_nx_load_md_fn)f)(a, data, n, name); }
-static int kvf_nx_create_req(void *f, void *a, void *local, void *remote, const char *peer, void **req, void *o) {
-	return ((kvf_nx_create_req_fn)f)(a, KVF_NX_WRITE, local, remote, peer, req, o);
-}
-static int kvf_nx_post(void *f, void *a, void *req, void *o) { return ((kvf_nx_req_fn)f)(a, req, o); }
-static int kvf_nx_status(void *f, void *a, void *req) { return ((kvf_nx_status_fn)f)(a, req); }
-static int kvf_nx_release(void *f, void *a, void *req) { return ((kvf_nx_release_fn)f)(a, req); }
 */
 import "C"
 
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"sync"
 	"unsafe"
 
-	"github.com/kvfence/kvfence/plugins/internal/dl"
-	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvfence/kvfence/plugins/kit/dl"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel"
 	"github.com/kvfence/kvfence/sdk"
 )
 
-// Spec is what the plugin needs from libnixl_capi.so. NIXL exports no
-// version; a library lacking any of these is refused.
+// Spec is what the plugin needs from libnixl_capi.so; a library lacking
+// any required symbol is refused. The versioned C API exports
+// nixl_capi_get_version (see apiOf); NIXL 8770b655's does not.
 var Spec = dl.Spec{
 	What: "nixl", EnvVar: EnvLib, Names: []string{"libnixl_capi.so"},
 	Required: []string{"nixl_capi_create_agent", "nixl_capi_get_plugin_params", "nixl_capi_create_backend",
@@ -97,11 +86,52 @@ var Spec = dl.Spec{
 		"nixl_capi_deregister_mem", "nixl_capi_get_local_md", "nixl_capi_load_remote_md", "nixl_capi_create_xfer_dlist",
 		"nixl_capi_xfer_dlist_add_desc", "nixl_capi_destroy_xfer_dlist", "nixl_capi_create_xfer_req",
 		"nixl_capi_post_xfer_req", "nixl_capi_get_xfer_status", "nixl_capi_release_xfer_req"},
-	Optional: []string{"nixl_capi_destroy_xfer_req", "nixl_capi_invalidate_remote_md", "nixl_capi_create_configured_agent"},
+	Optional: []string{"nixl_capi_destroy_xfer_req", "nixl_capi_invalidate_remote_md", "nixl_capi_create_configured_agent",
+		"nixl_capi_get_version", "nixl_capi_mem_free"},
+}
+
+// API is the C API layout a library has.
+type API struct {
+	// Versioned: the library has nixl_capi_get_version (0.1.x here); its
+	// configuration has the 0.1 layout and its buffers are released with
+	// nixl_capi_mem_free. Otherwise the unversioned 8770b655 layout.
+	Versioned           bool
+	Major, Minor, Patch int
+}
+
+func (a API) String() string {
+	if !a.Versioned {
+		return "unversioned (NIXL 8770b655 layout)"
+	}
+	return fmt.Sprintf("%d.%d.%d", a.Major, a.Minor, a.Patch)
+}
+
+// apiOf reads the library's API version. Only the two layouts read in
+// NIXL's sources are driven: the C API is experimental (its header says
+// symbols, types and enum values may change between releases), so any
+// other version is refused rather than guessed at.
+func apiOf(lib *dl.Library) (API, error) {
+	if !lib.Has("nixl_capi_get_version") {
+		return API{}, nil
+	}
+	var ma, mi, pa C.int = -1, -1, -1
+	C.kvf_nx_version(lib.Sym("nixl_capi_get_version"), &ma, &mi, &pa)
+	api := API{Versioned: true, Major: int(ma), Minor: int(mi), Patch: int(pa)}
+	if api.Major != 0 || api.Minor != 1 {
+		return api, lib.Refuse(Spec, "C API %v; this plugin drives 0.1.x and the unversioned API of NIXL 8770b655 (the C API is experimental: its layout changes between versions)", api)
+	}
+	for _, sym := range []string{"nixl_capi_mem_free", "nixl_capi_destroy_xfer_req", "nixl_capi_create_configured_agent"} {
+		if !lib.Has(sym) {
+			return api, lib.Refuse(Spec, "C API %v without %s, which that version has", api, sym)
+		}
+	}
+	return api, nil
 }
 
 type agent struct {
 	lib  *dl.Library
+	api  API
+	log  hclog.Logger
 	a    unsafe.Pointer
 	opt  unsafe.Pointer
 	name string
@@ -125,29 +155,47 @@ type agent struct {
 type job struct {
 	req, local, remote unsafe.Pointer
 	tasks              int
+	// postFailed: post_xfer_req returned an error. The request is polled to
+	// its end, but a SUCCESS after a failed post is not trusted (Failed:
+	// InDoubt): what the library did with it is unknown.
+	postFailed bool
 }
 
 func (g *agent) sym(name string) unsafe.Pointer { return g.lib.Sym(name) }
 
-// Load loads the library, refuses a UCX_TLS that allows shared-memory
-// transports, and starts an agent with the UCX backend.
-func Load(cfg Config, getenv func(string) string) (nocancel.Backend, error) {
+// Load loads the library, refuses an API version it does not know and a
+// UCX_TLS that allows shared-memory transports, and starts an agent with
+// the UCX backend. log gets what the library's calls report that no
+// caller sees (a failed post).
+func Load(cfg Config, getenv func(string) string, log hclog.Logger) (nocancel.Backend, error) {
 	lib, err := dl.Load(Spec, getenv)
 	if err != nil {
+		return nil, err
+	}
+	api, err := apiOf(lib)
+	if err != nil {
+		lib.Close()
 		return nil, err
 	}
 	if err := CheckUCXTransports(getenv("UCX_TLS")); err != nil {
 		return nil, err // before UCX reads it
 	}
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	g := &agent{lib: lib, cfg: cfg, name: "kvfence-" + hex.EncodeToString(rnd[:]), segs: map[string]nocancel.Segment{}, jobs: map[nocancel.Job]*job{}, lens: map[uintptr]uint64{}}
+	g := &agent{lib: lib, api: api, log: log, cfg: cfg, name: "kvfence-" + hex.EncodeToString(rnd[:]), segs: map[string]nocancel.Segment{}, jobs: map[nocancel.Job]*job{}, lens: map[uintptr]uint64{}}
 	cname, cplug := C.CString(g.name), C.CString(cfg.Backend)
 	defer C.free(unsafe.Pointer(cname))
 	defer C.free(unsafe.Pointer(cplug))
 	if lib.Has("nixl_capi_create_configured_agent") {
 		delay := C.uint64_t(cfg.ProgressDelay.Microseconds())
-		if rc := C.kvf_nx_create_configured(g.sym("nixl_capi_create_configured_agent"), cname, delay, &g.a); rc != 0 {
+		v01 := C.int(0)
+		if api.Versioned {
+			v01 = 1
+		}
+		if rc := C.kvf_nx_create_configured(g.sym("nixl_capi_create_configured_agent"), v01, cname, delay, &g.a); rc != 0 {
 			return nil, sdk.Errorf(sdk.ClassUnavailable, "nixl: create_configured_agent: %s", statusName(int(rc)))
 		}
 	} else if rc := C.kvf_nx_create_agent(g.sym("nixl_capi_create_agent"), cname, &g.a); rc != 0 {
@@ -173,8 +221,19 @@ func Load(cfg Config, getenv func(string) string) (nocancel.Backend, error) {
 	return g, nil
 }
 
-func (g *agent) Name() string      { return "nixl" }
-func (g *agent) Version() string   { return "c-api (" + g.lib.Path + ")" }
+func (g *agent) Name() string    { return "nixl" }
+func (g *agent) Version() string { return "c-api " + g.api.String() + " (" + g.lib.Path + ")" }
+
+// memFree releases a buffer the library returned: with nixl_capi_mem_free
+// where the API version requires it (its allocator need not be this
+// process's malloc), else with free (8770b655 returns malloc'd copies).
+func (g *agent) memFree(p unsafe.Pointer) {
+	if g.api.Versioned {
+		C.kvf_nx_mem_free(g.sym("nixl_capi_mem_free"), p)
+		return
+	}
+	C.free(p)
+}
 func (g *agent) LocalName() string { return g.name }
 
 // Framing: NIXL's UCX backend completes a write request only after the
@@ -227,7 +286,7 @@ func (g *agent) Metadata() []byte {
 	if rc := C.kvf_nx_local_md(g.sym("nixl_capi_get_local_md"), g.a, &data, &n); rc != 0 || data == nil {
 		return nil
 	}
-	defer C.free(data)
+	defer g.memFree(data)
 	return C.GoBytes(data, C.int(n))
 }
 
@@ -246,7 +305,7 @@ func (g *agent) Open(name string, md []byte) (nocancel.Segment, error) {
 		return 0, sdk.Errorf(classOf(int(rc)), "nixl: load_remote_md(%s): %s", name, statusName(int(rc)))
 	}
 	remote := C.GoString(got)
-	C.free(unsafe.Pointer(got))
+	g.memFree(unsafe.Pointer(got))
 	if remote != name {
 		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "nixl: endpoint names agent %q, its metadata agent %q", name, remote)
 	}
@@ -320,7 +379,14 @@ func (g *agent) makeAndPost(j *job, peer string, src, dst []uintptr, lens []uint
 		g.dropLists(j)
 		return sdk.Errorf(classOf(int(rc)), "nixl: create_xfer_req: %s", statusName(int(rc)))
 	}
-	C.kvf_nx_post(g.sym("nixl_capi_post_xfer_req"), g.a, j.req, g.opt) // its result is read by Poll
+	// A failed post is still a job: the C API folds "not posted" into the
+	// same BACKEND error as a failure after bytes left, so the request is
+	// polled to its end like any other. Its result is logged: it is the
+	// only trace of why the batch ends InDoubt.
+	if rc := C.kvf_nx_post(g.sym("nixl_capi_post_xfer_req"), g.a, j.req, g.opt); rc != C.KVF_NX_SUCCESS && rc != C.KVF_NX_IN_PROG {
+		j.postFailed = true
+		g.log.Warn("nixl: post_xfer_req failed; the request is kept and polled (its bytes may have left)", "peer", peer, "status", statusName(int(rc)))
+	}
 	return nil
 }
 
@@ -344,7 +410,11 @@ func (g *agent) Poll(id nocancel.Job, _ int) (nocancel.Task, error) {
 	g.call.Lock()
 	st := C.kvf_nx_status(g.sym("nixl_capi_get_xfer_status"), g.a, j.req)
 	g.call.Unlock()
-	return nocancel.Task{State: StateOf(int(st))}, nil
+	state := StateOf(int(st))
+	if j.postFailed && state == nocancel.Completed {
+		state = nocancel.Failed
+	}
+	return nocancel.Task{State: state}, nil
 }
 
 // Free releases the request. Only called once every task is terminal:
@@ -372,24 +442,42 @@ func (g *agent) Free(id nocancel.Job) error {
 	return nil
 }
 
-// nixl_capi_agent_config_t crosses the library boundary by pointer, so its
-// layout must be the real header's (LP64): enable_prog_thread 0,
-// enable_listen_thread 1, listen_port 4, thread_sync 8, num_workers 12,
-// pthr_delay_us 16, lthr_delay_us 24, capture_telemetry 32; size 40. Each
-// pair of lines fails to compile if the declaration above drifts.
+// The agent configuration crosses the library boundary by pointer, so its
+// layout must be the library's (LP64). NIXL 8770b655: enable_prog_thread 0,
+// enable_listen_thread 1, listen_port (int) 4, thread_sync 8, num_workers
+// 12, pthr_delay_us 16, lthr_delay_us 24, capture_telemetry 32; size 40.
+// C API 0.1: listen_port (uint16_t) 2, thread_sync 4, num_workers 8, the
+// rest as before. Each pair of lines fails to compile if a declaration in
+// kvf_nixl_capi.h drifts.
+type (
+	config8770 = C.struct_kvf_nx_agent_config_8770
+	configV01  = C.struct_kvf_nx_agent_config_v01
+)
+
 var (
-	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.listen_port) - 4]struct{}
-	_ [4 - unsafe.Offsetof(C.kvf_nx_agent_config{}.listen_port)]struct{}
-	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.thread_sync) - 8]struct{}
-	_ [8 - unsafe.Offsetof(C.kvf_nx_agent_config{}.thread_sync)]struct{}
-	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.num_workers) - 12]struct{}
-	_ [12 - unsafe.Offsetof(C.kvf_nx_agent_config{}.num_workers)]struct{}
-	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.pthr_delay_us) - 16]struct{}
-	_ [16 - unsafe.Offsetof(C.kvf_nx_agent_config{}.pthr_delay_us)]struct{}
-	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.lthr_delay_us) - 24]struct{}
-	_ [24 - unsafe.Offsetof(C.kvf_nx_agent_config{}.lthr_delay_us)]struct{}
-	_ [unsafe.Offsetof(C.kvf_nx_agent_config{}.capture_telemetry) - 32]struct{}
-	_ [32 - unsafe.Offsetof(C.kvf_nx_agent_config{}.capture_telemetry)]struct{}
-	_ [unsafe.Sizeof(C.kvf_nx_agent_config{}) - 40]struct{}
-	_ [40 - unsafe.Sizeof(C.kvf_nx_agent_config{})]struct{}
+	_ [unsafe.Offsetof(config8770{}.listen_port) - 4]struct{}
+	_ [4 - unsafe.Offsetof(config8770{}.listen_port)]struct{}
+	_ [unsafe.Offsetof(config8770{}.thread_sync) - 8]struct{}
+	_ [8 - unsafe.Offsetof(config8770{}.thread_sync)]struct{}
+	_ [unsafe.Offsetof(config8770{}.num_workers) - 12]struct{}
+	_ [12 - unsafe.Offsetof(config8770{}.num_workers)]struct{}
+	_ [unsafe.Offsetof(config8770{}.pthr_delay_us) - 16]struct{}
+	_ [16 - unsafe.Offsetof(config8770{}.pthr_delay_us)]struct{}
+	_ [unsafe.Offsetof(config8770{}.capture_telemetry) - 32]struct{}
+	_ [32 - unsafe.Offsetof(config8770{}.capture_telemetry)]struct{}
+	_ [unsafe.Sizeof(config8770{}) - 40]struct{}
+	_ [40 - unsafe.Sizeof(config8770{})]struct{}
+
+	_ [unsafe.Offsetof(configV01{}.listen_port) - 2]struct{}
+	_ [2 - unsafe.Offsetof(configV01{}.listen_port)]struct{}
+	_ [unsafe.Offsetof(configV01{}.thread_sync) - 4]struct{}
+	_ [4 - unsafe.Offsetof(configV01{}.thread_sync)]struct{}
+	_ [unsafe.Offsetof(configV01{}.num_workers) - 8]struct{}
+	_ [8 - unsafe.Offsetof(configV01{}.num_workers)]struct{}
+	_ [unsafe.Offsetof(configV01{}.pthr_delay_us) - 16]struct{}
+	_ [16 - unsafe.Offsetof(configV01{}.pthr_delay_us)]struct{}
+	_ [unsafe.Offsetof(configV01{}.capture_telemetry) - 32]struct{}
+	_ [32 - unsafe.Offsetof(configV01{}.capture_telemetry)]struct{}
+	_ [unsafe.Sizeof(configV01{}) - 40]struct{}
+	_ [40 - unsafe.Sizeof(configV01{})]struct{}
 )

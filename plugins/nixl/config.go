@@ -6,7 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel"
 	"github.com/kvfence/kvfence/sdk"
 )
 

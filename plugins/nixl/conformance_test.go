@@ -3,7 +3,7 @@ package nixl_test
 import (
 	"testing"
 
-	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 	"github.com/kvfence/kvfence/plugins/nixl"
 )
 

@@ -3,8 +3,8 @@ package nixl_test
 import (
 	"testing"
 
-	"github.com/kvfence/kvfence/plugins/internal/dl/dltest"
-	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
+	"github.com/kvfence/kvfence/plugins/kit/dl/dltest"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 )
 
 // Built once per run from the current source: the plugin, its broken
@@ -12,13 +12,14 @@ import (
 var (
 	pluginBin, unsafeBin string
 	fakeLib, brokeLib    string
+	v01Lib, v02Lib       string
 	noCompiler           bool
 )
 
 const (
 	pluginPkg = "github.com/kvfence/kvfence/plugins/nixl/cmd/kvfence-plugin-nixl"
 	fakeSrc   = "testdata/fake_nixl_capi.c"
-	wireDir   = "../internal/nocancel/testdata"
+	wireDir   = "../kit/nocancel/testdata"
 )
 
 func fakeArgs(extra ...string) []string {
@@ -32,6 +33,12 @@ func build(dir string) (err error) {
 		return err
 	}
 	if fakeLib, err = dltest.Build(dir, "libfake_nixl_capi.so", fakeArgs()...); err != nil {
+		return err
+	}
+	if v01Lib, err = dltest.Build(dir, "libfake_nixl_v01.so", fakeArgs("-DFAKE_CAPI_V01")...); err != nil {
+		return err
+	}
+	if v02Lib, err = dltest.Build(dir, "libfake_nixl_v02.so", fakeArgs("-DFAKE_CAPI_V01", "-DFAKE_CAPI_MINOR=2")...); err != nil {
 		return err
 	}
 	brokeLib, err = dltest.Build(dir, "libfake_nixl_nostatus.so", fakeArgs("-DFAKE_NO_STATUS")...)

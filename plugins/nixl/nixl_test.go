@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvfence/kvfence/plugins/internal/nocancel/nocanceltest"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 	"github.com/kvfence/kvfence/plugins/nixl"
 	"github.com/kvfence/kvfence/sdk"
 )

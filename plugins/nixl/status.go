@@ -3,7 +3,7 @@ package nixl
 import (
 	"fmt"
 
-	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -19,6 +19,13 @@ const (
 	capiNoTelemetry  = -5
 	capiNotFound     = -6 // agent metadata not loaded, or no backend serves the request
 )
+
+// Codes the versioned C API (0.1) adds, one per NIXL status. As task
+// statuses they are errors like the rest (Failed: InDoubt).
+var v01Names = map[int]string{
+	-7: "ERROR_NOT_POSTED", -8: "ERROR_MISMATCH", -9: "ERROR_NOT_ALLOWED", -10: "ERROR_REPOST_ACTIVE",
+	-11: "ERROR_UNKNOWN", -12: "ERROR_NOT_SUPPORTED", -13: "ERROR_REMOTE_DISCONNECT", -14: "ERROR_CANCELED",
+}
 
 // StateOf maps a transfer request's status. Every error is Failed (InDoubt):
 // measured, a target that deregistered its buffer still received a write,
@@ -54,6 +61,9 @@ func statusName(rc int) string {
 	case capiNotFound:
 		return "ERROR_NOT_FOUND (-6)"
 	}
+	if n, ok := v01Names[rc]; ok {
+		return fmt.Sprintf("%s (%d)", n, rc)
+	}
 	return fmt.Sprintf("status %d", rc)
 }
 
@@ -65,6 +75,8 @@ func classOf(rc int) sdk.Class {
 		return sdk.ClassFailedPrecondition
 	case capiNotFound:
 		return sdk.ClassNotFound
+	case -12:
+		return sdk.ClassUnimplemented
 	}
 	return sdk.ClassUnavailable
 }

@@ -3,7 +3,7 @@ package nixl
 import (
 	"testing"
 
-	"github.com/kvfence/kvfence/plugins/internal/nocancel"
+	"github.com/kvfence/kvfence/plugins/kit/nocancel"
 	"github.com/kvfence/kvfence/sdk"
 )
 

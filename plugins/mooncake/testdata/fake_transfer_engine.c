@@ -1,7 +1,7 @@
 /*
  * A stand-in for Mooncake Transfer Engine's C API, written for kvfence's
  * tests from the API's documented signatures; the bytes move through the
- * shared fake data path (../../internal/nocancel/testdata/fakewire.h),
+ * shared fake data path (../../kit/nocancel/testdata/fakewire.h),
  * which reproduces Mooncake's measured TCP behaviours: FAILED after
  * MC_TCP_STATUS_TIMEOUT_SEC (or KVFENCE_FAKE_STATUS_TIMEOUT_MS) while the
  * bytes still land, WAITING forever for large writes, transferred_bytes 0
@@ -11,6 +11,19 @@
  *
  * -DFAKE_OLD_API hides getLocalIpAndPort, -DFAKE_NO_SUBMIT hides
  * submitTransfer (each exported under another name): the refusal tests.
+ * -DFAKE_LEGACY is a library older than Mooncake v0.3.12: no
+ * getNicLoadStats, and its TCP speaks only the legacy framing (COMPLETED
+ * once sent).
+ *
+ * installTransport takes "rdma" as well as "tcp" (the same loopback wire,
+ * acknowledged), so that RDMA-only behaviours can be reproduced:
+ * KVFENCE_FAKE_SUBMIT_FAIL_AFTER=k makes submitTransfer send the first k
+ * writes of a batch and then refuse with AddressNotRegistered (3), as
+ * RdmaTransport::submitTransferTask does once it posted slices at its
+ * submit watermark and a later slice has no registered device; the tasks
+ * it never posted read COMPLETED, as an older engine's do (slice count 0).
+ * KVFENCE_FAKE_STATUS_FAIL_FIRST=n: the first n getTransferStatus calls of
+ * the process fail (rc 1) without a status.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +34,9 @@
 
 #ifdef FAKE_OLD_API
 #define getLocalIpAndPort fake_hidden_getLocalIpAndPort
+#endif
+#ifdef FAKE_LEGACY
+#define getNicLoadStats fake_hidden_getNicLoadStats
 #endif
 #ifdef FAKE_NO_SUBMIT
 #define submitTransfer fake_hidden_submitTransfer
@@ -48,6 +64,9 @@ void *createTransferEngine(const char *meta, const char *name, const char *ip, u
 		snprintf(ms, sizeof ms, "%lld", atoll(getenv("MC_TCP_STATUS_TIMEOUT_SEC")) * 1000);
 		setenv("KVFENCE_FAKE_STATUS_TIMEOUT_MS", ms, 1);
 	}
+#ifdef FAKE_LEGACY
+	setenv("MC_TCP_PROTO", "1", 1); /* the only framing this library has */
+#endif
 	struct fengine *e = calloc(1, sizeof *e);
 	if (!(e->w = fw_start(ip))) {
 		free(e);
@@ -58,9 +77,16 @@ void *createTransferEngine(const char *meta, const char *name, const char *ip, u
 
 int getLocalIpAndPort(void *engine, char *buf, size_t n) { return fw_name(((struct fengine *)engine)->w, buf, n); }
 
+/* Present from v0.3.12 (with the acknowledged framing); the plugin only
+ * looks it up. */
+int getNicLoadStats(void *engine, void *stats, size_t n) {
+	(void)engine; (void)stats; (void)n;
+	return 0;
+}
+
 void *installTransport(void *engine, const char *proto, void **args) {
 	(void)args;
-	return proto && strcmp(proto, "tcp") == 0 ? engine : NULL;
+	return proto && (strcmp(proto, "tcp") == 0 || strcmp(proto, "rdma") == 0) ? engine : NULL;
 }
 
 int32_t openSegment(void *engine, const char *name) {
@@ -91,14 +117,22 @@ int submitTransfer(void *engine, uint64_t batch_id, struct request *r, size_t co
 	struct fw_batch *b = (struct fw_batch *)(uintptr_t)batch_id;
 	for (size_t k = 0; k < count; k++)
 		if (r[k].opcode != 1 || r[k].target_id < 1 || r[k].target_id > e->nsegs) return 1;
-	for (size_t k = 0; k < count; k++)
+	const char *after = getenv("KVFENCE_FAKE_SUBMIT_FAIL_AFTER");
+	size_t sent = after && *after ? (size_t)atoll(after) : count;
+	if (sent > count) sent = count;
+	for (size_t k = 0; k < sent; k++)
 		if (fw_batch_add(b, e->segs[r[k].target_id - 1], (uintptr_t)r[k].source, r[k].target_offset, r[k].length) != 0) return 2;
 	fw_batch_start(b);
-	return 0;
+	if (sent == count) return 0;
+	for (size_t k = sent; k < count; k++) fw_batch_add_unsent(b, FW_COMPLETED);
+	return 3; /* AddressNotRegistered, after the first writes left */
 }
 
 int getTransferStatus(void *engine, uint64_t batch_id, size_t task, struct status *s) {
 	(void)engine;
+	static int64_t calls;
+	const char *fail = getenv("KVFENCE_FAKE_STATUS_FAIL_FIRST");
+	if (fail && __atomic_fetch_add(&calls, 1, __ATOMIC_SEQ_CST) < atoll(fail)) return 1;
 	int st;
 	uint64_t bytes;
 	if (fw_task_status((struct fw_batch *)(uintptr_t)batch_id, task, &st, &bytes) != 0) return 1;

@@ -1,7 +1,7 @@
 /*
  * A fake of kvfence's own MORI shim interface (../shim/kvfence_mori_shim.h)
  * for the plugin's tests: no MORI, no GPU, no RDMA. Bytes move through the
- * shared fake data path (../../internal/nocancel/testdata/fakewire.h); a
+ * shared fake data path (../../kit/nocancel/testdata/fakewire.h); a
  * write's status follows MORI's codes (SUCCESS 0, IN_PROGRESS 2, ERR_RDMA_OP
  * 13 after KVFENCE_FAKE_STATUS_TIMEOUT_MS while the bytes still land).
  * -DFAKE_ABI=N reports another interface version (the refusal test).

@@ -2,7 +2,7 @@
  * A stand-in for NIXL's C API (libnixl_capi.so), written for kvfence's
  * tests from the API's documented signatures: only the calls the plugin
  * makes. The bytes move through the shared fake data path
- * (../../internal/nocancel/testdata/fakewire.h). Behaviours reproduced:
+ * (../../kit/nocancel/testdata/fakewire.h). Behaviours reproduced:
  * a request to a stopped target stays IN_PROG with no timeout (unless
  * KVFENCE_FAKE_STATUS_TIMEOUT_MS turns a stall into ERROR_BACKEND while the
  * bytes still land later); release_xfer_req returns success in flight and
@@ -15,6 +15,17 @@
  * other than the one the plugin must ask for (progress thread, a non-zero
  * progress delay: 0 makes the real progress thread spin a core, and
  * thread sync STRICT).
+ *
+ * Every definition is checked against the plugin's own declarations
+ * (../kvf_nixl_capi.h). By default it is NIXL 8770b655's unversioned C API.
+ * -DFAKE_CAPI_V01 makes it the versioned API: nixl_capi_get_version
+ * reports FAKE_CAPI_MAJOR.FAKE_CAPI_MINOR.FAKE_CAPI_PATCH (default 0.1.0),
+ * the agent configuration has the 0.1 layout (uint16_t listen_port at 2,
+ * thread_sync at 4: a caller that writes the 8770b655 layout reads as sync
+ * NONE, which it refuses), and the buffers it returns come from its own
+ * allocator, released only by nixl_capi_mem_free: a plain free() of one
+ * aborts the process. KVFENCE_FAKE_POST_FAIL=1 makes post_xfer_req start
+ * the transfer and still return ERROR_BACKEND.
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -24,7 +35,43 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifdef FAKE_CAPI_V01
+#define KVF_NX_AGENT_CONFIG struct kvf_nx_agent_config_v01
+#endif
+#include "../kvf_nixl_capi.h"
 #include "fakewire.h"
+
+#ifndef FAKE_CAPI_MAJOR
+#define FAKE_CAPI_MAJOR 0
+#endif
+#ifndef FAKE_CAPI_MINOR
+#define FAKE_CAPI_MINOR 1
+#endif
+#ifndef FAKE_CAPI_PATCH
+#define FAKE_CAPI_PATCH 0
+#endif
+
+#ifdef FAKE_CAPI_V01
+void nixl_capi_get_version(int *major, int *minor, int *patch) {
+	if (major) *major = FAKE_CAPI_MAJOR;
+	if (minor) *minor = FAKE_CAPI_MINOR;
+	if (patch) *patch = FAKE_CAPI_PATCH;
+}
+/* The library's own allocator: the pointer it hands out is 16 bytes into
+ * its block, and the word before it is a chunk size glibc's free() rejects
+ * (mmapped, misaligned), so a caller that frees it with free() aborts. */
+static void *lib_alloc(size_t n) {
+	uint64_t *blk = malloc(n + 16);
+	blk[0] = 0x6b76666e69786c; /* "kvfnixl" */
+	blk[1] = 0x3;
+	return blk + 2;
+}
+void nixl_capi_mem_free(void *p) {
+	if (p) free((uint64_t *)p - 2);
+}
+#else
+static void *lib_alloc(size_t n) { return malloc(n); }
+#endif
 
 #ifdef FAKE_NO_STATUS
 #define nixl_capi_get_xfer_status fake_hidden_get_xfer_status
@@ -66,15 +113,7 @@ int nixl_capi_create_agent(const char *name, void **out) {
 	return OK;
 }
 
-struct agent_config {
-	bool enable_prog_thread, enable_listen_thread;
-	int listen_port, thread_sync;
-	unsigned int num_workers;
-	uint64_t pthr_delay_us, lthr_delay_us;
-	bool capture_telemetry;
-};
-
-int nixl_capi_create_configured_agent(const char *name, const struct agent_config *c, void **out) {
+int nixl_capi_create_configured_agent(const char *name, const KVF_NX_AGENT_CONFIG *c, void **out) {
 	if (!c->enable_prog_thread || c->enable_listen_thread || c->pthr_delay_us == 0 || c->thread_sync != 1) {
 		fprintf(stderr, "fake nixl: refused agent config (prog %d listen %d delay %llu sync %d)\n", c->enable_prog_thread,
 		        c->enable_listen_thread, (unsigned long long)c->pthr_delay_us, c->thread_sync);
@@ -108,13 +147,13 @@ static int add_desc(void *d, uintptr_t addr, size_t len) {
 	l->len[l->n++] = len;
 	return OK;
 }
-int nixl_capi_create_reg_dlist(int type, void **out, bool sorted) { (void)type; (void)sorted; return new_dlist(out); }
+int nixl_capi_create_reg_dlist(int type, void **out) { (void)type; return new_dlist(out); }
 int nixl_capi_reg_dlist_add_desc(void *d, uintptr_t addr, size_t len, uint64_t dev, const void *md, size_t mdlen) {
 	(void)dev; (void)md; (void)mdlen;
 	return add_desc(d, addr, len);
 }
 int nixl_capi_destroy_reg_dlist(void *d) { free(d); return OK; }
-int nixl_capi_create_xfer_dlist(int type, void **out, bool sorted) { (void)type; (void)sorted; return new_dlist(out); }
+int nixl_capi_create_xfer_dlist(int type, void **out) { (void)type; return new_dlist(out); }
 int nixl_capi_xfer_dlist_add_desc(void *d, uintptr_t addr, size_t len, uint64_t dev) { (void)dev; return add_desc(d, addr, len); }
 int nixl_capi_destroy_xfer_dlist(void *d) { free(d); return OK; }
 
@@ -141,7 +180,7 @@ static int fake_get_local_md_impl(void *ag, void **data, size_t *len) {
 	char where[64], buf[160];
 	fw_name(a->w, where, sizeof where);
 	int n = snprintf(buf, sizeof buf, "%s|%s", a->name, where);
-	*data = malloc(n);
+	*data = lib_alloc(n);
 	memcpy(*data, buf, n);
 	*len = n;
 	return OK;
@@ -164,7 +203,8 @@ static int fake_load_remote_md_impl(void *ag, const void *data, size_t len, char
 	}
 	memcpy(a->peers[i], buf, strlen(buf) + 1);
 	memcpy(a->addrs[i], bar + 1, strlen(bar + 1) + 1);
-	*name = strdup(buf);
+	*name = lib_alloc(strlen(buf) + 1);
+	memcpy(*name, buf, strlen(buf) + 1);
 	return OK;
 }
 
@@ -192,7 +232,7 @@ static int fake_create_xfer_req_impl(void *ag, int op, void *local, void *remote
 static int fake_post_xfer_req_impl(void *ag, void *rq, void *o) {
 	(void)ag; (void)o;
 	fw_batch_start(((struct req *)rq)->b);
-	return IN_PROG;
+	return getenv("KVFENCE_FAKE_POST_FAIL") ? BACKEND : IN_PROG;
 }
 
 static int fake_get_xfer_status_impl(void *ag, void *rq) {

@@ -4,40 +4,14 @@
 // library it cannot drive, it prints one classified line naming the
 // variable and exits before the handshake. Settings: see package mooncake.
 //
-// It owns only wiring (environment, library, sdk.Serve).
+// It owns nothing but its name: the wiring is package skeleton's.
 package main
 
 import (
-	"fmt"
-	"os"
-
-	"github.com/kvfence/kvfence/plugins/internal/dl"
+	"github.com/kvfence/kvfence/plugins/kit/skeleton"
 	"github.com/kvfence/kvfence/plugins/mooncake"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 func main() {
-	log := sdk.NewPluginLogger("kvfence-plugin-mooncake")
-	cfg, err := mooncake.ConfigFromEnv(os.Getenv)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	// Vendor C libraries print on stdout (UCX logs there by default), which
-	// is the handshake's channel: send their writes to stderr.
-	if err := dl.ProtectStdout(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	be, err := mooncake.Load(cfg, os.Getenv)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	t, err := mooncake.New(cfg, be, log)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	sdk.Serve(t, sdk.ServeOptions{Logger: log})
+	skeleton.Main(skeleton.Plugin[mooncake.Config]{Name: "kvfence-plugin-mooncake", Config: mooncake.ConfigFromEnv, Load: mooncake.Load, New: mooncake.New})
 }

@@ -4,40 +4,14 @@
 // library it cannot drive, it prints one classified line naming the
 // variable and exits before the handshake. Settings: see package nixl.
 //
-// It owns only wiring (environment, library, sdk.Serve).
+// It owns nothing but its name: the wiring is package skeleton's.
 package main
 
 import (
-	"fmt"
-	"os"
-
-	"github.com/kvfence/kvfence/plugins/internal/dl"
+	"github.com/kvfence/kvfence/plugins/kit/skeleton"
 	"github.com/kvfence/kvfence/plugins/nixl"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 func main() {
-	log := sdk.NewPluginLogger("kvfence-plugin-nixl")
-	cfg, err := nixl.ConfigFromEnv(os.Getenv)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	// Vendor C libraries print on stdout (UCX logs there by default), which
-	// is the handshake's channel: send their writes to stderr.
-	if err := dl.ProtectStdout(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	be, err := nixl.Load(cfg, os.Getenv)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	t, err := nixl.New(cfg, be, log)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	sdk.Serve(t, sdk.ServeOptions{Logger: log})
+	skeleton.Main(skeleton.Plugin[nixl.Config]{Name: "kvfence-plugin-nixl", Config: nixl.ConfigFromEnv, Load: nixl.Load, New: nixl.New})
 }

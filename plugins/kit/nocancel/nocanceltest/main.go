@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/kvfence/kvfence/plugins/internal/dl/dltest"
+	"github.com/kvfence/kvfence/plugins/kit/dl/dltest"
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
 

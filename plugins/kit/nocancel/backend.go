@@ -38,11 +38,15 @@ type Backend interface {
 	// Metadata is what peers need to load to reach this process's
 	// registered memory (NIXL: the agent's metadata), or nil.
 	Metadata() []byte
-	// Submit hands writes to the backend. An error means nothing of them
-	// was or will be moved (the binding only returns one when the library
-	// refused before anything left), classified.
+	// Submit hands writes to the backend. A plain error means nothing of
+	// them was or will be moved (the binding returns one only when the
+	// library's submit was never called), classified. Once the library's
+	// submit was called, a refusal is a *SubmitRefused carrying the job:
+	// the library may have sent part of it (Mooncake over RDMA posts
+	// slices as they accumulate and can still refuse a later one).
 	Submit(seg Segment, ws []Write) (Job, error)
-	// Poll reads one task's state.
+	// Poll reads one task's state. An error says nothing about the task:
+	// it is polled again.
 	Poll(j Job, task int) (Task, error)
 	// Free releases a job whose every task was polled terminal. A binding
 	// whose library refuses (Mooncake: BatchBusy) returns an error; the job
@@ -56,6 +60,20 @@ type Backend interface {
 	// applying, "legacy" otherwise.
 	Framing() string
 }
+
+// SubmitRefused is a refusal from a library submit that was called: part
+// of the job may have left. The transport keeps the job, pins its
+// sources, polls every task to a terminal state and reports the batch
+// InDoubt whatever its tasks read (an older Mooncake reads a never-posted
+// task COMPLETED); Post returns no error, since an error promises that
+// nothing moved.
+type SubmitRefused struct {
+	Job Job
+	Err error
+}
+
+func (e *SubmitRefused) Error() string { return "submit refused after it was called: " + e.Err.Error() }
+func (e *SubmitRefused) Unwrap() error { return e.Err }
 
 // UnboundedTail is the MaxTail of a transport whose late bytes have no
 // bound while the target process lives (Mooncake over TCP: a write to a

@@ -35,6 +35,9 @@ type Config struct {
 	// variants that tests must catch use it).
 	Verdict func(tasks []Task, confirms, expired bool) (sdk.Completion, bool)
 	Logger  hclog.Logger
+	// lieAfter selects the deliberately broken succeed-early variant
+	// (kvfenceunsafe builds only; see unsafe_verdict.go).
+	lieAfter int
 }
 
 // Transport implements sdk.Transport and sdk.Granter (Grant only: Revoke is

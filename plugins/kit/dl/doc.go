@@ -1,4 +1,5 @@
-// Package dl loads a vendor's C library at run time (dlopen/dlsym), the way
+// Package dl (part of the public vendor kit, see plugins/kit) loads a
+// vendor's C library at run time (dlopen/dlsym), the way
 // go-nvml loads NVML: the plugin builds, links and starts without the
 // library, and says in one classified line what is missing when it is not
 // there.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvfence/kvfence/plugins/internal/dl"
-	"github.com/kvfence/kvfence/plugins/internal/dl/dltest"
+	"github.com/kvfence/kvfence/plugins/kit/dl"
+	"github.com/kvfence/kvfence/plugins/kit/dl/dltest"
 	"github.com/kvfence/kvfence/sdk"
 )
 

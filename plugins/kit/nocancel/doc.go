@@ -1,4 +1,5 @@
-// Package nocancel is a kvfence transport over a vendor backend that can
+// Package nocancel (part of the public vendor kit, see plugins/kit) is a
+// kvfence transport over a vendor backend that can
 // neither cancel a posted write nor revoke a peer's access (Mooncake, NIXL,
 // MORI-IO). The vendor plugins supply a Backend (their dlopen binding) and a
 // status table; this package owns everything the contract asks on top.
@@ -16,10 +17,14 @@
 // that ended in anything but a confirmed completion (the backend may still
 // read it); report Succeeded where the backend does not confirm that the
 // target applied the bytes; report FailedDefinite on the backend's word
-// (a refused submit is returned from Post instead, nothing having moved);
+// (a submit refused before the library's submit call is returned from
+// Post, nothing having moved; one the library refused after it began is
+// kept, its sources pinned, and reported InDoubt: SubmitRefused); free a
+// batch on a failed status read;
 // offer Revoke, or deregister target memory that still has keys on it.
-// The one exception is the failed-is-definite variant (unsafe_verdict.go),
-// compiled only with -tags kvfenceunsafe so the tests can show they catch it.
+// The exceptions are the failed-is-definite and succeed-early-after:N
+// variants (unsafe_verdict.go), selected only with -tags kvfenceunsafe so
+// the tests can show they catch them.
 //
 // It also holds what the vendor plugins share around the transport
 // (vendor.go: their limits, unbounded tail and environment parsing).

@@ -26,9 +26,9 @@ type Vendor struct {
 	Name        string // for errors: "mooncake", "nixl", "mori"
 	DirListen   string // Config.DirListen
 	ReportAfter time.Duration
-	// UnsafeEnv names the variable that selects the deliberately broken
-	// failed-is-definite variant in a build with -tags kvfenceunsafe (tests
-	// only); a default build ignores it.
+	// UnsafeEnv names the variable that selects a deliberately broken
+	// variant in a build with -tags kvfenceunsafe (tests only; a default
+	// build ignores it): failed-is-definite, or succeed-early-after:N.
 	UnsafeEnv string
 }
 
@@ -40,7 +40,8 @@ func NewVendor(v Vendor, be Backend, log hclog.Logger) (*Transport, error) {
 		return nil, fmt.Errorf("%s: no backend", v.Name)
 	}
 	return New(Config{Backend: be, MaxTail: UnboundedTail, MaxBatch: vendorMaxBatch, MaxOpBytes: vendorMaxOpBytes,
-		DirListen: v.DirListen, ReportAfter: v.ReportAfter, Verdict: unsafeVerdict(v.UnsafeEnv), Logger: log})
+		DirListen: v.DirListen, ReportAfter: v.ReportAfter, Verdict: unsafeVerdict(v.UnsafeEnv), Logger: log,
+		lieAfter: unsafeLieAfter(v.UnsafeEnv)})
 }
 
 // PositiveDurationEnv reads key as a positive duration, def when unset; a

@@ -243,6 +243,16 @@ int fw_batch_add(struct fw_batch *b, const char *peer, uintptr_t src, uint64_t d
 	return 0;
 }
 
+int fw_batch_add_unsent(struct fw_batch *b, int status) {
+	if (b->n == b->cap) return -1;
+	pthread_mutex_lock(&b->mu);
+	struct task *t = &b->tasks[b->n++];
+	t->status = status;
+	b->started = b->n; /* fw_batch_start must not send it */
+	pthread_mutex_unlock(&b->mu);
+	return 0;
+}
+
 void fw_batch_start(struct fw_batch *b) {
 	int64_t timeout = env_ll("KVFENCE_FAKE_STATUS_TIMEOUT_MS", 30000) * 1000000LL;
 	uint64_t forever = (uint64_t)env_ll("KVFENCE_FAKE_WAIT_FOREVER_BYTES", 4 << 20);

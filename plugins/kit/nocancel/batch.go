@@ -2,6 +2,7 @@ package nocancel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,6 +20,13 @@ type batch struct {
 	confirms bool
 	posted   time.Time
 	reported bool
+	// pending: not yet handed to the backend (the succeed-early variant
+	// of kvfenceunsafe builds only); the poller skips it.
+	pending bool
+	// refused: the library's submit was called and refused (part of the
+	// job may have left); the batch cannot be Succeeded, and its sources
+	// stay tainted whatever the tasks read.
+	refused error
 }
 
 // Post validates the batch, resolves its keys, pins its sources and
@@ -82,18 +90,39 @@ func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 			return sdk.Errorf(sdk.ClassNotFound, "Post: region %d deregistered meanwhile", r.id)
 		}
 	}
+	if t.lieEarly(&batch{id: b.ID, peer: p, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}, ws) {
+		for _, r := range srcs {
+			r.pins++
+		}
+		return nil
+	}
 	job, err := t.be.Submit(p.seg, ws) // p.seg is read under t.mu
-	if err != nil {
+	var refused *SubmitRefused
+	if errors.As(err, &refused) {
+		job = refused.Job
+		t.stats["submit_refused_after_call"]++
+		t.log.Warn("the library refused a submit it had begun: part of the batch may have left; keeping it, its sources pinned, until every task ends", "batch", b.ID, "err", refused.Err)
+	} else if err != nil {
 		return fmt.Errorf("Post: %s refused the batch (nothing was sent): %w", t.be.Name(), err)
 	}
-	bt := &batch{id: b.ID, peer: p, job: job, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: make([]Task, len(ws))}
-	for i, w := range ws {
-		bt.tasks[i] = Task{State: Waiting, Length: w.Length}
-		srcs[i].pins++
+	bt := &batch{id: b.ID, peer: p, job: job, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}
+	if refused != nil {
+		bt.refused = refused.Err
+	}
+	for _, r := range srcs {
+		r.pins++
 	}
 	t.live[b.ID] = bt
 	t.stats["batches_posted"]++
 	return nil
+}
+
+func newTasks(ws []Write) []Task {
+	tasks := make([]Task, len(ws))
+	for i, w := range ws {
+		tasks[i] = Task{State: Waiting, Length: w.Length}
+	}
+	return tasks
 }
 
 func (t *Transport) checkOp(op sdk.Op) (*region, error) {
@@ -159,7 +188,9 @@ func (t *Transport) poll() {
 		t.mu.Lock()
 		live := make([]*batch, 0, len(t.live))
 		for _, b := range t.live {
-			live = append(live, b)
+			if !b.pending {
+				live = append(live, b)
+			}
 		}
 		t.mu.Unlock()
 		for _, b := range live {
@@ -178,7 +209,13 @@ func (t *Transport) step(b *batch) {
 		}
 		got, err := t.be.Poll(b.job, i)
 		if err != nil {
-			got.State = Unknown
+			// A failed status read says nothing about the task: it is not
+			// terminal (freeing the job now would free it under the NIC).
+			t.mu.Lock()
+			t.stats["poll_errors"]++
+			t.mu.Unlock()
+			all = false
+			continue
 		}
 		got.Length = b.tasks[i].Length
 		b.tasks[i] = got
@@ -188,7 +225,7 @@ func (t *Transport) step(b *batch) {
 	}
 	if !b.reported {
 		expired := time.Since(b.posted) >= t.cfg.ReportAfter
-		if c, ok := t.cfg.Verdict(b.tasks, b.confirms, expired); ok {
+		if c, ok := t.verdict(b, expired); ok {
 			c.Batch = b.id
 			b.reported = true
 			t.mu.Lock()
@@ -212,13 +249,31 @@ func (t *Transport) step(b *batch) {
 	for i, task := range b.tasks {
 		r := b.srcs[i]
 		r.pins--
-		if !Clean(task, b.confirms) {
+		if b.refused != nil || !Clean(task, b.confirms) {
 			r.tainted++
 			clean = false
 		}
 	}
 	delete(t.live, b.id)
 	t.finished[b.id] = clean
+}
+
+// verdict is the configured verdict, except that a batch whose submit was
+// refused part-way is never Succeeded: an older Mooncake reads a task it
+// never posted COMPLETED, so "every task completed" proves nothing there.
+// It waits for every task to be terminal (or the report deadline) first.
+func (t *Transport) verdict(b *batch, expired bool) (sdk.Completion, bool) {
+	c, ok := t.cfg.Verdict(b.tasks, b.confirms, expired)
+	if !ok || b.refused == nil {
+		return c, ok
+	}
+	c.BytesLanded = 0 // a COMPLETED task of such a batch may never have been posted
+	if c.Status != sdk.Succeeded {
+		return c, true
+	}
+	c.Status, c.Class = sdk.InDoubt, sdk.ClassUnavailable
+	c.Detail = fmt.Sprintf("%s refused the submit part-way (%v); every task reads COMPLETED, which an older library also says of tasks it never posted", t.be.Name(), b.refused)
+	return c, true
 }
 
 // quiesceWait bounds how long Quiesce waits for live batches to end.

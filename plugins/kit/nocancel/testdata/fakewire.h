@@ -33,6 +33,10 @@ struct fw_batch *fw_batch_new(size_t cap);
 /* Queues a task; fw_batch_start sends every queued task. */
 int fw_batch_add(struct fw_batch *b, const char *peer, uintptr_t src, uint64_t dst, uint64_t len);
 void fw_batch_start(struct fw_batch *b);
+/* Records a task that is never sent and reads status from the start (a
+ * refused submit's unposted tasks: older Mooncake engines read them
+ * COMPLETED, their slice count being 0). */
+int fw_batch_add_unsent(struct fw_batch *b, int status);
 size_t fw_batch_len(struct fw_batch *b);
 /* Reads a task's status (FW_*); a terminal read is remembered. */
 int fw_task_status(struct fw_batch *b, size_t i, int *status, uint64_t *bytes);
