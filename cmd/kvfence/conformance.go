@@ -164,7 +164,7 @@ func checkConformanceFlags(cmd *cobra.Command, cfg conformance.Config, guard tim
 		}
 	}
 	if cfg.SoakFor < 0 {
-		return fmt.Errorf("--soak-for %v: must not be negative", cfg.SoakFor)
+		return usagef("--soak-for %v: must not be negative", cfg.SoakFor)
 	}
 	return nil
 }

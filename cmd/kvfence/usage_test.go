@@ -36,7 +36,7 @@ func TestEveryUsageErrorExits2WithOneLine(t *testing.T) {
 		{"sim", "extra"}, {"sim", "--seeds", "x"},
 		{"conformance"}, {"conformance", "extra"}, {"conformance", "--out", out, "--plugin", "/nonexistent"},
 		append(conf, "--group", "nosuch"), append(conf, "--proxy", "maybe"), append(conf, "--repeat", "0"),
-		append(conf, "--guard", "-1s"), append(conf, "--env", "NOEQUALS"), append(conf, "--sign-key", "/nonexistent"),
+		append(conf, "--guard", "-1s"), append(conf, "--soak-batches", "0"), append(conf, "--soak-for", "-1s"), append(conf, "--env", "NOEQUALS"), append(conf, "--sign-key", "/nonexistent"),
 		{"cert", "keygen"}, {"cert", "keygen", "--private", filepath.Join(out, "k")}, {"cert", "keygen", "extra"},
 		{"cert", "verify"}, {"cert", "verify", "a", "b"}, {"cert", "verify", "c.json"},
 		{"topo", "extra"}, {"topo", "--json=maybe"},
