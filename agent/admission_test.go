@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/sdk"
 )
 
 // The control port under a flood (issue 19): while one attacker holds it —
@@ -422,4 +423,52 @@ func TestAgentRefusesItsOwnExpiredCertificate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A router link that receives no frame for RouterIdleTimeout is dropped
+// (routers that mean to stay send keepalives); the control arm keeps it.
+func TestSilentRouterLinkIsDropped(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 4, ShardBytes: 4096, Shards: 1, Lease: time.Second,
+			MaxHold: 5 * time.Second, ControlAddr: "127.0.0.1:0", Commands: echo,
+			Limits: Limits{RouterIdleTimeout: 400 * time.Millisecond, oldAdmission: old}}, startDecodeTransport(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		l, _, err := dial(ctx, d.Addr(), nil, identity{RoleDecode, 0}, peerHello{Role: RoleRouter, Version: ControlVersion})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { // the reader sees the agent's close
+			for {
+				if _, err := l.recv(nil); err != nil {
+					return
+				}
+			}
+		}()
+		select {
+		case <-l.closed():
+			if old {
+				t.Fatal("the control arm dropped a silent router link: the test cannot fail")
+			}
+		case <-time.After(10 * time.Second):
+			if !old {
+				t.Fatal("a router link silent for 10s (idle timeout 400ms) is still open")
+			}
+		}
+		l.close()
+		d.Close()
+	}
+}
+
+func startDecodeTransport(t *testing.T) sdk.Transport {
+	t.Helper()
+	p, err := sdk.Open(pluginBin, sdk.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p.Transport()
 }

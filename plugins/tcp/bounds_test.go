@@ -1,16 +1,20 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/kvfence/kvfence/sdk"
 	"golang.org/x/sys/unix"
 )
@@ -338,4 +342,49 @@ func TestRevokedKeysAreForgotten(t *testing.T) {
 	if c := post(t, e, e.Peer, first, 0, 0, 4096); c.Status != sdk.FailedDefinite {
 		t.Fatalf("write under a forgotten key: %+v, want FailedDefinite", c)
 	}
+}
+
+// Refusals are logged at most once a second, however many there are (a
+// guesser must not fill the host's log); Stats count every one.
+func TestRefusalsLoggedAtABoundedRate(t *testing.T) {
+	var buf syncBuffer
+	r, err := New(Config{}, hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Debug}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ep, _ := r.LocalEndpoint(context.Background())
+	const n = 100
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		c := connectAs(t, ep.Address, newTestIdentity(t))
+		if h := helloReply(t, c, sdk.Key(randomNonZero())); h.Code != helloRefused {
+			t.Fatalf("HELLO under a guessed key: %+v", h)
+		}
+		_ = c.Close()
+	}
+	elapsed := time.Since(start)
+	waitStat(t, r, statHelloRefused, n)
+	lines := strings.Count(buf.String(), "refused a data session")
+	if limit := 1 + int(elapsed/time.Second); lines > limit {
+		t.Fatalf("%d refusals in %v logged %d times, want at most %d", n, elapsed, lines, limit)
+	}
+	t.Logf("%d refusals in %v: %d log lines", n, elapsed, lines)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
