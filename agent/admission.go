@@ -26,8 +26,10 @@ import (
 // never finish a handshake, or one valid certificate opening connections
 // as fast as it can — leaves room for every honest peer:
 //   - pending: at most Limits.MaxConns; at the cap the oldest pending
-//     connection is closed for the new one (a silent handshake cannot hold
-//     the port against one that arrives later);
+//     connection that has sent nothing is closed for the new one, else the
+//     oldest pending one (a silent connection cannot hold the port against
+//     one that arrives later, nor cut off a handshake under way while a
+//     silent one is left);
 //   - authenticated: at most Limits.MaxConns; at most MaxConnsPerIdentity
 //     per certificate, a new one displacing (and closing) that
 //     certificate's oldest; after ConnBurst, ConnRate new connections a
@@ -112,6 +114,15 @@ type admConn struct {
 	since  time.Time
 	id     *certID // nil until authenticated (or without TLS)
 	closed atomic.Bool
+	spoke  atomic.Bool // a byte arrived: its handshake began
+}
+
+func (c *admConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.spoke.Load() {
+		c.spoke.Store(true)
+	}
+	return n, err
 }
 
 func (c *admConn) Close() error {
@@ -169,11 +180,7 @@ func (l admListener) Accept() (net.Conn, error) {
 	var oldest *admConn
 	l.a.mu.Lock()
 	if len(l.a.pending) >= l.a.lim.MaxConns {
-		for p := range l.a.pending {
-			if oldest == nil || p.since.Before(oldest.since) {
-				oldest = p
-			}
-		}
+		oldest = l.a.oldestPendingLocked()
 	}
 	l.a.pending[c] = struct{}{}
 	l.a.mu.Unlock()
@@ -183,6 +190,25 @@ func (l admListener) Accept() (net.Conn, error) {
 		_ = oldest.Close()
 	}
 	return c, nil
+}
+
+// oldestPendingLocked is the connection to evict from a full pending
+// pool: the oldest that has sent nothing, else the oldest. Caller holds
+// a.mu.
+func (a *admission) oldestPendingLocked() *admConn {
+	var mute, any *admConn
+	for p := range a.pending {
+		if any == nil || p.since.Before(any.since) {
+			any = p
+		}
+		if !p.spoke.Load() && (mute == nil || p.since.Before(mute.since)) {
+			mute = p
+		}
+	}
+	if mute != nil {
+		return mute
+	}
+	return any
 }
 
 // admCreds runs the real handshake, then admits the connection under its
