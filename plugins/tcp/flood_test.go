@@ -18,8 +18,8 @@ import (
 // The data port under a flood (issue 19): while one attacker holds the
 // port — 1,100 strangers with their own certificates saying HELLO under
 // guessed keys, 1,100 connections that never start a handshake, and 100
-// sessions of one identity that holds a real (stolen) key and never
-// writes — an honest writer's every request is served. The receiver is a
+// connections of one identity that holds a real (stolen) key and writes
+// under it to keep its sessions — an honest writer's every request is served. The receiver is a
 // plugin process; the honest writer opens a fresh session per request (a
 // new peer) and, as any client of a flooded port must, retries a dial that
 // was reset. The known-unsafe admit-any receiver (the old data port) is
@@ -229,8 +229,9 @@ func (a *flood) silent(hostPort string) {
 }
 
 // hello handshakes as id, says HELLO naming key and, if a session opens,
-// holds it without writing until the receiver closes it. live counts the
-// sessions open at once.
+// holds it until the receiver closes it. live (the valid flooder) counts
+// the sessions open at once; those write one byte first, so that they are
+// writers the receiver may not evict and hold their sessions for good.
 func (a *flood) hello(hostPort string, pin fingerprint, id *identity, key sdk.Key, live *atomic.Int64) {
 	settled := sync.OnceFunc(func() { a.attempts.Add(1) })
 	defer settled()
@@ -253,6 +254,15 @@ func (a *flood) hello(hostPort string, pin fingerprint, id *identity, key sdk.Ke
 		return
 	}
 	settled()
+	if live != nil {
+		(&header{Type: frameWrite, Seq: 1, Key: uint64(key), Offset: sdktest.EnvSize - 1, Length: 1, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])
+		if _, err := c.Write(append(hb[:], 0xEE)); err != nil {
+			return
+		}
+		if _, err := io.ReadFull(c, hb[:]); err != nil {
+			return
+		}
+	}
 	_ = raw.SetDeadline(time.Time{})
 	if live != nil {
 		n := live.Add(1)
