@@ -56,16 +56,17 @@ type admission struct {
 	lim Limits
 	log hclog.Logger
 
-	mu       sync.Mutex
-	pending  map[*admConn]struct{}
-	authed   int
-	byID     map[certID]*idState
-	routers  int
-	evicted  atomic.Uint64 // pending connections closed for a newer one
-	displace atomic.Uint64 // authenticated connections displaced by their certificate's newer one
-	refused  atomic.Uint64 // connections refused: pool full or over the certificate's rate
-	most     int           // under mu: the most authenticated connections one certificate held (with its newest)
-	every    rate.Sometimes
+	mu          sync.Mutex
+	pending     map[*admConn]struct{}
+	authed      int
+	byID        map[certID]*idState
+	routers     int
+	evicted     atomic.Uint64 // pending connections closed for a newer one
+	displace    atomic.Uint64 // authenticated connections displaced by their certificate's newer one
+	refused     atomic.Uint64 // connections refused: pool full or over the certificate's rate
+	most        int           // under mu: the most authenticated connections one certificate held
+	mostRouters int           // under mu: the most router links one certificate held
+	every       rate.Sometimes
 }
 
 // idState is what one certificate holds.
@@ -110,11 +111,16 @@ func (a *admission) forgetLocked(id certID, s *idState) {
 // admConn is one accepted control connection.
 type admConn struct {
 	net.Conn
-	a      *admission
-	since  time.Time
-	id     *certID // nil until authenticated (or without TLS)
-	closed atomic.Bool
-	spoke  atomic.Bool // a byte arrived: its handshake began
+	a     *admission
+	since time.Time
+	id    *certID // nil until authenticated (or without TLS)
+	// counted: under admission.mu, it counts in the authenticated pool
+	// (and its certificate's connections). A displaced connection stops
+	// counting at once, before it is closed, so that two newcomers never
+	// displace the same one.
+	counted bool
+	closed  atomic.Bool
+	spoke   atomic.Bool // a byte arrived: its handshake began
 }
 
 func (c *admConn) Read(p []byte) (int, error) {
@@ -139,6 +145,15 @@ func (a *admission) release(c *admConn) {
 		delete(a.pending, c)
 		return
 	}
+	a.uncountLocked(c)
+}
+
+// uncountLocked takes an authenticated connection out of the pool.
+func (a *admission) uncountLocked(c *admConn) {
+	if !c.counted {
+		return
+	}
+	c.counted = false
 	a.authed--
 	if c.id == nil {
 		return
@@ -264,11 +279,6 @@ func (a *admission) authenticate(c *admConn, id *certID) error {
 		if len(s.conns) >= a.lim.MaxConnsPerIdentity {
 			displaced = s.conns[0]
 		}
-		held := len(s.conns) + 1 // with this one, once the displaced one is closed
-		if displaced != nil {
-			held--
-		}
-		a.most = max(a.most, held)
 	}
 	if displaced == nil && a.authed >= a.lim.MaxConns {
 		a.mu.Unlock()
@@ -276,11 +286,16 @@ func (a *admission) authenticate(c *admConn, id *certID) error {
 		a.warn("control port: every authenticated slot is taken", "max", a.lim.MaxConns)
 		return errdefs.Errorf(errdefs.ResourceExhausted, "control port full")
 	}
+	if displaced != nil {
+		a.uncountLocked(displaced)
+		s = a.idLocked(*id) // uncount may have forgotten it
+	}
 	delete(a.pending, c)
 	a.authed++
-	c.id = id
+	c.id, c.counted = id, true
 	if s != nil {
 		s.conns = append(s.conns, c)
+		a.most = max(a.most, len(s.conns))
 	}
 	a.mu.Unlock()
 	if displaced != nil {
@@ -326,6 +341,7 @@ func (a *admission) joinRouter(ctx context.Context) (*rate.Limiter, func(), erro
 			return nil, nil, errdefs.Errorf(errdefs.ResourceExhausted, "this certificate already has %d router links open", a.lim.MaxRoutersPerIdentity)
 		}
 		s.routers++
+		a.mostRouters = max(a.mostRouters, s.routers)
 		limiter = s.cmdRate
 	}
 	a.routers++

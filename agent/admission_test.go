@@ -114,10 +114,13 @@ func runControlFlood(t *testing.T, old bool) controlResult {
 	}
 	res.served = len(flooded)
 	res.quietP50, res.floodP50 = p50(quiet), p50(flooded)
-	res.routerLinks = int(a.routerMax.Load())
+	res.routerLinks = int(a.routerMax.Load()) // the attacker's view, for the control arm
 	res.cmdRate = a.commandRate()
 	d.srv.adm.mu.Lock()
 	res.most = d.srv.adm.most
+	if !old {
+		res.routerLinks = d.srv.adm.mostRouters // the agent's own count
+	}
 	d.srv.adm.mu.Unlock()
 	res.evicted, res.displaced, res.refused = d.srv.adm.evicted.Load(), d.srv.adm.displace.Load(), d.srv.adm.refused.Load()
 	return res
