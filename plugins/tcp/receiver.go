@@ -265,20 +265,28 @@ func (r *receiver) refuseHello(conn net.Conn, peer fingerprint) {
 	_, _ = conn.Write(hb[:])
 }
 
-func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
+// open registers a new session for peer, nil when the receiver is closing
+// or the identity holds its most sessions (admission.go).
+func (r *receiver) open(raw, conn net.Conn, peer fingerprint) *recvSession {
 	s := &recvSession{token: newSessionToken(), peer: peer, raw: raw, conn: conn, done: make(chan struct{})}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.closed {
-		r.mu.Unlock()
-		return
+		return nil
 	}
 	if !r.joinLocked(s) {
-		r.mu.Unlock()
 		r.t.stats.add(statSessionsCapped, 1)
 		r.refusals.warn(r, "refused a data session: its identity holds the most sessions allowed", "identity", peer.String(), "max", r.t.cfg.MaxSessionsPerWriter)
+		return nil
+	}
+	return s
+}
+
+func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
+	s := r.open(raw, conn, peer)
+	if s == nil {
 		return
 	}
-	r.mu.Unlock()
 	defer func() {
 		s.abort()
 		r.mu.Lock()
