@@ -28,6 +28,7 @@ func DialCommands(ctx context.Context, addr string, tlsCfg *tls.Config, role Rol
 	if err != nil {
 		return nil, err
 	}
+	go keepAlive(l, routerKeepalive) // within the agent's RouterIdleTimeout (admission.go)
 	return &CommandLink{l: l, in: frameEvent, out: frameCommand}, nil
 }
 
@@ -44,16 +45,24 @@ func (c *CommandLink) Send(payload any) error {
 	return nil
 }
 
-// Recv returns the next payload; an error means the link is gone.
+// Recv returns the next payload; an error means the link is gone. On an
+// agent, commands are read within the router certificate's rate
+// (admission.go); a router's keepalive (no payload) is skipped.
 func (c *CommandLink) Recv() (json.RawMessage, error) {
 	for {
 		f, err := c.l.recv(nil)
 		if err != nil {
 			return nil, errdefs.Errorf(errdefs.Unavailable, "command link to %s: %v", c.l.peer.Role, err)
 		}
-		if f.Type == c.in && f.Payload != nil {
-			return f.Payload, nil
+		if f.Type != c.in || f.Payload == nil {
+			continue
 		}
+		if c.l.cmdRate != nil {
+			if err := c.l.cmdRate.Wait(c.l.s.Context()); err != nil {
+				return nil, errdefs.Errorf(errdefs.Unavailable, "command link to %s: %v", c.l.peer.Role, err)
+			}
+		}
+		return f.Payload, nil
 	}
 }
 

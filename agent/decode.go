@@ -150,6 +150,9 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	if cfg.Slots <= 0 || cfg.ShardBytes <= 0 {
 		return nil, errdefs.Errorf(errdefs.InvalidArgument, "decode: slots (%d) and shard bytes (%d) must be positive", cfg.Slots, cfg.ShardBytes)
 	}
+	if err := checkOwnCertificate(cfg.TLS, time.Now()); err != nil {
+		return nil, err
+	}
 	cfg.Limits = cfg.Limits.withDefaults(cfg.Slots)
 	log := cfg.Logger
 	if log == nil {

@@ -75,7 +75,11 @@
 // other than the role and rank it meant (tls.go), never admit an exposure
 // or take an Assign that its pool's layout cannot hold (validate.go), never
 // let one peer grow its memory or queues without bound (limits.go: a
-// flooding peer is pushed back on, not buffered), and never run a
+// flooding peer is pushed back on, not buffered), never let one
+// certificate, or connections that never finish a handshake, hold the
+// control port's connections or router links against honest peers
+// (admission.go), never start with its own TLS certificate expired, and
+// never run a
 // known-unsafe core in a binary built without -tags kvfenceunsafe. The
 // design it implements is docs/design.md.
 package agent

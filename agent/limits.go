@@ -2,10 +2,8 @@ package agent
 
 import (
 	"context"
-	"net"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -15,9 +13,18 @@ import (
 // or buggy peer — even one with a valid certificate — costs bounded memory
 // and leaves honest peers served. Zero fields take the defaults below.
 type Limits struct {
-	// MaxConns caps open control-port connections; further ones wait in
-	// the kernel's backlog until one closes (default 256).
+	// MaxConns caps control-port connections in each of two pools
+	// (admission.go): those still handshaking — at the cap the oldest is
+	// closed for a new one — and those authenticated — at the cap a new
+	// one is refused (default 256).
 	MaxConns int
+	// MaxConnsPerIdentity caps one certificate's authenticated
+	// connections; a newer one displaces and closes its oldest (default 8).
+	MaxConnsPerIdentity int
+	// ConnRate and ConnBurst bound one certificate's new connections a
+	// second; a handshake over them fails (default 1/s after a burst of 16).
+	ConnRate  float64
+	ConnBurst int
 	// HandshakeTimeout bounds how long a connection may take to finish TLS
 	// and send its Hello (default 5s): a silent connection is dropped.
 	HandshakeTimeout time.Duration
@@ -35,8 +42,22 @@ type Limits struct {
 	// Inflight caps the frames one link may have queued for the event
 	// loop at once (default 64): the reader waits for the loop.
 	Inflight int
-	// MaxRouters caps concurrent router links (default 16).
-	MaxRouters int
+	// MaxRouters caps concurrent router links (default 16), and
+	// MaxRoutersPerIdentity those of one certificate (default 4).
+	MaxRouters            int
+	MaxRoutersPerIdentity int
+	// RouterIdleTimeout drops a router link that received no frame this
+	// long (default 60s; DialCommands sends a keepalive every 15s).
+	RouterIdleTimeout time.Duration
+	// CommandRate and CommandBurst bound the commands a second read from
+	// one certificate's router links together; beyond them the reader
+	// waits (default 5000/s, burst 500).
+	CommandRate  float64
+	CommandBurst int
+
+	// oldAdmission is the test-only control arm (admission.go): the
+	// control port as it was before per-certificate shares.
+	oldAdmission bool
 }
 
 func (l Limits) withDefaults(slots int) Limits {
@@ -65,6 +86,32 @@ func (l Limits) withDefaults(slots int) Limits {
 	if l.MaxRouters <= 0 {
 		l.MaxRouters = 16
 	}
+	return l.admissionDefaults()
+}
+
+// admissionDefaults fills the per-certificate bounds (admission.go).
+func (l Limits) admissionDefaults() Limits {
+	if l.MaxConnsPerIdentity <= 0 {
+		l.MaxConnsPerIdentity = 8
+	}
+	if l.ConnRate <= 0 {
+		l.ConnRate = 1
+	}
+	if l.ConnBurst <= 0 {
+		l.ConnBurst = 16
+	}
+	if l.MaxRoutersPerIdentity <= 0 {
+		l.MaxRoutersPerIdentity = 4
+	}
+	if l.RouterIdleTimeout <= 0 {
+		l.RouterIdleTimeout = time.Minute
+	}
+	if l.CommandRate <= 0 {
+		l.CommandRate = 5000
+	}
+	if l.CommandBurst <= 0 {
+		l.CommandBurst = 500
+	}
 	return l
 }
 
@@ -85,11 +132,6 @@ func (l Limits) serverOptions() []grpc.ServerOption {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: l.IdleTimeout,
 			Time: l.IdleTimeout, Timeout: l.HandshakeTimeout}),
 	}
-}
-
-// listener caps the connections a listener hands out.
-func (l Limits) listener(lis net.Listener) net.Listener {
-	return netutil.LimitListener(lis, l.MaxConns)
 }
 
 // gate is one link's reader-side bounds: its rate and what it has queued

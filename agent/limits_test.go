@@ -15,10 +15,11 @@ import (
 
 // Finding 6 (issue 15), the control port: connections that never speak, or
 // open a stream and never send Hello, were kept for ever (a legitimate
-// router got no answer at the fd limit). With a cap of 4 connections, four
-// silent ones are dropped after the handshake timeout, a silent stream
-// after the same, and an honest rank still links; a fifth router beyond the
-// router cap is refused, classified.
+// router got no answer at the fd limit). With a cap of 5 connections per
+// pool (admission.go), four silent ones are dropped after the handshake
+// timeout, a silent stream after the same, and an honest rank still links;
+// a router beyond the router cap is refused, classified (its connection is
+// the fifth authenticated one, within the pool).
 func TestControlPortDropsSilentConnections(t *testing.T) {
 	dp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
 	if err != nil {
@@ -27,7 +28,7 @@ func TestControlPortDropsSilentConnections(t *testing.T) {
 	t.Cleanup(func() { _ = dp.Close() })
 	d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 4, ShardBytes: 4096, Shards: 1, Lease: time.Second,
 		MaxHold: 5 * time.Second, ControlAddr: "127.0.0.1:0", Commands: func(c *CommandLink) { <-c.l.closed() },
-		Limits: Limits{MaxConns: 4, HandshakeTimeout: 300 * time.Millisecond, IdleTimeout: time.Second, MaxRouters: 2}}, dp.Transport())
+		Limits: Limits{MaxConns: 5, HandshakeTimeout: 300 * time.Millisecond, IdleTimeout: time.Second, MaxRouters: 2}}, dp.Transport())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -68,10 +69,17 @@ type link struct {
 	// gate bounds what the reader hands the event loop (limits.go); nil
 	// on links whose frames the loop never sees.
 	gate *gate
+	// lastRecv is when the last frame was read (unix nanos): a router
+	// link silent too long is dropped (admission.go).
+	lastRecv atomic.Int64
+	// cmdRate bounds the commands read from a router's link, shared by
+	// its certificate's links (admission.go); nil elsewhere.
+	cmdRate *rate.Limiter
 }
 
 func newLink(s stream, peer peerHello, cancel func()) *link {
 	l := &link{s: s, peer: peer, out: make(chan *frame, 1<<14), done: make(chan struct{}), cancel: cancel}
+	l.lastRecv.Store(time.Now().UnixNano())
 	go l.writer()
 	return l
 }
@@ -125,6 +133,7 @@ func (l *link) recv(onReplay func()) (*frame, error) {
 			l.close()
 			return nil, err
 		}
+		l.lastRecv.Store(time.Now().UnixNano())
 		if f.Seq <= l.recvSeq {
 			l.replays.Add(1)
 			if onReplay != nil {
@@ -151,13 +160,13 @@ func (l *link) closed() <-chan struct{} { return l.done }
 // server accepts links. accept decides about a Hello: it returns the Welcome
 // to send, or an error that is sent as Refuse.
 type server struct {
-	grpc    *grpc.Server
-	lis     net.Listener
-	tls     bool
-	lim     Limits
-	routers atomic.Int32 // router links open
-	accept  func(h peerHello) (peerHello, error)
-	serve   func(l *link) // runs the accepted link until it ends
+	grpc   *grpc.Server
+	lis    net.Listener
+	tls    bool
+	lim    Limits
+	adm    *admission // connection pools and router links (admission.go)
+	accept func(h peerHello) (peerHello, error)
+	serve  func(l *link) // runs the accepted link until it ends
 }
 
 func newServer(addr string, tlsCfg *tls.Config, lim Limits, accept func(peerHello) (peerHello, error), serve func(*link)) (*server, error) {
@@ -165,12 +174,14 @@ func newServer(addr string, tlsCfg *tls.Config, lim Limits, accept func(peerHell
 	if err != nil {
 		return nil, err
 	}
-	opts := append(lim.serverOptions(), grpc.ForceServerCodec(frameCodec{}))
+	adm := newAdmission(lim, nil)
+	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+		creds = credentials.NewTLS(tlsCfg)
 	}
-	lis = lim.listener(lis)
-	s := &server{lis: lis, tls: tlsCfg != nil, lim: lim, accept: accept, serve: serve}
+	opts := append(lim.serverOptions(), grpc.ForceServerCodec(frameCodec{}), grpc.Creds(admCreds{TransportCredentials: creds, a: adm}))
+	lis = adm.listener(lis)
+	s := &server{lis: lis, tls: tlsCfg != nil, lim: lim, adm: adm, accept: accept, serve: serve}
 	s.grpc = grpc.NewServer(opts...)
 	s.grpc.RegisterService(&controlDesc, s)
 	go func() { _ = s.grpc.Serve(lis) }()
@@ -206,12 +217,14 @@ func (s *server) acceptLink(st grpc.ServerStream) error {
 	if err := s.checkIdentity(st.Context(), h); err != nil {
 		return refuse(err)
 	}
+	var cmdRate *rate.Limiter
 	if h.Role == RoleRouter {
-		if n := s.routers.Add(1); int(n) > s.lim.MaxRouters {
-			s.routers.Add(-1)
-			return refuse(errdefs.Errorf(errdefs.ResourceExhausted, "already %d router links open", s.lim.MaxRouters))
+		lim, release, err := s.adm.joinRouter(st.Context())
+		if err != nil {
+			return refuse(err)
 		}
-		defer s.routers.Add(-1)
+		defer release()
+		cmdRate = lim
 	}
 	welcome, err := s.accept(h)
 	if err != nil {
@@ -222,7 +235,26 @@ func (s *server) acceptLink(st grpc.ServerStream) error {
 	l := newLink(st, h, cancel)
 	l.gate = s.lim.gate()
 	l.recvSeq = first.Seq
+	if cmdRate != nil { // nil: not a router, or the control arm (admission.go)
+		l.cmdRate = cmdRate
+		go dropIdle(l, s.lim.RouterIdleTimeout, func() {
+			s.adm.warn("control port: dropped a router link silent too long", "idle", s.lim.RouterIdleTimeout)
+		})
+	}
 	l.send(&frame{Type: frameWelcome, Hello: &welcome})
+	if cmdRate != nil {
+		// A router's link ends when the agent drops it (admission.go),
+		// even while its Commands handler waits in Recv: returning ends
+		// the stream, and that wait with it.
+		served := make(chan struct{})
+		go func() { s.serve(l); close(served) }()
+		select {
+		case <-served:
+		case <-l.closed():
+		}
+		l.close()
+		return nil
+	}
 	s.serve(l)
 	l.close()
 	<-ctx.Done()

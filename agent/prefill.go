@@ -117,6 +117,9 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	if cfg.SourcePages <= 0 || cfg.ShardBytes <= 0 {
 		return nil, errdefs.Errorf(errdefs.InvalidArgument, "prefill: source pages (%d) and shard bytes (%d) must be positive", cfg.SourcePages, cfg.ShardBytes)
 	}
+	if err := checkOwnCertificate(cfg.TLS, time.Now()); err != nil {
+		return nil, err
+	}
 	cfg.Limits = cfg.Limits.withDefaults(cfg.SourcePages)
 	log := cfg.Logger
 	if log == nil {

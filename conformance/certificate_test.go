@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvfence/kvfence/conformance"
 	"github.com/kvfence/kvfence/sdk"
@@ -68,7 +69,7 @@ func TestSignedCertificateVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &conformance.Report{SuiteVersion: conformance.SuiteVersion, Profile: conformance.ProfileFull, Passed: true, Certified: true}
+	r := &conformance.Report{SuiteVersion: conformance.SuiteVersion, Profile: conformance.ProfileFull, Passed: true, Certified: true, Date: time.Now().UTC()}
 	r.Plugin.SHA256 = hex.EncodeToString(sum)
 	dir := t.TempDir()
 	if err := conformance.WriteSigned(dir, r, key); err != nil {
@@ -81,6 +82,12 @@ func TestSignedCertificateVerifies(t *testing.T) {
 	pol := sdk.CertificatePolicy{TrustedKeys: []ed25519.PublicKey{pub}, SuiteVersions: []string{conformance.SuiteVersion}, Profiles: []string{conformance.ProfileFull}}
 	if _, err := pol.Verify(file, sum); err != nil {
 		t.Fatalf("the certificate as written does not verify: %v", err)
+	}
+	// Valid for sdk.CertificateValidity from the run, not after.
+	later := pol
+	later.Now = func() time.Time { return r.Date.Add(sdk.CertificateValidity + time.Hour) }
+	if _, err := later.Verify(file, sum); !sdk.IsClass(err, sdk.ClassFailedPrecondition) || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("verified after its validity period: %v", err)
 	}
 	other := append([]byte(nil), sum...)
 	other[0] ^= 1

@@ -31,6 +31,8 @@ type Certificate struct {
 	Profile      string     `json:"profile"`
 	Plugin       PluginInfo `json:"plugin"`
 	SuiteVersion string     `json:"suite_version"`
+	ValidFrom    time.Time  `json:"valid_from"`  // the run's date
+	ValidUntil   time.Time  `json:"valid_until"` // sdk.CertificateValidity later
 	Link         LinkInfo   `json:"link"`
 	Kernel       string     `json:"kernel"`
 	GuardWindow  string     `json:"guard_window"`
@@ -51,7 +53,8 @@ type Certificate struct {
 func (r *Report) Certificate() Certificate {
 	c := Certificate{Certified: r.Certified, Profile: r.Profile, Plugin: r.Plugin, SuiteVersion: r.SuiteVersion, Link: r.Link, Kernel: r.Kernel,
 		GuardWindow: r.GuardWindow, GuardTails: r.GuardTails, GuardFloor: r.GuardFloor, WorstTail: r.WorstTail,
-		Soak: r.Soak, SucceededChecked: r.SucceededChecked, Groups: map[string]string{}, Skipped: r.Skipped, Failures: r.Failures(), Date: r.Date}
+		Soak: r.Soak, SucceededChecked: r.SucceededChecked, Groups: map[string]string{}, Skipped: r.Skipped, Failures: r.Failures(), Date: r.Date,
+		ValidFrom: r.Date, ValidUntil: r.Date.Add(sdk.CertificateValidity)}
 	for _, g := range r.Groups {
 		v := string(g.Outcome)
 		if g.Skipped != "" {

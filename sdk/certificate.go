@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"time"
 )
 
 // CertificateFile is the certificate a conformance run writes: the
@@ -40,7 +41,24 @@ type CertificateClaims struct {
 	} `json:"plugin"`
 	SuiteVersion string `json:"suite_version"`
 	Profile      string `json:"profile"`
+	// ValidFrom and ValidUntil bound when the certificate may be used: a
+	// host refuses one outside them, or without them (a certificate of
+	// an older suite, which never expired).
+	ValidFrom  time.Time `json:"valid_from"`
+	ValidUntil time.Time `json:"valid_until"`
 }
+
+// CertifiableProfiles are the conformance profiles a certificate can be
+// issued for (conformance.ProfileFull, ProfileGrantOnly). A host refuses
+// any other, whatever its policy lists: a signed certificate for a
+// profile the suite never certifies (initiator-only) was not made by a
+// complete run.
+var CertifiableProfiles = []string{"full", "grant-only"}
+
+// CertificateValidity is how long a certificate the suite writes is valid
+// from its run: a plugin is certified again against a newer suite and
+// kernel at least this often.
+const CertificateValidity = 180 * 24 * time.Hour
 
 const sigAlgorithm = "ed25519"
 
@@ -62,13 +80,17 @@ type CertificatePolicy struct {
 	TrustedKeys []ed25519.PublicKey
 	// SuiteVersions accepted (empty: any).
 	SuiteVersions []string
-	// Profiles accepted (empty: any certified profile).
+	// Profiles accepted (empty: any certifiable profile). Only
+	// CertifiableProfiles are ever accepted.
 	Profiles []string
+	// Now is the clock validity is checked against (nil: time.Now).
+	Now func() time.Time
 }
 
 // Verify checks a certificate file against the policy and the sha256 of the
 // exact binary about to run: a valid signature by a trusted key, certified,
-// for this sha256, an accepted suite version and profile. Every refusal is
+// for this sha256, within its validity period, an accepted suite version
+// and a certifiable, accepted profile. Every refusal is
 // FailedPrecondition (InvalidArgument for a malformed file) and says why.
 func (p CertificatePolicy) Verify(file []byte, binarySHA256 []byte) (CertificateClaims, error) {
 	var cl CertificateClaims
@@ -103,10 +125,32 @@ func (p CertificatePolicy) Verify(file []byte, binarySHA256 []byte) (Certificate
 		return cl, Errorf(ClassFailedPrecondition, "certificate: it is for sha256 %s, the binary's is %x", cl.Plugin.SHA256, binarySHA256)
 	case len(p.SuiteVersions) > 0 && !slices.Contains(p.SuiteVersions, cl.SuiteVersion):
 		return cl, Errorf(ClassFailedPrecondition, "certificate: suite version %q is not accepted (want one of %v)", cl.SuiteVersion, p.SuiteVersions)
-	case cl.Profile == "" || len(p.Profiles) > 0 && !slices.Contains(p.Profiles, cl.Profile):
+	case !slices.Contains(CertifiableProfiles, cl.Profile):
+		return cl, Errorf(ClassFailedPrecondition, "certificate: profile %q is never certifiable (want one of %v)", cl.Profile, CertifiableProfiles)
+	case len(p.Profiles) > 0 && !slices.Contains(p.Profiles, cl.Profile):
 		return cl, Errorf(ClassFailedPrecondition, "certificate: profile %q is not accepted (want one of %v)", cl.Profile, p.Profiles)
 	}
-	return cl, nil
+	return cl, p.checkValidity(cl)
+}
+
+// checkValidity refuses a certificate without a validity period, not yet
+// valid, or expired.
+func (p CertificatePolicy) checkValidity(cl CertificateClaims) error {
+	now := time.Now()
+	if p.Now != nil {
+		now = p.Now()
+	}
+	switch {
+	case cl.ValidFrom.IsZero() || cl.ValidUntil.IsZero():
+		return Errorf(ClassFailedPrecondition, "certificate: no validity period (valid_from, valid_until): certify the plugin again")
+	case !cl.ValidUntil.After(cl.ValidFrom):
+		return Errorf(ClassFailedPrecondition, "certificate: validity period ends (%s) before it starts (%s)", cl.ValidUntil.Format(time.RFC3339), cl.ValidFrom.Format(time.RFC3339))
+	case now.Before(cl.ValidFrom):
+		return Errorf(ClassFailedPrecondition, "certificate: not valid before %s (now %s)", cl.ValidFrom.Format(time.RFC3339), now.Format(time.RFC3339))
+	case now.After(cl.ValidUntil):
+		return Errorf(ClassFailedPrecondition, "certificate: expired at %s (now %s): certify the plugin again", cl.ValidUntil.Format(time.RFC3339), now.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // GenerateSigningKey makes an ed25519 key pair as PEM (PKCS#8 private key,

@@ -65,10 +65,22 @@ func appendByte(t *testing.T, path string) {
 	_ = f.Close()
 }
 
-// certFor is a certificate file for sha256 sum, signed by key (nil: unsigned).
+// certFor is a certificate file for sha256 sum, signed by key (nil:
+// unsigned), profile full, valid from a day ago for 180 days.
 func certFor(t *testing.T, sum []byte, key ed25519.PrivateKey, certified bool) []byte {
 	t.Helper()
-	cert := fmt.Sprintf(`{"certified":%v,"profile":"full","plugin":{"name":"kvfence-tcp","sha256":%q},"suite_version":"test"}`, certified, hex.EncodeToString(sum))
+	from := time.Now().Add(-24 * time.Hour)
+	return certWith(t, sum, key, certified, "full", `"valid_from":"`+from.Format(time.RFC3339)+`","valid_until":"`+from.Add(sdk.CertificateValidity).Format(time.RFC3339)+`"`)
+}
+
+// certWith is certFor with a profile and validity fields of its own
+// (validity: JSON members, or "" for none).
+func certWith(t *testing.T, sum []byte, key ed25519.PrivateKey, certified bool, profile, validity string) []byte {
+	t.Helper()
+	if validity != "" {
+		validity = "," + validity
+	}
+	cert := fmt.Sprintf(`{"certified":%v,"profile":%q,"plugin":{"name":"kvfence-tcp","sha256":%q},"suite_version":"test"%s}`, certified, profile, hex.EncodeToString(sum), validity)
 	f := sdk.CertificateFile{Certificate: json.RawMessage(cert)}
 	if key != nil {
 		f = sdk.SignCertificate([]byte(cert), key)
@@ -78,6 +90,12 @@ func certFor(t *testing.T, sum []byte, key ed25519.PrivateKey, certified bool) [
 		t.Fatal(err)
 	}
 	return b
+}
+
+// validIn is a validity period starting d from now, 180 days long.
+func validIn(d time.Duration) string {
+	from := time.Now().Add(d)
+	return `"valid_from":"` + from.Format(time.RFC3339) + `","valid_until":"` + from.Add(sdk.CertificateValidity).Format(time.RFC3339) + `"`
 }
 
 // A host that requires a certificate loads only a binary with a valid,
@@ -107,6 +125,12 @@ func TestRequireCertificate(t *testing.T) {
 		{"not certified", "not certified", certFor(t, sum, key, false), policy},
 		{"another binary's certificate", "it is for sha256", certFor(t, make([]byte, 32), key, true), policy},
 		{"suite version not accepted", "suite version", good, &other},
+		{"dated 1999", "expired", certWith(t, sum, key, true, "full", `"valid_from":"1999-01-01T00:00:00Z","valid_until":"1999-07-01T00:00:00Z"`), policy},
+		{"not yet valid", "not valid before", certWith(t, sum, key, true, "full", validIn(24*time.Hour)), policy},
+		{"no validity period", "no validity period", certWith(t, sum, key, true, "full", ""), policy},
+		{"validity ends before it starts", "ends", certWith(t, sum, key, true, "full", `"valid_from":"2030-01-01T00:00:00Z","valid_until":"2029-01-01T00:00:00Z"`), policy},
+		{"profile never certifiable", "never certifiable", certWith(t, sum, key, true, "initiator-only", validIn(-time.Hour)), policy},
+		{"profile unknown", "never certifiable", certWith(t, sum, key, true, "everything", validIn(-time.Hour)), policy},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

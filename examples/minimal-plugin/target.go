@@ -71,7 +71,9 @@ func (t *transport) apply(h header, buf []byte) byte {
 	e := t.keys[sdk.Key(h.key)]
 	t.mu.Unlock()
 	if e == nil {
-		return replyUnknown
+		// One answer for unknown and revoked keys: a guesser must not
+		// learn which keys ever existed.
+		return replyRevoked
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()

@@ -18,7 +18,7 @@ const (
 	replyApplied   = 0
 	replyRevoked   = 1 // the key was revoked
 	replyExpired   = 2 // past its deadline: not applied
-	replyUnknown   = 3 // no such key
+	replyUnknown   = 3 // no such key: no longer sent (unknown keys get replyRevoked), still understood
 	replyOutWindow = 4 // outside the key's window
 )
 

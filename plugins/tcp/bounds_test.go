@@ -1,15 +1,20 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/kvfence/kvfence/sdk"
 	"golang.org/x/sys/unix"
 )
@@ -95,12 +100,13 @@ func TestAcceptSurvivesFDExhaustion(t *testing.T) {
 	}
 }
 
-// Connections beyond MaxConns are closed at once; an honest sender is
-// served again once the squatters are gone (here: their handshake timed
-// out).
+// At MaxConns the oldest silent connection (one that never wrote) is
+// closed to make room, long before its handshake timeout: connections that
+// say nothing cannot hold the port. Once every connection has written, one
+// more is refused on accept.
 func TestDataPortConnectionCap(t *testing.T) {
 	const maxConns = 4
-	e, _, r := newPair(t, Config{MaxConns: maxConns, HandshakeTimeout: 2 * time.Second})
+	e, _, r := newPair(t, Config{MaxConns: maxConns, HandshakeTimeout: time.Minute})
 	ctx := context.Background()
 	key := grantAll(t, e)
 	ep, _ := r.LocalEndpoint(ctx)
@@ -113,28 +119,123 @@ func TestDataPortConnectionCap(t *testing.T) {
 		}
 		defer c.Close()
 		squat = append(squat, c)
+		waitForConns(t, r, i+1) // accepted in order: squat[0] is the oldest
 	}
-	waitForConns(t, r, maxConns)
+	if c := post(t, e, e.Peer, key, 0, 0, 4096); c.Status != sdk.Succeeded {
+		t.Fatalf("honest write at the cap: %+v", c)
+	}
+	// Well before the handshake timeout: the oldest squatter was evicted.
+	_ = squat[0].SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := squat[0].Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("oldest silent connection: read %v, want it closed by the receiver", err)
+	}
+	waitStat(t, r, statSilentEvicted, 1)
+	// Every connection now writes: another is refused on accept.
+	var writers []*tls.Conn
+	for i := 1; i < maxConns; i++ {
+		c, _ := dialAs(t, ep.Address, newTestIdentity(t), key)
+		writeOne(t, c, key)
+		writers = append(writers, c)
+	}
 	extra, err := net.Dial("tcp", hostPort)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer extra.Close()
-	// Well before the handshake timeout: the receiver closes it on accept.
-	_ = extra.SetReadDeadline(time.Now().Add(time.Second))
+	_ = extra.SetReadDeadline(time.Now().Add(20 * time.Second))
 	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("connection over the cap: read %v, want it closed by the receiver", err)
+		t.Fatalf("connection over a cap of writers: read %v, want it closed by the receiver", err)
 	}
 	waitStat(t, r, statConnsRefused, 1)
-	// The squatters never handshake: they are dropped, and the port serves
-	// an honest sender again.
-	for _, c := range squat {
-		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		_, _ = c.Read(make([]byte, 1))
+	for _, c := range writers {
+		_ = c.Close()
 	}
-	if c := post(t, e, e.Peer, key, 0, 0, 4096); c.Status != sdk.Succeeded {
-		t.Fatalf("honest write after the squatters left: %+v", c)
+}
+
+// writeOne sends one 1-byte write under key on c and reads its verdict.
+func writeOne(t *testing.T, c *tls.Conn, key sdk.Key) {
+	t.Helper()
+	var hb [headerSize]byte
+	(&header{Type: frameWrite, Seq: 1, Key: uint64(key), Length: 1, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])
+	if _, err := c.Write(append(hb[:], 0xEE)); err != nil {
+		t.Fatal(err)
 	}
+	if _, err := io.ReadFull(c, hb[:]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A session that says HELLO and then never writes is closed after
+// FirstWriteTimeout, not IdleTimeout; the known-unsafe admit-any keeps it.
+func TestSilentSessionIsClosed(t *testing.T) {
+	for _, mode := range []unsafeMode{safe, unsafeAdmitAny} {
+		r := newTCP(t, Config{FirstWriteTimeout: 300 * time.Millisecond, IdleTimeout: time.Hour, unsafe: mode})
+		ep, _ := r.LocalEndpoint(context.Background())
+		c, _ := dialAs(t, ep.Address, newTestIdentity(t), grantOwn(t, r))
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		closed := errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+		if mode == safe && !closed {
+			t.Fatalf("silent session: read %v, want it closed by the receiver", err)
+		}
+		if mode == unsafeAdmitAny && closed {
+			t.Fatalf("admit-any closed a silent session: the test cannot fail")
+		}
+	}
+}
+
+// A HELLO naming a key never granted, or a revoked one, gets no session
+// and the same answer; a writer-bound key opens no session for another
+// identity; one identity holds at most MaxSessionsPerWriter sessions.
+func TestHelloNeedsAGrantedKey(t *testing.T) {
+	r := newTCP(t, Config{MaxSessionsPerWriter: 3})
+	ctx := context.Background()
+	ep, _ := r.LocalEndpoint(ctx)
+	revoked := grantOwn(t, r)
+	if _, err := r.Revoke(ctx, revoked); err != nil {
+		t.Fatal(err)
+	}
+	answers := map[string]header{}
+	for name, key := range map[string]sdk.Key{"unknown": sdk.Key(randomNonZero()), "revoked": revoked} {
+		c := connectAs(t, ep.Address, newTestIdentity(t))
+		answers[name] = helloReply(t, c, key)
+	}
+	if u, v := answers["unknown"], answers["revoked"]; u != v || u.Code != helloRefused {
+		t.Fatalf("HELLO answers: unknown %+v, revoked %+v; want one refusal", u, v)
+	}
+	good := grantOwn(t, r)
+	id := newTestIdentity(t)
+	for i := 0; i < 3; i++ {
+		dialAs(t, ep.Address, id, good)
+	}
+	c := connectAs(t, ep.Address, id)
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var hb [headerSize]byte
+	(&header{Type: frameHello, Key: uint64(good)}).encode(hb[:])
+	_, _ = c.Write(hb[:])
+	if _, err := io.ReadFull(c, hb[:]); err == nil {
+		t.Fatalf("a fourth session of one identity was opened, cap 3")
+	}
+	waitStat(t, r, statSessionsCapped, 1)
+	waitStat(t, r, statHelloRefused, 2)
+}
+
+// helloReply says HELLO naming key on c and returns the answer.
+func helloReply(t *testing.T, c *tls.Conn, key sdk.Key) header {
+	t.Helper()
+	var hb [headerSize]byte
+	(&header{Type: frameHello, Key: uint64(key)}).encode(hb[:])
+	if _, err := c.Write(hb[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, hb[:]); err != nil {
+		t.Fatal(err)
+	}
+	h, err := decodeHeader(hb[:], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 func waitForConns(t *testing.T, r *Transport, n int) {
@@ -184,7 +285,7 @@ func TestIdleSessionIsClosed(t *testing.T) {
 func TestGuessingSessionIsClosed(t *testing.T) {
 	r := newTCP(t, Config{})
 	ep, _ := r.LocalEndpoint(context.Background())
-	c, _ := dialAs(t, ep.Address, newTestIdentity(t))
+	c, _ := dialAs(t, ep.Address, newTestIdentity(t), grantOwn(t, r))
 	var hb [headerSize]byte
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	for i := 1; ; i++ {
@@ -198,7 +299,7 @@ func TestGuessingSessionIsClosed(t *testing.T) {
 			}
 			break
 		}
-		if h, err := decodeHeader(hb[:], 0); err != nil || ackCode(h.Code) != ackUnknownKey {
+		if h, err := decodeHeader(hb[:], 0); err != nil || ackCode(h.Code) != ackRevoked { // one answer for unknown and revoked keys
 			t.Fatalf("guess %d: %+v, %v", i, h, err)
 		}
 		if i > maxUnknownKeyWrites+1 {
@@ -241,4 +342,49 @@ func TestRevokedKeysAreForgotten(t *testing.T) {
 	if c := post(t, e, e.Peer, first, 0, 0, 4096); c.Status != sdk.FailedDefinite {
 		t.Fatalf("write under a forgotten key: %+v, want FailedDefinite", c)
 	}
+}
+
+// Refusals are logged at most once a second, however many there are (a
+// guesser must not fill the host's log); Stats count every one.
+func TestRefusalsLoggedAtABoundedRate(t *testing.T) {
+	var buf syncBuffer
+	r, err := New(Config{}, hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Debug}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ep, _ := r.LocalEndpoint(context.Background())
+	const n = 100
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		c := connectAs(t, ep.Address, newTestIdentity(t))
+		if h := helloReply(t, c, sdk.Key(randomNonZero())); h.Code != helloRefused {
+			t.Fatalf("HELLO under a guessed key: %+v", h)
+		}
+		_ = c.Close()
+	}
+	elapsed := time.Since(start)
+	waitStat(t, r, statHelloRefused, n)
+	lines := strings.Count(buf.String(), "refused a data session")
+	if limit := 1 + int(elapsed/time.Second); lines > limit {
+		t.Fatalf("%d refusals in %v logged %d times, want at most %d", n, elapsed, lines, limit)
+	}
+	t.Logf("%d refusals in %v: %d log lines", n, elapsed, lines)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -292,7 +292,7 @@ func TestReceiverAppliesNothingAfterItsClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := dialAs(t, ep.Address, newTestIdentity(t))
+	c, _ := dialAs(t, ep.Address, newTestIdentity(t), k)
 	var hb [headerSize]byte
 	const n, half = 64 << 10, 32 << 10
 	payload := bytes.Repeat([]byte{0xAB}, n)

@@ -36,6 +36,12 @@ type Config struct {
 	// IdleTimeout: a data session that starts no write this long is closed
 	// (its sender reconnects on its next Post). Default 5m.
 	IdleTimeout time.Duration
+	// FirstWriteTimeout: a session whose first write does not start this
+	// long after its HELLO is closed (admission.go). Default 5s.
+	FirstWriteTimeout time.Duration
+	// MaxSessionsPerWriter is the most sessions one writer identity holds
+	// at once; more are refused at HELLO (admission.go). Default 64.
+	MaxSessionsPerWriter int
 
 	// unsafe selects a deliberately broken behaviour, for tests that prove
 	// the contract tests can fail. Unexported: settable only by this
@@ -74,6 +80,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 5 * time.Minute
+	}
+	if c.FirstWriteTimeout <= 0 {
+		c.FirstWriteTimeout = 5 * time.Second
+	}
+	if c.MaxSessionsPerWriter <= 0 {
+		c.MaxSessionsPerWriter = 64
 	}
 	return c
 }
@@ -142,6 +154,11 @@ const (
 	// whole span, not its pieces: a rank's key reaches its co-ranks'
 	// shards (pieces.go).
 	unsafeIgnorePieces
+	// unsafeAdmitAny: the data port of wire version 2 — a session for any
+	// client that completes a handshake, whatever its HELLO names, idle up
+	// to IdleTimeout before its first write, no cap per identity, and new
+	// connections refused (not silent ones evicted) at MaxConns.
+	unsafeAdmitAny
 )
 
 // unsafeModeByName is how the kvfenceunsafe build of the binary picks one.
@@ -160,4 +177,5 @@ var unsafeModeByName = map[string]unsafeMode{
 	"wrong-refusal-class":          unsafeWrongRefusalClass,
 	"confirm-before-stopped":       unsafeConfirmBeforeStopped,
 	"ignore-pieces":                unsafeIgnorePieces,
+	"admit-any":                    unsafeAdmitAny,
 }

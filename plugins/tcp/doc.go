@@ -47,11 +47,18 @@
 // and its payload discarded. The known-unsafe ignore-pieces variant checks
 // the span only.
 //
-// Bounds on the data port (receiver.go): Accept errors (descriptor or
-// memory exhaustion) are retried with backoff, never fatal; at most
-// MaxConns connections at once (more are closed on accept); a connection
-// must finish its handshake and first frame within HandshakeTimeout; a
-// session that starts no write for IdleTimeout is closed; a write's payload
+// Bounds on the data port (receiver.go, admission.go): Accept errors
+// (descriptor or memory exhaustion) are retried with backoff, never fatal;
+// a client certificate alone earns nothing — a session opens only for a
+// HELLO naming a key this receiver granted (not revoked; a writer-bound
+// key only for its writer), unknown and revoked keys getting one answer;
+// at most MaxSessionsPerWriter sessions per identity; at most MaxConns
+// connections at once, the oldest silent one evicted for a newcomer (more
+// are closed on accept only when every connection has written); a
+// connection must finish its handshake and first frame within
+// HandshakeTimeout, and its first write within FirstWriteTimeout; a
+// session that starts no write for IdleTimeout is closed; refusals are
+// logged at most once a second; a write's payload
 // is at most MaxOpBytes; acknowledgements a sender does not read time out;
 // a revoked key is forgotten after twice MaxTail (retention.go), so the key
 // table of a receiver granting a key per request stays bounded.

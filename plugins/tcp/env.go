@@ -12,11 +12,12 @@ import (
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	cfg := Config{ListenAddr: getenv("KVFENCE_TCP_LISTEN")}
 	for name, dst := range map[string]*time.Duration{
-		"KVFENCE_TCP_ACK_TIMEOUT":       &cfg.AckTimeout,
-		"KVFENCE_TCP_WRITE_TTL":         &cfg.WriteTTL,
-		"KVFENCE_TCP_CLOCK_SKEW":        &cfg.ClockSkew,
-		"KVFENCE_TCP_HANDSHAKE_TIMEOUT": &cfg.HandshakeTimeout,
-		"KVFENCE_TCP_IDLE_TIMEOUT":      &cfg.IdleTimeout,
+		"KVFENCE_TCP_ACK_TIMEOUT":         &cfg.AckTimeout,
+		"KVFENCE_TCP_WRITE_TTL":           &cfg.WriteTTL,
+		"KVFENCE_TCP_CLOCK_SKEW":          &cfg.ClockSkew,
+		"KVFENCE_TCP_HANDSHAKE_TIMEOUT":   &cfg.HandshakeTimeout,
+		"KVFENCE_TCP_IDLE_TIMEOUT":        &cfg.IdleTimeout,
+		"KVFENCE_TCP_FIRST_WRITE_TIMEOUT": &cfg.FirstWriteTimeout,
 	} {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)

@@ -1,12 +1,36 @@
 package tcp
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/kvfence/kvfence/sdk"
 )
+
+// grantOwn registers 1 MiB on tr and grants all of it, unbound: a key a
+// hand-driven peer may name in its HELLO.
+func grantOwn(t testing.TB, tr *Transport) sdk.Key {
+	t.Helper()
+	ctx := context.Background()
+	mem, err := sdk.NewSharedMemory("own", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mem.Close() })
+	region, err := tr.RegisterMemory(ctx, mem.Desc())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := tr.Grant(ctx, sdk.Window{Region: region, Length: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
 
 // A hand-driven peer for tests that speak the wire directly: a stranger
 // with its own certificate, or a fake receiver.
@@ -21,13 +45,14 @@ func newTestIdentity(t testing.TB) *identity {
 }
 
 // dialAs opens a data connection to the receiver at addr (host:port#pin)
-// authenticated as id, and says hello; it returns the connection and the
+// authenticated as id, and says hello naming key (admission.go: the
+// receiver must have granted it); it returns the connection and the
 // session token the receiver answered with.
-func dialAs(t testing.TB, addr string, id *identity) (*tls.Conn, sessionToken) {
+func dialAs(t testing.TB, addr string, id *identity, key sdk.Key) (*tls.Conn, sessionToken) {
 	t.Helper()
 	c := connectAs(t, addr, id)
 	var hb [headerSize]byte
-	(&header{Type: frameHello}).encode(hb[:])
+	(&header{Type: frameHello, Key: uint64(key)}).encode(hb[:])
 	if _, err := c.Write(hb[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +60,7 @@ func dialAs(t testing.TB, addr string, id *identity) (*tls.Conn, sessionToken) {
 		t.Fatal(err)
 	}
 	h, err := decodeHeader(hb[:], 0)
-	if err != nil || h.Type != frameHelloAck {
+	if err != nil || h.Type != frameHelloAck || h.Code != 0 {
 		t.Fatalf("hello reply %+v, %v", h, err)
 	}
 	return c, h.token()

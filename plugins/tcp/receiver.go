@@ -33,7 +33,8 @@ type receiver struct {
 	mu       sync.Mutex
 	sessions map[sessionToken]*recvSession
 	present  map[fingerprint]*presence // identities with a session open
-	conns    map[net.Conn]struct{}     // every accepted connection still open
+	conns    map[net.Conn]*admitted    // every accepted connection still open (admission.go)
+	refusals *refusalLog               // bounded logging of refusals (admission.go)
 	closed   bool
 	stop     chan struct{} // closed by close: ends the accept backoff
 	wg       sync.WaitGroup
@@ -80,6 +81,7 @@ type recvSession struct {
 	done   chan struct{} // closed when its goroutine will apply nothing more
 
 	unknownKeys int // only its goroutine
+	wroteFlag       // set at its first write: no longer silent (admission.go)
 }
 
 var (
@@ -179,13 +181,12 @@ func (r *receiver) serve() {
 			r.mu.Unlock()
 			_ = c.Close()
 			return
-		case len(r.conns) >= r.t.cfg.MaxConns:
+		case !r.admitLocked(c):
 			r.mu.Unlock()
 			r.t.stats.add(statConnsRefused, 1)
 			_ = c.Close()
 			continue
 		}
-		r.conns[c] = struct{}{}
 		r.wg.Add(1)
 		r.mu.Unlock()
 		go func() {
@@ -221,11 +222,15 @@ func (r *receiver) handle(raw net.Conn) {
 	h, err := decodeHeader(hb[:], r.t.cfg.MaxOpBytes)
 	if err != nil {
 		r.t.stats.add(statGarbage, 1)
-		r.log.Warn("garbage on a new connection", "remote", raw.RemoteAddr().String(), "error", err)
+		r.refusals.warn(r, "garbage on a new connection", "remote", raw.RemoteAddr().String(), "error", err)
 		return
 	}
 	switch h.Type {
 	case frameHello:
+		if !r.helloUsable(peer, h.Key) {
+			r.refuseHello(conn, peer)
+			return
+		}
 		r.session(raw, conn, peer)
 	case frameQuiesce:
 		r.quiesce(conn, peer, h)
@@ -250,20 +255,38 @@ func (r *receiver) authenticate(raw net.Conn, deadline time.Time) (net.Conn, fin
 	return tc, fp, err
 }
 
-func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
+// refuseHello answers a HELLO whose key is not usable here; the same
+// answer whatever the reason (admission.go).
+func (r *receiver) refuseHello(conn net.Conn, peer fingerprint) {
+	r.t.stats.add(statHelloRefused, 1)
+	r.refusals.warn(r, "refused a data session: its HELLO names no key usable here", "identity", peer.String())
+	var hb [headerSize]byte
+	(&header{Type: frameHelloAck, Code: helloRefused}).encode(hb[:])
+	_, _ = conn.Write(hb[:])
+}
+
+// open registers a new session for peer, nil when the receiver is closing
+// or the identity holds its most sessions (admission.go).
+func (r *receiver) open(raw, conn net.Conn, peer fingerprint) *recvSession {
 	s := &recvSession{token: newSessionToken(), peer: peer, raw: raw, conn: conn, done: make(chan struct{})}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.closed {
-		r.mu.Unlock()
+		return nil
+	}
+	if !r.joinLocked(s) {
+		r.t.stats.add(statSessionsCapped, 1)
+		r.refusals.warn(r, "refused a data session: its identity holds the most sessions allowed", "identity", peer.String(), "max", r.t.cfg.MaxSessionsPerWriter)
+		return nil
+	}
+	return s
+}
+
+func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
+	s := r.open(raw, conn, peer)
+	if s == nil {
 		return
 	}
-	r.sessions[s.token] = s
-	if s.at = r.present[peer]; s.at == nil {
-		s.at = &presence{}
-		r.present[peer] = s.at
-	}
-	s.at.live++
-	r.mu.Unlock()
 	defer func() {
 		s.abort()
 		r.mu.Lock()
@@ -284,19 +307,20 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 	acks := startAckWriter(s)
 	defer acks.end() // deferred last, runs first: queued acknowledgements leave before the abort
 	for {
-		if err := s.readFull(hb[:], time.Now().Add(r.t.cfg.IdleTimeout)); err != nil {
+		if err := s.readFull(hb[:], r.firstWriteDeadline(s)); err != nil {
 			if errors.Is(err, errDeadline) {
 				r.t.stats.add(statIdleClosed, 1)
 			}
 			return
 		}
+		s.wrote.Store(true)
 		h, err := decodeHeader(hb[:], r.t.cfg.MaxOpBytes)
 		if err != nil || h.Type != frameWrite {
 			// A stream we cannot parse cannot be resynchronised: drop the
 			// connection, count it, stay up. Unacknowledged writes on it
 			// are InDoubt at the sender until it quiesces.
 			r.t.stats.add(statGarbage, 1)
-			r.log.Warn("garbage on a data connection; closing it", "error", err)
+			r.refusals.warn(r, "garbage on a data connection; closing it", "error", err)
 			return
 		}
 		if r.t.cfg.unsafe == unsafeAckBeforeApply {
@@ -309,7 +333,7 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 		if err != nil {
 			return
 		}
-		reply := header{Type: frameAck, Code: uint16(code), Seq: h.Seq}
+		reply := header{Type: frameAck, Code: uint16(oneAnswer(code)), Seq: h.Seq}
 		if code == ackOK {
 			reply.Length = h.Length
 		}
@@ -327,7 +351,7 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 		if code == ackUnknownKey {
 			if s.unknownKeys++; s.unknownKeys >= maxUnknownKeyWrites {
 				r.t.stats.add(statGuessesClosed, 1)
-				r.log.Warn("closing a data session that keeps writing under unknown keys", "writes", s.unknownKeys)
+				r.refusals.warn(r, "closing a data session that keeps writing under unknown keys", "writes", s.unknownKeys)
 				return
 			}
 		}
@@ -404,7 +428,7 @@ func (r *receiver) quiesce(c net.Conn, peer fingerprint, h header) {
 	case !s.peer.equal(peer):
 		reply.Code = quiescedRefused
 		r.t.stats.add(statQuiesceRefused, 1)
-		r.log.Warn("refused a Quiesce for another identity's session", "from", peer.String())
+		r.refusals.warn(r, "refused a Quiesce for another identity's session", "from", peer.String())
 	case r.t.cfg.unsafe == unsafeConfirmBeforeStopped:
 		// KNOWN-UNSAFE: half-closes the TCP socket, so the sender sees the
 		// end of the stream at once, while the session goes on reading and

@@ -160,7 +160,7 @@ func inject(t *testing.T, addr string, id *identity, key sdk.Key) {
 	t.Helper()
 	c := connectAsOrPlain(t, addr, id)
 	var hb [headerSize]byte
-	(&header{Type: frameHello}).encode(hb[:])
+	(&header{Type: frameHello, Key: uint64(key)}).encode(hb[:])
 	_, _ = c.Write(hb[:])
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(c, hb[:]); err != nil {
@@ -262,7 +262,7 @@ func strangerQuiesce(t *testing.T, cfg Config) bool {
 	if cfg.unsafe != unsafeCleartext {
 		stranger = newTestIdentity(t)
 		// Its own session's token tells it nothing about the honest one.
-		_, own := dialAs(t, ep.Address, stranger)
+		_, own := dialAs(t, ep.Address, stranger, grantAll(t, e))
 		if own == honest || own == (sessionToken{}) {
 			t.Fatalf("session tokens: honest %x, stranger's %x", honest, own)
 		}
@@ -360,8 +360,9 @@ func TestWriterBoundKeyRefusesStranger(t *testing.T) {
 	if bytes.Contains(e.Dst.Bytes(), bytes.Repeat([]byte{0xEE}, 4096)) {
 		t.Fatal("a stranger's write landed under a writer-bound key")
 	}
-	if m, _ := r.Stats(ctx); m[statNotWriter] != 1 {
-		t.Fatalf("refused as not the writer: %d, want 1", m[statNotWriter])
+	// Refused at its HELLO: the key names another writer (admission.go).
+	if m, _ := r.Stats(ctx); m[statHelloRefused] != 1 {
+		t.Fatalf("refused at HELLO: %d, want 1", m[statHelloRefused])
 	}
 	if c := post(t, e, e.Peer, bound, 0, 0, 4096); c.Status != sdk.Succeeded {
 		t.Fatalf("the bound writer's write: %+v", c)

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -70,6 +71,10 @@ type pendingOp struct {
 type sendSession struct {
 	t    *Transport
 	peer *peer
+	// helloKey is the key of the batch that started the session: its HELLO
+	// names it, and the receiver opens a session only for a key it granted
+	// (admission.go).
+	helloKey sdk.Key
 
 	queue     chan *batchState
 	stop      chan struct{} // closed to make the writer finish
@@ -99,9 +104,9 @@ type sendSession struct {
 	localFault error
 }
 
-func newSendSession(t *Transport, p *peer) *sendSession {
+func newSendSession(t *Transport, p *peer, helloKey sdk.Key) *sendSession {
 	s := &sendSession{
-		t: t, peer: p,
+		t: t, peer: p, helloKey: helloKey,
 		queue:     make(chan *batchState, t.cfg.QueueDepth),
 		stop:      make(chan struct{}),
 		writerEnd: make(chan struct{}),
@@ -143,14 +148,18 @@ func (s *sendSession) run() {
 		// Nothing ever left this process on this session: every batch on it
 		// fails definitely (the receiver has no connection of ours).
 		s.halt()
-		s.drainQueue("dial failed: " + err.Error())
+		class := sdk.ClassUnavailable
+		if errors.Is(err, errHelloRefused) {
+			class = classOfAck(ackRevoked) // the receiver's one answer
+		}
+		s.drainQueue(class, "dial failed: "+err.Error())
 		return
 	}
 	go s.readAcks()
 	for s.writeNext() {
 	}
 	// Stopped or broken: whatever is still queued was never sent.
-	s.drainQueue("never sent: session ended")
+	s.drainQueue(sdk.ClassUnavailable, "never sent: session ended")
 }
 
 func (s *sendSession) writeNext() bool {
@@ -298,22 +307,26 @@ func (s *sendSession) unpinFrom(b *batchState, i int) {
 // resolveUnsent counts n ops of b as provably not applied (never sent).
 // Caller holds s.mu.
 func (s *sendSession) resolveUnsent(b *batchState, n int, why string) {
+	s.resolveUnsentClass(b, n, sdk.ClassUnavailable, why)
+}
+
+func (s *sendSession) resolveUnsentClass(b *batchState, n int, class sdk.Class, why string) {
 	if n <= 0 {
 		return
 	}
 	b.unresolved -= n
 	b.refusedN += n
-	s.settle(b, sdk.ClassUnavailable, why)
+	s.settle(b, class, why)
 }
 
 // drainQueue resolves every queued batch as never sent.
-func (s *sendSession) drainQueue(why string) {
+func (s *sendSession) drainQueue(class sdk.Class, why string) {
 	for {
 		select {
 		case b := <-s.queue:
 			s.mu.Lock()
 			s.unpinFrom(b, 0)
-			s.resolveUnsent(b, len(b.ops), why)
+			s.resolveUnsentClass(b, len(b.ops), class, why)
 			s.mu.Unlock()
 		default:
 			return

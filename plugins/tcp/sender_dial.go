@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,10 @@ import (
 
 	"github.com/kvfence/kvfence/sdk"
 )
+
+// errHelloRefused: the receiver opens no session for the key our HELLO
+// named (unknown or revoked there: one answer, admission.go).
+var errHelloRefused = errors.New("receiver: key not usable (unknown or revoked)")
 
 // dialTimeout bounds the TCP connect, the TLS handshake and the hello.
 const dialTimeout = 5 * time.Second
@@ -54,7 +59,7 @@ func (s *sendSession) dial(ctx context.Context) (net.Conn, net.Conn, *corkedConn
 	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
 	defer stop()
 	var hb [headerSize]byte
-	(&header{Type: frameHello}).encode(hb[:])
+	(&header{Type: frameHello, Key: uint64(s.helloKey)}).encode(hb[:])
 	_ = raw.SetDeadline(time.Now().Add(dialTimeout))
 	if _, err := conn.Write(hb[:]); err != nil {
 		raw.Close()
@@ -69,6 +74,10 @@ func (s *sendSession) dial(ctx context.Context) (net.Conn, net.Conn, *corkedConn
 	if err != nil || h.Type != frameHelloAck {
 		raw.Close()
 		return nil, nil, nil, sessionToken{}, fmt.Errorf("bad hello reply: %v", err)
+	}
+	if h.Code == helloRefused {
+		raw.Close()
+		return nil, nil, nil, sessionToken{}, errHelloRefused
 	}
 	return conn, raw, ck, h.token(), nil
 }

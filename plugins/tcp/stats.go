@@ -25,6 +25,12 @@ const (
 	statGuessesClosed  = "tcp.sessions_closed_unknown_keys"
 	statQuiesceRefused = "tcp.quiesce_refused" // a Quiesce for another identity's session
 	statNotWriter      = "tcp.writes_refused_not_writer"
+	statHelloRefused   = "tcp.hellos_refused"          // HELLO named no key usable here (admission.go)
+	statSessionsCapped = "tcp.sessions_refused_at_cap" // the identity holds MaxSessionsPerWriter
+	statSilentEvicted  = "tcp.silent_conns_evicted"    // evicted at MaxConns: never wrote
+	// statMostSessionsPerWriter is a high-water mark, not a counter: the
+	// most sessions one identity held at once (admission.go).
+	statMostSessionsPerWriter = "tcp.most_sessions_one_writer_held"
 )
 
 type stats struct {
@@ -38,6 +44,16 @@ func (s *stats) add(name string, n uint64) {
 		s.m = map[string]uint64{}
 	}
 	s.m[name] += n
+	s.mu.Unlock()
+}
+
+// max raises name to v if it is lower (a high-water mark).
+func (s *stats) max(name string, v uint64) {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[string]uint64{}
+	}
+	s.m[name] = max(s.m[name], v)
 	s.mu.Unlock()
 }
 

@@ -82,7 +82,7 @@ func New(cfg Config, log hclog.Logger) (*Transport, error) {
 		pumpEnd:  make(chan struct{}),
 	}
 	t.compCond = sync.NewCond(&t.compMu)
-	t.recv = &receiver{t: t, ln: ln, log: log, sessions: map[sessionToken]*recvSession{}, present: map[fingerprint]*presence{}, conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+	t.recv = &receiver{t: t, ln: ln, log: log, sessions: map[sessionToken]*recvSession{}, present: map[fingerprint]*presence{}, conns: map[net.Conn]*admitted{}, refusals: newRefusalLog(), stop: make(chan struct{})}
 	if cfg.unsafe != unsafeCleartext {
 		if t.id, err = newIdentity(); err != nil {
 			_ = ln.Close()
@@ -384,7 +384,7 @@ func (t *Transport) enqueue(p *peer, bs *batchState) error {
 		}
 	}
 	if s == nil {
-		s = newSendSession(t, p)
+		s = newSendSession(t, p, bs.ops[0].RemoteKey)
 		p.sess = s
 		s.mu.Lock()
 	}

@@ -10,21 +10,23 @@ import (
 // (Length bytes) after it.
 //
 //	0  magic    u32  "KVFT"
-//	4  version  u8   2
+//	4  version  u8   3
 //	5  type     u8   frameType
-//	6  code     u16  ACK / QUIESCED result; zero otherwise
+//	6  code     u16  ACK / QUIESCED / HELLO_ACK result; zero otherwise
 //	8  seq      u64  WRITE/ACK: per-connection operation number
-//	16 key      u64  WRITE: exposure key; HELLO_ACK/QUIESCE: session token, first half
+//	16 key      u64  WRITE, HELLO: exposure key; HELLO_ACK/QUIESCE: session token, first half
 //	24 offset   u64  WRITE: offset in the key's window; HELLO_ACK/QUIESCE: session token, second half
 //	32 length   u64  WRITE: payload length; ACK: bytes applied
 //	40 deadline i64  WRITE: unix nanos (sender clock) after which it must not be applied
 //
 // Version 1 was the same frames in cleartext, with a receiver instance and
-// sequential session ids where the token is now.
+// sequential session ids where the token is now. Version 2's HELLO named
+// no key: any client that completed a handshake got a session
+// (admission.go).
 const (
 	headerSize   = 48
 	wireMagic    = 0x5446564b // "KVFT" little-endian
-	wireVersion  = 2
+	wireVersion  = 3
 	maxWireBytes = 1 << 30 // hard cap on one write's payload, whatever the config says
 )
 
@@ -158,7 +160,11 @@ func decodeHeader(b []byte, maxWrite uint64) (header, error) {
 		if h.Code > quiescedRefused {
 			return h, wireErrorf("unknown quiesced code %d", h.Code)
 		}
-	case frameHello, frameHelloAck, frameQuiesce:
+	case frameHelloAck:
+		if h.Code > helloRefused || h.Length != 0 {
+			return h, wireErrorf("hello ack with code %d, length %d", h.Code, h.Length)
+		}
+	case frameHello, frameQuiesce:
 		if h.Code != 0 || h.Length != 0 {
 			return h, wireErrorf("frame type %d with code/length set", h.Type)
 		}

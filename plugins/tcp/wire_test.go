@@ -118,7 +118,7 @@ func TestGarbageOnTheWire(t *testing.T) {
 		untilClosed(c)
 	}
 	// A valid hello, then a bogus frame, over TLS.
-	c, _ := dialAs(t, ep.Address, newTestIdentity(t))
+	c, _ := dialAs(t, ep.Address, newTestIdentity(t), grantAll(t, e))
 	var b [headerSize]byte
 	(&header{Type: frameAck}).encode(b[:])
 	_, _ = c.Write(b[:])

@@ -145,9 +145,19 @@ func checkWriteLands(ctx context.Context, e *Env) error {
 }
 
 // checkUnknownKey: a write under a key nobody granted must not be reported
-// Succeeded (a sender that trusts its socket would), and lands nowhere.
+// Succeeded (a sender that trusts its socket would), and lands nowhere. A
+// granted write goes first, so the unknown key meets an open connection
+// (a receiver may refuse to open one for an unknown key, which would hide
+// such a sender).
 func checkUnknownKey(ctx context.Context, e *Env) error {
 	const fill = 0xA5
+	warm, err := e.grant(ctx, 256<<10, 4096, 0)
+	if err != nil {
+		return err
+	}
+	if c, err := e.postWait(ctx, e.Write(e.NewBatchID(), warm, 0, 0, 4096)); err != nil || c.Status != sdk.Succeeded {
+		return fmt.Errorf("write under a granted key first: %+v, %v", c, err)
+	}
 	for i := range e.Dst.Bytes()[512<<10:] {
 		e.Dst.Bytes()[512<<10+i] = fill
 	}

@@ -5,7 +5,8 @@
 // Settings come from the environment so a host can pass them with
 // OpenOptions.Env: KVFENCE_TCP_LISTEN (default 127.0.0.1:0),
 // KVFENCE_TCP_ACK_TIMEOUT, KVFENCE_TCP_WRITE_TTL, KVFENCE_TCP_CLOCK_SKEW,
-// KVFENCE_TCP_HANDSHAKE_TIMEOUT, KVFENCE_TCP_IDLE_TIMEOUT (Go durations),
+// KVFENCE_TCP_HANDSHAKE_TIMEOUT, KVFENCE_TCP_IDLE_TIMEOUT,
+// KVFENCE_TCP_FIRST_WRITE_TIMEOUT (Go durations),
 // KVFENCE_TCP_MAX_CONNS (data-port connection cap), KVFENCE_LOG_LEVEL.
 //
 // It owns only wiring (environment to tcp.Config, sdk.Serve). It must never
