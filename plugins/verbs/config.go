@@ -23,7 +23,7 @@ const (
 	RevokeMR RevokeMode = "mr"
 )
 
-// PollMode says how the completion loop waits (see transport.go, pollLoop).
+// PollMode says how the completion loop waits (see poll.go, pollLoop).
 type PollMode string
 
 const (

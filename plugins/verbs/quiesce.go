@@ -1,0 +1,83 @@
+package verbs
+
+// This file: Quiesce, the only path to endpoint-flushed evidence.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kvfence/kvfence/sdk"
+)
+
+// Quiesce moves every QP that carries (or carried, with an error) one of
+// the batches to ERROR, waits until the polling loop has harvested every
+// completion of it, flushes included, and destroys it; only then is nothing
+// posted on it able to move. Evidence: endpoint-flushed. If every listed
+// batch had already completed on a healthy QP: completions-harvested.
+func (t *Transport) Quiesce(ctx context.Context, id sdk.PeerID, batches []sdk.BatchID) (sdk.QuiesceResult, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.peers[id]
+	if !ok {
+		return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassNotFound, "verbs: peer %s", id)
+	}
+	flush := map[*conn]bool{}
+	for _, b := range batches {
+		c := t.owner[b]
+		if c == nil || c.destroyed {
+			continue
+		}
+		if c.ep.pending(b) || c.broken {
+			flush[c] = true
+		}
+	}
+	res := sdk.QuiesceResult{Evidence: sdk.EvidenceCompletionsHarvested, Batches: append([]sdk.BatchID(nil), batches...)}
+	if len(flush) == 0 {
+		return res, nil
+	}
+	for c := range flush {
+		if p.cur == c {
+			p.cur = nil // reconnect lazily on the next Post
+			p.old = append(p.old, c)
+		}
+		c.broken = true
+		t.emitLocked(c.ep.beginFlush()...)
+		if err := c.qp.toError(); err != nil {
+			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassUnavailable, "verbs: quiesce %s: %v", id, err)
+		}
+	}
+	deadline := time.Now().Add(t.cfg.MaxTail() + 10*time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	timer := time.AfterFunc(time.Until(deadline), func() { t.mu.Lock(); t.changed.Broadcast(); t.mu.Unlock() })
+	defer timer.Stop()
+	for {
+		all := true
+		for c := range flush {
+			all = all && c.ep.drained()
+		}
+		if all {
+			break
+		}
+		if t.closed || !time.Now().Before(deadline) {
+			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassUnavailable, "verbs: quiesce %s: flush completions did not all arrive; batches stay in doubt", id)
+		}
+		t.changed.Wait()
+	}
+	for c := range flush {
+		t.destroyLocked(c)
+	}
+	kept := p.old[:0]
+	for _, c := range p.old {
+		if !c.destroyed {
+			kept = append(kept, c)
+		}
+	}
+	p.old = kept
+	res.Evidence = sdk.EvidenceEndpointFlushed
+	res.Detail = fmt.Sprintf("%d queue pair(s) moved to ERROR, every completion harvested, destroyed", len(flush))
+	t.stats["quiesce_flushes"]++
+	return res, nil
+}
