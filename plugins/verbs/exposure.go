@@ -19,6 +19,8 @@ type grant struct {
 	revoked bool
 }
 
+// Grant exposes one window under a new key: a type-2 window bound to its
+// writer's QP, a type-1 window, or an MR of its own (Config.Revoke).
 func (t *Transport) Grant(ctx context.Context, w sdk.Window) (sdk.Key, error) {
 	if w.Pieced() {
 		return 0, sdk.Errorf(sdk.ClassUnimplemented, "verbs: a pieced window (stride %d, piece %d): a key is one contiguous MR or memory window (bounds window); grant one key per piece", w.Stride, w.Piece)
@@ -33,49 +35,10 @@ func (t *Transport) Grant(ctx context.Context, w sdk.Window) (sdk.Key, error) {
 		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "verbs: window [%d,+%d) outside region of %d bytes", w.Offset, w.Length, r.desc.Size)
 	}
 	g := &grant{region: w.Region, off: w.Offset, n: w.Length}
-	addr := r.localAddr(w.Offset)
-	iova := addr & 0xfff
-	var err error
-	register := func(acc int) (*mr, error) {
-		if r.dmabuf != nil {
-			return t.d.regDMABuf(int(r.dmabuf.Fd()), r.desc.Offset+w.Offset, w.Length, iova, acc)
-		}
-		return t.d.regMR(uintptr(addr), w.Length, iova, acc)
-	}
-	var rkey uint32
-	switch {
-	case w.Writer != "" && t.writerBound():
-		if g.mr, err = register(accLocalWrite | accMWBind); err != nil {
-			return 0, err
-		}
-		if g.mw, err = t.d.allocMW2(); err != nil {
-			_ = g.mr.dereg()
-			return 0, err
-		}
-		if g.bound, rkey, err = t.bindToWriter(w.Writer, g.mw, g.mr, iova, w.Length); err != nil {
-			_ = g.mw.dealloc()
-			_ = g.mr.dereg()
-			return 0, err
-		}
-	case t.mode == RevokeMR:
-		if g.mr, err = register(accLocalWrite | accRemoteWrite | accRemoteRead); err != nil {
-			return 0, err
-		}
-		rkey = g.mr.rkey()
-	case t.mode == RevokeMW1:
-		// The MR itself grants no remote access: only the window does.
-		if g.mr, err = register(accLocalWrite | accMWBind); err != nil {
-			return 0, err
-		}
-		if g.mw, err = t.d.allocMW1(); err != nil {
-			_ = g.mr.dereg()
-			return 0, err
-		}
-		if rkey, err = t.d.bindMW1(g.mw, g.mr, iova, w.Length, accRemoteWrite|accRemoteRead); err != nil {
-			_ = g.mw.dealloc()
-			_ = g.mr.dereg()
-			return 0, err
-		}
+	iova := r.localAddr(w.Offset) & 0xfff
+	rkey, err := t.exposeLocked(r, w, g, iova)
+	if err != nil {
+		return 0, err
 	}
 	var k sdk.Key
 	for {
@@ -91,6 +54,71 @@ func (t *Transport) Grant(ctx context.Context, w sdk.Window) (sdk.Key, error) {
 		t.stats["grants_mw2"]++
 	}
 	return k, nil
+}
+
+// exposeLocked registers g's MR (and window) over w and returns the rkey a
+// writer uses. On error nothing of g is left registered.
+func (t *Transport) exposeLocked(r *region, w sdk.Window, g *grant, iova uint64) (uint32, error) {
+	addr := r.localAddr(w.Offset)
+	register := func(acc int) (*mr, error) {
+		if r.dmabuf != nil {
+			return t.d.regDMABuf(int(r.dmabuf.Fd()), r.desc.Offset+w.Offset, w.Length, iova, acc)
+		}
+		return t.d.regMR(uintptr(addr), w.Length, iova, acc)
+	}
+	var err error
+	switch {
+	case w.Writer != "" && t.writerBound():
+		if g.mr, err = register(accLocalWrite | accMWBind); err != nil {
+			return 0, err
+		}
+		return t.exposeToWriterLocked(w, g, iova)
+	case t.mode == RevokeMR:
+		if g.mr, err = register(accLocalWrite | accRemoteWrite | accRemoteRead); err != nil {
+			return 0, err
+		}
+		return g.mr.rkey(), nil
+	case t.mode == RevokeMW1:
+		// The MR itself grants no remote access: only the window does.
+		if g.mr, err = register(accLocalWrite | accMWBind); err != nil {
+			return 0, err
+		}
+		return t.exposeMW1Locked(w, g, iova)
+	}
+	return 0, nil
+}
+
+// exposeToWriterLocked binds a type-2 window over g's MR on the responder
+// QP of w's writer.
+func (t *Transport) exposeToWriterLocked(w sdk.Window, g *grant, iova uint64) (uint32, error) {
+	var err error
+	if g.mw, err = t.d.allocMW2(); err != nil {
+		_ = g.mr.dereg()
+		return 0, err
+	}
+	var rkey uint32
+	if g.bound, rkey, err = t.bindToWriter(w.Writer, g.mw, g.mr, iova, w.Length); err != nil {
+		_ = g.mw.dealloc()
+		_ = g.mr.dereg()
+		return 0, err
+	}
+	return rkey, nil
+}
+
+// exposeMW1Locked binds a type-1 window over g's MR.
+func (t *Transport) exposeMW1Locked(w sdk.Window, g *grant, iova uint64) (uint32, error) {
+	var err error
+	if g.mw, err = t.d.allocMW1(); err != nil {
+		_ = g.mr.dereg()
+		return 0, err
+	}
+	rkey, err := t.d.bindMW1(g.mw, g.mr, iova, w.Length, accRemoteWrite|accRemoteRead)
+	if err != nil {
+		_ = g.mw.dealloc()
+		_ = g.mr.dereg()
+		return 0, err
+	}
+	return rkey, nil
 }
 
 // writerBound: keys can be bound to one writer (type-2 windows).
