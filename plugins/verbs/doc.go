@@ -99,6 +99,11 @@
 // MaxTail is derived from the QP's own timeout and retry_cnt; retry_cnt 7
 // (infinite retry on rxe) is refused.
 //
+// Errors are classified (errdefs): a bad setting is InvalidArgument, from
+// ConfigFromEnv and from New alike (the command exits 2 on it); the
+// handshake's are classified in handshake.go, and a receiver that refuses a
+// sender sends its error's class, which the sender's Connect or Post returns.
+//
 // It must never: claim quiescence before every completion of a queue pair was
 // harvested after the queue pair was moved to ERROR (or it was destroyed);
 // report Succeeded for a batch with any non-success completion; post on a

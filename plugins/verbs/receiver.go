@@ -58,7 +58,7 @@ func (t *Transport) serveHandshake(c net.Conn) {
 		if err = q.connect(h.qpAttrs, psn, t.cfg.Timeout, t.cfg.RetryCnt); err == nil {
 			t.amu.Lock()
 			if t.aclosed {
-				err = sdk.Errorf(sdk.ClassUnavailable, "closed")
+				err = sdk.Errorf(sdk.ClassUnavailable, "verbs: closed")
 			} else {
 				t.accepts[c] = &responder{q: q, from: h.From, bound: map[*binding]bool{}}
 			}
@@ -69,7 +69,7 @@ func (t *Transport) serveHandshake(c net.Conn) {
 		}
 	}
 	if err != nil {
-		_ = writeHello(c, hello{Err: err.Error()})
+		_ = writeHello(c, refusal(err))
 		if q != nil {
 			_ = q.destroy()
 		}

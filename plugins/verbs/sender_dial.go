@@ -4,7 +4,6 @@ package verbs
 // that connect it, and its destruction once every completion is harvested.
 
 import (
-	"bufio"
 	"math/rand/v2"
 	"net"
 
@@ -29,12 +28,9 @@ func (t *Transport) dialLocked(p *peer) (*conn, error) {
 		return nil, err
 	}
 	psn := rand.Uint32() & 0xffffff
-	if err := writeHello(nc, hello{qpAttrs: qpAttrs{QPN: q.num(), PSN: psn, GID: t.inf.GID}, From: t.ln.Addr().String()}); err != nil {
-		return fail(sdk.Errorf(sdk.ClassUnavailable, "verbs: handshake with %s: %v", p.addr, err))
-	}
-	h, err := readHello(bufio.NewReader(nc), nc)
-	if err != nil || h.Err != "" {
-		return fail(sdk.Errorf(sdk.ClassUnavailable, "verbs: handshake with %s: %v%s", p.addr, err, h.Err))
+	h, err := exchangeHellos(nc, p.addr, hello{qpAttrs: qpAttrs{QPN: q.num(), PSN: psn, GID: t.inf.GID}, From: t.ln.Addr().String()})
+	if err != nil {
+		return fail(err)
 	}
 	if err := q.connect(h.qpAttrs, psn, t.cfg.Timeout, t.cfg.RetryCnt); err != nil {
 		return fail(err)

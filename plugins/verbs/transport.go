@@ -57,7 +57,7 @@ type Transport struct {
 func New(cfg Config, log hclog.Logger) (*Transport, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "%v", err)
+		return nil, err // classified: invalid-argument
 	}
 	if log == nil {
 		log = hclog.NewNullLogger()
