@@ -7,6 +7,7 @@ package verbs
 import (
 	"context"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -23,16 +24,16 @@ type grant struct {
 // writer's QP, a type-1 window, or an MR of its own (Config.Revoke).
 func (t *Transport) Grant(ctx context.Context, w sdk.Window) (sdk.Key, error) {
 	if w.Pieced() {
-		return 0, sdk.Errorf(sdk.ClassUnimplemented, "verbs: a pieced window (stride %d, piece %d): a key is one contiguous MR or memory window (bounds window); grant one key per piece", w.Stride, w.Piece)
+		return 0, errdefs.Errorf(errdefs.Unimplemented, "verbs: a pieced window (stride %d, piece %d): a key is one contiguous MR or memory window (bounds window); grant one key per piece", w.Stride, w.Piece)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r, ok := t.regions[w.Region]
 	if !ok {
-		return 0, sdk.Errorf(sdk.ClassNotFound, "verbs: region %d", w.Region)
+		return 0, errdefs.Errorf(errdefs.NotFound, "verbs: region %d", w.Region)
 	}
 	if w.Length == 0 || w.Offset+w.Length < w.Offset || w.Offset+w.Length > r.desc.Size || w.Length > maxOpBytes*64 {
-		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "verbs: window [%d,+%d) outside region of %d bytes", w.Offset, w.Length, r.desc.Size)
+		return 0, errdefs.Errorf(errdefs.InvalidArgument, "verbs: window [%d,+%d) outside region of %d bytes", w.Offset, w.Length, r.desc.Size)
 	}
 	g := &grant{region: w.Region, off: w.Offset, n: w.Length}
 	iova := r.localAddr(w.Offset) & 0xfff
@@ -144,11 +145,11 @@ func (t *Transport) bindToWriter(writer string, m *mw, r *mr, iova, n uint64) (*
 	}
 	switch {
 	case count == 0 && broken > 0:
-		return nil, 0, sdk.Errorf(sdk.ClassFailedPrecondition, "verbs: writer %q's connection here is in error (it refused a write); the writer reconnects on its next post", writer)
+		return nil, 0, errdefs.Errorf(errdefs.FailedPrecondition, "verbs: writer %q's connection here is in error (it refused a write); the writer reconnects on its next post", writer)
 	case count == 0:
-		return nil, 0, sdk.Errorf(sdk.ClassFailedPrecondition, "verbs: writer %q is not connected", writer)
+		return nil, 0, errdefs.Errorf(errdefs.FailedPrecondition, "verbs: writer %q is not connected", writer)
 	case count > 1:
-		return nil, 0, sdk.Errorf(sdk.ClassFailedPrecondition, "verbs: writer %q has %d connections here; a key binds to one", writer, count)
+		return nil, 0, errdefs.Errorf(errdefs.FailedPrecondition, "verbs: writer %q has %d connections here; a key binds to one", writer, count)
 	}
 	rkey, err := t.d.bindMW2(on.q, m, r, iova, n, accRemoteWrite|accRemoteRead)
 	if err != nil {
@@ -163,7 +164,7 @@ func (t *Transport) Revoke(ctx context.Context, k sdk.Key) (sdk.RevokeResult, er
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.grants[k]; !ok {
-		return sdk.RevokeResult{}, sdk.Errorf(sdk.ClassNotFound, "verbs: key %#x", uint64(k))
+		return sdk.RevokeResult{}, errdefs.Errorf(errdefs.NotFound, "verbs: key %#x", uint64(k))
 	}
 	return sdk.RevokeResult{}, t.revokeLocked(k)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"unsafe"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -24,7 +25,7 @@ type region struct {
 
 func (t *Transport) RegisterMemory(ctx context.Context, desc sdk.MemoryDesc) (sdk.RegionID, error) {
 	if desc.Size == 0 || desc.Size > 1<<40 {
-		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "verbs: region size %d", desc.Size)
+		return 0, errdefs.Errorf(errdefs.InvalidArgument, "verbs: region size %d", desc.Size)
 	}
 	r := &region{desc: desc, grants: map[sdk.Key]bool{}}
 	var err error
@@ -42,7 +43,7 @@ func (t *Transport) RegisterMemory(ctx context.Context, desc sdk.MemoryDesc) (sd
 		// iova = the offset into the dma-buf: SGEs address the buffer by offset.
 		r.mr, err = t.d.regDMABuf(int(r.dmabuf.Fd()), desc.Offset, desc.Size, desc.Offset, accLocalWrite)
 	default:
-		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "verbs: memory kind %v", desc.Kind)
+		return 0, errdefs.Errorf(errdefs.InvalidArgument, "verbs: memory kind %v", desc.Kind)
 	}
 	if err != nil {
 		r.release()
@@ -52,7 +53,7 @@ func (t *Transport) RegisterMemory(ctx context.Context, desc sdk.MemoryDesc) (sd
 	defer t.mu.Unlock()
 	if t.closed {
 		r.release()
-		return 0, sdk.Errorf(sdk.ClassUnavailable, "verbs: closed")
+		return 0, errdefs.Errorf(errdefs.Unavailable, "verbs: closed")
 	}
 	t.nextReg++
 	t.regions[t.nextReg] = r
@@ -85,10 +86,10 @@ func (t *Transport) DeregisterMemory(ctx context.Context, id sdk.RegionID) error
 	defer t.mu.Unlock()
 	r, ok := t.regions[id]
 	if !ok {
-		return sdk.Errorf(sdk.ClassNotFound, "verbs: region %d", id)
+		return errdefs.Errorf(errdefs.NotFound, "verbs: region %d", id)
 	}
 	if r.inUse > 0 {
-		return sdk.Errorf(sdk.ClassFailedPrecondition, "verbs: region %d is used by %d pending operations", id, r.inUse)
+		return errdefs.Errorf(errdefs.FailedPrecondition, "verbs: region %d is used by %d pending operations", id, r.inUse)
 	}
 	for k := range r.grants {
 		if err := t.revokeLocked(k); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -20,7 +21,7 @@ func (t *Transport) Quiesce(ctx context.Context, id sdk.PeerID, batches []sdk.Ba
 	defer t.mu.Unlock()
 	p, ok := t.peers[id]
 	if !ok {
-		return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassNotFound, "verbs: peer %s", id)
+		return sdk.QuiesceResult{}, errdefs.Errorf(errdefs.NotFound, "verbs: peer %s", id)
 	}
 	flush := t.toFlushLocked(batches)
 	res := sdk.QuiesceResult{Evidence: sdk.EvidenceCompletionsHarvested, Batches: append([]sdk.BatchID(nil), batches...)}
@@ -77,7 +78,7 @@ func (t *Transport) startFlushLocked(p *peer, flush map[*conn]bool) error {
 		c.broken = true
 		t.emitLocked(c.ep.beginFlush()...)
 		if err := c.qp.toError(); err != nil {
-			return sdk.Errorf(sdk.ClassUnavailable, "verbs: quiesce %s: %v", p.id, err)
+			return errdefs.Errorf(errdefs.Unavailable, "verbs: quiesce %s: %v", p.id, err)
 		}
 	}
 	return nil
@@ -102,7 +103,7 @@ func (t *Transport) awaitFlushedLocked(ctx context.Context, p *peer, flush map[*
 			return nil
 		}
 		if t.closed || !time.Now().Before(deadline) {
-			return sdk.Errorf(sdk.ClassUnavailable, "verbs: quiesce %s: flush completions did not all arrive; batches stay in doubt", p.id)
+			return errdefs.Errorf(errdefs.Unavailable, "verbs: quiesce %s: flush completions did not all arrive; batches stay in doubt", p.id)
 		}
 		t.changed.Wait()
 	}

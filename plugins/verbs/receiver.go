@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -58,7 +59,7 @@ func (t *Transport) serveHandshake(c net.Conn) {
 		if err = q.connect(h.qpAttrs, psn, t.cfg.Timeout, t.cfg.RetryCnt); err == nil {
 			t.amu.Lock()
 			if t.aclosed {
-				err = sdk.Errorf(sdk.ClassUnavailable, "verbs: closed")
+				err = errdefs.Errorf(errdefs.Unavailable, "verbs: closed")
 			} else {
 				t.accepts[c] = &responder{q: q, from: h.From, bound: map[*binding]bool{}}
 			}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"net"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -28,16 +29,16 @@ type conn struct {
 
 func (t *Transport) Connect(ctx context.Context, ep sdk.Endpoint) (sdk.PeerID, error) {
 	if ep.Transport != "verbs" || ep.Address == "" {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "verbs: endpoint %q/%q is not a verbs endpoint", ep.Transport, ep.Address)
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "verbs: endpoint %q/%q is not a verbs endpoint", ep.Transport, ep.Address)
 	}
 	if _, port, err := net.SplitHostPort(ep.Address); err != nil || port == "" {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "verbs: endpoint address %q is not host:port", ep.Address)
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "verbs: endpoint address %q is not host:port", ep.Address)
 	}
 	id := sdk.PeerID("verbs://" + ep.Address)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return "", sdk.Errorf(sdk.ClassUnavailable, "verbs: closed")
+		return "", errdefs.Errorf(errdefs.Unavailable, "verbs: closed")
 	}
 	if _, ok := t.peers[id]; ok {
 		return id, nil
@@ -57,7 +58,7 @@ func (t *Transport) Disconnect(ctx context.Context, id sdk.PeerID) error {
 	defer t.mu.Unlock()
 	p, ok := t.peers[id]
 	if !ok {
-		return sdk.Errorf(sdk.ClassNotFound, "verbs: peer %s", id)
+		return errdefs.Errorf(errdefs.NotFound, "verbs: peer %s", id)
 	}
 	for _, c := range p.conns() {
 		t.emitLocked(c.ep.abandon("peer disconnected before its batches were quiesced")...)
@@ -99,13 +100,13 @@ func (t *Transport) Post(ctx context.Context, b sdk.Batch) error {
 	// request more than QueueDepth: room for the closing request of a cut
 	// chain.)
 	if c.ep.outstanding+len(wrs) > t.cfg.QueueDepth {
-		return sdk.Errorf(sdk.ClassResourceExhausted, "verbs: send queue to %s full (%d in flight)", p.id, c.ep.outstanding)
+		return errdefs.Errorf(errdefs.ResourceExhausted, "verbs: send queue to %s full (%d in flight)", p.id, c.ep.outstanding)
 	}
 	ids, sizes, total, closeID := t.numberLocked(wrs)
 	n, closed, err := c.qp.post(wrs, closeID)
 	if n == 0 {
 		if err == nil {
-			err = sdk.Errorf(sdk.ClassInternal, "verbs: nothing posted")
+			err = errdefs.Errorf(errdefs.Internal, "verbs: nothing posted")
 		}
 		return err // nothing of the batch was posted: nothing moves
 	}
@@ -132,17 +133,17 @@ func (t *Transport) Post(ctx context.Context, b sdk.Batch) error {
 func (t *Transport) checkBatchLocked(b sdk.Batch) (*peer, error) {
 	switch {
 	case t.closed:
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "verbs: closed")
+		return nil, errdefs.Errorf(errdefs.Unavailable, "verbs: closed")
 	case len(b.Ops) == 0:
-		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "verbs: empty batch")
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "verbs: empty batch")
 	case len(b.Ops) > t.cfg.MaxBatch:
-		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "verbs: %d operations, max %d", len(b.Ops), t.cfg.MaxBatch)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "verbs: %d operations, max %d", len(b.Ops), t.cfg.MaxBatch)
 	case t.used[b.ID]:
-		return nil, sdk.Errorf(sdk.ClassAlreadyExists, "verbs: batch id %d reused", b.ID)
+		return nil, errdefs.Errorf(errdefs.AlreadyExists, "verbs: batch id %d reused", b.ID)
 	}
 	p, ok := t.peers[b.Peer]
 	if !ok {
-		return nil, sdk.Errorf(sdk.ClassNotFound, "verbs: peer %s", b.Peer)
+		return nil, errdefs.Errorf(errdefs.NotFound, "verbs: peer %s", b.Peer)
 	}
 	return p, nil
 }
@@ -165,21 +166,21 @@ func (t *Transport) workRequestsLocked(ops []sdk.Op) ([]wr, []sdk.RegionID, erro
 // workRequestLocked validates operation i and builds its work request.
 func (t *Transport) workRequestLocked(i int, op sdk.Op) (wr, error) {
 	if op.Kind != sdk.OpWrite && op.Kind != sdk.OpRead {
-		return wr{}, sdk.Errorf(sdk.ClassInvalidArgument, "verbs: op %d: kind %d", i, op.Kind)
+		return wr{}, errdefs.Errorf(errdefs.InvalidArgument, "verbs: op %d: kind %d", i, op.Kind)
 	}
 	if op.Length == 0 || op.Length > maxOpBytes {
-		return wr{}, sdk.Errorf(sdk.ClassInvalidArgument, "verbs: op %d: length %d", i, op.Length)
+		return wr{}, errdefs.Errorf(errdefs.InvalidArgument, "verbs: op %d: length %d", i, op.Length)
 	}
 	r, ok := t.regions[op.LocalRegion]
 	if !ok {
-		return wr{}, sdk.Errorf(sdk.ClassNotFound, "verbs: op %d: region %d", i, op.LocalRegion)
+		return wr{}, errdefs.Errorf(errdefs.NotFound, "verbs: op %d: region %d", i, op.LocalRegion)
 	}
 	if op.LocalOffset+op.Length < op.LocalOffset || op.LocalOffset+op.Length > r.desc.Size {
-		return wr{}, sdk.Errorf(sdk.ClassInvalidArgument, "verbs: op %d: local [%d,+%d) outside region of %d", i, op.LocalOffset, op.Length, r.desc.Size)
+		return wr{}, errdefs.Errorf(errdefs.InvalidArgument, "verbs: op %d: local [%d,+%d) outside region of %d", i, op.LocalOffset, op.Length, r.desc.Size)
 	}
 	raddr, ok := remoteAddr(op.RemoteKey, op.RemoteOffset, op.Length)
 	if !ok || op.RemoteKey == 0 {
-		return wr{}, sdk.Errorf(sdk.ClassInvalidArgument, "verbs: op %d: remote offset %d", i, op.RemoteOffset)
+		return wr{}, errdefs.Errorf(errdefs.InvalidArgument, "verbs: op %d: remote offset %d", i, op.RemoteOffset)
 	}
 	return wr{LAddr: r.localAddr(op.LocalOffset), Len: uint32(op.Length), LKey: r.mr.lkey(),
 		RAddr: raddr, RKey: keyRKey(op.RemoteKey), Read: op.Kind == sdk.OpRead}, nil

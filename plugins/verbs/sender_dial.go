@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 
-	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // dialLocked creates a QP and connects it to a fresh responder QP at the
@@ -15,7 +15,7 @@ import (
 func (t *Transport) dialLocked(p *peer) (*conn, error) {
 	nc, err := net.DialTimeout("tcp", p.addr, handshakeTimeout)
 	if err != nil {
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "verbs: dial %s: %v", p.addr, err)
+		return nil, errdefs.Errorf(errdefs.Unavailable, "verbs: dial %s: %v", p.addr, err)
 	}
 	q, err := t.d.newQP(t.cfg.QueueDepth + 1)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -81,12 +82,12 @@ func New(cfg Config, log hclog.Logger) (*Transport, error) {
 	}
 	if mode == RevokeMW1 && !inf.MW1 {
 		d.close()
-		return nil, sdk.Errorf(sdk.ClassUnimplemented, "verbs: device %s has no memory windows; use revoke mode mr", inf.Name)
+		return nil, errdefs.Errorf(errdefs.Unimplemented, "verbs: device %s has no memory windows; use revoke mode mr", inf.Name)
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		d.close()
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "verbs: listen %s: %v", cfg.Listen, err)
+		return nil, errdefs.Errorf(errdefs.Unavailable, "verbs: listen %s: %v", cfg.Listen, err)
 	}
 	t := &Transport{cfg: cfg, log: log, d: d, inf: inf, mode: mode, ln: ln,
 		regions: map[sdk.RegionID]*region{}, grants: map[sdk.Key]*grant{}, peers: map[sdk.PeerID]*peer{},
