@@ -2,12 +2,15 @@ package verbs
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net"
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/sdk"
 )
 
 // Every configuration error is invalid-argument: from validate, from the
@@ -160,5 +163,128 @@ func TestReadHelloClassifies(t *testing.T) {
 	var back hello
 	if err := json.Unmarshal([]byte(helloLine(t, r)), &back); err != nil || back.Class != errdefs.Unavailable {
 		t.Fatalf("refusal after the wire: %+v %v", back, err)
+	}
+}
+
+// refusalTransport is a Transport with no device, no listener and no
+// goroutines: enough for the paths that refuse a call before they touch the
+// device. One peer ("verbs://p") and one 4 KiB region (1) are known.
+func refusalTransport(t *testing.T) *Transport {
+	t.Helper()
+	tr := newTransport(Config{}.withDefaults(), nil, nil, devInfo{}, RevokeMR, nil)
+	tr.log = hclog.NewNullLogger()
+	tr.peers["verbs://p"] = &peer{id: "verbs://p", addr: closedAddr(t), cur: &conn{ep: newEpoch()}}
+	tr.regions[1] = &region{desc: sdk.MemoryDesc{Size: 4096}, grants: map[sdk.Key]bool{}}
+	tr.used[9] = true
+	return tr
+}
+
+// closedAddr is a loopback address nothing listens on any more.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// Every refusal of Post, Grant, Quiesce, Connect and the memory calls has
+// its class, checked in order of the checks (the first that applies wins).
+func TestRefusalsAreClassified(t *testing.T) {
+	write := func(mod func(*sdk.Op)) sdk.Batch {
+		op := sdk.Op{Kind: sdk.OpWrite, LocalRegion: 1, Length: 64, RemoteKey: makeKey(5, 0, 1)}
+		if mod != nil {
+			mod(&op)
+		}
+		return sdk.Batch{ID: 1, Peer: "verbs://p", Ops: []sdk.Op{op}}
+	}
+	ctx := context.Background()
+	tr := refusalTransport(t)
+	posts := []struct {
+		name string
+		b    sdk.Batch
+		want errdefs.Class
+	}{
+		{"empty", sdk.Batch{ID: 1, Peer: "verbs://p"}, errdefs.InvalidArgument},
+		{"too many ops", sdk.Batch{ID: 1, Peer: "verbs://p", Ops: make([]sdk.Op, tr.cfg.MaxBatch+1)}, errdefs.InvalidArgument},
+		{"reused id", sdk.Batch{ID: 9, Peer: "verbs://p", Ops: write(nil).Ops}, errdefs.AlreadyExists},
+		{"unknown peer", sdk.Batch{ID: 1, Peer: "verbs://q", Ops: write(nil).Ops}, errdefs.NotFound},
+		{"kind", write(func(o *sdk.Op) { o.Kind = 7 }), errdefs.InvalidArgument},
+		{"zero length", write(func(o *sdk.Op) { o.Length = 0 }), errdefs.InvalidArgument},
+		{"unknown region", write(func(o *sdk.Op) { o.LocalRegion = 2 }), errdefs.NotFound},
+		{"past the region", write(func(o *sdk.Op) { o.LocalOffset = 4090 }), errdefs.InvalidArgument},
+		{"no remote key", write(func(o *sdk.Op) { o.RemoteKey = 0 }), errdefs.InvalidArgument},
+		{"remote offset wraps", write(func(o *sdk.Op) { o.RemoteOffset = ^uint64(0) - 8 }), errdefs.InvalidArgument},
+	}
+	for _, tc := range posts {
+		if err := tr.Post(ctx, tc.b); errdefs.ClassOf(err) != tc.want {
+			t.Errorf("Post %s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	grants := map[string]struct {
+		w    sdk.Window
+		want errdefs.Class
+	}{
+		"pieced":         {sdk.Window{Region: 1, Length: 64, Stride: 128, Piece: 64}, errdefs.Unimplemented},
+		"unknown region": {sdk.Window{Region: 2, Length: 64}, errdefs.NotFound},
+		"empty":          {sdk.Window{Region: 1}, errdefs.InvalidArgument},
+		"past region":    {sdk.Window{Region: 1, Offset: 4000, Length: 200}, errdefs.InvalidArgument},
+	}
+	for name, tc := range grants {
+		if _, err := tr.Grant(ctx, tc.w); errdefs.ClassOf(err) != tc.want {
+			t.Errorf("Grant %s: %v, want %v", name, err, tc.want)
+		}
+	}
+	if _, err := tr.Revoke(ctx, 77); !errdefs.IsNotFound(err) {
+		t.Errorf("Revoke of an unknown key: %v", err)
+	}
+	if _, err := tr.Quiesce(ctx, "verbs://q", nil); !errdefs.IsNotFound(err) {
+		t.Errorf("Quiesce of an unknown peer: %v", err)
+	}
+	if res, err := tr.Quiesce(ctx, "verbs://p", []sdk.BatchID{3}); err != nil || res.Evidence != sdk.EvidenceCompletionsHarvested {
+		t.Errorf("Quiesce with nothing in flight: %+v %v", res, err)
+	}
+	if err := tr.Disconnect(ctx, "verbs://q"); !errdefs.IsNotFound(err) {
+		t.Errorf("Disconnect of an unknown peer: %v", err)
+	}
+	if err := tr.DeregisterMemory(ctx, 2); !errdefs.IsNotFound(err) {
+		t.Errorf("DeregisterMemory of an unknown region: %v", err)
+	}
+	if _, err := tr.RegisterMemory(ctx, sdk.MemoryDesc{}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("RegisterMemory of nothing: %v", err)
+	}
+	for _, ep := range []sdk.Endpoint{{Transport: "tcp", Address: "127.0.0.1:1"}, {Transport: "verbs", Address: "no-port"}} {
+		if _, err := tr.Connect(ctx, ep); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("Connect %+v: %v", ep, err)
+		}
+	}
+	tr.closed = true
+	if err := tr.Post(ctx, write(nil)); !errdefs.IsUnavailable(err) {
+		t.Errorf("Post after Close: %v", err)
+	}
+}
+
+// A valid batch to a peer whose QP is in error reconnects first; a peer
+// that cannot be dialled fails the Post as unavailable, and the broken QP
+// stays among the peer's old ones until a flush destroys it. (Without a
+// device only: building the work request reads the region's MR.)
+func TestPostToBrokenPeerReconnects(t *testing.T) {
+	if haveVerbs {
+		t.Skip("built with -tags rdma: the region's MR would be a real one (device tests cover reconnects)")
+	}
+	tr := refusalTransport(t)
+	p := tr.peers["verbs://p"]
+	broken := p.cur
+	broken.broken = true
+	b := sdk.Batch{ID: 1, Peer: "verbs://p", Ops: []sdk.Op{{Kind: sdk.OpWrite, LocalRegion: 1, Length: 64, RemoteKey: makeKey(5, 0, 1)}}}
+	err := tr.Post(context.Background(), b)
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "dial") {
+		t.Fatalf("Post to an undiallable peer: %v", err)
+	}
+	if p.cur != nil || len(p.old) != 1 || p.old[0] != broken || tr.used[1] {
+		t.Fatalf("after the failed reconnect: cur %v, old %v, id used %v", p.cur, p.old, tr.used[1])
 	}
 }

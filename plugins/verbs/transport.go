@@ -89,17 +89,24 @@ func New(cfg Config, log hclog.Logger) (*Transport, error) {
 		d.close()
 		return nil, errdefs.Errorf(errdefs.Unavailable, "verbs: listen %s: %v", cfg.Listen, err)
 	}
+	t := newTransport(cfg, log, d, inf, mode, ln)
+	go t.acceptLoop()
+	go t.pollLoop()
+	log.Info("verbs transport up", "device", inf.Name, "gid_index", inf.GIDIndex, "revoke", mode,
+		"max_tail", cfg.MaxTail(), "listen", ln.Addr().String())
+	return t, nil
+}
+
+// newTransport assembles a Transport over an opened device and listener,
+// with no goroutine started yet (New starts them).
+func newTransport(cfg Config, log hclog.Logger, d *dev, inf devInfo, mode RevokeMode, ln net.Listener) *Transport {
 	t := &Transport{cfg: cfg, log: log, d: d, inf: inf, mode: mode, ln: ln,
 		regions: map[sdk.RegionID]*region{}, grants: map[sdk.Key]*grant{}, peers: map[sdk.PeerID]*peer{},
 		byQPN: map[uint32]*conn{}, owner: map[sdk.BatchID]*conn{}, regUse: map[sdk.BatchID][]sdk.RegionID{},
 		used: map[sdk.BatchID]bool{}, accepts: map[net.Conn]*responder{}, stats: map[string]uint64{},
 		comps: make(chan sdk.Completion, 1<<16), wake: make(chan struct{}, 1), stop: make(chan struct{}), pollDone: make(chan struct{})}
 	t.changed = sync.NewCond(&t.mu)
-	go t.acceptLoop()
-	go t.pollLoop()
-	log.Info("verbs transport up", "device", inf.Name, "gid_index", inf.GIDIndex, "revoke", mode,
-		"max_tail", cfg.MaxTail(), "listen", ln.Addr().String())
-	return t, nil
+	return t
 }
 
 // RevokeMode reports the fencing mechanism in use (mw1 or mr).
