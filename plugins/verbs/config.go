@@ -1,10 +1,12 @@
 package verbs
 
 import (
-	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // RevokeMode says how Revoke fences an exposure.
@@ -23,7 +25,7 @@ const (
 	RevokeMR RevokeMode = "mr"
 )
 
-// PollMode says how the completion loop waits (see transport.go, pollLoop).
+// PollMode says how the completion loop waits (see poll.go, pollLoop).
 type PollMode string
 
 const (
@@ -110,36 +112,46 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// validate checks a defaulted config.
+// validate checks a defaulted config; every error it returns is
+// errdefs.InvalidArgument.
 func (c Config) validate() error {
 	switch {
 	case c.Timeout < 1 || c.Timeout > 31:
-		return fmt.Errorf("verbs: QP timeout exponent %d outside 1..31", c.Timeout)
+		return invalidConfig("QP timeout exponent %d outside 1..31", c.Timeout)
 	case c.RetryCnt >= 7:
-		return fmt.Errorf("verbs: retry_cnt %d refused: 7 retries forever on rxe (and under RNR elsewhere), so no tail bound exists", c.RetryCnt)
+		return invalidConfig("retry_cnt %d refused: 7 retries forever on rxe (and under RNR elsewhere), so no tail bound exists", c.RetryCnt)
 	case c.QueueDepth < 1 || c.QueueDepth > 16384:
-		return fmt.Errorf("verbs: queue depth %d outside 1..16384", c.QueueDepth)
+		return invalidConfig("queue depth %d outside 1..16384", c.QueueDepth)
 	case c.MaxBatch < 1 || c.MaxBatch > c.QueueDepth:
-		return fmt.Errorf("verbs: max batch %d outside 1..queue depth %d", c.MaxBatch, c.QueueDepth)
+		return invalidConfig("max batch %d outside 1..queue depth %d", c.MaxBatch, c.QueueDepth)
 	case c.TailMargin < 0:
-		return fmt.Errorf("verbs: negative tail margin")
+		return invalidConfig("negative tail margin")
 	}
 	switch c.Revoke {
 	case RevokeAuto, RevokeMW1, RevokeMR:
 	default:
-		return fmt.Errorf("verbs: revoke mode %q (want auto, mw1 or mr)", c.Revoke)
+		return invalidConfig("revoke mode %q (want auto, mw1 or mr)", c.Revoke)
 	}
 	switch c.Poll {
 	case PollNap, PollSpin, PollEvent:
 	default:
-		return fmt.Errorf("verbs: poll mode %q (want nap, spin or event)", c.Poll)
+		return invalidConfig("poll mode %q (want nap, spin or event)", c.Poll)
 	}
 	if c.GID != "" {
 		if _, err := parseGID(c.GID); err != nil {
 			return err
 		}
 	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return invalidConfig("listen address %q: %v", c.Listen, err)
+	}
 	return nil
+}
+
+// invalidConfig classifies a configuration error: the settings are wrong,
+// not the device or the network, so retrying with them cannot help.
+func invalidConfig(format string, args ...any) error {
+	return errdefs.Errorf(errdefs.InvalidArgument, "verbs: "+format, args...)
 }
 
 // RetryTail is how long a requester QP keeps retransmitting a work request
@@ -163,7 +175,7 @@ func (c Config) MaxTail() time.Duration {
 func parseGID(s string) ([16]byte, error) {
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return [16]byte{}, fmt.Errorf("verbs: GID %q: %v", s, err)
+		return [16]byte{}, invalidConfig("GID %q: %v", s, err)
 	}
 	return a.As16(), nil
 }
@@ -185,7 +197,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		if v := getenv(name); v != "" {
 			n, err := strconv.ParseUint(v, 10, 8)
 			if err != nil {
-				return fmt.Errorf("%s=%q: %v", name, v, err)
+				return invalidConfig("%s=%q: %v", name, v, err)
 			}
 			*dst = uint8(n)
 		}
@@ -195,7 +207,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		if v := getenv(name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				return fmt.Errorf("%s=%q: %v", name, v, err)
+				return invalidConfig("%s=%q: %v", name, v, err)
 			}
 			*dst = n
 		}
@@ -216,7 +228,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if v := getenv("KVFENCE_VERBS_TAIL_MARGIN"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return c, fmt.Errorf("KVFENCE_VERBS_TAIL_MARGIN=%q: %v", v, err)
+			return c, invalidConfig("KVFENCE_VERBS_TAIL_MARGIN=%q: %v", v, err)
 		}
 		c.TailMargin = d
 	}

@@ -16,6 +16,12 @@
 // Unavailable, so `go vet ./...` and `go test ./...` work on machines with no
 // RDMA headers; the tests that need a device skip and say why.
 //
+// The transport is split by job, as plugins/tcp is: transport.go (New,
+// Info, Stats, Close, delivering completions), memory.go (regions),
+// exposure.go (Grant, Revoke), receiver.go (the handshake listener and the
+// responder QPs), sender.go (peers, Post), sender_dial.go (a sender QP's
+// handshake and destruction), poll.go (the completion loop), quiesce.go.
+//
 // Mapping of work completions (see wc.go, tracker.go): only the last work
 // request of a batch is signalled; an RC send queue completes in order, so a
 // completion retires every request posted before it (tracker.go, epoch):
@@ -92,6 +98,11 @@
 //
 // MaxTail is derived from the QP's own timeout and retry_cnt; retry_cnt 7
 // (infinite retry on rxe) is refused.
+//
+// Errors are classified (errdefs): a bad setting is InvalidArgument, from
+// ConfigFromEnv and from New alike (the command exits 2 on it); the
+// handshake's are classified in handshake.go, and a receiver that refuses a
+// sender sends its error's class, which the sender's Connect or Post returns.
 //
 // It must never: claim quiescence before every completion of a queue pair was
 // harvested after the queue pair was moved to ERROR (or it was destroyed);

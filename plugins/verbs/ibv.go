@@ -309,7 +309,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 const haveVerbs = true
@@ -327,11 +327,11 @@ type qp struct {
 }
 type mw struct{ c *C.struct_ibv_mw }
 
-func errnoErr(class sdk.Class, what string, e C.int) error {
+func errnoErr(class errdefs.Class, what string, e C.int) error {
 	if e < 0 {
 		e = -e
 	}
-	return sdk.Errorf(class, "verbs: %s: %v", what, syscall.Errno(e))
+	return errdefs.Errorf(class, "verbs: %s: %v", what, syscall.Errno(e))
 }
 
 func openDevice(name string, gid *[16]byte) (*dev, error) {
@@ -349,7 +349,7 @@ func openDevice(name string, gid *[16]byte) (*dev, error) {
 	if rc := C.kvf_open(d.c, cname, &want[0], use); rc != 0 {
 		C.kvf_close(d.c)
 		C.free(unsafe.Pointer(d.c))
-		return nil, errnoErr(sdk.ClassUnavailable, fmt.Sprintf("open device %q", name), rc)
+		return nil, errnoErr(errdefs.Unavailable, fmt.Sprintf("open device %q", name), rc)
 	}
 	d.inf = devInfo{Name: C.GoString(&d.c.name[0]), GIDIndex: int(d.c.gidx), MW1: d.c.mw1 != 0,
 		MW2A: d.c.mw2a != 0, MW2B: d.c.mw2b != 0, MaxRdAtom: int(d.c.max_rd_atom), MTU: int(d.c.mtu)}
@@ -365,7 +365,7 @@ func (d *dev) regMR(addr uintptr, n, iova uint64, access int) (*mr, error) {
 	var e C.int
 	m := C.kvf_reg(d.c, C.uintptr_t(addr), C.size_t(n), C.uint64_t(iova), C.int(access), &e)
 	if m == nil {
-		return nil, errnoErr(sdk.ClassResourceExhausted, "ibv_reg_mr_iova", e)
+		return nil, errnoErr(errdefs.ResourceExhausted, "ibv_reg_mr_iova", e)
 	}
 	return &mr{c: m}, nil
 }
@@ -374,7 +374,7 @@ func (d *dev) regDMABuf(fd int, off, n, iova uint64, access int) (*mr, error) {
 	var e C.int
 	m := C.kvf_reg_dmabuf(d.c, C.int(fd), C.uint64_t(off), C.size_t(n), C.uint64_t(iova), C.int(access), &e)
 	if m == nil {
-		return nil, errnoErr(sdk.ClassUnavailable, "ibv_reg_dmabuf_mr", e)
+		return nil, errnoErr(errdefs.Unavailable, "ibv_reg_dmabuf_mr", e)
 	}
 	return &mr{c: m}, nil
 }
@@ -389,7 +389,7 @@ func (d *dev) qpOn(cq *C.struct_ibv_cq, depth int) (*qp, error) {
 	var e C.int
 	q := C.kvf_qp(d.c, cq, C.int(depth), &e)
 	if q == nil {
-		return nil, errnoErr(sdk.ClassResourceExhausted, "ibv_create_qp", e)
+		return nil, errnoErr(errdefs.ResourceExhausted, "ibv_create_qp", e)
 	}
 	return &qp{c: q, d: d}, nil
 }
@@ -402,7 +402,7 @@ func (d *dev) poll(buf []wc) (int, error) {
 	}
 	k := int(C.kvf_poll(d.c.cq, &out[0], C.int(n)))
 	if k < 0 {
-		return 0, sdk.Errorf(sdk.ClassInternal, "verbs: ibv_poll_cq failed")
+		return 0, errdefs.Errorf(errdefs.Internal, "verbs: ibv_poll_cq failed")
 	}
 	for i := 0; i < k; i++ {
 		buf[i] = wc{ID: uint64(out[i].id), Status: WCStatus(out[i].status), QPN: uint32(out[i].qpn)}
@@ -415,7 +415,7 @@ func (d *dev) poll(buf []wc) (int, error) {
 // milliseconds. Poll once more after arm: a completion may have come first.
 func (d *dev) arm() error {
 	if rc := C.kvf_arm(d.c); rc != 0 {
-		return errnoErr(sdk.ClassInternal, "ibv_req_notify_cq", rc)
+		return errnoErr(errdefs.Internal, "ibv_req_notify_cq", rc)
 	}
 	return nil
 }
@@ -423,7 +423,7 @@ func (d *dev) arm() error {
 func (d *dev) wait(ms int) (bool, error) {
 	r := C.kvf_wait(d.c, C.int(ms))
 	if r < 0 {
-		return false, errnoErr(sdk.ClassInternal, "completion channel", r)
+		return false, errnoErr(errdefs.Internal, "completion channel", r)
 	}
 	return r == 1, nil
 }
@@ -431,7 +431,7 @@ func (d *dev) wait(ms int) (bool, error) {
 func (d *dev) allocMW1() (*mw, error) {
 	m, err := C.ibv_alloc_mw(d.c.pd, C.IBV_MW_TYPE_1)
 	if m == nil {
-		return nil, sdk.Errorf(sdk.ClassResourceExhausted, "verbs: ibv_alloc_mw(type 1): %v", err)
+		return nil, errdefs.Errorf(errdefs.ResourceExhausted, "verbs: ibv_alloc_mw(type 1): %v", err)
 	}
 	return &mw{c: m}, nil
 }
@@ -442,15 +442,15 @@ func (d *dev) bindMW1(m *mw, on *mr, addr, n uint64, access int) (uint32, error)
 	d.bind.Lock()
 	defer d.bind.Unlock()
 	if rc := C.kvf_bind_pair(d.c, defaultTimeout, defaultRetryCnt); rc != 0 {
-		return 0, errnoErr(sdk.ClassInternal, "memory-window bind QP pair", rc)
+		return 0, errnoErr(errdefs.Internal, "memory-window bind QP pair", rc)
 	}
 	d.nextWR++
 	st := C.kvf_bind1(d.c, m.c, on.c, C.uint64_t(addr), C.uint64_t(n), C.int(access), C.uint64_t(d.nextWR))
 	if st < 0 {
-		return 0, errnoErr(sdk.ClassInternal, "ibv_bind_mw", st)
+		return 0, errnoErr(errdefs.Internal, "ibv_bind_mw", st)
 	}
 	if st != 0 {
-		return 0, sdk.Errorf(sdk.ClassInternal, "verbs: ibv_bind_mw completed with %v", WCStatus(st))
+		return 0, errdefs.Errorf(errdefs.Internal, "verbs: ibv_bind_mw completed with %v", WCStatus(st))
 	}
 	return uint32(m.c.rkey), nil
 }
@@ -458,7 +458,7 @@ func (d *dev) bindMW1(m *mw, on *mr, addr, n uint64, access int) (uint32, error)
 func (d *dev) allocMW2() (*mw, error) {
 	m, err := C.ibv_alloc_mw(d.c.pd, C.IBV_MW_TYPE_2)
 	if m == nil {
-		return nil, sdk.Errorf(sdk.ClassResourceExhausted, "verbs: ibv_alloc_mw(type 2): %v", err)
+		return nil, errdefs.Errorf(errdefs.ResourceExhausted, "verbs: ibv_alloc_mw(type 2): %v", err)
 	}
 	return &mw{c: m}, nil
 }
@@ -474,10 +474,10 @@ func (d *dev) bindMW2(on *qp, m *mw, r *mr, addr, n uint64, access int) (uint32,
 	var rkey C.uint32_t
 	st := C.kvf_bind2(d.c, on.c, m.c, r.c, C.uint64_t(addr), C.uint64_t(n), C.int(access), C.uint64_t(d.nextWR), &rkey)
 	if st < 0 {
-		return 0, errnoErr(sdk.ClassFailedPrecondition, "post BIND_MW on the writer's QP", st)
+		return 0, errnoErr(errdefs.FailedPrecondition, "post BIND_MW on the writer's QP", st)
 	}
 	if st != 0 {
-		return 0, sdk.Errorf(sdk.ClassFailedPrecondition, "verbs: BIND_MW on the writer's QP completed with %v", WCStatus(st))
+		return 0, errdefs.Errorf(errdefs.FailedPrecondition, "verbs: BIND_MW on the writer's QP completed with %v", WCStatus(st))
 	}
 	return uint32(rkey), nil
 }
@@ -488,15 +488,15 @@ func (d *dev) invalidateMW2(rkey uint32) error {
 	d.bind.Lock()
 	defer d.bind.Unlock()
 	if rc := C.kvf_bind_pair(d.c, defaultTimeout, defaultRetryCnt); rc != 0 {
-		return errnoErr(sdk.ClassInternal, "memory-window bind QP pair", rc)
+		return errnoErr(errdefs.Internal, "memory-window bind QP pair", rc)
 	}
 	d.nextWR++
 	st := C.kvf_local_inv(d.c, C.uint32_t(rkey), C.uint64_t(d.nextWR))
 	if st < 0 {
-		return errnoErr(sdk.ClassInternal, "post LOCAL_INV", st)
+		return errnoErr(errdefs.Internal, "post LOCAL_INV", st)
 	}
 	if st != 0 {
-		return sdk.Errorf(sdk.ClassInternal, "verbs: LOCAL_INV completed with %v", WCStatus(st))
+		return errdefs.Errorf(errdefs.Internal, "verbs: LOCAL_INV completed with %v", WCStatus(st))
 	}
 	return nil
 }
@@ -513,7 +513,7 @@ func (m *mr) lkey() uint32 { return uint32(m.c.lkey) }
 func (m *mr) rkey() uint32 { return uint32(m.c.rkey) }
 func (m *mr) dereg() error {
 	if rc := C.ibv_dereg_mr(m.c); rc != 0 {
-		return errnoErr(sdk.ClassInternal, "ibv_dereg_mr", rc)
+		return errnoErr(errdefs.Internal, "ibv_dereg_mr", rc)
 	}
 	return nil
 }
@@ -526,7 +526,7 @@ func (q *qp) connect(r qpAttrs, psn uint32, timeout, retry uint8) error {
 		g[i] = C.uint8_t(b)
 	}
 	if rc := C.kvf_connect(q.d.c, q.c, C.uint32_t(r.QPN), C.uint32_t(r.PSN), &g[0], C.uint32_t(psn), C.int(timeout), C.int(retry)); rc != 0 {
-		return errnoErr(sdk.ClassUnavailable, "connect QP (RTR/RTS)", rc)
+		return errnoErr(errdefs.Unavailable, "connect QP (RTR/RTS)", rc)
 	}
 	return nil
 }
@@ -549,7 +549,7 @@ func (q *qp) post(wrs []wr, closeID uint64) (int, bool, error) {
 	var e, closed C.int
 	n := int(C.kvf_post(q.c, &arr[0], C.int(len(wrs)), C.uint64_t(closeID), &e, &closed))
 	if e != 0 {
-		return n, closed != 0, errnoErr(sdk.ClassResourceExhausted, "ibv_post_send", e)
+		return n, closed != 0, errnoErr(errdefs.ResourceExhausted, "ibv_post_send", e)
 	}
 	return n, false, nil
 }
@@ -563,21 +563,21 @@ func (q *qp) broken() bool {
 
 func (q *qp) toError() error {
 	if rc := C.kvf_to_error(q.c); rc != 0 {
-		return errnoErr(sdk.ClassInternal, "modify QP to ERROR", rc)
+		return errnoErr(errdefs.Internal, "modify QP to ERROR", rc)
 	}
 	return nil
 }
 
 func (q *qp) destroy() error {
 	if rc := C.ibv_destroy_qp(q.c); rc != 0 {
-		return errnoErr(sdk.ClassInternal, "ibv_destroy_qp", rc)
+		return errnoErr(errdefs.Internal, "ibv_destroy_qp", rc)
 	}
 	return nil
 }
 
 func (m *mw) dealloc() error {
 	if rc := C.ibv_dealloc_mw(m.c); rc != 0 {
-		return errnoErr(sdk.ClassInternal, "ibv_dealloc_mw", rc)
+		return errnoErr(errdefs.Internal, "ibv_dealloc_mw", rc)
 	}
 	return nil
 }

@@ -2,7 +2,7 @@
 
 package verbs
 
-import "github.com/kvfence/kvfence/sdk"
+import "github.com/kvfence/kvfence/errdefs"
 
 // Built without the "rdma" tag: there is no libibverbs binding. Every
 // device operation reports Unavailable with the reason, so the plugin still
@@ -10,7 +10,7 @@ import "github.com/kvfence/kvfence/sdk"
 
 const haveVerbs = false
 
-var errNoVerbs = sdk.Errorf(sdk.ClassUnavailable, "verbs: built without -tags rdma (needs libibverbs-dev); no RDMA support compiled in")
+var errNoVerbs = errdefs.Errorf(errdefs.Unavailable, "verbs: built without -tags rdma (needs libibverbs-dev); no RDMA support compiled in")
 
 type dev struct{}
 type mr struct{}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -149,7 +150,7 @@ func TestUnsignalledErrorInBatch(t *testing.T) {
 		}
 		out, _ = e.harvest(5, WCWRFlushErr) // the signalled last request always reports
 		got = append(got, out...)
-		if len(got) != 1 || got[0].Status != sdk.InDoubt || got[0].BytesLanded != 30 || got[0].Class != sdk.ClassFailedPrecondition {
+		if len(got) != 1 || got[0].Status != sdk.InDoubt || got[0].BytesLanded != 30 || got[0].Class != errdefs.FailedPrecondition {
 			t.Fatalf("reportsFlush=%v: got %+v", reportsFlush, got)
 		}
 		if e.outstanding != 0 {
@@ -164,7 +165,7 @@ func TestLastRequestFails(t *testing.T) {
 	e := newEpoch()
 	e.add(1, []uint64{1, 2, 3}, []uint64{10, 20, 40}, 70, false)
 	out, _ := e.harvest(3, WCRetryExcErr)
-	if len(out) != 1 || out[0].Status != sdk.InDoubt || out[0].BytesLanded != 30 || out[0].Class != sdk.ClassUnavailable {
+	if len(out) != 1 || out[0].Status != sdk.InDoubt || out[0].BytesLanded != 30 || out[0].Class != errdefs.Unavailable {
 		t.Fatalf("got %+v", out)
 	}
 }
@@ -249,7 +250,7 @@ func TestUnknownWRIgnored(t *testing.T) {
 }
 
 func TestWCStatusClassAndNames(t *testing.T) {
-	if WCRemAccessErr.class() != sdk.ClassFailedPrecondition || WCRetryExcErr.class() != sdk.ClassUnavailable {
+	if WCRemAccessErr.class() != errdefs.FailedPrecondition || WCRetryExcErr.class() != errdefs.Unavailable {
 		t.Fatal("class mapping changed")
 	}
 	for s := WCSuccess; s <= wcStatusLastKnown; s++ {
@@ -320,7 +321,7 @@ func TestWithoutVerbsSaysWhy(t *testing.T) {
 		t.Skip("built with -tags rdma")
 	}
 	_, err := New(Config{}, nil)
-	if !sdk.IsClass(err, sdk.ClassUnavailable) || !strings.Contains(err.Error(), "-tags rdma") {
+	if !errdefs.Is(err, errdefs.Unavailable) || !strings.Contains(err.Error(), "-tags rdma") {
 		t.Fatalf("New without verbs: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package verbs
 import (
 	"fmt"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -156,7 +157,7 @@ func (e *epoch) decide(id sdk.BatchID, b *batchAcct) (sdk.Completion, bool) {
 		// Every posted request succeeded and is done; the rest never left.
 		delete(e.batches, id)
 		return sdk.Completion{Batch: id, Status: sdk.FailedDefinite, BytesLanded: b.landed,
-			Class: sdk.ClassResourceExhausted, Detail: "part of the batch was refused by ibv_post_send and never posted"}, true
+			Class: errdefs.ResourceExhausted, Detail: "part of the batch was refused by ibv_post_send and never posted"}, true
 	case e.flushing:
 		b.held = true
 		return sdk.Completion{}, false
@@ -191,7 +192,7 @@ func (e *epoch) releaseHeld() []sdk.Completion {
 		}
 		delete(e.batches, id)
 		out = append(out, sdk.Completion{Batch: id, Status: sdk.FailedDefinite, BytesLanded: b.landed,
-			Class: sdk.ClassUnavailable, Detail: fmt.Sprintf("queue pair moved to ERROR by the plugin and drained (first status %v)", b.first)})
+			Class: errdefs.Unavailable, Detail: fmt.Sprintf("queue pair moved to ERROR by the plugin and drained (first status %v)", b.first)})
 	}
 	return out
 }
@@ -203,7 +204,7 @@ func (e *epoch) abandon(why string) []sdk.Completion {
 	for id, b := range e.batches {
 		delete(e.batches, id)
 		out = append(out, sdk.Completion{Batch: id, Status: sdk.InDoubt, BytesLanded: b.landed,
-			Class: sdk.ClassUnavailable, Detail: why})
+			Class: errdefs.Unavailable, Detail: why})
 	}
 	e.wrs = map[uint64]wrRef{}
 	e.order = nil

@@ -3,7 +3,7 @@ package verbs
 import (
 	"fmt"
 
-	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // WCStatus mirrors enum ibv_wc_status (infiniband/verbs.h); the values are
@@ -55,16 +55,16 @@ func (s WCStatus) String() string {
 // class is the contract's error class for a non-success completion: why a
 // batch did not succeed. Remote access means the key was unknown, revoked or
 // the range outside the window; retry-exceeded means the peer did not answer.
-func (s WCStatus) class() sdk.Class {
+func (s WCStatus) class() errdefs.Class {
 	switch s {
 	case WCSuccess:
-		return sdk.ClassUnknown
+		return errdefs.Unknown
 	case WCRemAccessErr, WCRemInvReqErr:
-		return sdk.ClassFailedPrecondition
+		return errdefs.FailedPrecondition
 	case WCRetryExcErr, WCRNRRetryExcErr, WCRespTimeoutErr, WCWRFlushErr:
-		return sdk.ClassUnavailable
+		return errdefs.Unavailable
 	case WCLocLenErr, WCLocProtErr, WCLocAccessErr:
-		return sdk.ClassInvalidArgument
+		return errdefs.InvalidArgument
 	}
-	return sdk.ClassInternal
+	return errdefs.Internal
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -41,7 +42,7 @@ func TestDeviceWriterBoundKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID, Length: 4096, Writer: "127.0.0.1:1"}); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if _, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID, Length: 4096, Writer: "127.0.0.1:1"}); !errdefs.Is(err, errdefs.FailedPrecondition) {
 		t.Fatalf("grant to a writer that is not connected: %v, want FailedPrecondition", err)
 	}
 	dst := e.Dst.Bytes()

@@ -10,6 +10,10 @@
 // device has them), KVFENCE_VERBS_POLL (event|nap|spin),
 // KVFENCE_VERBS_TAIL_MARGIN, KVFENCE_LOG_LEVEL.
 //
+// A bad setting is a usage error: one classified line (invalid-argument) on
+// stderr and exit status 2. A transport that cannot start (no device, say)
+// exits 1, with its classified reason on stderr.
+//
 // It owns only wiring (environment to verbs.Config, sdk.Serve); it must
 // never hold transfer logic of its own.
 package main
