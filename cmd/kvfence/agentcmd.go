@@ -75,7 +75,12 @@ func newAgentCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "__agent", Hidden: true, Args: cobra.NoArgs,
 		Short: "run one decode or prefill rank agent (started by kvfence demo)",
-		RunE:  func(*cobra.Command, []string) error { return runAgent(f) },
+		RunE: func(*cobra.Command, []string) error {
+			if err := startCPUProfile(f); err != nil {
+				return err
+			}
+			return runAgent(f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.role, "role", "decode", "decode or prefill")
@@ -131,9 +136,6 @@ func runAgent(f agentFlags) error {
 	}
 	if f.role != "decode" && f.role != "prefill" {
 		return usagef("--role must be decode or prefill, not %q", f.role)
-	}
-	if err := startCPUProfile(f); err != nil {
-		return err
 	}
 	switch {
 	case f.maxDeclaredTail < 0:
