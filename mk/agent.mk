@@ -1,7 +1,7 @@
 # The agent and the demo (issue 4).
 #   make demo        the README's main command: 1,024 requests, concurrency 256
 #   make demo-smoke  a small safe run (corrupt_pages 0, aborts > 0), the same
-#                    with the asynchronous Post (KVFENCE_ASYNC_POST=on), a small
+#                    with the synchronous Post (KVFENCE_ASYNC_POST=off), a small
 #                    --unsafe release-on-abort run (corrupt_pages > 0), from a
 #                    build with -tags kvfenceunsafe (a default build refuses
 #                    --unsafe), the restart fence's control arm
@@ -21,9 +21,9 @@ demo-smoke:
 	$(BIN)/kvfence demo --json --quiet --requests 128 --concurrency 32 --report none > $(BIN)/demo-smoke-safe.json
 	grep -q '"corrupt_pages":0,' $(BIN)/demo-smoke-safe.json && grep -Eq '"aborts":[1-9]' $(BIN)/demo-smoke-safe.json || { cat $(BIN)/demo-smoke-safe.json; exit 1; }
 	@echo "demo-smoke safe: corrupt_pages 0 with aborts"
-	KVFENCE_ASYNC_POST=on $(BIN)/kvfence demo --json --quiet --requests 128 --concurrency 32 --report none > $(BIN)/demo-smoke-async.json
-	grep -q '"corrupt_pages":0,' $(BIN)/demo-smoke-async.json && grep -Eq '"aborts":[1-9]' $(BIN)/demo-smoke-async.json || { cat $(BIN)/demo-smoke-async.json; exit 1; }
-	@echo "demo-smoke asynchronous Post (KVFENCE_ASYNC_POST=on): corrupt_pages 0 with aborts"
+	KVFENCE_ASYNC_POST=off $(BIN)/kvfence demo --json --quiet --requests 128 --concurrency 32 --report none > $(BIN)/demo-smoke-sync.json
+	grep -q '"corrupt_pages":0,' $(BIN)/demo-smoke-sync.json && grep -Eq '"aborts":[1-9]' $(BIN)/demo-smoke-sync.json || { cat $(BIN)/demo-smoke-sync.json; exit 1; }
+	@echo "demo-smoke synchronous Post (KVFENCE_ASYNC_POST=off): corrupt_pages 0 with aborts"
 	$(GO) test -count=1 -tags kvfenceunsafe ./internal/knownunsafe
 	$(GO) test -count=1 -tags kvfenceunsafe ./agent -run '^TestRestartFenceControlReleaseBeforeReap$$'
 	$(GO) build -o $(BIN)/kvfence-plugin-mooncake ./plugins/mooncake/cmd/kvfence-plugin-mooncake

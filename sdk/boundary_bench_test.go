@@ -12,7 +12,8 @@ import (
 )
 
 // BenchmarkBoundary: the TCP transport as a sender in process, and as a
-// plugin process over the rings, over the rings with AsyncPost, and over
+// plugin process over the rings (asynchronous Post, the default), over the
+// rings with SyncPost, and over
 // gRPC (KVFENCE_RINGS=off), all
 // posting one-write batches (64 in flight) to one in-process receiver.
 // The arms take turns within each iteration, so load on this shared
@@ -34,8 +35,8 @@ func BenchmarkBoundary(b *testing.B) {
 		return t
 	}
 	recv := newTCP()
-	rings := sdktest.Subprocess(b, bin, sdk.OpenOptions{})
-	async := sdktest.Subprocess(b, bin, sdk.OpenOptions{AsyncPost: true})
+	rings := sdktest.Subprocess(b, bin, sdk.OpenOptions{SyncPost: true})
+	async := sdktest.Subprocess(b, bin, sdk.OpenOptions{})
 	os.Setenv("KVFENCE_RINGS", "off")
 	grpcPath := sdktest.Subprocess(b, bin, sdk.OpenOptions{})
 	os.Unsetenv("KVFENCE_RINGS")

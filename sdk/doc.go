@@ -10,8 +10,10 @@
 // the guard that a pieced window (Window.Stride) reaches only a plugin
 // declaring Capabilities.Bounds pieces (bounds.go; checked on both sides),
 // the helpers that share memory between host and plugin without copies,
-// the shared-memory rings that carry Post and Completion (and the opt-in
-// asynchronous Post, OpenOptions.AsyncPost),
+// the shared-memory rings that carry Post and Completion (Post asynchronous
+// by default, a refusal then being the batch's FailedDefinite completion with
+// the refusal's class; OpenOptions.SyncPost or KVFENCE_ASYNC_POST=off for
+// the synchronous contract),
 // and trust in the binary: a pinned sha256 or a signed conformance
 // certificate (CertificatePolicy), checked against a sealed copy that is
 // then executed.

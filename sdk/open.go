@@ -47,13 +47,22 @@ type OpenOptions struct {
 	StartTimeout time.Duration
 	// Stderr, if set, gets the plugin's raw stderr as well.
 	Stderr io.Writer
-	// AsyncPost (opt-in) lets Post return once its batch is in the
-	// shared-memory submission ring, without waiting for the plugin's
-	// verdict: a refusal then arrives as the batch's one completion,
-	// FailedDefinite with the refusal's class, instead of as Post's error.
-	// It saves a process round trip per batch. Batches that do not go on
-	// the rings (gRPC data path, too large for a ring record) keep the
-	// synchronous contract. Plugin.AsyncPost says whether it is in effect.
+	// SyncPost asks for the synchronous Post contract: Post waits for the
+	// plugin's verdict and a refusal is Post's classified error. By
+	// default Post is asynchronous on the shared-memory rings: it returns
+	// once its batch is in the submission ring, and a refusal arrives as
+	// the batch's one completion, FailedDefinite with the refusal's class
+	// (a refused batch moved no byte). That saves a process round trip
+	// per batch. Batches that do not go on the rings (gRPC data path, too
+	// large for a ring record) keep the synchronous contract either way.
+	// KVFENCE_ASYNC_POST=off in the host's environment has the effect of
+	// SyncPost for every plugin the host opens. Plugin.AsyncPost says
+	// which contract is in effect.
+	SyncPost bool
+	// AsyncPost is kept so that older hosts still compile.
+	//
+	// Deprecated: asynchronous Post is the default; it has no effect
+	// (SyncPost asks for the synchronous contract).
 	AsyncPost bool
 }
 
@@ -76,7 +85,7 @@ type Plugin struct {
 // kills it). The plugin is killed by the kernel if the host dies (Pdeathsig)
 // and exits by itself if its parent changes.
 func Open(path string, opts OpenOptions) (*Plugin, error) {
-	async, err := AsyncPostFromEnv(opts.AsyncPost)
+	async, err := AsyncPostFromEnv(!opts.SyncPost)
 	if err != nil {
 		return nil, Errorf(ClassInvalidArgument, "Open %s: %v", path, err)
 	}

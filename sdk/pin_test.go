@@ -198,3 +198,31 @@ func TestPinnedOpenThroughWrapper(t *testing.T) {
 		t.Fatalf("ExecVia without a pin: %v, want invalid-argument", err)
 	}
 }
+
+// Every host that opens a plugin gets the asynchronous Post unless it asks
+// for the synchronous one (OpenOptions.SyncPost, or KVFENCE_ASYNC_POST=off
+// for every plugin the host opens); over the gRPC data path the contract
+// stays synchronous whatever was asked.
+func TestOpenDefaultsToAsyncPost(t *testing.T) {
+	bin, _ := plugin(t)
+	for _, c := range []struct {
+		name, env, rings string
+		opts             sdk.OpenOptions
+		want             bool
+	}{
+		{"default", "", "", sdk.OpenOptions{}, true},
+		{"SyncPost", "", "", sdk.OpenOptions{SyncPost: true}, false},
+		{"KVFENCE_ASYNC_POST=off", "off", "", sdk.OpenOptions{}, false},
+		{"KVFENCE_ASYNC_POST=on beats SyncPost", "on", "", sdk.OpenOptions{SyncPost: true}, true},
+		{"gRPC data path", "", "off", sdk.OpenOptions{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("KVFENCE_ASYNC_POST", c.env)
+			t.Setenv("KVFENCE_RINGS", c.rings)
+			p := sdktest.Subprocess(t, bin, c.opts)
+			if got := p.AsyncPost(); got != c.want {
+				t.Fatalf("AsyncPost() = %v, want %v (data path %s)", got, c.want, p.DataPath())
+			}
+		})
+	}
+}

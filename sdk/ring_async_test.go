@@ -84,9 +84,11 @@ func (h *heldTransport) has(id BatchID) bool {
 	return h.seen[id]
 }
 
-// KVFENCE_ASYNC_POST amends OpenOptions.AsyncPost for every host; a value
-// other than on/off is refused before any plugin starts, so a typo never
-// silently means the synchronous contract.
+// KVFENCE_ASYNC_POST amends the host's choice (asynchronous unless it
+// asked for OpenOptions.SyncPost) for every host: off means synchronous
+// even where the host took the default, on asynchronous even where it
+// asked for SyncPost; a value other than on/off is refused before any
+// plugin starts, so a typo never silently picks a contract.
 func TestAsyncPostFromEnv(t *testing.T) {
 	for _, c := range []struct {
 		env       string
@@ -94,7 +96,7 @@ func TestAsyncPostFromEnv(t *testing.T) {
 		bad       bool
 	}{
 		{"", false, false, false}, {"", true, true, false},
-		{"on", false, true, false}, {"off", true, true, false},
+		{"on", false, true, false}, {"off", true, false, false},
 		{"off", false, false, false}, {"yes", false, false, true},
 	} {
 		t.Setenv(envAsyncPost, c.env)

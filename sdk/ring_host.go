@@ -19,23 +19,25 @@ import (
 // that predates them.
 const envRings = "KVFENCE_RINGS"
 
-// envAsyncPost lets an operator turn OpenOptions.AsyncPost on for every
-// plugin a host opens ("on"), without a flag in each host's code: the
-// agent, the demo's ranks and libkvfence all read it. "off" or unset
-// leaves OpenOptions alone.
+// envAsyncPost lets an operator choose the Post contract for every
+// plugin a host opens, without a flag in each host's code: "off" asks for
+// the synchronous Post (as OpenOptions.SyncPost does), "on" for the
+// asynchronous one even where the host asked for SyncPost; unset leaves
+// the host's choice (asynchronous by default). The agent, the demo's ranks
+// and libkvfence all open plugins through Open, so all honour it.
 const envAsyncPost = "KVFENCE_ASYNC_POST"
 
-// AsyncPostFromEnv is OpenOptions.AsyncPost as KVFENCE_ASYNC_POST amends
-// it; any other value than on/off is refused, so a typo is not silently
-// the synchronous contract.
-func AsyncPostFromEnv(opt bool) (bool, error) {
+// AsyncPostFromEnv is the host's choice (async: true unless it asked for
+// OpenOptions.SyncPost) as KVFENCE_ASYNC_POST amends it; any other value
+// than on/off is refused, so a typo does not silently pick a contract.
+func AsyncPostFromEnv(async bool) (bool, error) {
 	switch v := os.Getenv(envAsyncPost); v {
 	case "":
-		return opt, nil
+		return async, nil
 	case "on":
 		return true, nil
 	case "off":
-		return opt, nil
+		return false, nil
 	default:
 		return false, fmt.Errorf("%s=%q: want on or off", envAsyncPost, v)
 	}
@@ -60,8 +62,8 @@ const (
 )
 
 // hostRings is the host's end of the rings: it produces submissions and
-// consumes completions. A Post waits for its plugin's verdict (the
-// contract's Post is synchronous) on a channel the consumer fills.
+// consumes completions. A synchronous Post (OpenOptions.SyncPost) waits
+// for its plugin's verdict on a channel the consumer fills.
 type hostRings struct {
 	shm  *SharedMemory
 	sub  *ring // host produces
@@ -71,8 +73,8 @@ type hostRings struct {
 	closed  bool
 	seq     uint64
 	waiters map[uint64]chan error
-	// async: Post returns once its batch is in the ring (OpenOptions.
-	// AsyncPost); the verdict then settles unanswered[seq]: nothing when
+	// async: Post returns once its batch is in the ring (the default;
+	// off with OpenOptions.SyncPost); the verdict then settles unanswered[seq]: nothing when
 	// accepted, a FailedDefinite completion when refused. Set before the
 	// first Post.
 	async      bool
@@ -360,8 +362,8 @@ func (r *remote) dataPath() DataPath {
 	return DataPathGRPC
 }
 
-// AsyncPost says whether Post returns before the plugin's verdict
-// (OpenOptions.AsyncPost, on the rings).
+// AsyncPost says whether Post returns before the plugin's verdict (on
+// the rings, unless the host asked for OpenOptions.SyncPost).
 func (p *Plugin) AsyncPost() bool { return p.remote.rings != nil && p.remote.rings.async }
 
 // setAsyncPost turns asynchronous Post on; only before the first Post,

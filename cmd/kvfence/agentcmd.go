@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -62,6 +63,8 @@ type agentFlags struct {
 	quiesceGrace, lease, maxHold, maxDeclaredTail            time.Duration
 	restartAfter                                             time.Duration
 	delays                                                   []time.Duration
+	cpuProfile                                               string
+	cpuProfileFor                                            time.Duration
 }
 
 // newAgentCommand is one rank as its own process (the demo starts three).
@@ -71,7 +74,12 @@ func newAgentCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "__agent", Hidden: true, Args: cobra.NoArgs,
 		Short: "run one decode or prefill rank agent (started by kvfence demo)",
-		RunE:  func(*cobra.Command, []string) error { return runAgent(f) },
+		RunE: func(*cobra.Command, []string) error {
+			if err := startCPUProfile(f); err != nil {
+				return err
+			}
+			return runAgent(f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.role, "role", "decode", "decode or prefill")
@@ -113,6 +121,8 @@ func newAgentCommand() *cobra.Command {
 	fl.StringSliceVar(&f.pins.TrustedKeys, "trusted-key", nil, "ed25519 public key (PEM) trusted to sign certificates (repeatable)")
 	fl.IntVar(&f.restartInstances, "restart-fence-instances", 0, "restart fence: run this many target plugin processes and end (reap) one before reusing the memory of a hold it served that cannot otherwise end in time, for transports that cannot revoke (decode; 0: off)")
 	fl.DurationVar(&f.restartAfter, "restart-fence-after", defaultRestartAfter, "restart fence: a hold lasting this long restarts its target instance (decode, with --restart-fence-instances)")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of this rank to this path plus .ROLE-RANK, for --cpuprofile-for from start (where the fence's cost goes: kvfence demo --agent-arg=--cpuprofile=/tmp/p)")
+	fl.DurationVar(&f.cpuProfileFor, "cpuprofile-for", 20*time.Second, "how long --cpuprofile samples (the demo kills its ranks, so the profile ends on a timer)")
 	fl.StringSliceVar(&f.advertiseHosts, "advertise-hosts", nil, "advertise the data endpoint once per host, same port (the plugin must listen on a wildcard address): one connection per lane for plugins that key peers by address (decode)")
 	return cmd
 }
@@ -303,5 +313,27 @@ func checkDeclaredTail(ctx context.Context, tr sdk.Transport, limit time.Duratio
 	if own := info.Capabilities.MaxTail; limit < own {
 		return usagef("--max-declared-tail %v is shorter than this rank's own transport tail (%s declares %v): prefill ranks on the same transport would be refused", limit, info.Name, own)
 	}
+	return nil
+}
+
+// startCPUProfile samples this rank's CPU for f.cpuProfileFor into
+// f.cpuProfile.ROLE-RANK; the demo ends its ranks with a signal, so the
+// profile is closed on a timer rather than at exit.
+func startCPUProfile(f agentFlags) error {
+	if f.cpuProfile == "" {
+		return nil
+	}
+	out, err := os.Create(fmt.Sprintf("%s.%s-%d", f.cpuProfile, f.role, f.rank))
+	if err != nil {
+		return usagef("--cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	time.AfterFunc(f.cpuProfileFor, func() {
+		pprof.StopCPUProfile()
+		out.Close()
+	})
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,17 +24,21 @@ type benchOptions struct {
 	fence       string
 	scarce      bool
 	checksumArm bool
+	fenceOffArm bool
 	asJSON      bool
 	keep        bool
 	report      string
+	abortShares []float64
 }
 
-// kvfence bench: the cost of safety. Arms that differ only in the decode
-// core (the real one vs the known-unsafe release-on-abort, which frees an
-// aborted request's slots at once), each run as real processes with the
-// same share of requests aborted mid-transfer; rep i runs every arm on seed
-// i, in an order rotated each rep, so drift on a shared machine hits the
-// arms alike and the comparison is paired.
+// kvfence bench: the cost of safety. The shipped default (the real core,
+// per-exposure fence on) against the known-unsafe release-on-abort core
+// (frees an aborted request's slots at once, no fence), and against a
+// second, identical default arm whose difference is the run's noise floor;
+// each run as real processes with the same share of requests aborted
+// mid-transfer; rep i runs every arm on seed i, in an order rotated each
+// rep, so drift on a shared machine hits the arms alike and the comparison
+// is paired.
 func newBenchCommand() *cobra.Command {
 	o := demoOptions{}
 	b := benchOptions{}
@@ -41,16 +47,23 @@ func newBenchCommand() *cobra.Command {
 		Short: "the cost of safety: throughput, held slot-seconds per abort and corrupt pages, safe core vs known-unsafe release-on-abort, with aborts",
 		Long: `kvfence bench runs the demo's cluster (real rank and plugin processes, the
 delaying proxy on the data path) once per arm and repetition. The arms differ
-only in the decode core: "safe" holds an aborted request's slots until its
-writes drained, were fenced or timed out; "release-on-abort" frees them at
-once (what engines do today, and why late writes land in other requests'
-pages). --abort-share of the requests are cancelled mid-transfer in every arm.
-Rep i runs every arm on seed i, in an order rotated each rep.
+in the decode core and its fence: "safe" is the shipped default (the real core,
+per-exposure keys revoked on abort: --fence on); it holds an aborted request's
+slots until its writes drained, were fenced or timed out. "release-on-abort"
+frees them at once and fences nothing (what engines do today, and why late
+writes land in other requests' pages). "safe-twin" is "safe" again: the
+paired difference between the two identical arms is the run's noise floor,
+printed beside every result. --abort-share of the requests are cancelled
+mid-transfer in every arm; a list (--abort-share 0,0.25,0.5) runs each share
+in turn. Rep i runs every arm on seed i, in an order rotated each rep.
 
-It reports, per arm: throughput (higher is better) with a 95% CI, the paired
-delta safe vs release-on-abort with its 95% CI and whether the CI spans 0,
-held slot-seconds per abort, hold p50/p99 by release path, and corrupt pages
-(the safe arm must show 0: it fails the command otherwise). --scarce shrinks
+It reports, per abort share and arm: throughput (higher is better) with a 95%
+CI, the paired delta safe vs release-on-abort with its 95% CI and whether the
+CI spans 0, the noise floor (safe vs safe-twin, same statistics), held
+slot-seconds per abort, hold p50/p99 by release path, and corrupt pages
+(the safe arms must show 0: it fails the command otherwise). --fence-off
+adds an arm "safe-fence-off" (the real core without the fence), so the
+fence's share of the cost shows apart from the core's. --scarce shrinks
 the decode pool to half the slots the concurrency asks for, where holds cost
 admissions and so throughput.
 
@@ -84,10 +97,11 @@ read the CI.`,
 	fl.IntVar(&o.Concurrency, "concurrency", 128, "requests in flight")
 	fl.IntVar(&o.MinPages, "min-pages", 4, "fewest pages per request")
 	fl.IntVar(&o.MaxPages, "max-pages", 16, "most pages per request")
-	fl.Float64Var(&o.AbortShare, "abort-share", 0.25, "share of requests cancelled mid-transfer, in every arm")
+	fl.Float64SliceVar(&b.abortShares, "abort-share", []float64{0.25}, "share of requests cancelled mid-transfer, in every arm; a list (0,0.25,0.5) runs each in turn")
 	fl.IntVar(&o.Slots, "slots", demoSlots, "decode KV slots")
 	fl.BoolVar(&b.scarce, "scarce", false, "scarce slots: a decode pool half the size the concurrency asks for (concurrency × mean pages / 2), so held slots delay admissions")
-	fl.StringVar(&b.fence, "fence", "off", "per-exposure keys with revocation in both arms: off (the cores alone) or on")
+	fl.StringVar(&b.fence, "fence", "on", "per-exposure keys with revocation in the safe arms: on (the shipped default) or off (the cores alone); release-on-abort never fences")
+	fl.BoolVar(&b.fenceOffArm, "fence-off", false, "add an arm: the real core without the fence (splits the fence's cost from the core's)")
 	fl.DurationVar(&o.PageEvery, "page-every", 8*time.Millisecond, "simulated prefill compute per page")
 	fl.DurationVar(&o.DecodeFor, "decode-for", time.Second, "decode loop time per request (as the demo)")
 	fl.DurationSliceVar(&o.Delays, "data-delay", []time.Duration{600 * time.Millisecond, time.Millisecond}, "delaying proxy delays")
@@ -114,6 +128,14 @@ func (b *benchOptions) validate(o *demoOptions, slotsSet bool) error {
 		return usagef("--slots must be between 1 and %d, got %d", maxSlots, o.Slots)
 	case b.scarce && slotsSet:
 		return usagef("--scarce sizes the pool itself: give --scarce or --slots, not both")
+	case len(b.abortShares) == 0 || len(b.abortShares) > 8:
+		return usagef("--abort-share takes 1 to 8 shares, got %d", len(b.abortShares))
+	}
+	for _, share := range b.abortShares {
+		if share < 0 || share > 1 {
+			return usagef("--abort-share must be between 0 and 1, got %v", share)
+		}
+		o.AbortShare = max(o.AbortShare, share) // the plugin preflight checks the largest
 	}
 	if b.report != "" {
 		if err := checkWritableFile(b.report); err != nil {
@@ -127,7 +149,13 @@ func (b *benchOptions) validate(o *demoOptions, slotsSet bool) error {
 	return nil
 }
 
-// benchResult is what kvfence bench --json prints.
+// benchRun is what kvfence bench --json prints: one result per abort
+// share, in the order given.
+type benchRun struct {
+	Results []*benchResult `json:"results"`
+}
+
+// benchResult is the comparison at one abort share.
 type benchResult struct {
 	Reps        int     `json:"reps"`
 	Requests    int     `json:"requests"`
@@ -136,40 +164,90 @@ type benchResult struct {
 	Fence       bool    `json:"fence"`
 	Slots       int     `json:"slots"`
 	Scarce      bool    `json:"scarce"`
+	// LoadAverage is the machine's 1-minute load average when the share's
+	// reps started and when they ended (the figures are only as quiet as
+	// the machine was).
+	LoadAverage [2]float64 `json:"load_average_1m"`
 	// Better says how to read each figure.
-	Better   map[string]string `json:"better"`
-	Arms     []*benchArm       `json:"arms"`
-	Delta    benchDelta        `json:"delta_safe_vs_release_on_abort"`
-	Checksum *benchDelta       `json:"delta_checksums_vs_safe,omitempty"`
+	Better map[string]string `json:"better"`
+	Arms   []*benchArm       `json:"arms"`
+	// Delta is the shipped default against the unsafe arm; NoiseFloor the
+	// same statistic between two identical default arms: a Delta inside
+	// the noise floor is no cost this run can see.
+	Delta      benchDelta  `json:"delta_safe_vs_release_on_abort"`
+	NoiseFloor benchDelta  `json:"noise_floor_safe_vs_safe_twin"`
+	FenceCost  *benchDelta `json:"delta_safe_vs_safe_fence_off,omitempty"`
+	Checksum   *benchDelta `json:"delta_checksums_vs_safe,omitempty"`
 	// SafeArmFailures lists what the safe arms broke (corrupt pages, held
 	// exposures, failed requests): the command then exits 1.
 	SafeArmFailures []string `json:"safe_arm_failures"`
 	Report          string   `json:"report,omitempty"`
 }
 
-func runBench(ctx context.Context, o demoOptions, b benchOptions) error {
-	arms := []*benchArm{{Name: "safe"}, {Name: "release-on-abort", unsafe: "release-on-abort"}}
-	if b.checksumArm {
-		arms = append(arms, &benchArm{Name: "safe+checksums"})
+// benchArms: the shipped default, its identical twin (the noise floor),
+// the unsafe arm, and the optional ones.
+func benchArms(o demoOptions, b benchOptions) []*benchArm {
+	arms := []*benchArm{{Name: "safe", Fence: o.Fence}, {Name: "release-on-abort", unsafe: "release-on-abort"},
+		{Name: "safe-twin", Fence: o.Fence}}
+	if b.fenceOffArm {
+		arms = append(arms, &benchArm{Name: "safe-fence-off"})
 	}
-	res := benchResult{Reps: b.reps, Requests: o.Requests, Concurrency: o.Concurrency, AbortShare: o.AbortShare,
+	if b.checksumArm {
+		arms = append(arms, &benchArm{Name: "safe+checksums", Fence: o.Fence, checksums: true})
+	}
+	return arms
+}
+
+func runBench(ctx context.Context, o demoOptions, b benchOptions) error {
+	var run benchRun
+	var failures []string
+	for _, share := range b.abortShares {
+		o.AbortShare = share
+		res, err := benchShare(ctx, o, b, len(b.abortShares) > 1)
+		if err != nil {
+			return err
+		}
+		run.Results = append(run.Results, res)
+		failures = append(failures, res.SafeArmFailures...)
+	}
+	if b.asJSON {
+		out, _ := json.Marshal(run)
+		fmt.Println(string(out))
+	} else {
+		for i, res := range run.Results {
+			if i > 0 {
+				fmt.Println()
+			}
+			printBench(os.Stdout, res)
+		}
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("a safe arm broke its promise in %d runs: %s", len(failures), strings.Join(failures, "; "))
+	}
+	return nil
+}
+
+// benchShare runs every arm and rep at o.AbortShare.
+func benchShare(ctx context.Context, o demoOptions, b benchOptions, several bool) (*benchResult, error) {
+	arms := benchArms(o, b)
+	res := &benchResult{Reps: b.reps, Requests: o.Requests, Concurrency: o.Concurrency, AbortShare: o.AbortShare,
 		Fence: o.Fence, Slots: o.Slots, Scarce: b.scarce, Arms: arms, SafeArmFailures: []string{},
 		Better: map[string]string{
 			"req_per_s": "higher", "delta_pct": "higher (negative: safety costs throughput)",
 			"held_slot_seconds_per_abort": "lower", "corrupt_pages": "lower (the safe arm must show 0)",
 		}}
-	fmt.Fprintf(os.Stderr, "kvfence bench: %d reps × %d arms, %d requests at concurrency %d, %.0f%% aborted, fence %s, %d decode slots\n",
-		b.reps, len(arms), o.Requests, o.Concurrency, o.AbortShare*100, b.fence, o.Slots)
+	res.LoadAverage[0] = loadAverage()
+	fmt.Fprintf(os.Stderr, "kvfence bench: %d reps × %d arms, %d requests at concurrency %d, %.0f%% aborted, fence %s in the safe arms, %d decode slots, load %.1f\n",
+		b.reps, len(arms), o.Requests, o.Concurrency, o.AbortShare*100, b.fence, o.Slots, res.LoadAverage[0])
 	for i := range b.reps {
 		for j := range arms {
 			a := arms[(i+j)%len(arms)] // rotate which arm goes first
 			r := o
-			r.Unsafe = a.unsafe
-			r.Checksums = a.Name == "safe+checksums"
+			r.Unsafe, r.Fence, r.Checksums = a.unsafe, a.Fence, a.checksums
 			r.Seed = o.Seed + uint64(i)
 			s, failure, err := benchRep(ctx, r, b.keep)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if failure != "" {
 				res.SafeArmFailures = append(res.SafeArmFailures, failure)
@@ -179,30 +257,53 @@ func runBench(ctx context.Context, o demoOptions, b benchOptions) error {
 				i+1, a.Name, s.SteadyRequestsPerSec, s.RequestsPerSec, s.Aborts, sumValues(s.HoldSlotSec), s.CorruptPages)
 		}
 	}
+	res.LoadAverage[1] = loadAverage()
 	for _, a := range arms {
 		a.finish()
 	}
-	res.Delta = newBenchDelta(arms[0], arms[1])
-	if b.checksumArm {
-		d := newBenchDelta(arms[2], arms[0])
-		res.Checksum = &d
+	res.Delta, res.NoiseFloor = newBenchDelta(arms[0], arms[1]), newBenchDelta(arms[0], arms[2])
+	for _, a := range arms[3:] {
+		d := newBenchDelta(arms[0], a)
+		switch a.Name {
+		case "safe-fence-off":
+			res.FenceCost = &d
+		case "safe+checksums":
+			d = newBenchDelta(a, arms[0])
+			res.Checksum = &d
+		}
 	}
 	if b.report != "" {
-		if err := writeBenchReport(b.report, &res); err != nil {
-			return err
+		path := b.report
+		if several {
+			path = sharePath(b.report, o.AbortShare)
 		}
-		res.Report = b.report
+		if err := writeBenchReport(path, res); err != nil {
+			return nil, err
+		}
+		res.Report = path
 	}
-	if b.asJSON {
-		out, _ := json.Marshal(res)
-		fmt.Println(string(out))
-	} else {
-		printBench(os.Stdout, &res)
+	return res, nil
+}
+
+// sharePath names one share's report when several run: bench.html at 25%
+// aborts is bench-abort25.html.
+func sharePath(path string, share float64) string {
+	ext := filepath.Ext(path)
+	return fmt.Sprintf("%s-abort%.0f%s", strings.TrimSuffix(path, ext), share*100, ext)
+}
+
+// loadAverage is the 1-minute load average (0 where /proc has none).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
 	}
-	if len(res.SafeArmFailures) > 0 {
-		return fmt.Errorf("a safe arm broke its promise in %d runs: %s", len(res.SafeArmFailures), strings.Join(res.SafeArmFailures, "; "))
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
 	}
-	return nil
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 // benchRep runs one repetition in a run directory of its own, removed

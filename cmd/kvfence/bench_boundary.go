@@ -41,7 +41,7 @@ func newBenchBoundaryCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "boundary",
-		Short: "plugin boundary cost: TCP sender out of process (rings, rings with async Post, gRPC) vs in process, 4 KiB/64 KiB/1 MiB, interleaved",
+		Short: "plugin boundary cost: TCP sender out of process (rings with the default asynchronous Post, rings with synchronous Post, gRPC) vs in process, 4 KiB/64 KiB/1 MiB, interleaved",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if reps < 1 || reps > 1000 || window < 1 || window > 1024 {
@@ -82,13 +82,15 @@ func newBenchBoundaryCommand() *cobra.Command {
 				fmt.Println(string(b))
 				return nil
 			}
-			fmt.Printf("plugin boundary, TCP sender, one write per batch, %d in flight, median of %d interleaved reps (noisy on a shared machine: read the ratios)\n", window, reps)
+			fmt.Printf("plugin boundary, TCP sender, one write per batch, %d in flight, median [min, max] of %d interleaved reps, each paired with its own in-process run (noisy on a shared machine: read the ratios)\n", window, reps)
 			for _, size := range boundarySizes {
 				n := size.name
-				fmt.Printf("  %-4s in-process %7.1f µs/batch  rings %7.1f (+%.1f, throughput %.3f)  rings+async Post %7.1f (+%.1f, throughput %.3f)  gRPC %7.1f (+%.1f, throughput %.3f)\n", n,
+				fmt.Printf("  %-4s in-process %7.1f µs/batch  rings (default, async Post) %7.1f (+%.1f [%.1f, %.1f], throughput %.3f)  rings+sync Post %7.1f (+%.1f [%.1f, %.1f], throughput %.3f)  gRPC %7.1f (+%.1f, throughput %.3f)\n", n,
 					res["in_process_us_per_batch_"+n], res["out_of_process_us_per_batch_"+n], res["boundary_added_us_per_batch_"+n],
-					res["throughput_ratio_"+n], res["async_out_of_process_us_per_batch_"+n], res["async_boundary_added_us_per_batch_"+n],
-					res["async_throughput_ratio_"+n], res["grpc_out_of_process_us_per_batch_"+n], res["grpc_boundary_added_us_per_batch_"+n],
+					res["boundary_added_us_per_batch_min_"+n], res["boundary_added_us_per_batch_max_"+n],
+					res["throughput_ratio_"+n], res["sync_out_of_process_us_per_batch_"+n], res["sync_boundary_added_us_per_batch_"+n],
+					res["sync_boundary_added_us_per_batch_min_"+n], res["sync_boundary_added_us_per_batch_max_"+n],
+					res["sync_throughput_ratio_"+n], res["grpc_out_of_process_us_per_batch_"+n], res["grpc_boundary_added_us_per_batch_"+n],
 					res["grpc_throughput_ratio_"+n])
 			}
 			return nil
@@ -101,9 +103,11 @@ func newBenchBoundaryCommand() *cobra.Command {
 	return cmd
 }
 
-// boundaryArms starts one in-process receiver and three senders: in
-// process, this executable as a plugin on the rings, and again with the
-// rings off (KVFENCE_RINGS=off while it is opened: the gRPC data path).
+// boundaryArms starts one in-process receiver and four senders: in
+// process, this executable as a plugin on the rings as every host opens it
+// (asynchronous Post, the default), again with synchronous Post
+// (OpenOptions.SyncPost), and with the rings off (KVFENCE_RINGS=off while
+// it is opened: the gRPC data path).
 func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 	var closers []func()
 	closeAll := func() {
@@ -127,7 +131,7 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 			os.Setenv("KVFENCE_RINGS", "off")
 			defer os.Unsetenv("KVFENCE_RINGS")
 		}
-		p, err := sdk.Open(self, sdk.OpenOptions{Args: []string{"__plugin-tcp"}, AsyncPost: async})
+		p, err := sdk.Open(self, sdk.OpenOptions{Args: []string{"__plugin-tcp"}, SyncPost: !async})
 		if err != nil {
 			return nil, err
 		}
@@ -145,7 +149,7 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 	if err != nil {
 		return nil, closeAll, err
 	}
-	rings, err := open(sdk.DataPathRings, false)
+	rings, err := open(sdk.DataPathRings, true)
 	if err != nil {
 		return nil, closeAll, err
 	}
@@ -153,7 +157,7 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 	if err != nil {
 		return nil, closeAll, err
 	}
-	async, err := open(sdk.DataPathRings, true)
+	syncPost, err := open(sdk.DataPathRings, false)
 	if err != nil {
 		return nil, closeAll, err
 	}
@@ -163,7 +167,7 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 		s    sdk.Transport
 		pid  int
 	}{{"in_process", in, 0}, {"out_of_process", rings.Transport(), rings.Pid()}, {"grpc_out_of_process", viaGRPC.Transport(), viaGRPC.Pid()},
-		{"async_out_of_process", async.Transport(), async.Pid()}} {
+		{"sync_out_of_process", syncPost.Transport(), syncPost.Pid()}} {
 		rig, err := sdktest.NewBoundaryRig(ctx, a.s, recv, a.pid, 64<<20)
 		if err != nil {
 			return nil, closeAll, fmt.Errorf("%s: %w", a.name, err)
@@ -178,8 +182,8 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 // differences and throughput ratios against the in-process arm.
 func boundaryReport(arms []*boundaryArm, reps, window int) map[string]any {
 	res := map[string]any{"reps": reps, "window": window, "ops_per_batch": 1, "transport": "tcp",
-		"data_path": string(sdk.DataPathRings),
-		"note":      "median of interleaved reps; this machine is shared, so absolute numbers are noisy: read the ratios"}
+		"data_path": string(sdk.DataPathRings), "default_post": "async",
+		"note": "median of interleaved reps; this machine is shared, so absolute numbers are noisy: read the ratios"}
 	in := arms[0]
 	for _, size := range boundarySizes {
 		n := size.name
@@ -195,10 +199,28 @@ func boundaryReport(arms []*boundaryArm, reps, window int) map[string]any {
 			}
 			prefix, _ := strings.CutSuffix(a.name, "out_of_process")
 			res[prefix+"boundary_added_us_per_batch_"+n] = us - base
+			lo, hi := pairedRange(a.us[n], in.us[n])
+			res[prefix+"boundary_added_us_per_batch_min_"+n] = lo
+			res[prefix+"boundary_added_us_per_batch_max_"+n] = hi
 			res[prefix+"throughput_ratio_"+n] = base / us
 		}
 	}
 	return res
+}
+
+// pairedRange is the spread of the added cost: each rep's arm minus the
+// same rep's in-process run (the two ran back to back, at the same load).
+func pairedRange(arm, base []float64) (lo, hi float64) {
+	for i := range min(len(arm), len(base)) {
+		d := arm[i] - base[i]
+		if i == 0 || d < lo {
+			lo = d
+		}
+		if i == 0 || d > hi {
+			hi = d
+		}
+	}
+	return lo, hi
 }
 
 func median(v []float64) float64 {

@@ -17,15 +17,15 @@ func writeBenchReport(path string, res *benchResult) error {
 	if res.Fence {
 		fence = "on"
 	}
-	r.para("%d reps per arm, paired (rep i runs every arm on the same seed), order rotated each rep; %d requests at concurrency %d, %.0f%% aborted mid-transfer, fence %s in every arm, %d decode slots%s. The arms differ only in the decode core. One machine, shared: figures are noisy, read the CI.",
-		res.Reps, res.Requests, res.Concurrency, res.AbortShare*100, fence, res.Slots, map[bool]string{true: " (scarce)", false: ""}[res.Scarce])
+	r.para("%d reps per arm, paired (rep i runs every arm on the same seed), order rotated each rep; %d requests at concurrency %d, %.0f%% aborted mid-transfer, fence %s in the safe arms (never in release-on-abort), load average %.1f → %.1f, %d decode slots%s. safe-twin is safe again: its difference from safe is the noise floor. One machine, shared: figures are noisy, read the CI.",
+		res.Reps, res.Requests, res.Concurrency, res.AbortShare*100, fence, res.LoadAverage[0], res.LoadAverage[1], res.Slots, map[bool]string{true: " (scarce)", false: ""}[res.Scarce])
 	r.raw("<table><tr><th>arm</th><th>req/s mean (higher is better)</th><th>95% CI</th><th>aborts</th><th>held slot-s per abort (lower is better)</th><th>corrupt pages (lower is better)</th><th>lost requests</th></tr>")
 	for _, a := range res.Arms {
 		fmt.Fprintf(&r.b, "<tr><td>%s</td><td>%.1f</td><td>[%.1f, %.1f]</td><td>%d</td><td>%.3f</td>%s<td>%d</td></tr>",
 			html.EscapeString(a.Name), a.MeanReqPerSec, a.CI95Low, a.CI95High, a.Aborts, a.HeldSlotSecPerAbort, corruptCell(a.CorruptPages), a.LostRequests)
 	}
 	r.raw("</table>")
-	for _, d := range append([]benchDelta{res.Delta}, derefDeltas(res.Checksum)...) {
+	for _, d := range append([]benchDelta{res.Delta, res.NoiseFloor}, append(derefDeltas(res.FenceCost), derefDeltas(res.Checksum)...)...) {
 		r.para("Throughput %s vs %s: %+.2f%%, 95%% CI [%+.2f%%, %+.2f%%] — %s.", d.Of, d.Against, d.Pct, d.CI95Low, d.CI95High, d.Verdict)
 	}
 	if len(res.SafeArmFailures) > 0 {

@@ -12,6 +12,9 @@ import (
 type benchArm struct {
 	Name   string `json:"name"`
 	unsafe string // known-unsafe core variant; "" = the real core
+	Fence  bool   `json:"fence"` // per-exposure keys revoked on abort
+	// checksums: the decode side verifies checksums at commit.
+	checksums bool
 	// ReqPerSec: steady-state req/s per rep (concurrency / mean latency);
 	// WallReqPerSec: requests / wall time per rep.
 	ReqPerSec     []float64 `json:"req_per_s"`

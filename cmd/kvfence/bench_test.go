@@ -10,7 +10,9 @@ import (
 )
 
 // kvfence bench, end to end on a tiny workload (real rank and plugin
-// processes, the tagged build): with aborts the arms must differ where
+// processes, the tagged build), at 0% and 50% aborts: the shipped default
+// (fence on) against release-on-abort (no fence) and against its twin (the
+// noise floor). With aborts the arms must differ where
 // safety lives — the known-unsafe arm frees at once (about no held slot-seconds)
 // and its late writes corrupt pages; the safe arm holds and corrupts none.
 // If the arms ran without aborts (the A/A bench this replaces), both
@@ -22,19 +24,32 @@ func TestBenchMeasuresTheCostOfSafetyWithAborts(t *testing.T) {
 	exe := unsafeBinary(t)
 	report := filepath.Join(t.TempDir(), "bench.html")
 	cmd := exec.Command(exe, "bench", "--json", "--reps", "2", "--requests", "48", "--concurrency", "12",
-		"--page-every", "2ms", "--decode-for", "100ms", "--data-delay", "150ms,1ms", "--abort-share", "0.5", "--scarce",
+		"--page-every", "2ms", "--decode-for", "100ms", "--data-delay", "150ms,1ms", "--abort-share", "0,0.5", "--scarce",
 		"--report", report)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kvfence bench: %v\n%s", err, stderr.String())
 	}
-	var res benchResult
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		t.Fatalf("bench --json: %v: %s", err, stdout.String())
+	var run benchRun
+	if err := json.Unmarshal(stdout.Bytes(), &run); err != nil || len(run.Results) != 2 {
+		t.Fatalf("bench --json: %v (want one result per abort share): %s", err, stdout.String())
 	}
-	if len(res.Arms) != 2 || res.Arms[0].Name != "safe" || res.Arms[1].Name != "release-on-abort" || !res.Scarce || res.Slots != 12*20/4 {
+	if noAborts := run.Results[0]; noAborts.AbortShare != 0 || noAborts.Arms[0].Aborts != 0 {
+		t.Errorf("the 0%% share aborted %d requests", noAborts.Arms[0].Aborts)
+	}
+	res := run.Results[1]
+	if len(res.Arms) != 3 || res.Arms[0].Name != "safe" || res.Arms[1].Name != "release-on-abort" || res.Arms[2].Name != "safe-twin" ||
+		!res.Scarce || res.Slots != 12*20/4 || res.AbortShare != 0.5 {
 		t.Fatalf("arms or mode: %s", stdout.String())
+	}
+	// The comparison is the shipped default (fence on) against the unsafe
+	// arm, which fences nothing; the twin is the default again.
+	if !res.Fence || !res.Arms[0].Fence || res.Arms[1].Fence || !res.Arms[2].Fence {
+		t.Fatalf("fence per arm: safe %v, release-on-abort %v, twin %v; want on, off, on", res.Arms[0].Fence, res.Arms[1].Fence, res.Arms[2].Fence)
+	}
+	if len(res.NoiseFloor.PerRep) != 2 || res.NoiseFloor.Against != "safe-twin" || res.LoadAverage[0] <= 0 {
+		t.Errorf("noise floor %+v, load %v", res.NoiseFloor, res.LoadAverage)
 	}
 	safe, unsafe := res.Arms[0], res.Arms[1]
 	if safe.Aborts == 0 || unsafe.Aborts == 0 {
@@ -52,7 +67,7 @@ func TestBenchMeasuresTheCostOfSafetyWithAborts(t *testing.T) {
 	if len(res.Delta.PerRep) != 2 || res.Delta.Verdict == "" || res.Better["req_per_s"] != "higher" {
 		t.Errorf("delta: %+v", res.Delta)
 	}
-	if page := readReport(t, report); strings.Count(page, "data:image/png") != 5 || !strings.Contains(page, "class=bad") {
+	if page := readReport(t, sharePath(report, 0.5)); strings.Count(page, "data:image/png") != 6 || !strings.Contains(page, "class=bad") {
 		t.Errorf("report: want 5 charts and the unsafe arm's corrupt pages highlighted")
 	}
 }

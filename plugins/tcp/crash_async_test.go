@@ -10,12 +10,12 @@ import (
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
 
-// The crash semantics with AsyncPost (Post returns once the batch is in
-// the ring): a refused batch completes FailedDefinite once; after kill -9
+// The crash semantics with the asynchronous Post every host gets by
+// default (Post returns once the batch is in the ring): a refused batch completes FailedDefinite once; after kill -9
 // every batch that went in completes InDoubt exactly once, and the exit
 // evidence covers exactly those.
 func TestKillPluginMidTransferAsyncPost(t *testing.T) {
-	p, region, peer, got := stalledPluginSender(t, sdk.OpenOptions{AsyncPost: true})
+	p, region, peer, got := stalledPluginSender(t, sdk.OpenOptions{})
 	if !p.AsyncPost() {
 		t.Fatal("AsyncPost not in effect")
 	}

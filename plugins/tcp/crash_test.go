@@ -54,9 +54,10 @@ func fakeStalledReceiver(t *testing.T) (string, <-chan struct{}) {
 
 // kill -9 of the plugin mid-transfer: every outstanding batch completes
 // InDoubt, then the host reports process-exited evidence covering them, and
-// Quiesce answers with that evidence.
+// Quiesce answers with that evidence. Synchronous Post (SyncPost); the
+// default asynchronous one is TestKillPluginMidTransferAsyncPost.
 func TestKillPluginMidTransfer(t *testing.T) {
-	p, region, peer, got := stalledPluginSender(t, sdk.OpenOptions{})
+	p, region, peer, got := stalledPluginSender(t, sdk.OpenOptions{SyncPost: true})
 	tr := p.Transport()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -108,6 +108,28 @@ func (e *Env) postWait(ctx context.Context, b sdk.Batch) (sdk.Completion, error)
 	return e.Wait(b.ID)
 }
 
+// verdict posts b, which the sender must refuse, and returns the
+// refusal: Post's error under the synchronous contract, or, when Post
+// took it (the asynchronous Post hosts get by default), the class of the
+// batch's FailedDefinite completion. Any other completion is an error of
+// class unknown, so a check wanting an exact class fails on it.
+func (e *Env) verdict(ctx context.Context, b sdk.Batch) error {
+	before := e.Count(b.ID)
+	if err := e.Sender.Post(ctx, b); err != nil {
+		return err
+	}
+	c, err := e.waitNth(b.ID, before)
+	switch {
+	case err != nil:
+		return err
+	case c.Status == sdk.Succeeded:
+		return nil // accepted
+	case c.Status == sdk.FailedDefinite && c.Class != sdk.ClassUnknown:
+		return sdk.Errorf(c.Class, "refused as the batch's completion: %s", c.Detail)
+	}
+	return fmt.Errorf("batch %d completed %v (%s), not a classified refusal", b.ID, c.Status, c.Detail)
+}
+
 func untouched(mem []byte, fill byte) error {
 	for i, v := range mem {
 		if v != fill {
@@ -271,24 +293,24 @@ func checkBadInput(ctx context.Context, e *Env) error {
 		want sdk.Class
 		call func() error
 	}{
-		{"zero length", sdk.ClassInvalidArgument, func() error { return e.Sender.Post(ctx, e.Write(e.NewBatchID(), k, 0, 0, 0)) }},
+		{"zero length", sdk.ClassInvalidArgument, func() error { return e.verdict(ctx, e.Write(e.NewBatchID(), k, 0, 0, 0)) }},
 		{"empty batch", sdk.ClassInvalidArgument, func() error {
-			return e.Sender.Post(ctx, sdk.Batch{ID: e.NewBatchID(), Peer: e.Peer})
+			return e.verdict(ctx, sdk.Batch{ID: e.NewBatchID(), Peer: e.Peer})
 		}},
-		{"duplicate batch id", sdk.ClassAlreadyExists, func() error { return e.Sender.Post(ctx, e.Write(dup, k, 0, 0, 4096)) }},
-		{"oversized batch", sdk.ClassInvalidArgument, func() error { return e.Sender.Post(ctx, tooMany) }},
+		{"duplicate batch id", sdk.ClassAlreadyExists, func() error { return e.verdict(ctx, e.Write(dup, k, 0, 0, 4096)) }},
+		{"oversized batch", sdk.ClassInvalidArgument, func() error { return e.verdict(ctx, tooMany) }},
 		{"unregistered local memory", sdk.ClassNotFound, func() error {
 			b := e.Write(e.NewBatchID(), k, 0, 0, 4096)
 			b.Ops[0].LocalRegion = e.SrcID + 1000
-			return e.Sender.Post(ctx, b)
+			return e.verdict(ctx, b)
 		}},
 		{"local out of bounds", sdk.ClassInvalidArgument, func() error {
-			return e.Sender.Post(ctx, e.Write(e.NewBatchID(), k, EnvSize-1, 0, 4096))
+			return e.verdict(ctx, e.Write(e.NewBatchID(), k, EnvSize-1, 0, 4096))
 		}},
 		{"unknown peer", sdk.ClassNotFound, func() error {
 			b := e.Write(e.NewBatchID(), k, 0, 0, 4096)
 			b.Peer = "no-such-peer"
-			return e.Sender.Post(ctx, b)
+			return e.verdict(ctx, b)
 		}},
 		{"grant on unregistered memory", sdk.ClassNotFound, func() error {
 			_, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID + 1000, Length: 1})

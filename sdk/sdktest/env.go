@@ -102,13 +102,17 @@ func (e *Env) NewBatchID() sdk.BatchID {
 }
 
 // Wait returns the first completion of id, or an error after Timeout.
-func (e *Env) Wait(id sdk.BatchID) (sdk.Completion, error) {
+func (e *Env) Wait(id sdk.BatchID) (sdk.Completion, error) { return e.waitNth(id, 0) }
+
+// waitNth returns completion number n (from 0) of id: a check that reuses
+// an id on purpose waits for the completion its own Post gets.
+func (e *Env) waitNth(id sdk.BatchID, n int) (sdk.Completion, error) {
 	deadline := time.Now().Add(Timeout)
 	stop := time.AfterFunc(Timeout, func() { e.mu.Lock(); e.changed.Broadcast(); e.mu.Unlock() })
 	defer stop.Stop()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for len(e.got[id]) == 0 {
+	for len(e.got[id]) <= n {
 		if time.Now().After(deadline) {
 			return sdk.Completion{}, fmt.Errorf("batch %d: no completion within %v", id, Timeout)
 		}
@@ -119,7 +123,7 @@ func (e *Env) Wait(id sdk.BatchID) (sdk.Completion, error) {
 		}
 		e.changed.Wait()
 	}
-	return e.got[id][0], nil
+	return e.got[id][n], nil
 }
 
 // Count is how many completions id received so far.
