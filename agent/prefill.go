@@ -13,7 +13,7 @@ import (
 
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/errdefs"
-	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 	"github.com/kvfence/kvfence/sdk"
 )
 

@@ -21,7 +21,7 @@ import (
 	"github.com/kvfence/kvfence/internal/demo"
 	"github.com/kvfence/kvfence/internal/demo/delayproxy"
 	"github.com/kvfence/kvfence/internal/demo/oracle"
-	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 	"github.com/kvfence/kvfence/plugins/tcp"
 	"github.com/kvfence/kvfence/sdk"
 )
