@@ -18,10 +18,10 @@ import (
 	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/conformance"
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 	"github.com/kvfence/kvfence/internal/demo"
 	"github.com/kvfence/kvfence/internal/demo/delayproxy"
 	"github.com/kvfence/kvfence/internal/demo/oracle"
-	"github.com/kvfence/kvfence/core/knownunsafe"
 	"github.com/kvfence/kvfence/plugins/tcp"
 	"github.com/kvfence/kvfence/sdk"
 )
