@@ -31,6 +31,17 @@ import (
 // ranks stay up and relink. The run then waits until no prefill rank holds
 // a request (source pages) or a batch in doubt, and runs a second wave of
 // requests on the new instance.
+//
+// The prefill agents are frozen (SIGSTOP) from just before the kill until
+// the new instance is ready. What the run checks is an order — the prefill
+// ranks meet the new instance while they still hold the dead one's
+// requests, so the new instance sees (and counts stale) the old instance's
+// tags — and without the freeze that order is a race between the restart
+// (a process start, slow on a loaded machine) and prefill's quiesce grace.
+// Frozen, the ranks notice the dead link only when they resume, with the
+// new instance already listening: relinking is one dial and handshake
+// within a grace of restartQuiesceGrace. Their TCP plugins keep running, so
+// the dead instance's writes still end in doubt on the data path.
 
 // restartSummary is what the decode-restart run reports.
 type restartSummary struct {
@@ -86,6 +97,7 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 		return nil, err
 	}
 	common := append([]string{"--unsafe", o.Unsafe}, pkiArgs...)
+	preArgs := append([]string{"--quiesce-grace", restartQuiesceGrace.String()}, common...)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	dargs := append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence)}, common...)
@@ -101,11 +113,13 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 		return nil, err
 	}
 	defer func() { dec.stop() }()
-	pre, stopPre, err := startPrefills(cctx, exe, dec.control, common, o.Dir)
+	pre, stopPre, err := startPrefills(cctx, exe, dec.control, preArgs, o.Dir)
 	if err != nil {
 		return nil, err
 	}
 	defer stopPre()
+	frozen := &freezer{}
+	defer frozen.thaw() // before stopPre: a stopped process ignores SIGTERM
 	routerTLS, err := maybeTLS(o.TLS, o.Dir, "router")
 	if err != nil {
 		return nil, err
@@ -146,40 +160,28 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 			killNote = fmt.Sprintf("%d requests started; prefill: %d requests held, %d batches unsettled", started.Load(), held, unsettled)
 		}
 		orphans = childrenOf(victim.cmd.Process.Pid)
+		frozen.freeze(pre)
 		killedAt = time.Now()
 		_ = victim.cmd.Process.Kill()
 		close(crashed)
 	}()
-	w1 := runWave(cctx, router1, o, rng, 1, o.Requests, crashed, &started)
+	// The wave runs on: its workers may wait on a frozen prefill rank
+	// until the restart is done.
+	wave1 := make(chan waveResult, 1)
+	go func() { wave1 <- runWave(cctx, router1, o, rng, 1, o.Requests, crashed, &started) }()
 	select {
 	case <-crashed:
 	case <-cctx.Done():
 		return nil, cctx.Err()
 	}
 	s.AtKill = killNote
-	s.Before, s.HandedBefore, s.FailedBefore, s.InFlightAtCrash, s.OrphanHanded = w1.started, w1.handed, w1.failed, w1.cut, w1.orphanHanded
-	if w1.waitErr != nil {
-		return nil, w1.waitErr
-	}
 
 	// The old process is reaped; a new instance takes its control address.
 	_ = dec.cmd.Wait()
 	s.OldPlugins = len(orphans)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		n := 0
-		for _, pid := range orphans {
-			if running(pid) {
-				n++
-			}
-		}
-		if n == 0 {
-			s.OldPluginsGoneSec = time.Since(killedAt).Seconds()
-			break
-		}
-		if time.Now().After(deadline) {
-			s.OldPluginsGoneSec = -1
-			break
-		}
+	s.OldPluginsGoneSec = waitGone(orphans, killedAt, 30*time.Second)
+	if o.RestartDelay > 0 {
+		time.Sleep(o.RestartDelay) // a slow restart, as on a loaded machine
 	}
 	dargs2 := append(append([]string(nil), dargs...), "--control", dec.control)
 	dec2, err := startChild(cctx, exe, dargs2, "decode-0-restarted.log", o.Dir)
@@ -188,6 +190,12 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	}
 	dec = dec2
 	s.RestartSeconds = time.Since(killedAt).Seconds()
+	frozen.thaw()
+	w1 := <-wave1
+	s.Before, s.HandedBefore, s.FailedBefore, s.InFlightAtCrash, s.OrphanHanded = w1.started, w1.handed, w1.failed, w1.cut, w1.orphanHanded
+	if w1.waitErr != nil {
+		return nil, w1.waitErr
+	}
 
 	// The prefill ranks must let go of everything the dead instance had
 	// them write: no batch in doubt (quiescence evidence), no request
@@ -263,6 +271,54 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	s.NewInstance = logInstance(filepath.Join(o.Dir, "decode-0-restarted.log"))
 	s.Seconds = time.Since(start).Seconds()
 	return s, nil
+}
+
+// restartQuiesceGrace is the prefill ranks' quiesce grace in the restart
+// run: after they resume, it must outlast one relink to the new instance.
+const restartQuiesceGrace = 10 * time.Second
+
+// freezer stops processes (SIGSTOP) and resumes them once (SIGCONT).
+type freezer struct {
+	mu   sync.Mutex
+	pids []int
+}
+
+func (f *freezer) freeze(cs []*child) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range cs {
+		if c.cmd.Process.Signal(syscall.SIGSTOP) == nil {
+			f.pids = append(f.pids, c.cmd.Process.Pid)
+		}
+	}
+}
+
+func (f *freezer) thaw() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pid := range f.pids {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+	f.pids = nil
+}
+
+// waitGone waits up to limit for every process in pids to be gone and
+// returns how long after since that was, or -1 if some still run.
+func waitGone(pids []int, since time.Time, limit time.Duration) float64 {
+	for deadline := time.Now().Add(limit); ; time.Sleep(20 * time.Millisecond) {
+		n := 0
+		for _, pid := range pids {
+			if running(pid) {
+				n++
+			}
+		}
+		if n == 0 {
+			return time.Since(since).Seconds()
+		}
+		if time.Now().After(deadline) {
+			return -1
+		}
+	}
 }
 
 // childrenOf lists the processes whose parent is pid (from /proc).
