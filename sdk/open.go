@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -68,6 +69,7 @@ type Plugin struct {
 	pid       int
 	closeOnce sync.Once
 	closeErr  error
+	closing   *atomic.Bool // Close has begun: go-plugin's kill is ours (quietClose)
 }
 
 // Open starts the plugin binary at path and connects to it: gRPC only,
@@ -122,6 +124,7 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 		return nil, removeOwn(dir, own, Errorf(ClassInvalidArgument, "Open: ExecVia needs a pinned binary (SHA256 or CertificatePolicy)"))
 	}
 
+	tail, closing := &stderrTail{}, &atomic.Bool{}
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: versionedPlugins(nil),
@@ -129,23 +132,28 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 		AutoMTLS:         true,
 		Managed:          true,
 		SkipHostEnv:      true, // pluginEnv already copied it, minus what we own
-		Logger:           logger,
+		Logger:           quietClose{Logger: logger, closing: closing},
 		StartTimeout:     opts.StartTimeout,
-		Stderr:           opts.Stderr,
+		Stderr:           stderrTo(opts.Stderr, tail),
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: dir},
 		GRPCDialOptions:  []grpc.DialOption{},
 		RunnerFunc:       runnerFunc(cmd, afterStart...),
 	}
 	client := plugin.NewClient(cfg)
-	p := &Plugin{client: client, socketDir: dir, ownDir: own, gone: make(chan struct{})}
+	p := &Plugin{client: client, socketDir: dir, ownDir: own, gone: make(chan struct{}), closing: closing}
 	fail := func(class Class, format string, args ...any) (*Plugin, error) {
-		client.Kill()
+		client.Kill() // after it, the plugin's stderr is read to its end
 		p.removeDir()
+		if why := tail.last(); why != "" {
+			format, args = format+" (the plugin's last line on stderr: %s)", append(args, why)
+		}
 		return nil, Errorf(class, format, args...)
 	}
 	proto, err := client.Client()
 	if err != nil {
-		return fail(ClassUnavailable, "Open %s: %v", path, err)
+		client.Kill()
+		p.removeDir()
+		return nil, startFailure(path, err, tail.last())
 	}
 	raw, err := proto.Dispense(pluginName)
 	if err != nil {
@@ -235,12 +243,23 @@ func (p *Plugin) NegotiatedVersion() int { return p.client.NegotiatedVersion() }
 // process, and waits for it to be reaped.
 func (p *Plugin) Close() error {
 	p.closeOnce.Do(func() {
+		p.closing.Store(true)
 		p.closeErr = p.remote.Close()
 		p.client.Kill()
 		<-p.gone
 		p.removeDir()
 	})
 	return p.closeErr
+}
+
+// startFailure is Open's refusal of a plugin that did not start: its own
+// reason (its last line on stderr) first, go-plugin's first line after it.
+func startFailure(path string, err error, why string) error {
+	if why == "" {
+		return Errorf(ClassUnavailable, "Open %s: %v", path, err)
+	}
+	generic, _, _ := strings.Cut(err.Error(), "\n")
+	return Errorf(ClassUnavailable, "Open %s: the plugin did not start: %s (go-plugin: %s)", path, why, strings.TrimSpace(generic))
 }
 
 func (p *Plugin) removeDir() {
