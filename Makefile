@@ -42,6 +42,7 @@ deps:
 
 vet:
 	$(GO) vet ./...
+	./.ci/check-links.sh
 
 unit:
 	$(GO) test -race -count=1 ./...
