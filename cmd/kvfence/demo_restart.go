@@ -100,14 +100,7 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	preArgs := append([]string{"--quiesce-grace", restartQuiesceGrace.String()}, common...)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dargs := append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence)}, common...)
-	if len(o.Delays) > 0 {
-		var ds []string
-		for _, d := range o.Delays {
-			ds = append(ds, d.String())
-		}
-		dargs = append(dargs, "--data-delay", strings.Join(ds, ","))
-	}
+	dargs := restartDecodeArgs(o, common)
 	dec, err := startChild(cctx, exe, dargs, "decode-0.log", o.Dir)
 	if err != nil {
 		return nil, err
@@ -135,46 +128,20 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	rng := rand.New(rand.NewPCG(o.Seed, 11))
 
 	// First wave, cut by the crash.
-	crashed := make(chan struct{})
-	var killedAt time.Time
-	var orphans []int // the dead agent's children: its TCP plugin
-	var killNote string
-	var started atomic.Int64 // first-wave requests started
-	victim := dec
-	go func() {
-		// After `after`, and once requests started after others finished
-		// (so the data lanes are up: a batch queued behind a connection
-		// still being set up is never sent and fails definitely), a
-		// little later: their pages are then written and on the delayed
-		// data path, however slow the machine.
-		select {
-		case <-time.After(after):
-		case <-cctx.Done():
-			return
-		}
-		for deadline := time.Now().Add(60 * time.Second); started.Load() < int64(o.Concurrency+4) && time.Now().Before(deadline); {
-			time.Sleep(5 * time.Millisecond)
-		}
-		time.Sleep(150 * time.Millisecond)
-		if held, unsettled, err := prefillHolds(cctx, router1); err == nil {
-			killNote = fmt.Sprintf("%d requests started; prefill: %d requests held, %d batches unsettled", started.Load(), held, unsettled)
-		}
-		orphans = childrenOf(victim.cmd.Process.Pid)
-		frozen.freeze(pre)
-		killedAt = time.Now()
-		_ = victim.cmd.Process.Kill()
-		close(crashed)
-	}()
+	crash := &crashPlan{after: after, minStarted: int64(o.Concurrency + 4), done: make(chan struct{})}
+	go crash.run(cctx, dec, pre, router1, frozen)
+	crashed, started := crash.done, &crash.started
 	// The wave runs on: its workers may wait on a frozen prefill rank
 	// until the restart is done.
 	wave1 := make(chan waveResult, 1)
-	go func() { wave1 <- runWave(cctx, router1, o, rng, 1, o.Requests, crashed, &started) }()
+	go func() { wave1 <- runWave(cctx, router1, o, rng, 1, o.Requests, crashed, started) }()
 	select {
 	case <-crashed:
 	case <-cctx.Done():
 		return nil, cctx.Err()
 	}
-	s.AtKill = killNote
+	s.AtKill = crash.note
+	killedAt, orphans := crash.killedAt, crash.orphans
 
 	// The old process is reaped; a new instance takes its control address.
 	_ = dec.cmd.Wait()
@@ -200,23 +167,8 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	// The prefill ranks must let go of everything the dead instance had
 	// them write: no batch in doubt (quiescence evidence), no request
 	// holding source pages.
-	var cleared bool
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		held, unsettled, err := prefillHolds(cctx, router1)
-		if err != nil {
-			return nil, err
-		}
-		if unsettled == 0 && s.UnsettledClearedSec == 0 {
-			s.UnsettledClearedSec = time.Since(killedAt).Seconds()
-		}
-		if held == 0 && unsettled == 0 {
-			s.SourceReleasedSec = time.Since(killedAt).Seconds()
-			cleared = true
-			break
-		}
-	}
-	if !cleared {
-		s.SourceReleasedSec = -1
+	if err := waitPrefillCleared(cctx, router1, killedAt, s); err != nil {
+		return nil, err
 	}
 
 	// Second wave, on the new instance.
@@ -231,10 +183,95 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	}
 	s.After, s.HandedAfter, s.FailedAfter = w2.started, w2.handed, w2.failed+w2.cut
 
+	if err := collectAfterRestart(cctx, router2, pre, s); err != nil {
+		return nil, err
+	}
+	s.OldInstance = logInstance(filepath.Join(o.Dir, "decode-0.log"))
+	s.NewInstance = logInstance(filepath.Join(o.Dir, "decode-0-restarted.log"))
+	s.Seconds = time.Since(start).Seconds()
+	return s, nil
+}
+
+// restartDecodeArgs is the decode agent's command line in the restart run.
+func restartDecodeArgs(o demoOptions, common []string) []string {
+	dargs := append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence)}, common...)
+	if len(o.Delays) > 0 {
+		var ds []string
+		for _, d := range o.Delays {
+			ds = append(ds, d.String())
+		}
+		dargs = append(dargs, "--data-delay", strings.Join(ds, ","))
+	}
+	return dargs
+}
+
+// crashPlan kills the decode agent once writes are in flight: after
+// `after`, and once requests started after others finished (so the data
+// lanes are up: a batch queued behind a connection still being set up is
+// never sent and fails definitely), a little later: their pages are then
+// written and on the delayed data path, however slow the machine. The
+// prefill agents are frozen first (see runDecodeRestart). done is closed
+// after the kill; the other fields are set before it.
+type crashPlan struct {
+	after      time.Duration
+	minStarted int64
+	started    atomic.Int64 // first-wave requests started
+	done       chan struct{}
+
+	note     string
+	killedAt time.Time
+	orphans  []int // the dead agent's children: its TCP plugin
+}
+
+func (c *crashPlan) run(ctx context.Context, victim *child, pre []*child, router *demo.Router, frozen *freezer) {
+	select {
+	case <-time.After(c.after):
+	case <-ctx.Done():
+		return
+	}
+	for deadline := time.Now().Add(60 * time.Second); c.started.Load() < c.minStarted && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if held, unsettled, err := prefillHolds(ctx, router); err == nil {
+		c.note = fmt.Sprintf("%d requests started; prefill: %d requests held, %d batches unsettled", c.started.Load(), held, unsettled)
+	}
+	c.orphans = childrenOf(victim.cmd.Process.Pid)
+	frozen.freeze(pre)
+	c.killedAt = time.Now()
+	_ = victim.cmd.Process.Kill()
+	close(c.done)
+}
+
+// waitPrefillCleared waits (up to a minute) until no prefill rank holds a
+// request's source pages or a batch in doubt, and records when.
+func waitPrefillCleared(ctx context.Context, router *demo.Router, killedAt time.Time, s *restartSummary) error {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		held, unsettled, err := prefillHolds(ctx, router)
+		if err != nil {
+			return err
+		}
+		if unsettled == 0 && s.UnsettledClearedSec == 0 {
+			s.UnsettledClearedSec = time.Since(killedAt).Seconds()
+		}
+		if held == 0 && unsettled == 0 {
+			s.SourceReleasedSec = time.Since(killedAt).Seconds()
+			return nil
+		}
+	}
+	s.SourceReleasedSec = -1
+	return nil
+}
+
+// collectAfterRestart reads the new decode instance's counters (once its
+// tags are released, or after 45 s) and the prefill ranks' metrics.
+func collectAfterRestart(ctx context.Context, router2 *demo.Router, pre []*child, s *restartSummary) error {
+	cctx := ctx
 	var st agent.DecodeStats
+	var err error
 	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if st, err = router2.DecodeStats(cctx); err != nil {
-			return nil, err
+			return err
 		}
 		if st.LiveTags == 0 || time.Now().After(deadline) {
 			break
@@ -243,7 +280,7 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	s.Stale, s.Handoffs, s.PagesVerified, s.CorruptPages, s.FreeWrites, s.Unreleased =
 		st.Core.StaleMessages, st.Handoffs, st.PagesVerified, st.CorruptPages, st.FreeWrites, st.LiveTags
 	if s.PrefillHeldAtEnd, s.PrefillUnsettledAtEnd, err = prefillHolds(cctx, router2); err != nil {
-		return nil, err
+		return err
 	}
 	for _, raw := range router2.PrefillStats(cctx) {
 		var m core.SenderMetrics
@@ -258,7 +295,7 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 		}
 		m, err := scrapeMetrics(cctx, c.metrics)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.InDoubtAtPrefill += m["kvfence_in_doubt_completions_total"]
 		for k, v := range m {
@@ -267,10 +304,7 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 			}
 		}
 	}
-	s.OldInstance = logInstance(filepath.Join(o.Dir, "decode-0.log"))
-	s.NewInstance = logInstance(filepath.Join(o.Dir, "decode-0-restarted.log"))
-	s.Seconds = time.Since(start).Seconds()
-	return s, nil
+	return nil
 }
 
 // restartQuiesceGrace is the prefill ranks' quiesce grace in the restart
