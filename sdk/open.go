@@ -70,7 +70,13 @@ type Plugin struct {
 	closeOnce sync.Once
 	closeErr  error
 	closing   *atomic.Bool // Close has begun: go-plugin's kill is ours (quietClose)
+	proto     plugin.ClientProtocol
 }
+
+// exitGrace is how long Close waits for the plugin to exit on its own once
+// asked, before go-plugin kills it. go-plugin's own wait is 2 s, which a
+// loaded machine can outlast.
+const exitGrace = 15 * time.Second
 
 // Open starts the plugin binary at path and connects to it: gRPC only,
 // protocol versions negotiated (VersionedPlugins), AutoMTLS on the plugin
@@ -172,7 +178,7 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 	}
 	r.onLost = func() { go p.reap() }
 	r.setAsyncPost(async)
-	p.remote, p.transport = r, r.asTransport()
+	p.remote, p.transport, p.proto = r, r.asTransport(), proto
 	go p.watchExit()
 	return p, nil
 }
@@ -220,7 +226,14 @@ func (p *Plugin) watchExit() {
 
 // reap kills a plugin whose stream we lost: we no longer trust it, and only
 // its death turns its in-doubt batches into quiesced ones.
-func (p *Plugin) reap() { p.client.Kill() }
+// reap kills a plugin whose connection was lost; not during Close, which
+// asked the plugin to exit and gives it exitGrace first.
+func (p *Plugin) reap() {
+	if p.closing.Load() {
+		return
+	}
+	p.client.Kill()
+}
 
 // Transport is the plugin's transport. It implements Granter iff the plugin
 // declared Capabilities.Revoke, and StatsReporter always.
@@ -245,7 +258,12 @@ func (p *Plugin) Close() error {
 	p.closeOnce.Do(func() {
 		p.closing.Store(true)
 		p.closeErr = p.remote.Close()
-		p.client.Kill()
+		_ = p.proto.Close() // go-plugin's Shutdown: the plugin's Serve returns and it exits
+		select {
+		case <-p.gone:
+		case <-time.After(exitGrace):
+		}
+		p.client.Kill() // its cleanup; a kill only if the plugin is still there
 		<-p.gone
 		p.removeDir()
 	})
