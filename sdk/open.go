@@ -218,6 +218,14 @@ func (p *Plugin) watchExit() {
 	for range t.C {
 		if p.client.Exited() {
 			close(p.gone)
+			// The process's sockets are gone, so its completion stream
+			// ends now; wait for that first: the stream's end declares the
+			// outstanding batches in doubt, and the exit evidence must
+			// cover them (a reap seen first gave evidence for none).
+			select {
+			case <-p.remote.streamDone:
+			case <-time.After(10 * time.Second):
+			}
 			p.remote.processExited()
 			return
 		}
@@ -225,9 +233,8 @@ func (p *Plugin) watchExit() {
 }
 
 // reap kills a plugin whose stream we lost: we no longer trust it, and only
-// its death turns its in-doubt batches into quiesced ones.
-// reap kills a plugin whose connection was lost; not during Close, which
-// asked the plugin to exit and gives it exitGrace first.
+// its death turns its in-doubt batches into quiesced ones. Not during
+// Close, which asked the plugin to exit and gives it exitGrace first.
 func (p *Plugin) reap() {
 	if p.closing.Load() {
 		return
