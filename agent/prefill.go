@@ -12,8 +12,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 	"github.com/kvfence/kvfence/errdefs"
-	"github.com/kvfence/kvfence/internal/knownunsafe"
 	"github.com/kvfence/kvfence/sdk"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 )
 
 // The control arm of TestRestartFenceEndsHoldOfKilledUnboundedWriter and

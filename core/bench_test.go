@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 )
 
 // benchPair wires one decode Receiver to one prefill Sender with no network

@@ -3,7 +3,7 @@ package core
 import (
 	"time"
 
-	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 )
 
 // DefaultMaxDeclaredTail is the longest tail a prefill rank may declare
@@ -47,7 +47,8 @@ type ReceiverConfig struct {
 	RestartFence RestartFenceConfig
 
 	// Unsafe selects a known-unsafe variant. Only the simulation, the tests
-	// and the demo can set it (the type is internal to this module).
+	// and -tags kvfenceunsafe agents can run one: its policy is in
+	// internal/unsafecore, which a default build does not link.
 	Unsafe knownunsafe.Variant
 }
 
@@ -101,7 +102,8 @@ type SenderConfig struct {
 
 	// Unsafe selects a known-unsafe variant (the self-renewed-lease one
 	// carries the lease it gives itself). Only the simulation, the tests
-	// and the demo can set it (the type is internal to this module).
+	// and -tags kvfenceunsafe agents can run one: its policy is in
+	// internal/unsafecore, which a default build does not link.
 	Unsafe knownunsafe.Variant
 }
 

@@ -11,8 +11,10 @@
 // input.
 //
 // core must never do I/O, start goroutines, read a clock or import another
-// kvfence package except internal/knownunsafe (the switch for the deliberately
-// unsafe variants that only the simulation and the demo may select). Holds
+// kvfence package except errdefs and core/knownunsafe, and never branch on a
+// known-unsafe variant: at each decision a variant changes it asks its
+// policy (policy.go), which is the safe one unless the simulation, a test or
+// a -tags kvfenceunsafe agent linked internal/unsafecore. Holds
 // belong to the core, not to request objects: no engine call releases exposed
 // memory except through drained, fenced or timeout. With a fence (the
 // transport can revoke), slots go back only after their keys are revoked,

@@ -3,8 +3,6 @@ package core
 import (
 	"slices"
 	"time"
-
-	"github.com/kvfence/kvfence/internal/knownunsafe"
 )
 
 // ExposureState is where a decode exposure is in its life.
@@ -66,6 +64,7 @@ type exposure struct {
 // exposure over it, and decides handoffs and releases.
 type Receiver struct {
 	cfg     ReceiverConfig
+	policy  policy // the rules a known-unsafe variant may change (policy.go)
 	pool    *SlotPool
 	byKey   map[RequestKey]*exposure
 	list    []*exposure // deterministic iteration order
@@ -94,13 +93,18 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	pol, err := policyFor(cfg.Unsafe)
+	if err != nil {
+		return nil, err
+	}
 	r := &Receiver{
-		cfg:   cfg,
-		pool:  NewSlotPool(cfg.Slots),
-		byKey: make(map[RequestKey]*exposure),
+		cfg:    cfg,
+		policy: pol,
+		pool:   NewSlotPool(cfg.Slots),
+		byKey:  make(map[RequestKey]*exposure),
 	}
 	r.metrics.SlotBytes = cfg.SlotBytes
-	if cfg.Restarted && cfg.Unsafe != knownunsafe.RestartReuse {
+	if cfg.Restarted && pol.QuarantineOnRestart() {
 		r.quarantine = r.pool.take(nil, r.pool.Free())
 		r.quarantineStart = now
 		// The earlier instance's writers and their tails are unknown here:
@@ -173,8 +177,8 @@ func (r *Receiver) CheckTail(rank RankID, tail time.Duration) error {
 // declared (RankTail) and this receiver's own MaxTail.
 func (r *Receiver) Tail(rank RankID) time.Duration {
 	tail := r.cfg.MaxTail
-	if r.cfg.Unsafe == knownunsafe.OwnTailOnly {
-		return tail // the bug: only the receiver's transport counts
+	if !r.policy.CountDeclaredTails() {
+		return tail
 	}
 	if t := r.tails[rank]; t > tail {
 		tail = t
@@ -441,7 +445,7 @@ func (r *Receiver) onCommit(e *exposure, t *rankTrack, coverage uint32, now Time
 		r.uncover(e, t)
 		t.committed = true
 		t.coverage = coverage
-		if int(coverage) < len(e.slots) && r.cfg.Unsafe != knownunsafe.NoCoverageCheck {
+		if int(coverage) < len(e.slots) && r.policy.CheckCoverage() {
 			// Pages nobody wrote must never reach decode (I2).
 			r.metrics.ShortCoverage++
 			r.markAcked(e, t)
@@ -470,7 +474,7 @@ func (r *Receiver) markAcked(e *exposure, t *rankTrack) {
 	r.uncover(e, t)
 	// The bound over the ranks that did not ack may now be earlier.
 	r.timers.schedule(e, MinTime)
-	if r.cfg.Unsafe == knownunsafe.SingleAckTarget {
+	if !r.policy.AckPerRank() {
 		for i := range e.ranks {
 			e.ranks[i].acked = true
 		}
@@ -600,12 +604,8 @@ func (r *Receiver) startAbort(e *exposure, reason Reason, reject bool, now Time)
 			r.sendAbort(e, t, now)
 		}
 	}
-	switch {
-	case r.cfg.Unsafe == knownunsafe.ReleaseOnAbort && (reason == ReasonClientAbort || reason == ReasonDecodeAbort || reason == ReasonLeaseLapsed):
-		r.release(e, PathUnsafe, now) // the bug: ranks are told, but nobody waits for them
-		return true
-	case r.cfg.Unsafe == knownunsafe.ReleaseOnRemoteFailure && (reason == ReasonSendFailed || reason == ReasonPeerDead || reason == ReasonRejected):
-		r.release(e, PathUnsafe, now)
+	if !r.waitsForDrain(reason) {
+		r.release(e, PathUnsafe, now) // ranks are told, but nobody waits for them
 		return true
 	}
 	if r.cfg.CanRevoke && r.cfg.EagerRevoke {
@@ -613,6 +613,19 @@ func (r *Receiver) startAbort(e *exposure, reason Reason, reject bool, now Time)
 	}
 	r.timers.schedule(e, MinTime)
 	return r.checkRelease(e, now)
+}
+
+// waitsForDrain says whether an abort for reason waits for its ranks to
+// drain (or for its fence or bound) before its memory goes back: always,
+// under the core's own policy.
+func (r *Receiver) waitsForDrain(reason Reason) bool {
+	switch reason {
+	case ReasonClientAbort, ReasonDecodeAbort, ReasonLeaseLapsed:
+		return r.policy.WaitOnLocalAbort()
+	case ReasonSendFailed, ReasonPeerDead, ReasonRejected:
+		return r.policy.WaitOnRemoteFailure()
+	}
+	return true
 }
 
 func (r *Receiver) sendAbort(e *exposure, t *rankTrack, now Time) {
@@ -641,7 +654,7 @@ func (r *Receiver) requestRevoke(e *exposure, now Time) {
 // that acks and keeps writing (buggy or hostile) would otherwise write into
 // memory that another request reuses.
 func (r *Receiver) fenceFirst() bool {
-	return r.cfg.CanRevoke && r.cfg.Unsafe != knownunsafe.ReleaseOnDrainAck
+	return r.cfg.CanRevoke && r.policy.FenceBeforeRelease()
 }
 
 // checkRelease releases an aborting exposure when I3 allows it, and reports
@@ -716,7 +729,7 @@ func (r *Receiver) writeBound(e *exposure, unacked bool) (bound Time, tail time.
 		rt := r.Tail(t.rank)
 		tail = max(tail, rt)
 		d := r.trackLease(e, t).Add(rt).Add(r.cfg.ClockMargin)
-		if r.cfg.Unsafe == knownunsafe.UnboundedTimeout && e.state == StateAborting {
+		if e.state == StateAborting && !r.policy.BoundAbortsByTail() {
 			d = e.stopped.Add(r.cfg.Lease / 8) // "a short fixed timeout"
 		}
 		bound = max(bound, d)
@@ -778,7 +791,7 @@ func (r *Receiver) lookup(tag Tag) *exposure {
 
 // lookupMsg finds the exposure a received message is about.
 func (r *Receiver) lookupMsg(tag Tag) *exposure {
-	if r.cfg.Unsafe == knownunsafe.IgnoreGenerations {
+	if !r.policy.MatchGenerations() {
 		// Match on the room alone, newest first: what a system without
 		// generation tags does.
 		var best *exposure

@@ -1,7 +1,5 @@
 package core
 
-import "github.com/kvfence/kvfence/internal/knownunsafe"
-
 // This file: decode's side of the heartbeat and the rank lease
 // (docs/design.md §3, Heartbeats and the rank lease). Decode keeps a copy
 // of each rank's listed set, built from the changes each heartbeat carries
@@ -139,9 +137,9 @@ func (r *Receiver) uncoverAll(e *exposure) {
 }
 
 func (r *Receiver) unlistTrack(e *exposure, t *rankTrack, rl *rankLease) {
-	if r.cfg.Unsafe != knownunsafe.RankLeaseForgotten {
+	if r.policy.FreezeRankLease() {
 		t.lease = r.trackLease(e, t)
-	} // else the bug: the bound forgets the rank lease the rank posted under
+	}
 	t.listed = false
 	r.timers.schedule(e, t.lease) // its lease no longer moves with the rank's
 	rl.listed--

@@ -2,8 +2,6 @@ package core
 
 import (
 	"time"
-
-	"github.com/kvfence/kvfence/internal/knownunsafe"
 )
 
 // The restart fence: for a transport that cannot revoke (Mooncake, NIXL,
@@ -146,9 +144,7 @@ func (r *Receiver) requestRestart(target int, now Time) {
 	r.metrics.TargetRestarts++
 	r.out.Restarts = append(r.out.Restarts, RestartTarget{Target: target})
 	r.failLiveOn(target, now)
-	if r.cfg.Unsafe == knownunsafe.ReleaseBeforeReap {
-		// The bug: the holds go back when the restart is asked for, while
-		// the old process can still apply writes until it is reaped.
+	if !r.policy.ReleaseAfterReap() {
 		r.releaseOn(target, PathUnsafe, now)
 	}
 }

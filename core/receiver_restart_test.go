@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 )
 
 // unboundedTail is what the non-revoking plugins declare for "no bound"

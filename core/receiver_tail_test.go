@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 )
 
 const us = time.Microsecond

@@ -120,6 +120,7 @@ type batch struct {
 // not allocate.
 type Sender struct {
 	cfg       SenderConfig
+	policy    policy                // the rules a known-unsafe variant may change (policy.go)
 	streams   map[streamKey]*stream // live streams
 	list      []*stream             // the same, in a deterministic order
 	tombs     map[streamKey]tombstone
@@ -159,8 +160,13 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	pol, err := policyFor(cfg.Unsafe)
+	if err != nil {
+		return nil, err
+	}
 	return &Sender{
 		cfg:      cfg,
+		policy:   pol,
 		streams:  make(map[streamKey]*stream),
 		tombs:    make(map[streamKey]tombstone),
 		requests: make(map[RequestKey]*request),

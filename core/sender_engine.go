@@ -1,7 +1,5 @@
 package core
 
-import "github.com/kvfence/kvfence/internal/knownunsafe"
-
 // This file: the prefill engine's calls into a Sender.
 
 // Open starts a request on this rank: the engine will produce up to pages
@@ -172,7 +170,7 @@ func (s *Sender) endRequest(req *request, now Time) {
 }
 
 func (s *Sender) tombstoneRequest(key RequestKey, now Time) {
-	if s.cfg.Unsafe == knownunsafe.NoTombstones {
+	if !s.policy.KeepTombstones() {
 		return
 	}
 	until := now.Add(s.cfg.RequestTombstone)

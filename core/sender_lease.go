@@ -1,7 +1,5 @@
 package core
 
-import "github.com/kvfence/kvfence/internal/knownunsafe"
-
 // This file: the rank's side of the heartbeat and the rank lease
 // (docs/design.md §3, Heartbeats and the rank lease). A heartbeat carries
 // what changed since decode last answered, never the whole live set, so it
@@ -192,10 +190,10 @@ func (s *Sender) onLease(m Message) {
 // session with and something to say to: O(changed) each, O(listed) only
 // for a resync.
 func (s *Sender) heartbeats(now Time) {
-	if s.cfg.Unsafe.Is(knownunsafe.SelfRenewedLease) {
+	if d := s.policy.SelfLease(); d > 0 {
 		for _, st := range s.list {
 			if st.state == StreamSending {
-				st.lease = now.Add(s.cfg.Unsafe.SelfLease()) // the bug: a lease nobody granted
+				st.lease = now.Add(d) // a lease nobody granted
 			}
 		}
 	}

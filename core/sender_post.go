@@ -2,8 +2,6 @@ package core
 
 import (
 	"slices"
-
-	"github.com/kvfence/kvfence/internal/knownunsafe"
 )
 
 // This file: posting batches, their completions and quiescence, and the
@@ -47,8 +45,8 @@ func (s *Sender) Completed(id BatchID, status BatchStatus, now Time) error {
 		s.settle(b)
 		s.failIfSending(st, ReasonSendFailed)
 	case InDoubt:
-		if s.cfg.Unsafe == knownunsafe.AckAfterFailedSend {
-			s.settle(b) // the bug: an error taken as "it stopped"
+		if !s.policy.WaitForInDoubt() {
+			s.settle(b) // an error taken as "it stopped"
 		}
 		s.failIfSending(st, ReasonSendFailed) // quiesces the whole stream
 		if !b.settled && !b.asked {

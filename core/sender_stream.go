@@ -1,7 +1,5 @@
 package core
 
-import "github.com/kvfence/kvfence/internal/knownunsafe"
-
 // This file: control messages from decode, and the life of one stream
 // (tag, decode rank) from Assign to its tombstone.
 
@@ -119,7 +117,7 @@ func (s *Sender) ackUnknown(key streamKey, lease Time) {
 }
 
 func (s *Sender) addTomb(key streamKey, lease Time, state StreamState, ev DrainEvidence) {
-	if s.cfg.Unsafe == knownunsafe.NoTombstones {
+	if !s.policy.KeepTombstones() {
 		return
 	}
 	until := lease.Add(s.cfg.SkewMargin)
@@ -217,7 +215,7 @@ func (s *Sender) dropUnsent(st *stream) {
 }
 
 func (s *Sender) quiesceAll(st *stream) {
-	if s.cfg.Unsafe == knownunsafe.AckAfterFailedSend {
+	if !s.policy.WaitForInDoubt() {
 		return
 	}
 	var ids []BatchID
@@ -249,7 +247,7 @@ func (s *Sender) maybeAck(st *stream) {
 	if (st.state != StreamFailed && st.state != StreamDraining) || st.unsettled > 0 {
 		return
 	}
-	if s.cfg.Unsafe != knownunsafe.AckAfterFailedSend {
+	if s.policy.WaitForInDoubt() {
 		for _, b := range st.batches {
 			if !b.settled {
 				return

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 )
 
 // timerSizes are the live-request counts the timer benchmarks compare: the

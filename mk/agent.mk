@@ -24,7 +24,7 @@ demo-smoke:
 	KVFENCE_ASYNC_POST=off $(BIN)/kvfence demo --json --quiet --requests 128 --concurrency 32 --report none > $(BIN)/demo-smoke-sync.json
 	grep -q '"corrupt_pages":0,' $(BIN)/demo-smoke-sync.json && grep -Eq '"aborts":[1-9]' $(BIN)/demo-smoke-sync.json || { cat $(BIN)/demo-smoke-sync.json; exit 1; }
 	@echo "demo-smoke synchronous Post (KVFENCE_ASYNC_POST=off): corrupt_pages 0 with aborts"
-	$(GO) test -count=1 -tags kvfenceunsafe ./internal/knownunsafe
+	$(GO) test -count=1 -tags kvfenceunsafe ./core/knownunsafe
 	$(GO) test -count=1 -tags kvfenceunsafe ./agent -run '^TestRestartFenceControlReleaseBeforeReap$$'
 	$(GO) build -o $(BIN)/kvfence-plugin-mooncake ./plugins/mooncake/cmd/kvfence-plugin-mooncake
 	$(CC) -shared -fPIC -O1 -pthread -Iplugins/kit/nocancel/testdata -o $(BIN)/libfake_transfer_engine.so \

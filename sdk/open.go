@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -77,7 +78,14 @@ type Plugin struct {
 	pid       int
 	closeOnce sync.Once
 	closeErr  error
+	closing   *atomic.Bool // Close has begun: go-plugin's kill is ours (quietClose)
+	proto     plugin.ClientProtocol
 }
+
+// exitGrace is how long Close waits for the plugin to exit on its own once
+// asked, before go-plugin kills it. go-plugin's own wait is 2 s, which a
+// loaded machine can outlast.
+const exitGrace = 15 * time.Second
 
 // Open starts the plugin binary at path and connects to it: gRPC only,
 // protocol versions negotiated (VersionedPlugins), AutoMTLS on the plugin
@@ -131,6 +139,7 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 		return nil, removeOwn(dir, own, Errorf(ClassInvalidArgument, "Open: ExecVia needs a pinned binary (SHA256 or CertificatePolicy)"))
 	}
 
+	tail, closing := &stderrTail{}, &atomic.Bool{}
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: versionedPlugins(nil),
@@ -138,23 +147,28 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 		AutoMTLS:         true,
 		Managed:          true,
 		SkipHostEnv:      true, // pluginEnv already copied it, minus what we own
-		Logger:           logger,
+		Logger:           quietClose{Logger: logger, closing: closing},
 		StartTimeout:     opts.StartTimeout,
-		Stderr:           opts.Stderr,
+		Stderr:           stderrTo(opts.Stderr, tail),
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: dir},
 		GRPCDialOptions:  []grpc.DialOption{},
 		RunnerFunc:       runnerFunc(cmd, afterStart...),
 	}
 	client := plugin.NewClient(cfg)
-	p := &Plugin{client: client, socketDir: dir, ownDir: own, gone: make(chan struct{})}
+	p := &Plugin{client: client, socketDir: dir, ownDir: own, gone: make(chan struct{}), closing: closing}
 	fail := func(class Class, format string, args ...any) (*Plugin, error) {
-		client.Kill()
+		client.Kill() // after it, the plugin's stderr is read to its end
 		p.removeDir()
+		if why := tail.last(); why != "" {
+			format, args = format+" (the plugin's last line on stderr: %s)", append(args, why)
+		}
 		return nil, Errorf(class, format, args...)
 	}
 	proto, err := client.Client()
 	if err != nil {
-		return fail(ClassUnavailable, "Open %s: %v", path, err)
+		client.Kill()
+		p.removeDir()
+		return nil, startFailure(path, err, tail.last())
 	}
 	raw, err := proto.Dispense(pluginName)
 	if err != nil {
@@ -173,7 +187,7 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 	}
 	r.onLost = func() { go p.reap() }
 	r.setAsyncPost(async)
-	p.remote, p.transport = r, r.asTransport()
+	p.remote, p.transport, p.proto = r, r.asTransport(), proto
 	go p.watchExit()
 	return p, nil
 }
@@ -213,6 +227,14 @@ func (p *Plugin) watchExit() {
 	for range t.C {
 		if p.client.Exited() {
 			close(p.gone)
+			// The process's sockets are gone, so its completion stream
+			// ends now; wait for that first: the stream's end declares the
+			// outstanding batches in doubt, and the exit evidence must
+			// cover them (a reap seen first gave evidence for none).
+			select {
+			case <-p.remote.streamDone:
+			case <-time.After(10 * time.Second):
+			}
 			p.remote.processExited()
 			return
 		}
@@ -220,8 +242,14 @@ func (p *Plugin) watchExit() {
 }
 
 // reap kills a plugin whose stream we lost: we no longer trust it, and only
-// its death turns its in-doubt batches into quiesced ones.
-func (p *Plugin) reap() { p.client.Kill() }
+// its death turns its in-doubt batches into quiesced ones. Not during
+// Close, which asked the plugin to exit and gives it exitGrace first.
+func (p *Plugin) reap() {
+	if p.closing.Load() {
+		return
+	}
+	p.client.Kill()
+}
 
 // Transport is the plugin's transport. It implements Granter iff the plugin
 // declared Capabilities.Revoke, and StatsReporter always.
@@ -244,12 +272,28 @@ func (p *Plugin) NegotiatedVersion() int { return p.client.NegotiatedVersion() }
 // process, and waits for it to be reaped.
 func (p *Plugin) Close() error {
 	p.closeOnce.Do(func() {
+		p.closing.Store(true)
 		p.closeErr = p.remote.Close()
-		p.client.Kill()
+		_ = p.proto.Close() // go-plugin's Shutdown: the plugin's Serve returns and it exits
+		select {
+		case <-p.gone:
+		case <-time.After(exitGrace):
+		}
+		p.client.Kill() // its cleanup; a kill only if the plugin is still there
 		<-p.gone
 		p.removeDir()
 	})
 	return p.closeErr
+}
+
+// startFailure is Open's refusal of a plugin that did not start: its own
+// reason (its last line on stderr) first, go-plugin's first line after it.
+func startFailure(path string, err error, why string) error {
+	if why == "" {
+		return Errorf(ClassUnavailable, "Open %s: %v", path, err)
+	}
+	generic, _, _ := strings.Cut(err.Error(), "\n")
+	return Errorf(ClassUnavailable, "Open %s: the plugin did not start: %s (go-plugin: %s)", path, why, strings.TrimSpace(generic))
 }
 
 func (p *Plugin) removeDir() {

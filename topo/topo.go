@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // NIC is one RDMA device as sysfs describes it.
@@ -208,7 +210,13 @@ func better(a, b Pairing) bool {
 }
 
 // scan lists NICs, asks gpus for GPUs, and pairs them.
+// A root that is not a directory is refused: a mistyped --sysfs would
+// otherwise read as a host with no RDMA devices. The lists are never nil,
+// so JSON shows none as [] rather than null.
 func scan(root string, gpus func(root string) ([]GPU, string)) (Report, error) {
+	if st, err := os.Stat(root); err != nil || !st.IsDir() {
+		return Report{}, errdefs.Errorf(errdefs.InvalidArgument, "sysfs root %s is not a directory", root)
+	}
 	nics, err := ScanNICs(root)
 	if err != nil {
 		return Report{}, err
@@ -216,6 +224,15 @@ func scan(root string, gpus func(root string) ([]GPU, string)) (Report, error) {
 	r := Report{NICs: nics}
 	r.GPUs, r.GPUNote = gpus(root)
 	r.Pairs = Pair(r.GPUs, r.NICs)
+	if r.NICs == nil {
+		r.NICs = []NIC{}
+	}
+	if r.GPUs == nil {
+		r.GPUs = []GPU{}
+	}
+	if r.Pairs == nil {
+		r.Pairs = []Pairing{}
+	}
 	return r, nil
 }
 

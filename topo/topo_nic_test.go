@@ -1,8 +1,12 @@
 package topo
 
 import (
+	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 const fakeSys = "testdata/dgxh100/sys"
@@ -62,5 +66,24 @@ func TestBusIDAndHops(t *testing.T) {
 	}
 	if Hops(nil, []string{"x"}) != -1 || Hops([]string{"pci0000:00", "a"}, []string{"pci0000:80", "b"}) != 5 {
 		t.Fatal("hops")
+	}
+}
+
+// A sysfs root that is not there is refused (a mistyped --sysfs read as a
+// host without RDMA devices), and empty lists are [] in JSON, not null.
+func TestMissingRootRefusedAndEmptyListsAreArrays(t *testing.T) {
+	if _, err := ScanHost(filepath.Join(t.TempDir(), "nonexistent"), false); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("missing root: %v, want InvalidArgument", err)
+	}
+	r, err := ScanHost(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(b); !strings.Contains(got, `"nics":[]`) || !strings.Contains(got, `"gpus":[]`) || !strings.Contains(got, `"pairs":[]`) {
+		t.Fatalf("empty report: %s", got)
 	}
 }

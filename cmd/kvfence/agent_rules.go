@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/agent"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 	"github.com/kvfence/kvfence/internal/demo"
-	"github.com/kvfence/kvfence/internal/knownunsafe"
 )
 
 // agentRule is one check of __agent's flags. Every rule runs before the

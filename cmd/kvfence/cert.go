@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -23,6 +24,7 @@ func newCertCommand() *cobra.Command {
 
 func newCertKeygenCommand() *cobra.Command {
 	var private, public string
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "keygen --private FILE --public FILE",
 		Short: "Make an ed25519 key pair (PEM) for kvfence conformance --sign-key and --trusted-key",
@@ -31,19 +33,73 @@ func newCertKeygenCommand() *cobra.Command {
 			if private == "" || public == "" {
 				return usagef("--private and --public are required")
 			}
-			priv, pub, err := sdk.GenerateSigningKey()
-			if err != nil {
-				return err
-			}
-			if err := os.WriteFile(private, priv, 0o600); err != nil {
-				return err
-			}
-			return os.WriteFile(public, pub, 0o644)
+			return writeKeyPair(private, public, force)
 		},
 	}
 	cmd.Flags().StringVar(&private, "private", "", "where to write the private key (mode 0600)")
 	cmd.Flags().StringVar(&public, "public", "", "where to write the public key")
+	cmd.Flags().BoolVar(&force, "force", false, "overwrite existing key files")
 	return cmd
+}
+
+// writeKeyPair writes a new key pair. Both keys to one path would leave
+// only the public one; an existing file is kept unless force (a signing key
+// overwritten by mistake cannot be had back, and certificates signed with
+// it no longer verify against a new public key).
+func writeKeyPair(private, public string, force bool) error {
+	if samePath(private, public) {
+		return usagef("--private and --public name the same file %s: the public key would overwrite the private one", private)
+	}
+	if !force {
+		for _, p := range []string{private, public} {
+			if _, err := os.Lstat(p); err == nil {
+				return usagef("%s exists: kvfence cert keygen does not overwrite a key without --force", p)
+			}
+		}
+	}
+	priv, pub, err := sdk.GenerateSigningKey()
+	if err != nil {
+		return err
+	}
+	if err := writeKeyFile(private, priv, 0o600, force); err != nil {
+		return err
+	}
+	return writeKeyFile(public, pub, 0o644, force)
+}
+
+// writeKeyFile creates path; without force it refuses one that appeared
+// since the check (O_EXCL).
+func writeKeyFile(path string, data []byte, mode os.FileMode, force bool) error {
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if !force {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	}
+	f, err := os.OpenFile(path, flags, mode)
+	if err != nil {
+		return err
+	}
+	if err := f.Chmod(mode); err != nil { // an overwritten file keeps its old mode otherwise
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// samePath: a and b name one file (the same clean absolute path, or one
+// existing file under two names).
+func samePath(a, b string) bool {
+	aa, errA := filepath.Abs(a)
+	bb, errB := filepath.Abs(b)
+	if errA == nil && errB == nil && aa == bb {
+		return true
+	}
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }
 
 func newCertVerifyCommand() *cobra.Command {

@@ -31,6 +31,17 @@ import (
 // ranks stay up and relink. The run then waits until no prefill rank holds
 // a request (source pages) or a batch in doubt, and runs a second wave of
 // requests on the new instance.
+//
+// The prefill agents are frozen (SIGSTOP) from just before the kill until
+// the new instance is ready. What the run checks is an order — the prefill
+// ranks meet the new instance while they still hold the dead one's
+// requests, so the new instance sees (and counts stale) the old instance's
+// tags — and without the freeze that order is a race between the restart
+// (a process start, slow on a loaded machine) and prefill's quiesce grace.
+// Frozen, the ranks notice the dead link only when they resume, with the
+// new instance already listening: relinking is one dial and handshake
+// within a grace of restartQuiesceGrace. Their TCP plugins keep running, so
+// the dead instance's writes still end in doubt on the data path.
 
 // restartSummary is what the decode-restart run reports.
 type restartSummary struct {
@@ -86,26 +97,22 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 		return nil, err
 	}
 	common := append([]string{"--unsafe", o.Unsafe}, pkiArgs...)
+	preArgs := append([]string{"--quiesce-grace", restartQuiesceGrace.String()}, common...)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dargs := append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence)}, common...)
-	if len(o.Delays) > 0 {
-		var ds []string
-		for _, d := range o.Delays {
-			ds = append(ds, d.String())
-		}
-		dargs = append(dargs, "--data-delay", strings.Join(ds, ","))
-	}
+	dargs := restartDecodeArgs(o, common)
 	dec, err := startChild(cctx, exe, dargs, "decode-0.log", o.Dir)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { dec.stop() }()
-	pre, stopPre, err := startPrefills(cctx, exe, dec.control, common, o.Dir)
+	pre, stopPre, err := startPrefills(cctx, exe, dec.control, preArgs, o.Dir)
 	if err != nil {
 		return nil, err
 	}
 	defer stopPre()
+	frozen := &freezer{}
+	defer frozen.thaw() // before stopPre: a stopped process ignores SIGTERM
 	routerTLS, err := maybeTLS(o.TLS, o.Dir, "router")
 	if err != nil {
 		return nil, err
@@ -121,65 +128,27 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	rng := rand.New(rand.NewPCG(o.Seed, 11))
 
 	// First wave, cut by the crash.
-	crashed := make(chan struct{})
-	var killedAt time.Time
-	var orphans []int // the dead agent's children: its TCP plugin
-	var killNote string
-	var started atomic.Int64 // first-wave requests started
-	victim := dec
-	go func() {
-		// After `after`, and once requests started after others finished
-		// (so the data lanes are up: a batch queued behind a connection
-		// still being set up is never sent and fails definitely), a
-		// little later: their pages are then written and on the delayed
-		// data path, however slow the machine.
-		select {
-		case <-time.After(after):
-		case <-cctx.Done():
-			return
-		}
-		for deadline := time.Now().Add(60 * time.Second); started.Load() < int64(o.Concurrency+4) && time.Now().Before(deadline); {
-			time.Sleep(5 * time.Millisecond)
-		}
-		time.Sleep(150 * time.Millisecond)
-		if held, unsettled, err := prefillHolds(cctx, router1); err == nil {
-			killNote = fmt.Sprintf("%d requests started; prefill: %d requests held, %d batches unsettled", started.Load(), held, unsettled)
-		}
-		orphans = childrenOf(victim.cmd.Process.Pid)
-		killedAt = time.Now()
-		_ = victim.cmd.Process.Kill()
-		close(crashed)
-	}()
-	w1 := runWave(cctx, router1, o, rng, 1, o.Requests, crashed, &started)
+	crash := &crashPlan{after: after, minStarted: int64(o.Concurrency + 4), done: make(chan struct{})}
+	go crash.run(cctx, dec, pre, router1, frozen)
+	crashed, started := crash.done, &crash.started
+	// The wave runs on: its workers may wait on a frozen prefill rank
+	// until the restart is done.
+	wave1 := make(chan waveResult, 1)
+	go func() { wave1 <- runWave(cctx, router1, o, rng, 1, o.Requests, crashed, started) }()
 	select {
 	case <-crashed:
 	case <-cctx.Done():
 		return nil, cctx.Err()
 	}
-	s.AtKill = killNote
-	s.Before, s.HandedBefore, s.FailedBefore, s.InFlightAtCrash, s.OrphanHanded = w1.started, w1.handed, w1.failed, w1.cut, w1.orphanHanded
-	if w1.waitErr != nil {
-		return nil, w1.waitErr
-	}
+	s.AtKill = crash.note
+	killedAt, orphans := crash.killedAt, crash.orphans
 
 	// The old process is reaped; a new instance takes its control address.
 	_ = dec.cmd.Wait()
 	s.OldPlugins = len(orphans)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		n := 0
-		for _, pid := range orphans {
-			if running(pid) {
-				n++
-			}
-		}
-		if n == 0 {
-			s.OldPluginsGoneSec = time.Since(killedAt).Seconds()
-			break
-		}
-		if time.Now().After(deadline) {
-			s.OldPluginsGoneSec = -1
-			break
-		}
+	s.OldPluginsGoneSec = waitGone(orphans, killedAt, 30*time.Second)
+	if o.RestartDelay > 0 {
+		time.Sleep(o.RestartDelay) // a slow restart, as on a loaded machine
 	}
 	dargs2 := append(append([]string(nil), dargs...), "--control", dec.control)
 	dec2, err := startChild(cctx, exe, dargs2, "decode-0-restarted.log", o.Dir)
@@ -188,27 +157,18 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	}
 	dec = dec2
 	s.RestartSeconds = time.Since(killedAt).Seconds()
+	frozen.thaw()
+	w1 := <-wave1
+	s.Before, s.HandedBefore, s.FailedBefore, s.InFlightAtCrash, s.OrphanHanded = w1.started, w1.handed, w1.failed, w1.cut, w1.orphanHanded
+	if w1.waitErr != nil {
+		return nil, w1.waitErr
+	}
 
 	// The prefill ranks must let go of everything the dead instance had
 	// them write: no batch in doubt (quiescence evidence), no request
 	// holding source pages.
-	var cleared bool
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		held, unsettled, err := prefillHolds(cctx, router1)
-		if err != nil {
-			return nil, err
-		}
-		if unsettled == 0 && s.UnsettledClearedSec == 0 {
-			s.UnsettledClearedSec = time.Since(killedAt).Seconds()
-		}
-		if held == 0 && unsettled == 0 {
-			s.SourceReleasedSec = time.Since(killedAt).Seconds()
-			cleared = true
-			break
-		}
-	}
-	if !cleared {
-		s.SourceReleasedSec = -1
+	if err := waitPrefillCleared(cctx, router1, killedAt, s); err != nil {
+		return nil, err
 	}
 
 	// Second wave, on the new instance.
@@ -223,10 +183,95 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	}
 	s.After, s.HandedAfter, s.FailedAfter = w2.started, w2.handed, w2.failed+w2.cut
 
+	if err := collectAfterRestart(cctx, router2, pre, s); err != nil {
+		return nil, err
+	}
+	s.OldInstance = logInstance(filepath.Join(o.Dir, "decode-0.log"))
+	s.NewInstance = logInstance(filepath.Join(o.Dir, "decode-0-restarted.log"))
+	s.Seconds = time.Since(start).Seconds()
+	return s, nil
+}
+
+// restartDecodeArgs is the decode agent's command line in the restart run.
+func restartDecodeArgs(o demoOptions, common []string) []string {
+	dargs := append([]string{"--role", "decode", "--rank", "0", fmt.Sprintf("--fence=%v", o.Fence)}, common...)
+	if len(o.Delays) > 0 {
+		var ds []string
+		for _, d := range o.Delays {
+			ds = append(ds, d.String())
+		}
+		dargs = append(dargs, "--data-delay", strings.Join(ds, ","))
+	}
+	return dargs
+}
+
+// crashPlan kills the decode agent once writes are in flight: after
+// `after`, and once requests started after others finished (so the data
+// lanes are up: a batch queued behind a connection still being set up is
+// never sent and fails definitely), a little later: their pages are then
+// written and on the delayed data path, however slow the machine. The
+// prefill agents are frozen first (see runDecodeRestart). done is closed
+// after the kill; the other fields are set before it.
+type crashPlan struct {
+	after      time.Duration
+	minStarted int64
+	started    atomic.Int64 // first-wave requests started
+	done       chan struct{}
+
+	note     string
+	killedAt time.Time
+	orphans  []int // the dead agent's children: its TCP plugin
+}
+
+func (c *crashPlan) run(ctx context.Context, victim *child, pre []*child, router *demo.Router, frozen *freezer) {
+	select {
+	case <-time.After(c.after):
+	case <-ctx.Done():
+		return
+	}
+	for deadline := time.Now().Add(60 * time.Second); c.started.Load() < c.minStarted && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if held, unsettled, err := prefillHolds(ctx, router); err == nil {
+		c.note = fmt.Sprintf("%d requests started; prefill: %d requests held, %d batches unsettled", c.started.Load(), held, unsettled)
+	}
+	c.orphans = childrenOf(victim.cmd.Process.Pid)
+	frozen.freeze(pre)
+	c.killedAt = time.Now()
+	_ = victim.cmd.Process.Kill()
+	close(c.done)
+}
+
+// waitPrefillCleared waits (up to a minute) until no prefill rank holds a
+// request's source pages or a batch in doubt, and records when.
+func waitPrefillCleared(ctx context.Context, router *demo.Router, killedAt time.Time, s *restartSummary) error {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		held, unsettled, err := prefillHolds(ctx, router)
+		if err != nil {
+			return err
+		}
+		if unsettled == 0 && s.UnsettledClearedSec == 0 {
+			s.UnsettledClearedSec = time.Since(killedAt).Seconds()
+		}
+		if held == 0 && unsettled == 0 {
+			s.SourceReleasedSec = time.Since(killedAt).Seconds()
+			return nil
+		}
+	}
+	s.SourceReleasedSec = -1
+	return nil
+}
+
+// collectAfterRestart reads the new decode instance's counters (once its
+// tags are released, or after 45 s) and the prefill ranks' metrics.
+func collectAfterRestart(ctx context.Context, router2 *demo.Router, pre []*child, s *restartSummary) error {
+	cctx := ctx
 	var st agent.DecodeStats
+	var err error
 	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if st, err = router2.DecodeStats(cctx); err != nil {
-			return nil, err
+			return err
 		}
 		if st.LiveTags == 0 || time.Now().After(deadline) {
 			break
@@ -235,7 +280,7 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 	s.Stale, s.Handoffs, s.PagesVerified, s.CorruptPages, s.FreeWrites, s.Unreleased =
 		st.Core.StaleMessages, st.Handoffs, st.PagesVerified, st.CorruptPages, st.FreeWrites, st.LiveTags
 	if s.PrefillHeldAtEnd, s.PrefillUnsettledAtEnd, err = prefillHolds(cctx, router2); err != nil {
-		return nil, err
+		return err
 	}
 	for _, raw := range router2.PrefillStats(cctx) {
 		var m core.SenderMetrics
@@ -250,7 +295,7 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 		}
 		m, err := scrapeMetrics(cctx, c.metrics)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.InDoubtAtPrefill += m["kvfence_in_doubt_completions_total"]
 		for k, v := range m {
@@ -259,10 +304,55 @@ func runDecodeRestart(ctx context.Context, o demoOptions, after time.Duration) (
 			}
 		}
 	}
-	s.OldInstance = logInstance(filepath.Join(o.Dir, "decode-0.log"))
-	s.NewInstance = logInstance(filepath.Join(o.Dir, "decode-0-restarted.log"))
-	s.Seconds = time.Since(start).Seconds()
-	return s, nil
+	return nil
+}
+
+// restartQuiesceGrace is the prefill ranks' quiesce grace in the restart
+// run: after they resume, it must outlast one relink to the new instance.
+const restartQuiesceGrace = 10 * time.Second
+
+// freezer stops processes (SIGSTOP) and resumes them once (SIGCONT).
+type freezer struct {
+	mu   sync.Mutex
+	pids []int
+}
+
+func (f *freezer) freeze(cs []*child) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range cs {
+		if c.cmd.Process.Signal(syscall.SIGSTOP) == nil {
+			f.pids = append(f.pids, c.cmd.Process.Pid)
+		}
+	}
+}
+
+func (f *freezer) thaw() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pid := range f.pids {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+	f.pids = nil
+}
+
+// waitGone waits up to limit for every process in pids to be gone and
+// returns how long after since that was, or -1 if some still run.
+func waitGone(pids []int, since time.Time, limit time.Duration) float64 {
+	for deadline := time.Now().Add(limit); ; time.Sleep(20 * time.Millisecond) {
+		n := 0
+		for _, pid := range pids {
+			if running(pid) {
+				n++
+			}
+		}
+		if n == 0 {
+			return time.Since(since).Seconds()
+		}
+		if time.Now().After(deadline) {
+			return -1
+		}
+	}
 }
 
 // childrenOf lists the processes whose parent is pid (from /proc).

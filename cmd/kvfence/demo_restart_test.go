@@ -22,7 +22,9 @@ import (
 // Every data lane is delayed by 400 ms, and the kill comes once decode has
 // handed a request off (the lanes are up) while a prefill rank has batches
 // in flight: writes are then on the delayed path, whatever the machine's
-// speed.
+// speed. The new instance starts 3 s after the kill, as on a loaded
+// machine; the prefill ranks are frozen until it is ready (runDecodeRestart),
+// so they still hold the dead instance's requests when they meet it.
 func TestDemoDecodeRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -40,7 +42,7 @@ func TestDemoDecodeRestart(t *testing.T) {
 	s, err := runDecodeRestart(ctx, demoOptions{Requests: 48, Concurrency: 24, MinPages: 4, MaxPages: 12,
 		PageEvery: 5 * time.Millisecond, DecodeFor: 300 * time.Millisecond,
 		Delays: []time.Duration{400 * time.Millisecond}, Fence: true, TLS: true,
-		Dir: dir, Seed: 5}, 500*time.Millisecond)
+		Dir: dir, Seed: 5, RestartDelay: 3 * time.Second}, 500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,10 @@ type demoOptions struct {
 	// KillPrefillAfter, when positive, kill -9s prefill rank 2 that long
 	// into the run (the crash test).
 	KillPrefillAfter time.Duration
+	// RestartDelay, in the decode-restart run, waits this long after the
+	// kill before starting the new instance (a slow restart, as on a loaded
+	// machine: the test's).
+	RestartDelay time.Duration
 	// Checksums: every rank computes (prefill) or checks (decode) a
 	// checksum at commit.
 	Checksums bool

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/kvfence/kvfence/core/knownunsafe"
 )
 
 // TestSimJSON: `kvfence sim --json` prints one object with every variant by
@@ -54,5 +56,34 @@ func TestSimRejectsBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "invalid argument") {
 			t.Errorf("%v: got %v, want an invalid-argument error", args, err)
 		}
+	}
+}
+
+// The table streams: a variant's row is out before the next variant's
+// sweep starts. A known-unsafe variant the seeds missed is named on an
+// UNCAUGHT line; one they caught is not.
+func TestSimStreamsRowsAndNamesUncaught(t *testing.T) {
+	var out bytes.Buffer
+	var before []string // the output as each sweep started
+	defer func(f func(knownunsafe.Variant, uint64, int, bool) simVariantResult) { sweepOne = f }(sweepOne)
+	sweepOne = func(v knownunsafe.Variant, from uint64, seeds int, stopAt bool) simVariantResult {
+		before = append(before, out.String())
+		return sweepVariant(v, from, seeds, stopAt)
+	}
+	cmd := newSimCommand()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--seeds", "5", "--variant", "release-on-abort,no-tombstones"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if len(before) != 2 || !strings.Contains(before[1], "release-on-abort ") {
+		t.Fatalf("no-tombstones' sweep started before release-on-abort's row was printed; output then: %q", before)
+	}
+	got := out.String()
+	if !strings.Contains(got, "UNCAUGHT: known-unsafe variant no-tombstones showed no violation in 5 seeds") {
+		t.Fatalf("no UNCAUGHT line for no-tombstones in 5 seeds:\n%s", got)
+	}
+	if strings.Contains(got, "UNCAUGHT: known-unsafe variant release-on-abort") {
+		t.Fatalf("release-on-abort was caught but named uncaught:\n%s", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/topo"
 )
 
@@ -22,6 +23,9 @@ func newTopoCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r, err := topo.ScanHost(sysfs, !noGPU)
+			if errdefs.IsInvalidArgument(err) {
+				return usagef("--sysfs: %v", err) // a mistyped root is the command line's fault
+			}
 			if err != nil {
 				return err
 			}

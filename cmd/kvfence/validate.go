@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/agent"
-	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 	"github.com/kvfence/kvfence/sdk"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/core"
-	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/core/knownunsafe"
 	"github.com/kvfence/kvfence/sdk"
 )
 

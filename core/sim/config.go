@@ -4,7 +4,10 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/kvfence/kvfence/internal/knownunsafe"
+	"github.com/kvfence/kvfence/core/knownunsafe"
+	// The simulation runs every known-unsafe variant in every build (it
+	// moves no real memory): it links their policies.
+	_ "github.com/kvfence/kvfence/internal/unsafecore"
 )
 
 // Timing of the simulated cluster, in nanoseconds of virtual time.

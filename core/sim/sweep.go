@@ -1,6 +1,6 @@
 package sim
 
-import "github.com/kvfence/kvfence/internal/knownunsafe"
+import "github.com/kvfence/kvfence/core/knownunsafe"
 
 // Summary is a sweep of one variant over many seeds.
 type Summary struct {

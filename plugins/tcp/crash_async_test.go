@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,9 +47,7 @@ func TestKillPluginMidTransferAsyncPost(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no bytes reached the receiver")
 	}
-	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killInFlight(t, p)
 	seen := map[sdk.BatchID]sdk.Status{}
 	for c := range tr.Completions() {
 		if _, dup := seen[c.Batch]; dup || c.Status != sdk.InDoubt {
@@ -79,9 +76,12 @@ func TestKillPluginMidTransferAsyncPost(t *testing.T) {
 
 // stalledPluginSender opens the plugin with opts, registers a 16 MiB
 // source and connects it to a receiver that reads a little and then
-// stalls (got is closed once bytes arrived).
+// stalls (got is closed once bytes arrived). The plugin's ack timeout and
+// write TTL are an hour: however slow the machine, a batch in flight ends
+// only by the test's kill, never by the plugin's own timeout.
 func stalledPluginSender(t *testing.T, opts sdk.OpenOptions) (*sdk.Plugin, sdk.RegionID, sdk.PeerID, <-chan struct{}) {
 	t.Helper()
+	opts.Env = append(opts.Env, "KVFENCE_TCP_ACK_TIMEOUT=1h", "KVFENCE_TCP_WRITE_TTL=1h")
 	p := sdktest.Subprocess(t, pluginBin, opts)
 	ctx := context.Background()
 	src, err := sdk.NewSharedMemory("src", 16<<20)

@@ -75,9 +75,7 @@ func TestKillPluginMidTransfer(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no bytes reached the receiver")
 	}
-	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killInFlight(t, p)
 	seen := map[sdk.BatchID]sdk.Status{}
 	for c := range tr.Completions() {
 		if _, dup := seen[c.Batch]; dup {
@@ -110,6 +108,27 @@ func TestKillPluginMidTransfer(t *testing.T) {
 	}
 	if err := tr.Post(ctx, sdk.Batch{ID: 99, Peer: peer, Ops: []sdk.Op{{Kind: sdk.OpWrite, LocalRegion: region, RemoteKey: 7, Length: 1}}}); !sdk.IsClass(err, sdk.ClassUnavailable) {
 		t.Fatalf("Post to a dead plugin: %v, want unavailable", err)
+	}
+}
+
+// killInFlight kills the plugin while its batches are in flight, as an
+// event rather than a race: it stops the plugin first (SIGSTOP: from then
+// on nothing it does can complete a batch), checks that no completion came
+// (the stalled receiver acknowledges nothing, and stalledPluginSender's
+// plugin never times a batch out), then kills it.
+func killInFlight(t *testing.T, p *sdk.Plugin) {
+	t.Helper()
+	if err := syscall.Kill(p.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-p.Transport().Completions():
+		_ = syscall.Kill(p.Pid(), syscall.SIGKILL)
+		t.Fatalf("batch %d completed %v before the kill, with nothing acknowledged", c.Batch, c.Status)
+	default:
+	}
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
 }
 
