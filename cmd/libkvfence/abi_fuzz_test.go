@@ -30,6 +30,9 @@ var exported = map[string]any{
 	"kvfence_sender_finish": kvfence_sender_finish, "kvfence_sender_abort": kvfence_sender_abort,
 	"kvfence_poll": kvfence_poll, "kvfence_wait": kvfence_wait, "kvfence_failure": kvfence_failure,
 	"kvfence_poll_go_ns": kvfence_poll_go_ns, "kvfence_page_bytes_go_ns": kvfence_page_bytes_go_ns,
+	"kvfence_layout_new": kvfence_layout_new, "kvfence_sender_gather": kvfence_sender_gather,
+	"kvfence_sender_gather_wait": kvfence_sender_gather_wait, "kvfence_receiver_scatter": kvfence_receiver_scatter,
+	"kvfence_receiver_scatter_done": kvfence_receiver_scatter_done, "kvfence_handles_live": kvfence_handles_live,
 }
 
 // fuzzWorld is a live decode and prefill rank (linked) and the handles the
@@ -195,7 +198,7 @@ func (w *fuzzWorld) arg(t testing.TB, in *fuzzIn, name string, i int, pt reflect
 			return h
 		}
 		return uint64(0)
-	case name == "kvfence_wait":
+	case name == "kvfence_wait" || name == "kvfence_sender_gather_wait" || name == "kvfence_receiver_scatter_done":
 		// Negative is refused; a huge wait on a fresh request would block
 		// here (TestWaitReturnsWhenItsHandleCloses covers the clamp).
 		if v := int64(in.integer()); v < 0 {
