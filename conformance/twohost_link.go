@@ -16,7 +16,8 @@ import (
 // packet filter matched, sockets the kernel aborted): a fault that touched
 // nothing is NOT RUN, never a pass.
 //
-//   - drop:   a blackhole qdisc on both ends of the veth (no package needed);
+//   - drop:   TCP between the data addresses blackholed on both ends of the
+//             veth (htb + u32 + blackhole qdiscs, no package needed);
 //   - reset:  the link slowed by a tbf qdisc, then every TCP socket between
 //             the data addresses aborted by the kernel (ss -K: the local end
 //             fails, the peer gets an RST);
@@ -68,25 +69,65 @@ func (n *netnsPair) clearQdiscs() {
 // catch the write on the link.
 var slowSpec = []string{"tbf", "rate", "20mbit", "burst", "32kbit", "latency", "2s"}
 
-// dropFault blackholes the data link in both directions. The drop counter
-// is read as the fault is released (deleting the qdisc loses it).
+// tcpBlackhole drops every TCP packet dev sends to dst and nothing else
+// (ARP and other traffic pass, so the drop counter counts only what the
+// plugin's connections sent): an htb root whose default class passes, and
+// a class, picked by a u32 match, whose leaf is a blackhole qdisc.
+func (n *netnsPair) tcpBlackhole(ns, dev, dst string) error {
+	steps := [][]string{
+		{"qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "20", "r2q", "100000"},
+		{"class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit", "quantum", "60000"},
+		{"class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb", "rate", "10gbit", "quantum", "60000"},
+		{"qdisc", "add", "dev", dev, "parent", "1:10", "handle", "10:", "blackhole"},
+		{"filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+			"match", "ip", "dst", dst + "/32", "match", "ip", "protocol", "6", "0xff", "flowid", "1:10"},
+	}
+	for _, st := range steps {
+		if _, err := nsCmd(ns, append([]string{"tc"}, st...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// blackholeDrops is the drop counter of tcpBlackhole's blackhole qdisc.
+func blackholeDrops(ns, dev string) uint64 {
+	out, err := nsCmd(ns, "tc", "-s", "qdisc", "show", "dev", dev)
+	if err != nil {
+		return 0
+	}
+	_, rest, ok := strings.Cut(out, "qdisc blackhole 10:")
+	if !ok {
+		return 0
+	}
+	m := droppedRe.FindStringSubmatch(rest)
+	if m == nil {
+		return 0
+	}
+	d, _ := strconv.ParseUint(m[1], 10, 64)
+	return d
+}
+
+// dropFault drops the TCP packets between the data addresses in both
+// directions. The drop counter is read as the fault is released (deleting
+// the qdisc loses it).
 func (n *netnsPair) dropFault() fault {
 	var dropped uint64
-	return fault{name: "veth blackhole (both ends)",
+	return fault{name: "veth TCP blackhole (both ends)",
 		apply: func() error {
 			dropped = 0
-			if err := n.qdisc(n.ini, n.iniIf, "blackhole"); err != nil {
+			if err := n.tcpBlackhole(n.ini, n.iniIf, nsTgtAddr); err != nil {
 				return err
 			}
-			return n.qdisc(n.tgt, n.tgtIf, "blackhole")
+			return n.tcpBlackhole(n.tgt, n.tgtIf, nsIniAddr)
 		},
 		release: func() {
-			_, dropped = qdiscStat(n.ini, n.iniIf)
+			dropped = blackholeDrops(n.ini, n.iniIf)
 			n.clearQdiscs()
 		},
 		reached: func(uint64) error {
 			if dropped == 0 {
-				return errSkip("the veth blackhole dropped no packet of the write (the plugin sent nothing over %s)", n.iniIf)
+				return errSkip("the veth blackhole dropped no TCP packet to %s during the write (the plugin sent nothing over %s)", nsTgtAddr, n.iniIf)
 			}
 			return nil
 		},
