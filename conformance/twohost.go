@@ -76,11 +76,18 @@ type twoHost struct {
 }
 
 const (
-	mgmtHostAddr = "10.213.214.1"
-	mgmtTgtAddr  = "10.213.214.2"
-	twoHostWin   = 1 << 20
-	twoHostOff   = 64 << 10
+	twoHostWin = 1 << 20
+	twoHostOff = 64 << 10
 )
+
+// mgmtAddrs is the management link's /30 for this run, inside 10.214.0.0/16
+// and picked by pid: its host end lives in the certifying process's own
+// namespace, so two runs (or one a killed run left behind) must not share it.
+func mgmtAddrs() (host, tgt string) {
+	base := uint32(os.Getpid()%16384) * 4
+	a := func(i uint32) string { return fmt.Sprintf("10.214.%d.%d", (base+i)>>8, (base+i)&0xff) }
+	return a(1), a(2)
+}
 
 // CertifyTwoHost runs the two-host checks. It needs root (namespaces).
 func CertifyTwoHost(ctx context.Context, cfg TwoHostConfig) *TwoHostReport {
@@ -137,6 +144,7 @@ func (th *twoHost) setup(ctx context.Context) error {
 // data link.
 func (th *twoHost) managementLink() error {
 	id := os.Getpid() % 100000
+	mgmtHostAddr, mgmtTgtAddr := mgmtAddrs()
 	th.mgmt = fmt.Sprintf("kvfm%d", id)
 	peer := fmt.Sprintf("kvfn%d", id)
 	for _, st := range [][]string{
@@ -167,6 +175,7 @@ func (th *twoHost) startTarget(secret []byte) error {
 		return err
 	}
 	args := append([]string{"netns", "exec", th.net.tgt}, th.cfg.TargetCommand...)
+	_, mgmtTgtAddr := mgmtAddrs()
 	args = append(args, "--plugin", th.cfg.Plugin, "--listen", net.JoinHostPort(mgmtTgtAddr, "0"),
 		"--data-addr", nsTgtAddr, "--secret-file", sf, "--netns", th.net.tgt)
 	for _, e := range th.cfg.Env {

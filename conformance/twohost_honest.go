@@ -116,6 +116,7 @@ func (th *twoHost) judge(ctx context.Context, r *TwoHostCheck, f fault, c sdk.Co
 		r.Promise = PromiseQuiesce
 		return e
 	}
+	r.Notes = append(r.Notes, "Quiesce: "+string(q.Evidence))
 	if err := afterRelease(fmt.Sprintf("Quiesce returned %s evidence", q.Evidence), PromiseQuiesce); err != nil {
 		return err
 	}

@@ -110,12 +110,12 @@ func TestTwoHostTCPPlugin(t *testing.T) {
 // Known-broken variants of the TCP plugin are caught across two hosts under
 // a kernel fault on the link between them (not only on a healthy link).
 func TestTwoHostCatchesBrokenVariants(t *testing.T) {
-	for _, v := range []struct{ name, check, promise string }{
+	for _, v := range []struct{ name, promise string }{
 		// FailedDefinite while the write keeps retrying: the dropped
 		// link's bytes land once it comes back.
-		{"failed-on-timeout", "link-dropped", conformance.PromiseFailed},
+		{"failed-on-timeout", conformance.PromiseFailed},
 		// Succeeded before the target acknowledged.
-		{"succeed-before-ack", "link-dropped", conformance.PromiseSucceeded},
+		{"succeed-before-ack", conformance.PromiseSucceeded},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			r := conformance.CertifyTwoHost(context.Background(), twoHostConfig(t, unsafeBin, "KVFENCE_TCP_UNSAFE="+v.name))
@@ -125,16 +125,16 @@ func TestTwoHostCatchesBrokenVariants(t *testing.T) {
 			if r.Passed || r.Certified {
 				t.Fatalf("variant %s passed two-host certification:\n%s", v.name, conformance.TwoHostMarkdown(r))
 			}
+			caught := false
 			for _, c := range r.Checks {
-				if c.Name == v.check {
-					if c.Status != "fail" || c.Promise != v.promise {
-						t.Fatalf("%s: %s %s (%s), want a failure of %q", v.name, c.Name, c.Status, c.Reason, v.promise)
-					}
-					t.Logf("%s caught by %s: %s", v.name, c.Name, c.Reason)
-					return
+				if c.Status == "fail" && c.Name != "healthy-write" && c.Promise == v.promise {
+					t.Logf("%s caught under a link fault by %s: %s", v.name, c.Name, c.Reason)
+					caught = true
 				}
 			}
-			t.Fatalf("no %s check in the report", v.check)
+			if !caught {
+				t.Fatalf("%s was not caught under a link fault breaking %q:\n%s", v.name, v.promise, conformance.TwoHostMarkdown(r))
+			}
 		})
 	}
 }
