@@ -1,11 +1,14 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/kvfence/kvfence/sdk/sdktest"
 )
 
 // The control channel: the right secret authenticates both ends and
@@ -113,5 +116,61 @@ func TestVethFaultsReachNothingWithoutTraffic(t *testing.T) {
 	var sk skipError
 	if err := slow.carried(1 << 20); !errors.As(err, &sk) {
 		t.Errorf("tbf: nothing crossed the link, yet carried said %v (want a skip)", err)
+	}
+}
+
+// The target host refuses a client with the wrong secret and keeps
+// waiting; the right secret then gets its answers (over loopback: no root).
+func TestTargetHostRefusesStrangers(t *testing.T) {
+	bin, err := sdktest.BuildPlugin(t.TempDir(), "github.com/kvfence/kvfence/plugins/tcp/cmd/kvfence-plugin-tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	ready := make(chan string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- ServeTarget(ctx, TargetConfig{Plugin: bin, Listen: "127.0.0.1:0", Secret: secret, Size: 1 << 20,
+			Ready: func(a string) { ready <- a }})
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("target did not start: %v", err)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctlClient(c, []byte("a wrong secret, also 32 bytes..!")); err == nil {
+		t.Fatal("a client with the wrong secret was authenticated")
+	}
+	_ = c.Close()
+	if c, err = net.Dial("tcp", addr); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cc, err := ctlClient(c, secret)
+	if err != nil {
+		t.Fatalf("the right secret after a stranger: %v", err)
+	}
+	h, err := cc.call(ctlRequest{Op: "hello"})
+	if err != nil || h.Endpoint.Address == "" || h.SHA256 == "" || h.Host == nil {
+		t.Fatalf("hello: %+v %v", h, err)
+	}
+	if _, err := cc.call(ctlRequest{Op: "fill", Off: 1 << 20, N: 1}); err == nil {
+		t.Error("a fill outside the destination was accepted")
+	}
+	if r, err := cc.call(ctlRequest{Op: "compare", Off: 0, Src: 0, N: 16}); err != nil || r.Change == "" {
+		t.Errorf("compare of untouched memory with the pattern: %+v %v (want a mismatch)", r, err)
+	}
+	if _, err := cc.call(ctlRequest{Op: "bye"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("target after bye: %v", err)
 	}
 }
