@@ -69,7 +69,7 @@ type twoHost struct {
 	mgmt   string // the management veth's host end (deleted at the end)
 	cc     *ctlConn
 	target *exec.Cmd
-	se     *session
+	se     *iniSide
 	key    sdk.Key
 	guard  time.Duration
 	rep    *TwoHostReport

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -16,11 +15,8 @@ import (
 // openInitiator starts the initiator plugin in the initiator namespace,
 // registers its source, takes one key on the target host and connects.
 func (th *twoHost) openInitiator(ctx context.Context, sum []byte, hello ctlReply) error {
-	s := &suite{cfg: Config{CompletionTimeout: th.cfg.CompletionTimeout}}
-	se := &session{s: s, size: twoHostOff + twoHostWin + 4096, got: map[sdk.BatchID][]sdk.Completion{},
-		done: make(chan struct{}), ended: make(chan struct{}), nextID: sdk.BatchID(time.Now().UnixNano() & 0xffffffff)}
-	se.changed = sync.NewCond(&se.mu)
-	th.se = se
+	in := newIniSide(th.cfg.CompletionTimeout)
+	th.se = in
 	env := append(append([]string(nil), th.cfg.Env...), "KVFENCE_TCP_LISTEN="+nsIniAddr+":0")
 	p, err := sdk.Open(th.cfg.Plugin, sdk.OpenOptions{Env: env, SHA256: sum, Logger: hclog.NewNullLogger(),
 		StartTimeout: 30 * time.Second, Stderr: prefixed(th.cfg.Log, "initiator"),
@@ -28,28 +24,29 @@ func (th *twoHost) openInitiator(ctx context.Context, sum []byte, hello ctlReply
 	if err != nil {
 		return fmt.Errorf("open initiator: %w", err)
 	}
-	se.ini = &proc{role: "initiator", p: p, t: p.Transport()}
-	if se.ini.info, err = se.ini.t.Info(ctx); err != nil {
+	in.p, in.t = p, p.Transport()
+	info, err := in.t.Info(ctx)
+	if err != nil {
 		return fmt.Errorf("initiator Info: %w", err)
 	}
 	if hello.Info != nil {
-		mt := max(hello.Info.Capabilities.MaxTail, se.ini.info.Capabilities.MaxTail)
+		mt := max(hello.Info.Capabilities.MaxTail, info.Capabilities.MaxTail)
 		th.guard = max(min(2*mt, time.Minute), th.cfg.GuardFloor)
 	}
 	th.rep.GuardWindow = th.guard.String()
 	th.rep.Initiator = th.net.iniHost()
-	if se.src, err = sdk.NewSharedMemory("conformance-src", se.size); err != nil {
+	if in.src, err = sdk.NewSharedMemory("conformance-src", twoHostOff+twoHostWin+4096); err != nil {
 		return err
 	}
-	pattern(se.src.Bytes(), 1)
-	if se.srcID, err = se.ini.t.RegisterMemory(ctx, se.src.Desc()); err != nil {
+	pattern(in.src.Bytes(), 1)
+	if in.srcID, err = in.t.RegisterMemory(ctx, in.src.Desc()); err != nil {
 		return fmt.Errorf("initiator RegisterMemory: %w", err)
 	}
-	if se.peer, err = se.ini.t.Connect(ctx, hello.Endpoint); err != nil {
+	if in.peer, err = in.t.Connect(ctx, hello.Endpoint); err != nil {
 		return fmt.Errorf("initiator Connect to %s: %w", hello.Endpoint.Address, err)
 	}
-	go se.collect()
-	go se.collectEvents()
+	go in.collect()
+	go in.drain()
 	return nil
 }
 

@@ -37,7 +37,7 @@ func (th *twoHost) honest(ctx context.Context, r *TwoHostCheck, f fault, during 
 	}
 	defer release()
 	b := se.split(th.key, 999, 0, n, 64<<10)
-	if err := se.ini.t.Post(ctx, b); err != nil {
+	if err := se.t.Post(ctx, b); err != nil {
 		id, serr := th.snap()
 		release()
 		if serr != nil {
