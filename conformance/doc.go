@@ -24,6 +24,15 @@
 // the plugin's data (its data does not take its endpoint address) leaves
 // its check NOT RUN, so the run is partial, neither passed nor failed.
 //
+// Two hosts (CertifyTwoHost, `kvfence conformance two-host`; the target
+// side is ServeTarget, `kvfence conformance target`): the target plugin
+// runs in its own process on a second host (here a second network
+// namespace) that owns the destination memory and reports what it observes
+// there over an HMAC-authenticated control channel on a management link;
+// the certifying side drives kernel faults on the data link (TCP blackhole,
+// tbf, socket abort, nftables reject, netem where present), which reach
+// every connection the plugin opens. See docs/conformance-two-host.md.
+//
 // It owns the checks, the fault injectors and the report formats. It must
 // never import the core, never reach into a plugin's internals (only the sdk
 // contract, signals and the link), never touch a network other than loopback

@@ -17,14 +17,25 @@ import (
 // skip, so the required check is NOT RUN and the run partial (no
 // certificate), never a pass and never a failure. carried, when set, is
 // asked after a write of n bytes completed Succeeded with its bytes in
-// place: a skip if those bytes did not take the faulted link.
+// place: a skip if those bytes did not take the faulted link. reached,
+// when set, is asked after any other outcome (a refused Post,
+// FailedDefinite, InDoubt): a skip if the fault never touched the write's
+// bytes, so a plugin whose data goes around the fault (a decoy connection
+// through the proxy) cannot pass a fault it never saw by reporting failure.
 type fault struct {
 	name       string
 	apply      func() error
 	release    func()
 	underFault bool
 	carried    func(n uint64) error
+	reached    func(n uint64) error
 }
+
+// reachedFloor is how much of an n-byte write must have entered a fault
+// for a non-Succeeded outcome to count as the plugin's answer to it: one
+// page (a stalled proxy takes one read, which may be short, then holds),
+// never more than the write. An idle decoy connection sends none.
+func reachedFloor(n uint64) uint64 { return min(n, 4096) }
 
 // notThroughProxy: the proxy fault touched nothing the plugin's data uses.
 func notThroughProxy(kind, what string) error {
@@ -34,9 +45,9 @@ func notThroughProxy(kind, what string) error {
 // proxyFault is one of the in-path proxy's faults on the session's link.
 func (se *session) proxyFault(kind string) fault {
 	p := se.proxy
-	var sentAt uint64
+	var sentAt, enteredAt uint64
 	links := func(n int) error {
-		sentAt = p.Sent()
+		sentAt, enteredAt = p.Sent(), p.Entered()
 		if n == 0 {
 			return notThroughProxy(kind, "it hit no connection")
 		}
@@ -46,6 +57,12 @@ func (se *session) proxyFault(kind string) fault {
 	f.carried = func(n uint64) error {
 		if got := p.Sent() - sentAt; got < n {
 			return notThroughProxy(kind, fmt.Sprintf("a %d-byte write completed Succeeded with its bytes in place, but only %d bytes crossed the proxy", n, got))
+		}
+		return nil
+	}
+	f.reached = func(n uint64) error {
+		if got := p.Entered() - enteredAt; got < reachedFloor(n) {
+			return notThroughProxy(kind, fmt.Sprintf("a %d-byte write ended without Succeeded, but only %d bytes entered the faulted proxy (at least %d must have)", n, got, reachedFloor(n)))
 		}
 		return nil
 	}
@@ -182,4 +199,12 @@ func (sh *shaper) fault(spec string) fault {
 		},
 		release: func() { _ = sh.netem("") },
 	}
+}
+
+// reachedBy asks f.reached when the fault has one.
+func (f fault) reachedBy(n uint64) error {
+	if f.reached == nil {
+		return nil
+	}
+	return f.reached(n)
 }

@@ -66,7 +66,7 @@ func (se *session) honest(ctx context.Context, r *Result, f fault, n uint64, dur
 			return fmt.Errorf("Post refused (%v), yet target memory changed: %v", err, ch)
 		}
 		r.Notes = append(r.Notes, "Post refused under the fault: "+err.Error())
-		return nil
+		return f.reachedBy(n)
 	}
 	if during != nil {
 		during()
@@ -102,6 +102,9 @@ func (se *session) honest(ctx context.Context, r *Result, f fault, n uint64, dur
 			r.Promise = PromiseFailed
 			return fmt.Errorf("reported FailedDefinite, but bytes kept landing: %v", ch)
 		}
+		if err := f.reachedBy(n); err != nil {
+			return err
+		}
 	default:
 		if !f.underFault {
 			release()
@@ -110,7 +113,7 @@ func (se *session) honest(ctx context.Context, r *Result, f fault, n uint64, dur
 		if qerr != nil {
 			release()
 			r.Notes = append(r.Notes, fmt.Sprintf("Quiesce could not obtain evidence (%v): honest, the batch stays in doubt", qerr))
-			return nil
+			return f.reachedBy(n)
 		}
 		w := snapshot(se.dst.Bytes())
 		if e := quiesceCovers(q, b.ID); e != nil {
@@ -121,6 +124,9 @@ func (se *session) honest(ctx context.Context, r *Result, f fault, n uint64, dur
 		if ch := w.until(s.guard); ch != nil {
 			r.Promise = PromiseQuiesce
 			return fmt.Errorf("Quiesce returned %s evidence, but bytes kept landing: %v", q.Evidence, ch)
+		}
+		if err := f.reachedBy(n); err != nil {
+			return err
 		}
 	}
 	if n := se.count(b.ID); n != 1 {
@@ -240,6 +246,8 @@ func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
 		if err := stall.carried(n); err != nil {
 			return err
 		}
+	} else if err := stall.reachedBy(n); err != nil {
+		return err
 	}
 	se.proxy.Release()
 	if ch := w.until(s.guard); ch != nil {

@@ -20,6 +20,9 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 	sent   atomic.Uint64 // bytes forwarded from the initiator to the target
+	// entered counts bytes read from the initiator, forwarded or not (a
+	// dropped or stalled byte entered the fault): the reached guard.
+	entered atomic.Uint64
 
 	mu    sync.Mutex
 	cond  *sync.Cond
@@ -96,6 +99,9 @@ func (p *Proxy) pump(l *link, src, dst net.Conn, toTarget bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && toTarget {
+			p.entered.Add(uint64(n))
+		}
 		if n > 0 {
 			p.mu.Lock()
 			for l.stalled && !l.closed {
@@ -205,6 +211,10 @@ func (p *Proxy) Reset() int {
 // Sent is how many bytes the proxy has forwarded from the initiator to the
 // target so far: what a write that took the proxied link must add to.
 func (p *Proxy) Sent() uint64 { return p.sent.Load() }
+
+// Entered is how many bytes the proxy has read from the initiator, whether
+// it forwarded them or its fault swallowed them.
+func (p *Proxy) Entered() uint64 { return p.entered.Load() }
 
 // Links is how many connections pass through the proxy now.
 func (p *Proxy) Links() int {

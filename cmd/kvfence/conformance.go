@@ -140,6 +140,7 @@ Groups: ` + strings.Join(conformance.GroupNames(), ", "),
 	f.StringSliceVar(&cfg.Groups, "group", nil, "run only these groups (repeatable)")
 	f.BoolVar(&cfg.FailFast, "fail-fast", false, "stop at the first failed check")
 	f.BoolVarP(&verbose, "verbose", "v", false, "add each check's notes and the plugins' stderr to the progress lines")
+	cmd.AddCommand(newConformanceTargetCommand(), newConformanceTwoHostCommand())
 	return cmd
 }
 
