@@ -30,6 +30,9 @@ var exported = map[string]any{
 	"kvfence_sender_finish": kvfence_sender_finish, "kvfence_sender_abort": kvfence_sender_abort,
 	"kvfence_poll": kvfence_poll, "kvfence_wait": kvfence_wait, "kvfence_failure": kvfence_failure,
 	"kvfence_poll_go_ns": kvfence_poll_go_ns, "kvfence_page_bytes_go_ns": kvfence_page_bytes_go_ns,
+	"kvfence_layout_new": kvfence_layout_new, "kvfence_sender_gather": kvfence_sender_gather,
+	"kvfence_sender_gather_wait": kvfence_sender_gather_wait, "kvfence_receiver_scatter": kvfence_receiver_scatter,
+	"kvfence_receiver_scatter_done": kvfence_receiver_scatter_done, "kvfence_handles_live": kvfence_handles_live,
 }
 
 // fuzzWorld is a live decode and prefill rank (linked) and the handles the

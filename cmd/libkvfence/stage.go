@@ -136,10 +136,14 @@ func kvfence_layout_new(ptrs *unsafe.Pointer, lens, items *C.int64_t, n, pageSiz
 	if ptrs == nil || lens == nil || items == nil || out == nil || n <= 0 || n > 1<<16 {
 		return fail(e, invalid("a layout takes 1..65536 buffers (%d) and non-NULL arrays", n))
 	}
-	ps, ls, is := unsafe.Slice(ptrs, int(n)), unsafe.Slice(lens, int(n)), unsafe.Slice(items, int(n))
 	bufs := make([]stage.Buffer, n)
-	for i := range bufs {
-		bufs[i] = stage.Buffer{Addr: ps[i], Len: int64(ls[i]), Item: int64(is[i])}
+	if err := touch("layout arrays", func() {
+		ps, ls, is := unsafe.Slice(ptrs, int(n)), unsafe.Slice(lens, int(n)), unsafe.Slice(items, int(n))
+		for i := range bufs {
+			bufs[i] = stage.Buffer{Addr: ps[i], Len: int64(ls[i]), Item: int64(is[i])}
+		}
+	}); err != nil {
+		return fail(e, err)
 	}
 	mv, err := markDevice(bufs)
 	if err != nil {
@@ -149,7 +153,11 @@ func kvfence_layout_new(ptrs *unsafe.Pointer, lens, items *C.int64_t, n, pageSiz
 	if err != nil {
 		return fail(e, err)
 	}
-	*out = C.kvfence_handle(register(&layoutObj{l: l, mv: mv}))
+	h := register(&layoutObj{l: l, mv: mv})
+	if err := setHandle(out, h); err != nil {
+		unregister(h)
+		return fail(e, err)
+	}
 	return fail(e, nil)
 }
 
@@ -158,9 +166,14 @@ func indices(l *stage.Layout, idx *C.int32_t, n C.int) ([]int32, error) {
 	if n < 0 || (n > 0 && idx == nil) {
 		return nil, invalid("%d page indices at %p", n, idx)
 	}
+	if err := pageCount("page indices", n, false); err != nil {
+		return nil, err
+	}
 	out := make([]int32, n)
 	if n > 0 {
-		copy(out, unsafe.Slice((*int32)(unsafe.Pointer(idx)), int(n)))
+		if err := touch("page indices", func() { copy(out, unsafe.Slice((*int32)(unsafe.Pointer(idx)), int(n))) }); err != nil {
+			return nil, err
+		}
 	}
 	return out, l.CheckIndices(out)
 }

@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"unsafe"
 
 	"github.com/kvfence/kvfence/gpumem"
+	"github.com/kvfence/kvfence/internal/stage"
 )
 
 var fakeOnce struct {
@@ -220,5 +222,40 @@ func TestStagingMixedHostAndDeviceBuffers(t *testing.T) {
 		if rc == 0 {
 			abi(kvfence_close, h, nil)
 		}
+	}
+}
+
+// FuzzABI's finding: layout_new read its arrays, and wrote *out, without
+// a fault guard, so arrays running into a PROT_NONE page killed the
+// process. Each is InvalidArgument now, and no handle is left behind.
+func TestLayoutNewFaultingArraysAreInvalidArguments(t *testing.T) {
+	m := testMem(t)
+	var e errBuf
+	good := []int64{4096}
+	arr := unsafe.Add(m.guard, -8) // one int64 readable, the next faults
+	ptr := unsafe.Pointer(&m.rw[0])
+	live := kvfence_handles_live()
+	var h uint64
+	for name, args := range map[string][3]unsafe.Pointer{
+		"ptrs":  {arr, unsafe.Pointer(&good[0]), unsafe.Pointer(&good[0])},
+		"lens":  {unsafe.Pointer(&ptr), arr, unsafe.Pointer(&good[0])},
+		"items": {unsafe.Pointer(&ptr), unsafe.Pointer(&good[0]), arr},
+	} {
+		if rc := abi(kvfence_layout_new, args[0], args[1], args[2], 2, 1, unsafe.Pointer(&h), e.p()); rc != codeInvalid {
+			t.Errorf("%s running into a PROT_NONE page: %d, want InvalidArgument", name, rc)
+		}
+	}
+	if rc := abi(kvfence_layout_new, unsafe.Pointer(&ptr), unsafe.Pointer(&good[0]), unsafe.Pointer(&good[0]), 1, 1, m.guard, e.p()); rc != codeInvalid {
+		t.Errorf("out in a PROT_NONE page: %d, want InvalidArgument", rc)
+	}
+	if n := kvfence_handles_live(); n != live {
+		t.Errorf("%d handles live after the refusals, %d before", n, live)
+	}
+	// indices takes a *C.int32_t, which a test file cannot name: reflect.
+	l := &stage.Layout{Bufs: []stage.Buffer{{Addr: ptr, Len: 4096, Item: 4096}}, PageSize: 1}
+	f := reflect.ValueOf(indices)
+	out := f.Call([]reflect.Value{reflect.ValueOf(l), reflect.NewAt(f.Type().In(1).Elem(), unsafe.Add(m.guard, -4)), abiArg(f.Type().In(2), 2)})
+	if out[1].IsNil() {
+		t.Error("page indices running into a PROT_NONE page were read")
 	}
 }
