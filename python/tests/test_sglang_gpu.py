@@ -128,3 +128,13 @@ else:
         a.aux_data_ptrs = [CUDA.alloc(len(b)) for b in e.aux]
         with pytest.raises(errors.Unimplemented):
             P.get_kv_class("manager")(a, "decode", None, False)
+
+    def test_control_a_host_touch_of_fake_device_memory_kills_the_process():
+        """The control arm: the scenarios above would not survive a single
+        host-side read of a KV page (the fake's device memory is PROT_NONE
+        to the host), so their passing shows nothing touched one."""
+        code = ("import ctypes, os, sys; sys.path[:0] = %r; import test_sglang_gpu as g; "
+                "e = g.GPUEngine(2, 0, (16, 8)); buf = (ctypes.c_char * 8)(); "
+                "ctypes.memmove(buf, e.dev[0], 8); print('read device memory from the host')" % ([HERE],))
+        r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True, timeout=120)
+        assert r.returncode == -11 and "read device memory" not in r.stdout, (r.returncode, r.stdout, r.stderr[-500:])
