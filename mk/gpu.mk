@@ -5,7 +5,12 @@
 #                   known-unsafe copy-before-success control arm, which the
 #                   late-write test must catch; the gpu-check path itself
 #                   over the fake (bandwidth figures there mean nothing); and
-#                   gpu-check without a driver (one skip line, exit 0). ~40 s
+#                   gpu-check without a driver (one skip line, exit 0); the C
+#                   ABI's staging of device buffers (cmd/libkvfence
+#                   TestStaging*) and the SGLang scheduler-order scenarios
+#                   with every KV buffer in fake GPU memory
+#                   (python/tests/test_sglang_gpu.py; bindings-py leaves it
+#                   to this step). ~70 s
 #   make gpu-check  on a machine with an NVIDIA driver: page integrity with
 #                   aborts against the real driver, then staged copy bandwidth
 #                   as a ratio of cuMemcpy of the same bytes (goal >= 0.9).
@@ -23,10 +28,13 @@ gpu-check:
 	$(BIN)/kvfence-gpu-check bandwidth $(GPU_CHECK_FLAGS); \
 	echo "gpu-check: direct mode (dma-buf) not built: not checked"
 
-gpu-fake:
+gpu-fake: bindings bindings-deps
 	@echo "==> gpu-fake"
 	mkdir -p $(BIN)
 	$(GO) test -count=1 ./gpumem/...
+	$(GO) test -count=1 ./cmd/libkvfence -run '^TestStaging'
+	PYTHONPATH=python KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
+	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider python/tests/test_sglang_gpu.py
 	$(GO) test -count=1 -tags kvfenceunsafe -v ./gpumem -run '^TestLateWriteNeverReachesGPUPage$$' 2>&1 | grep -E 'control arm caught' || \
 	  { echo "gpu-fake: the copy-before-success control arm was not caught"; exit 1; }
 	$(CC) -Wall -shared -fPIC -O1 -pthread -o $(BIN)/libfakecuda.so gpumem/testdata/fakecuda.c
@@ -34,6 +42,6 @@ gpu-fake:
 	out=$$(KVFENCE_CUDA_LIB=/nonexistent/libcuda.so.1 $(MAKE) --no-print-directory -s gpu-check); \
 	  [ "$$(printf '%s\n' "$$out" | wc -l)" = 1 ] && printf '%s\n' "$$out" | grep -q '^gpu-check: skipped' || \
 	  { echo "gpu-fake: gpu-check without a driver printed: $$out"; exit 1; }
-	@echo "gpu-fake: staged mode on the fake driver passes; control arm caught; gpu-check skips cleanly without a driver"
+	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes); control arm caught; gpu-check skips cleanly without a driver"
 
 TEST_STEPS += gpu-fake

@@ -17,7 +17,10 @@
 //     (stage.go: layout, gather, scatter) copies on Go threads after the
 //     call returned, so the caller keeps its KV buffers allocated until
 //     the gather is waited for or the request ended, and a receiver's
-//     finish and close wait for its scatter.
+//     finish and close wait for its scatter. Buffers the CUDA driver says
+//     are device memory are copied through gpumem (stage_gpu.go), never
+//     touched by host code; a scatter into them runs only after the
+//     request succeeded.
 //   - Poll-based: callers poll (or wait with a timeout); Go never calls
 //     into C.
 //   - Safe from several threads: agent calls go through each rank's event

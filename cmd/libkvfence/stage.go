@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/gpumem"
 	"github.com/kvfence/kvfence/internal/stage"
 )
 
@@ -20,14 +21,22 @@ import (
 // still owns its kvfence pages: gathers go through KVSender.Fill (checked
 // per 256 KiB piece), and a receiver's finish or close waits for its scatter.
 
-type layoutObj struct{ l *stage.Layout }
+// layoutObj is a layout and, when some of its buffers are device memory,
+// the Mover that copies them (stage_gpu.go).
+type layoutObj struct {
+	l  *stage.Layout
+	mv gpumem.Mover
+}
 
-// copierFor picks the copier of a layout's buffers: host memory now; a
-// device buffer will be routed to a device copier here.
-func copierFor(l *stage.Layout) (stage.Copier, error) {
-	for _, b := range l.Bufs {
+// copierFor picks the copier of a layout's buffers: memmove for host
+// memory, gpumem for a layout with device buffers (toDevice: a scatter).
+func copierFor(lo *layoutObj, toDevice bool) (stage.Copier, error) {
+	if cp := gpuCopier(lo, toDevice); cp != nil {
+		return cp, nil
+	}
+	for _, b := range lo.l.Bufs {
 		if b.Device {
-			return nil, errdefs.Errorf(errdefs.Unimplemented, "device buffers are not staged yet")
+			return nil, errdefs.Errorf(errdefs.Internal, "device buffer without a device")
 		}
 	}
 	return stage.Host{}, nil
@@ -136,13 +145,17 @@ func kvfence_layout_new(ptrs *unsafe.Pointer, lens, items *C.int64_t, n, pageSiz
 	}); err != nil {
 		return fail(e, err)
 	}
+	mv, err := markDevice(bufs)
+	if err != nil {
+		return fail(e, err)
+	}
 	l, err := stage.NewLayout(bufs, int(pageSize))
 	if err != nil {
 		return fail(e, err)
 	}
-	h := register(&layoutObj{l: l})
+	h := register(&layoutObj{l: l, mv: mv})
 	if err := setHandle(out, h); err != nil {
-		unregister(h) // a layout holds nothing to release
+		unregister(h)
 		return fail(e, err)
 	}
 	return fail(e, nil)
@@ -153,8 +166,8 @@ func indices(l *stage.Layout, idx *C.int32_t, n C.int) ([]int32, error) {
 	if n < 0 || (n > 0 && idx == nil) {
 		return nil, invalid("%d page indices at %p", n, idx)
 	}
-	if n > 1<<24 {
-		return nil, invalid("%d page indices: at most %d", n, 1<<24)
+	if err := pageCount("page indices", n, false); err != nil {
+		return nil, err
 	}
 	out := make([]int32, n)
 	if n > 0 {

@@ -45,7 +45,7 @@ func kvfence_sender_gather(s, layout C.kvfence_handle, idx *C.int32_t, n, part, 
 	if err != nil {
 		return fail(e, err)
 	}
-	cp, err := copierFor(l)
+	cp, err := copierFor(lo, false)
 	if err != nil {
 		return fail(e, err)
 	}
@@ -54,11 +54,12 @@ func kvfence_sender_gather(s, layout C.kvfence_handle, idx *C.int32_t, n, part, 
 }
 
 func gather(o *senderObj, l *stage.Layout, sl stage.Slice, cp stage.Copier, pages []int32, first, upto, total int) error {
-	var runs []stage.Run
-	err := o.s.Fill(first, len(pages), func(i int, page []byte) error {
-		runs = l.GatherPage(runs[:0], pages[i-first], sl, unsafe.Pointer(&page[0]))
-		return safeCopy(cp, runs)
-	})
+	var err error
+	if _, dev := cp.(deviceCopier); dev {
+		err = gatherDevice(o, l, sl, cp, pages, first)
+	} else {
+		err = fillHost(o, l, sl, cp, pages, first)
+	}
 	if err == nil && upto > 0 {
 		err = o.s.Send(upto)
 	}
@@ -66,6 +67,15 @@ func gather(o *senderObj, l *stage.Layout, sl stage.Slice, cp stage.Copier, page
 		err = o.s.Finish(total)
 	}
 	return err
+}
+
+// fillHost copies host engine pages straight into the source pages.
+func fillHost(o *senderObj, l *stage.Layout, sl stage.Slice, cp stage.Copier, pages []int32, first int) error {
+	var runs []stage.Run
+	return o.s.Fill(first, len(pages), func(i int, page []byte) error {
+		runs = l.GatherPage(runs[:0], pages[i-first], sl, unsafe.Pointer(&page[0]))
+		return safeCopy(cp, runs)
+	})
 }
 
 // kvfence_sender_gather_wait waits up to timeout_ms (0: not at all) for the
@@ -118,7 +128,7 @@ func kvfence_receiver_scatter(r, layout C.kvfence_handle, idx *C.int32_t, n, sha
 	if slots == nil || len(pages) > len(slots) {
 		return fail(e, errdefs.Errorf(errdefs.FailedPrecondition, "%d pages to scatter from a request with %d handed-off pages (state %s)", len(pages), len(slots), o.rv.Poll()))
 	}
-	cp, err := copierFor(l)
+	cp, err := copierFor(lo, true)
 	if err != nil {
 		return fail(e, err)
 	}

@@ -5,8 +5,9 @@
 //
 // It owns the address arithmetic (Gather and Scatter plans, contiguous runs
 // merged so each is one copy) and the Copier interface that performs them:
-// Host copies host memory; a device buffer will be routed to another Copier
-// (Buffer.Device) without changing the plans.
+// Host copies host memory; a layout with device buffers (Buffer.Device) is
+// copied by the C ABI's gpumem-backed Copier (cmd/libkvfence/stage_gpu.go)
+// with the same plans.
 //
 // It must never decide when memory may be touched: callers (the agent's
 // KVSender.Fill, the C ABI) hold the request's pages for the copy's whole

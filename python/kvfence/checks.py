@@ -15,9 +15,15 @@ killing the engine's process (an integer that is no mapped address):
   ranges inside memory registered with register_memory (checked against
   /proc/self/maps when registered). An integer address outside registered
   memory is refused: kvfence cannot tell a good address from a stray one.
+- device pointers (an engine's KV buffers in GPU memory) have their own
+  rule: device_range accepts a range only when the CUDA driver
+  ($KVFENCE_CUDA_LIB, else libcuda.so.1, the library kvfence's Go side
+  opens) says its first and last byte are device memory; host code never
+  touches it.
 """
 import ctypes
 import math
+import os
 import threading
 
 from . import errors
@@ -207,3 +213,53 @@ def _locate(buf, writable):
     else:
         c = (ctypes.c_char * mv.nbytes).from_buffer(mv)
     return ctypes.addressof(c), mv.nbytes, c
+
+
+# ---- device memory (KV buffers in GPU memory) ----
+_cuda = None
+_cuda_lock = threading.Lock()
+
+
+def cuda_driver():
+    """The CUDA driver library kvfence's Go side uses, or None when it does
+    not load (then no device pointer is accepted)."""
+    global _cuda
+    with _cuda_lock:
+        if _cuda is None:
+            try:
+                lib = ctypes.CDLL(os.environ.get("KVFENCE_CUDA_LIB") or "libcuda.so.1")
+                lib.cuPointerGetAttribute.restype = ctypes.c_int
+                lib.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+                lib.cuInit.restype, lib.cuInit.argtypes = ctypes.c_int, [ctypes.c_uint]
+                _cuda = lib if lib.cuInit(0) == 0 else False
+            except (OSError, AttributeError):
+                _cuda = False
+        return _cuda or None
+
+
+def _is_device(cuda, addr):
+    mem_type = ctypes.c_uint(0)
+    # CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2; CU_MEMORYTYPE_DEVICE = 2.
+    return cuda.cuPointerGetAttribute(ctypes.byref(mem_type), 2, ctypes.c_uint64(addr)) == 0 and mem_type.value == 2
+
+
+def is_device(addr):
+    """Whether the driver says addr is device memory (False without one)."""
+    cuda = cuda_driver()
+    return cuda is not None and _is_device(cuda, integer(addr, ctypes.c_uint64, "address"))
+
+
+def device_range(addr, size, what="buffer"):
+    """Accepts size bytes at addr only as device memory the CUDA driver
+    knows (first and last byte): FailedPrecondition without a driver,
+    InvalidArgument when the range is not (wholly) device memory."""
+    addr = integer(addr, ctypes.c_uint64, what + " address")
+    size = integer(size, ctypes.c_int64, what + " size")
+    cuda = cuda_driver()
+    if cuda is None:
+        raise errors.FailedPrecondition("kvfence: %s at %#x: no CUDA driver loads (%s)"
+                                        % (what, addr, os.environ.get("KVFENCE_CUDA_LIB") or "libcuda.so.1"))
+    if size <= 0 or not (_is_device(cuda, addr) and _is_device(cuda, addr + size - 1)):
+        raise errors.InvalidArgument("kvfence: %s of %d bytes at %#x is not device memory of the CUDA driver"
+                                     % (what, size, addr))
+    return addr, size

@@ -68,7 +68,7 @@ import threading
 import time
 import zlib
 
-from . import api, errors, sglang_bootstrap, sglang_layout, staging
+from . import api, checks, errors, sglang_bootstrap, sglang_layout, staging
 
 try:  # SGLang's base classes when SGLang is there; plain ones otherwise.
     from sglang.srt.disaggregation.base.conn import (BaseKVBootstrapServer, BaseKVManager, BaseKVReceiver,
@@ -107,22 +107,20 @@ def _mode(mode):
     return str(getattr(mode, "value", mode)).lower()
 
 
-def _refuse_device_memory(ptrs):
-    """These classes stage pages on the host, so every buffer must be host
-    memory: a CUDA device pointer is refused here (Unimplemented) instead of
-    crashing the scheduler at the first send. Checked with the CUDA driver's
-    cuPointerGetAttribute when libcuda is present; without it, no GPU memory
-    can exist in this process."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return
-    mem_type = ctypes.c_uint(0)
-    for p in ptrs:
-        # CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2; CU_MEMORYTYPE_DEVICE = 2.
-        if cuda.cuPointerGetAttribute(ctypes.byref(mem_type), 2, ctypes.c_uint64(int(p))) == 0 and mem_type.value == 2:
+def _check_memory(args):
+    """KV buffers may be host memory or, where the CUDA driver says so,
+    device memory (staged mode: kvfence's Go side copies them through the
+    driver, never touching them from host code). Aux rows are read and
+    written by host code, so a device pointer there is refused
+    (Unimplemented) instead of crashing the scheduler at the first send.
+    Without a driver no GPU memory can exist in this process."""
+    for p, n in zip(args.kv_data_ptrs, args.kv_data_lens):
+        if checks.is_device(int(p)):
+            checks.device_range(int(p), int(n), "KV buffer")
+    for p in list(getattr(args, "aux_data_ptrs", []) or []):
+        if checks.is_device(int(p)):
             raise errors.Unimplemented(
-                "kvfence: buffer at 0x%x is CUDA device memory; this release stages through host memory only "
+                "kvfence: aux buffer at 0x%x is CUDA device memory; aux rows must be host memory "
                 "(README: GPU memory)" % int(p))
 
 
@@ -239,7 +237,7 @@ class KVFenceKVManager(BaseKVManager):
         self.is_mla_backend = bool(is_mla_backend)
         self.cfg = cfg = _config(server_args)
         refuse_unsupported(server_args, args)
-        _refuse_device_memory(list(args.kv_data_ptrs) + list(getattr(args, "aux_data_ptrs", []) or []))
+        _check_memory(args)
         # What SGLang's scheduler reads from a manager (Common* attributes).
         self.is_dummy_cp_rank = False
         self.prefill_info_table, self.transfer_infos, self.req_to_decode_prefix_len = {}, {}, {}
