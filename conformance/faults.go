@@ -33,9 +33,14 @@ type fault struct {
 
 // reachedFloor is how much of an n-byte write must have entered a fault
 // for a non-Succeeded outcome to count as the plugin's answer to it: one
-// page (a stalled proxy takes one read, which may be short, then holds),
-// never more than the write. An idle decoy connection sends none.
+// page, never more than the write. An idle decoy connection sends none.
+// A stalled proxy is the exception (stallReachedFloor).
 func reachedFloor(n uint64) uint64 { return min(n, 4096) }
+
+// stallReachedFloor: a stalled proxy takes one read, then holds, and that
+// read may be a plugin's frame header alone (the minimal example's is 36
+// bytes), so a stall is reached by any byte that entered it while it held.
+func stallReachedFloor(n uint64) uint64 { return min(n, 1) }
 
 // notThroughProxy: the proxy fault touched nothing the plugin's data uses.
 func notThroughProxy(kind, what string) error {
@@ -60,9 +65,13 @@ func (se *session) proxyFault(kind string) fault {
 		}
 		return nil
 	}
+	floor := reachedFloor
+	if kind == "stall" {
+		floor = stallReachedFloor
+	}
 	f.reached = func(n uint64) error {
-		if got := p.Entered() - enteredAt; got < reachedFloor(n) {
-			return notThroughProxy(kind, fmt.Sprintf("a %d-byte write ended without Succeeded, but only %d bytes entered the faulted proxy (at least %d must have)", n, got, reachedFloor(n)))
+		if got := p.Entered() - enteredAt; got < floor(n) {
+			return notThroughProxy(kind, fmt.Sprintf("a %d-byte write ended without Succeeded, but only %d bytes entered the faulted proxy (at least %d must have)", n, got, floor(n)))
 		}
 		return nil
 	}

@@ -50,6 +50,9 @@ func TestCloseWithStalledReceiver(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	closeWithin(t, w.s)
+	if !w.e.StreamEnded() {
+		t.Fatal("Close returned but the completion stream did not end")
+	}
 	if n := w.e.Count(w.id); n != 1 {
 		t.Fatalf("the stalled batch has %d completions, want 1", n)
 	}

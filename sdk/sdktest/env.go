@@ -126,6 +126,19 @@ func (e *Env) waitNth(id sdk.BatchID, n int) (sdk.Completion, error) {
 	return e.got[id][n], nil
 }
 
+// StreamEnded waits until the Completions channel was closed and every
+// completion on it collected (Close closes it; collection runs on its own
+// goroutine, so a count read just after Close may still be short). It
+// reports false if that did not happen within Timeout.
+func (e *Env) StreamEnded() bool {
+	select {
+	case <-e.done:
+		return true
+	case <-time.After(Timeout):
+		return false
+	}
+}
+
 // Count is how many completions id received so far.
 func (e *Env) Count(id sdk.BatchID) int {
 	e.mu.Lock()
