@@ -68,7 +68,7 @@ import threading
 import time
 import zlib
 
-from . import api, errors, sglang_bootstrap, sglang_layout, staging
+from . import api, errors, sglang_bootstrap, sglang_layout, sglang_links, staging
 
 try:  # SGLang's base classes when SGLang is there; plain ones otherwise.
     from sglang.srt.disaggregation.base.conn import (BaseKVBootstrapServer, BaseKVManager, BaseKVReceiver,
@@ -251,7 +251,8 @@ class KVFenceKVManager(BaseKVManager):
         self.link_timeout_s = float(cfg.get("link_timeout_s", os.environ.get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300)))
         self._gens, self._held, self._lock = {}, {}, threading.Lock()
         self._swept = 0.0
-        self.addrs = cfg.get("decode_addrs") or ["127.0.0.1:17000"]
+        self.links = None  # prefill without decode_addrs: links on demand (kvfence.sglang_links)
+        self.addrs = cfg.get("decode_addrs") or ["127.0.0.1:17000"] * int(cfg.get("decode_tp", 1))
         self.decode_tp, self.prefill_tp = len(self.addrs), int(cfg.get("prefill_tp", 1))
         sa_tp = int(getattr(server_args, "tp_size", 0) or 0)
         if self.mode == "decode" and sa_tp and sa_tp != self.decode_tp:
@@ -286,6 +287,16 @@ class KVFenceKVManager(BaseKVManager):
                                                      self.is_mla_backend, "prefill")
         self.aux_pages = sglang_layout.aux_pages(self.aux_bytes, self.shard_bytes)
         self.agents = []
+        if not self.cfg.get("decode_addrs"):
+            # M:N: each request's decode ranks announce where they are at
+            # this instance's bootstrap server; agents are made on demand.
+            make = sglang_links.prefill_agent(passthrough, self.kv_rank, int(cfg.get("source_pages", 1024)),
+                                              self.shard_bytes)
+            self.links = sglang_links.Links(make, float(cfg.get("idle_close_s", 60)))
+            self.agent = None
+            if self.server_args is not None or cfg.get("bootstrap_addr"):
+                threading.Thread(target=self._register_quietly, daemon=True).start()
+            return
         try:
             for dr, _, _ in self.targets:
                 self.agents.append(api.Prefill(rank=self.kv_rank, decode_addr=self.addrs[dr], decode_rank=dr,
@@ -447,6 +458,8 @@ class KVFenceKVManager(BaseKVManager):
         for a in self.agents or [getattr(self, "agent", None)]:
             if a is not None:
                 a.close()
+        if getattr(self, "links", None) is not None:
+            self.links.close()
         layout = getattr(self, "layout", None)
         if layout is not None:
             layout.close()
@@ -465,6 +478,10 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         self.sent = self.bytes = 0
         self.backlog = []  # chunks sent while the pool was full, in order
         self.inited = self.aborted = self.closed = False
+        self.links_used = []  # M:N: the agents this request acquired from mgr.links
+        if mgr.links is not None:
+            mgr.links.sweep()
+            return  # the senders are made once decode announced itself (poll)
         try:
             for a, (_, part, parts) in zip(mgr.agents, mgr.targets):
                 snd = a.sender(self.room, self.gen)
@@ -490,6 +507,15 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
                     step()
                 except errors.KVFenceError:
                     pass
+        self._release_links()
+
+    def _release_links(self):
+        """M:N: this request no longer uses its links (idle ones close)."""
+        if self.mgr.links is not None:
+            self.mgr.links.forget((self.room, self.gen))
+            for a in self.links_used:
+                self.mgr.links.release(a)
+            self.links_used = []
 
     @_never_raises
     def init(self, num_kv_indices, aux_index=None):
@@ -502,6 +528,8 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         backpressure until pool_wait_s (then ResourceExhausted)."""
         if self.inited or self.conclude_state is not None or self.total is None:
             return  # a send before init (optimistic prefill) waits in the backlog
+        if self.mgr.links is not None and not self.linked_once:
+            return  # M:N: no kvfence senders before decode's ranks are linked
         for snd, _, _ in self.snds:
             if snd.pages_reserved:
                 continue
@@ -570,9 +598,11 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             return self.conclude_state
         if self.aborted:
             return self._fail(errors.Unavailable("kvfence: room %d aborted" % self.room))
+        if self.mgr.links is not None and not self.linked_once and not self._linked_on_demand():
+            return KVPoll.Bootstrapping if self.conclude_state is None else KVPoll.Failed
         if self.total is None:
             # Bootstrapped once every link to decode is up.
-            if self.mgr.linked():
+            if self.mgr.links is not None or self.mgr.linked():
                 return KVPoll.WaitingForInput
             if self._timed_out(self.created, self.mgr.link_timeout_s, "decode never linked"):
                 self._release()
@@ -582,6 +612,41 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             self._try_init()
             return KVPoll.WaitingForInput if self.conclude_state is None else KVPoll.Failed
         return self._transfer_state()
+
+    def _linked_on_demand(self):
+        """M:N: finds where this request's decode ranks are (announced at
+        this instance's bootstrap server), links to each on demand; True
+        once every one is linked. Fails after link_timeout_s."""
+        m = self.mgr
+        m.links.sweep()
+        if not self.snds:
+            host, port = m._bootstrap_target()
+            addrs = m.links.lookup("%s:%d" % (host, port), self.room, (self.room, self.gen))
+            if addrs is None:
+                self._timed_out(self.created, m.link_timeout_s, "decode of room %d never announced itself" % self.room)
+                return False
+            if len(addrs) != m.decode_tp:
+                self._fail(errors.FailedPrecondition("kvfence: room %d's decode instance has TP %d, this prefill "
+                                                     "was sized for decode_tp %d" % (self.room, len(addrs), m.decode_tp)))
+                return False
+            try:
+                for dr, part, parts in m.targets:
+                    a = m.links.acquire(addrs[dr], dr)
+                    self.links_used.append(a)
+                    snd = a.sender(self.room, self.gen)
+                    snd.pages_reserved = False
+                    self.snds.append((snd, part, parts))
+            except errors.KVFenceError as exc:
+                self._fail(exc)
+                return False
+        if all(a.linked for a in self.links_used):
+            self.linked_once = True  # a link lost later fails the transfer (the kvfence senders say so)
+            return True
+        if self._timed_out(self.created, m.link_timeout_s, "decode never linked"):
+            self._release()
+        return False
+
+    linked_once = False
 
     def _transfer_state(self):
         st = KVPoll.Success
@@ -625,6 +690,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
                 snd.close()
             except errors.KVFenceError:
                 pass
+        self._release_links()
 
 
 class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
@@ -657,6 +723,10 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             self._fail(why)
         elif ranks is not None:
             self.ranks = ranks
+            m = self.mgr  # say where this decode rank listens (M:N), off the scheduler thread
+            threading.Thread(target=sglang_links.announce, daemon=True,
+                             args=(self.bootstrap_addr, self.room, m.decode_tp, m.rank, m.agent.addr,
+                                   self.created + m.link_timeout_s)).start()
         else:
             self._timed_out(self.created, self.mgr.link_timeout_s, "prefill instance %s never registered" % self.bootstrap_addr)
 
