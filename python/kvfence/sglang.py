@@ -42,10 +42,20 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
 
 Configuration: a JSON object in $KVFENCE_SGLANG_CONFIG, or the "kvfence"
 object of --disaggregation-transfer-backend-extra-config (the fork's flag):
-  decode_addrs   the decode instance's TP ranks' control addresses
-                 ("host:port"); decode rank d listens on decode_addrs[d]
-  prefill_tp     prefill's attention TP size (decode sizes its slots with
-                 it; an instance registering another size is refused)
+  decode_addrs   decode: this instance's TP ranks' control addresses
+                 ("host:port"); decode rank d listens on decode_addrs[d].
+                 Prefill: static pairing with that one decode instance;
+                 without it (M:N) each request's decode ranks announce
+                 themselves at the prefill's bootstrap server and prefill
+                 links on demand (kvfence.sglang_links)
+  decode_tp      prefill without decode_addrs: the decode instances' TP
+                 (default 1; a decode instance of another TP fails its
+                 requests FailedPrecondition)
+  idle_close_s   prefill without decode_addrs: a link no request used for
+                 this long is closed (default 60)
+  prefill_tp     decode: prefill's attention TP size; optional: without it
+                 decode sizes itself from the first prefill instance's
+                 layout (GET /route) and refuses instances of another TP
   rank_base      prefill: this instance's kvfence rank ids are rank_base +
                  TP rank (default: derived from host and bootstrap port)
   bootstrap_addr prefill: where to register ("host:port"; default the
@@ -268,16 +278,27 @@ class KVFenceKVManager(BaseKVManager):
             self._init_prefill(cfg, passthrough)
 
     def _init_decode(self, cfg, passthrough):
+        self._fetching, self._bad, self._bases = set(), {}, {}
+        self.agents, self.agent = [], None
+        self._sizing = (cfg, passthrough)
+        if "prefill_tp" in cfg:
+            self._size_decode(self.prefill_tp)
+        # else (M:N): sized by the first prefill instance's layout from its
+        # bootstrap server (_admit), before any prefill can link here.
+
+    def _size_decode(self, prefill_tp):
+        cfg, passthrough = self._sizing
+        self.prefill_tp = int(prefill_tp)
         self.writers = sglang_layout.decode_writers(self.rank, self.prefill_tp, self.decode_tp)
         self.shards = len(self.writers)
         self.shard_bytes = sglang_layout.shard_bytes(self.page_bytes, self.prefill_tp, self.decode_tp,
                                                      self.is_mla_backend, "decode")
         self.aux_pages = sglang_layout.aux_pages(self.aux_bytes, self.shard_bytes)
-        self._fetching, self._bad, self._bases = set(), {}, {}
+        passthrough = dict(passthrough)
         passthrough.setdefault("control_addr", self.addrs[self.rank % self.decode_tp])
-        self.agent = api.Decode(rank=self.rank, slots=int(cfg.get("slots", 1024)), shard_bytes=self.shard_bytes,
-                                shards=self.shards, **passthrough)
-        self.agents = []
+        # Sized lazily on a fetch thread: made on the lasting thread (sglang_links).
+        self.agent = sglang_links.on_lasting_thread(api.Decode, rank=self.rank, slots=int(cfg.get("slots", 1024)),
+                                                    shard_bytes=self.shard_bytes, shards=self.shards, **passthrough)
 
     def _init_prefill(self, cfg, passthrough):
         self.rank_base = _rank_base(cfg, self.server_args)
@@ -373,6 +394,8 @@ class KVFenceKVManager(BaseKVManager):
         why = None
         if info.get("kvfence_dp_size", 1) != 1 or info.get("kvfence_pp_size", 1) != 1 or info.get("kvfence_attn_cp_size", 1) != 1:
             why = errors.Unimplemented("kvfence: prefill %s uses DP attention, PP or CP: not supported" % addr)
+        elif self.agent is None and self._size_quietly(info) is not None:
+            why = self._size_quietly(info)
         elif int(info["attn_tp_size"]) != self.prefill_tp:
             why = errors.FailedPrecondition("kvfence: prefill %s has TP %s, this decode was sized for prefill_tp %d"
                                             % (addr, info["attn_tp_size"], self.prefill_tp))
@@ -393,6 +416,19 @@ class KVFenceKVManager(BaseKVManager):
             **fields, target_tp_ranks=list(self.writers), target_tp_rank=self.writers[0], target_cp_ranks=[0],
             target_pp_ranks=[0], required_dst_info_num=1, required_prefill_response_num=len(self.writers),
             kvfence_ranks=[base + w for w in self.writers])
+
+    def _size_quietly(self, info):
+        """Sizes decode from the first prefill instance (M:N, no
+        prefill_tp configured); the refusal when it cannot, else None."""
+        with self._lock:
+            if self.agent is not None:
+                return None
+            try:
+                sglang_layout.check_sizes(int(info["attn_tp_size"]), self.decode_tp)
+                self._size_decode(int(info["attn_tp_size"]))
+            except errors.KVFenceError as exc:
+                return exc
+        return None
 
     def instance(self, addr):
         """(prefill kvfence rank ids, None) or (None, refusal) or (None, None)."""

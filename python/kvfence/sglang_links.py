@@ -13,10 +13,33 @@ Owns: the agents by address, their use counts and idle clocks, the per-room
 look-ups. Never: touches pages, staging or a request's state (the sender
 does), nor blocks the scheduler thread (look-ups run on threads).
 """
+import concurrent.futures
 import threading
 import time
 
 from . import api, sglang_bootstrap
+
+
+# Agents are made on one thread that lives as long as the process: an
+# agent's plugin process dies with the thread that started it (the
+# parent-death signal is per thread), so never on a short-lived one.
+_MAKER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvfence-agents")
+
+
+def on_lasting_thread(fn, *args, **kwargs):
+    """fn(*args, **kwargs) run on the process-long agent-making thread.
+    Its exception is raised here without the future's reference cycle
+    (future -> exception -> traceback -> future), which would keep the
+    caller's half-made objects and their handles alive until a GC."""
+    def call():
+        try:
+            return True, fn(*args, **kwargs)
+        except Exception as exc:  # handed to the caller's thread
+            return False, exc
+    ok, value = _MAKER.submit(call).result()
+    if ok:
+        return value
+    raise value
 
 
 class Links:
@@ -45,7 +68,7 @@ class Links:
             if e is not None:
                 e[1] += 1
                 return e[0]
-        agent = self.make(addr, dr)  # dials off the lock (never held across the library)
+        agent = on_lasting_thread(self.make, addr, dr)  # dials off the lock (never held across the library)
         with self.lock:
             e = self.agents.get((addr, dr))
             if e is None:

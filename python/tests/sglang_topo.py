@@ -109,14 +109,16 @@ class Deployment:
         for _ in range(decode_instances):
             engs, mgrs = [], []
             for d in range(decode_tp):
-                cfg = dict(base, prefill_tp=ptp0, decode_addrs=["127.0.0.1:0"] * decode_tp, **(decode_extra or {}))
+                # on_demand: decode learns prefill's TP from the bootstrap server.
+                sizing = {} if on_demand else dict(prefill_tp=ptp0)
+                cfg = dict(base, decode_addrs=["127.0.0.1:0"] * decode_tp, **sizing, **(decode_extra or {}))
                 os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(cfg)
                 eng = Engine(heads_d, 0 if mla else d * heads_d, aux_items)
                 engs.append(eng)
                 mgrs.append(manager(eng.kv_args(kvargs, d), "decode", None, mla))
             self.decodes.append((engs, mgrs))
         self.use(0)
-        addrs = [m.agent.addr for m in self.dec]
+        addrs = None if on_demand else [m.agent.addr for m in self.dec]
         self.instances = []
         for i, ptp in enumerate(prefill_tp):
             boot = KVFenceBootstrapServer("127.0.0.1", 0)
@@ -226,7 +228,7 @@ class Deployment:
         """Slots assigned, held or handed on every decode rank of every
         decode instance (0 at rest)."""
         n = 0
-        for m in (m for _, mgrs in self.decodes for m in mgrs):
+        for m in (m for _, mgrs in self.decodes for m in mgrs if m.agent is not None):
             c = m.agent.stats()["core"]
             n += c["AssignedSlots"] + c["HeldSlots"] + c["HandedSlots"]
         return n

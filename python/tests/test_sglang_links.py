@@ -11,9 +11,26 @@ from kvfence import errors, staging
 from kvfence.sglang import KVFenceBackendProvider
 
 from sglang_topo import Deployment
-from test_sglang_topologies import finish, settle
+from test_sglang_topologies import finish
+from test_sglang_topologies import settle as settle_all
+
 
 P = KVFenceBackendProvider()
+
+
+def decode_agents(dep):
+    """Decode agents made so far: decode sizes itself from the first prefill
+    instance it meets, so its agent appears with the first request."""
+    return sum(m.agent is not None for _, mgrs in dep.decodes for m in mgrs)
+
+
+def rest(dep):
+    """Handles open at rest, not counting decode agents made lazily."""
+    return staging.handles_live() - decode_agents(dep)
+
+
+def settle(dep, base):
+    settle_all(dep, base + decode_agents(dep))
 
 
 def links(dep):
@@ -51,7 +68,7 @@ def test_router_pairs_any_decode_with_any_prefill(ptp, dtp):
     dep = Deployment(P, prefill_tp=(ptp, ptp), decode_tp=dtp, decode_instances=2, on_demand=True,
                      extra=dict(idle_close_s=0.5))
     try:
-        base = staging.handles_live()
+        base = rest(dep)
         room = 100
         for d_inst, p_inst in ((0, 0), (1, 1), (0, 1), (1, 0), (1, 0), (0, 0)):
             dep.use(d_inst)
@@ -66,7 +83,7 @@ def test_router_pairs_any_decode_with_any_prefill(ptp, dtp):
 def test_idle_link_is_closed_and_made_again_on_the_next_request():
     dep = Deployment(P, prefill_tp=(2,), decode_tp=1, on_demand=True, extra=dict(idle_close_s=0.3))
     try:
-        base = staging.handles_live()
+        base = rest(dep)
         assert links(dep) == 0, "no link before a request"
         deliver(dep, 201, [1, 2], [3, 4], 1, 0)
         no_links_left(dep)
@@ -95,7 +112,7 @@ def test_decode_instance_that_disappears_fails_prefill_senders_and_leaks_nothing
             m.close()  # the decode instance disappears
         del dep.decodes[1]
         dep.use(0)
-        base = staging.handles_live()
+        base = rest(dep)
         for room in (301, 302):  # 302: no decode ever announced itself
             snds = [dep.Sender(m, dep.instances[0]["addr"], room, [r], 0)
                     for r, m in enumerate(dep.instances[0]["mgrs"])]
