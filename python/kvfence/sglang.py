@@ -42,10 +42,20 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
 
 Configuration: a JSON object in $KVFENCE_SGLANG_CONFIG, or the "kvfence"
 object of --disaggregation-transfer-backend-extra-config (the fork's flag):
-  decode_addrs   the decode instance's TP ranks' control addresses
-                 ("host:port"); decode rank d listens on decode_addrs[d]
-  prefill_tp     prefill's attention TP size (decode sizes its slots with
-                 it; an instance registering another size is refused)
+  decode_addrs   decode: this instance's TP ranks' control addresses
+                 ("host:port"); decode rank d listens on decode_addrs[d].
+                 Prefill: static pairing with that one decode instance;
+                 without it (M:N) each request's decode ranks announce
+                 themselves at the prefill's bootstrap server and prefill
+                 links on demand (kvfence.sglang_links)
+  decode_tp      prefill without decode_addrs: the decode instances' TP
+                 (default 1; a decode instance of another TP fails its
+                 requests FailedPrecondition)
+  idle_close_s   prefill without decode_addrs: a link no request used for
+                 this long is closed (default 60)
+  prefill_tp     decode: prefill's attention TP size; optional: without it
+                 decode sizes itself from the first prefill instance's
+                 layout (GET /route) and refuses instances of another TP
   rank_base      prefill: this instance's kvfence rank ids are rank_base +
                  TP rank (default: derived from host and bootstrap port)
   bootstrap_addr prefill: where to register ("host:port"; default the
@@ -68,7 +78,7 @@ import threading
 import time
 import zlib
 
-from . import api, checks, errors, sglang_bootstrap, sglang_layout, staging
+from . import api, checks, errors, sglang_bootstrap, sglang_layout, sglang_links, staging
 
 try:  # SGLang's base classes when SGLang is there; plain ones otherwise.
     from sglang.srt.disaggregation.base.conn import (BaseKVBootstrapServer, BaseKVManager, BaseKVReceiver,
@@ -249,7 +259,8 @@ class KVFenceKVManager(BaseKVManager):
         self.link_timeout_s = float(cfg.get("link_timeout_s", os.environ.get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300)))
         self._gens, self._held, self._lock = {}, {}, threading.Lock()
         self._swept = 0.0
-        self.addrs = cfg.get("decode_addrs") or ["127.0.0.1:17000"]
+        self.links = None  # prefill without decode_addrs: links on demand (kvfence.sglang_links)
+        self.addrs = cfg.get("decode_addrs") or ["127.0.0.1:17000"] * int(cfg.get("decode_tp", 1))
         self.decode_tp, self.prefill_tp = len(self.addrs), int(cfg.get("prefill_tp", 1))
         sa_tp = int(getattr(server_args, "tp_size", 0) or 0)
         if self.mode == "decode" and sa_tp and sa_tp != self.decode_tp:
@@ -265,16 +276,27 @@ class KVFenceKVManager(BaseKVManager):
             self._init_prefill(cfg, passthrough)
 
     def _init_decode(self, cfg, passthrough):
+        self._fetching, self._bad, self._bases = set(), {}, {}
+        self.agents, self.agent = [], None
+        self._sizing = (cfg, passthrough)
+        if "prefill_tp" in cfg:
+            self._size_decode(self.prefill_tp)
+        # else (M:N): sized by the first prefill instance's layout from its
+        # bootstrap server (_admit), before any prefill can link here.
+
+    def _size_decode(self, prefill_tp):
+        cfg, passthrough = self._sizing
+        self.prefill_tp = int(prefill_tp)
         self.writers = sglang_layout.decode_writers(self.rank, self.prefill_tp, self.decode_tp)
         self.shards = len(self.writers)
         self.shard_bytes = sglang_layout.shard_bytes(self.page_bytes, self.prefill_tp, self.decode_tp,
                                                      self.is_mla_backend, "decode")
         self.aux_pages = sglang_layout.aux_pages(self.aux_bytes, self.shard_bytes)
-        self._fetching, self._bad, self._bases = set(), {}, {}
+        passthrough = dict(passthrough)
         passthrough.setdefault("control_addr", self.addrs[self.rank % self.decode_tp])
-        self.agent = api.Decode(rank=self.rank, slots=int(cfg.get("slots", 1024)), shard_bytes=self.shard_bytes,
-                                shards=self.shards, **passthrough)
-        self.agents = []
+        # Sized lazily on a fetch thread: made on the lasting thread (sglang_links).
+        self.agent = sglang_links.on_lasting_thread(api.Decode, rank=self.rank, slots=int(cfg.get("slots", 1024)),
+                                                    shard_bytes=self.shard_bytes, shards=self.shards, **passthrough)
 
     def _init_prefill(self, cfg, passthrough):
         self.rank_base = _rank_base(cfg, self.server_args)
@@ -284,6 +306,16 @@ class KVFenceKVManager(BaseKVManager):
                                                      self.is_mla_backend, "prefill")
         self.aux_pages = sglang_layout.aux_pages(self.aux_bytes, self.shard_bytes)
         self.agents = []
+        if not self.cfg.get("decode_addrs"):
+            # M:N: each request's decode ranks announce where they are at
+            # this instance's bootstrap server; agents are made on demand.
+            make = sglang_links.prefill_agent(passthrough, self.kv_rank, int(cfg.get("source_pages", 1024)),
+                                              self.shard_bytes)
+            self.links = sglang_links.Links(make, float(cfg.get("idle_close_s", 60)))
+            self.agent = None
+            if self.server_args is not None or cfg.get("bootstrap_addr"):
+                threading.Thread(target=self._register_quietly, daemon=True).start()
+            return
         try:
             for dr, _, _ in self.targets:
                 self.agents.append(api.Prefill(rank=self.kv_rank, decode_addr=self.addrs[dr], decode_rank=dr,
@@ -360,6 +392,8 @@ class KVFenceKVManager(BaseKVManager):
         why = None
         if info.get("kvfence_dp_size", 1) != 1 or info.get("kvfence_pp_size", 1) != 1 or info.get("kvfence_attn_cp_size", 1) != 1:
             why = errors.Unimplemented("kvfence: prefill %s uses DP attention, PP or CP: not supported" % addr)
+        elif self.agent is None and self._size_quietly(info) is not None:
+            why = self._size_quietly(info)
         elif int(info["attn_tp_size"]) != self.prefill_tp:
             why = errors.FailedPrecondition("kvfence: prefill %s has TP %s, this decode was sized for prefill_tp %d"
                                             % (addr, info["attn_tp_size"], self.prefill_tp))
@@ -380,6 +414,19 @@ class KVFenceKVManager(BaseKVManager):
             **fields, target_tp_ranks=list(self.writers), target_tp_rank=self.writers[0], target_cp_ranks=[0],
             target_pp_ranks=[0], required_dst_info_num=1, required_prefill_response_num=len(self.writers),
             kvfence_ranks=[base + w for w in self.writers])
+
+    def _size_quietly(self, info):
+        """Sizes decode from the first prefill instance (M:N, no
+        prefill_tp configured); the refusal when it cannot, else None."""
+        with self._lock:
+            if self.agent is not None:
+                return None
+            try:
+                sglang_layout.check_sizes(int(info["attn_tp_size"]), self.decode_tp)
+                self._size_decode(int(info["attn_tp_size"]))
+            except errors.KVFenceError as exc:
+                return exc
+        return None
 
     def instance(self, addr):
         """(prefill kvfence rank ids, None) or (None, refusal) or (None, None)."""
@@ -445,6 +492,8 @@ class KVFenceKVManager(BaseKVManager):
         for a in self.agents or [getattr(self, "agent", None)]:
             if a is not None:
                 a.close()
+        if getattr(self, "links", None) is not None:
+            self.links.close()
         layout = getattr(self, "layout", None)
         if layout is not None:
             layout.close()
@@ -463,6 +512,10 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         self.sent = self.bytes = 0
         self.backlog = []  # chunks sent while the pool was full, in order
         self.inited = self.aborted = self.closed = False
+        self.links_used = []  # M:N: the agents this request acquired from mgr.links
+        if mgr.links is not None:
+            mgr.links.sweep()
+            return  # the senders are made once decode announced itself (poll)
         try:
             for a, (_, part, parts) in zip(mgr.agents, mgr.targets):
                 snd = a.sender(self.room, self.gen)
@@ -488,6 +541,15 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
                     step()
                 except errors.KVFenceError:
                     pass
+        self._release_links()
+
+    def _release_links(self):
+        """M:N: this request no longer uses its links (idle ones close)."""
+        if self.mgr.links is not None:
+            self.mgr.links.forget((self.room, self.gen))
+            for a in self.links_used:
+                self.mgr.links.release(a)
+            self.links_used = []
 
     @_never_raises
     def init(self, num_kv_indices, aux_index=None):
@@ -500,6 +562,8 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         backpressure until pool_wait_s (then ResourceExhausted)."""
         if self.inited or self.conclude_state is not None or self.total is None:
             return  # a send before init (optimistic prefill) waits in the backlog
+        if self.mgr.links is not None and not self.linked_once:
+            return  # M:N: no kvfence senders before decode's ranks are linked
         for snd, _, _ in self.snds:
             if snd.pages_reserved:
                 continue
@@ -568,9 +632,11 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             return self.conclude_state
         if self.aborted:
             return self._fail(errors.Unavailable("kvfence: room %d aborted" % self.room))
+        if self.mgr.links is not None and not self.linked_once and not self._linked_on_demand():
+            return KVPoll.Bootstrapping if self.conclude_state is None else KVPoll.Failed
         if self.total is None:
             # Bootstrapped once every link to decode is up.
-            if self.mgr.linked():
+            if self.mgr.links is not None or self.mgr.linked():
                 return KVPoll.WaitingForInput
             if self._timed_out(self.created, self.mgr.link_timeout_s, "decode never linked"):
                 self._release()
@@ -580,6 +646,41 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             self._try_init()
             return KVPoll.WaitingForInput if self.conclude_state is None else KVPoll.Failed
         return self._transfer_state()
+
+    def _linked_on_demand(self):
+        """M:N: finds where this request's decode ranks are (announced at
+        this instance's bootstrap server), links to each on demand; True
+        once every one is linked. Fails after link_timeout_s."""
+        m = self.mgr
+        m.links.sweep()
+        if not self.snds:
+            host, port = m._bootstrap_target()
+            addrs = m.links.lookup("%s:%d" % (host, port), self.room, (self.room, self.gen))
+            if addrs is None:
+                self._timed_out(self.created, m.link_timeout_s, "decode of room %d never announced itself" % self.room)
+                return False
+            if len(addrs) != m.decode_tp:
+                self._fail(errors.FailedPrecondition("kvfence: room %d's decode instance has TP %d, this prefill "
+                                                     "was sized for decode_tp %d" % (self.room, len(addrs), m.decode_tp)))
+                return False
+            try:
+                for dr, part, parts in m.targets:
+                    a = m.links.acquire(addrs[dr], dr)
+                    self.links_used.append(a)
+                    snd = a.sender(self.room, self.gen)
+                    snd.pages_reserved = False
+                    self.snds.append((snd, part, parts))
+            except errors.KVFenceError as exc:
+                self._fail(exc)
+                return False
+        if all(a.linked for a in self.links_used):
+            self.linked_once = True  # a link lost later fails the transfer (the kvfence senders say so)
+            return True
+        if self._timed_out(self.created, m.link_timeout_s, "decode never linked"):
+            self._release()
+        return False
+
+    linked_once = False
 
     def _transfer_state(self):
         st = KVPoll.Success
@@ -623,6 +724,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
                 snd.close()
             except errors.KVFenceError:
                 pass
+        self._release_links()
 
 
 class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
@@ -655,6 +757,10 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             self._fail(why)
         elif ranks is not None:
             self.ranks = ranks
+            m = self.mgr  # say where this decode rank listens (M:N), off the scheduler thread
+            threading.Thread(target=sglang_links.announce, daemon=True,
+                             args=(self.bootstrap_addr, self.room, m.decode_tp, m.rank, m.agent.addr,
+                                   self.created + m.link_timeout_s)).start()
         else:
             self._timed_out(self.created, self.mgr.link_timeout_s, "prefill instance %s never registered" % self.bootstrap_addr)
 

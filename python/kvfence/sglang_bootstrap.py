@@ -36,6 +36,7 @@ class Registry:
         self.rank_base = None
         self.mla = None
         self.rooms = {}         # room -> (dp rank, time registered)
+        self.decoders = {}      # room -> (decode TP, {decode rank: control addr}, time): M:N pairing
         self.entry_ttl_s = entry_ttl_s
 
     def expected(self):
@@ -94,6 +95,31 @@ class Registry:
                 del self.rooms[room]  # SGLang's cleanup of expired entries
             return {str(int(r)): self.rooms[int(r)][0] for r in d["bootstrap_rooms"] if int(r) in self.rooms}
 
+    def put_decoder(self, d):
+        """PUT /kvfence/decode: one decode rank says where it listens for
+        room (the router paired that decode instance with this prefill)."""
+        room, tp, rank = int(d["bootstrap_room"]), int(d["decode_tp"]), int(d["decode_rank"])
+        if not 0 <= rank < tp:
+            raise ValueError("decode_rank %d outside decode_tp %d" % (rank, tp))
+        with self.lock:
+            old = self.decoders.get(room)
+            addrs = dict(old[1]) if old and old[0] == tp else {}
+            addrs[rank] = str(d["addr"])
+            self.decoders[room] = (tp, addrs, time.time())
+
+    def get_decoder(self, q):
+        """GET /kvfence/decode?room=R: every decode rank's address once all
+        of that instance's ranks said where they are."""
+        room = int(q["room"][0])
+        now = time.time()
+        with self.lock:
+            for r in [r for r, (_, _, t) in self.decoders.items() if now - t > self.entry_ttl_s]:
+                del self.decoders[r]
+            e = self.decoders.get(room)
+        if e is None or len(e[1]) < e[0]:
+            return 404, "decode of room %d not announced yet" % room
+        return 200, {"decode_addrs": [e[1][r] for r in range(e[0])]}
+
     def kvfence(self):
         with self.lock:
             if not self.ready() or self.rank_base is None:
@@ -133,9 +159,13 @@ def _handler(reg):
                 return self._guard(lambda: self._reply(*reg.get(urllib.parse.parse_qs(u.query))))
             if u.path == "/kvfence":
                 return self._reply(*reg.kvfence())
+            if u.path == "/kvfence/decode":
+                return self._guard(lambda: self._reply(*reg.get_decoder(urllib.parse.parse_qs(u.query))))
             self._reply(404, "Not Found")
 
         def do_PUT(self):
+            if urllib.parse.urlparse(self.path).path == "/kvfence/decode":
+                return self._guard(lambda: (reg.put_decoder(self._json()), self._reply(200, "OK")))
             if urllib.parse.urlparse(self.path).path != "/route":
                 return self._reply(404, "Not Found")
             self._guard(lambda: (reg.put(self._json()), self._reply(200, "OK")))
@@ -214,3 +244,21 @@ def register(host, port, payload, timeout=5.0, attempts=5):
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
     raise errors.Unavailable("kvfence: prefill could not register at bootstrap %s:%s (%s %s)" % (host, port, st, body))
+
+
+def announce_decoder(bootstrap_addr, room, decode_tp, decode_rank, addr, timeout=5.0):
+    """Decode rank decode_rank tells the prefill instance at bootstrap_addr
+    where it listens for room; True once accepted."""
+    st, _ = request("PUT", "http://%s/kvfence/decode" % bootstrap_addr,
+                    {"bootstrap_room": int(room), "decode_tp": int(decode_tp), "decode_rank": int(decode_rank),
+                     "addr": addr}, timeout)
+    return st == 200
+
+
+def lookup_decoder(bootstrap_addr, room, timeout=5.0):
+    """The decode instance's rank addresses for room, or None while not
+    every rank announced itself (or the server is unreachable)."""
+    st, body = request("GET", "http://%s/kvfence/decode?room=%d" % (bootstrap_addr, int(room)), timeout=timeout)
+    if st != 200 or not isinstance(body, dict):
+        return None
+    return list(body["decode_addrs"])

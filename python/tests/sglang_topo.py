@@ -92,7 +92,10 @@ def _min(states):
 
 class Deployment:
     def __init__(self, provider, prefill_tp=(2,), decode_tp=1, mla=False, aux_items=(16, 8), extra=None,
-                 decode_extra=None):
+                 decode_extra=None, decode_instances=1, on_demand=False):
+        """on_demand: prefill gets no decode_addrs (M:N, links on demand);
+        decode_instances > 1 needs it. self.dec/self.d_eng are the decode
+        instance requests use (self.use(i) picks another)."""
         from kvfence.sglang import KVFenceBootstrapServer
         self.mla, self.dtp = mla, decode_tp
         kvargs, manager = provider.get_kv_class("kvargs"), provider.get_kv_class("manager")
@@ -101,21 +104,28 @@ class Deployment:
                     prefill=dict(heartbeat_ms=100), link_timeout_s=30)
         base.update(extra or {})
         ptp0 = prefill_tp[0]
-        self.d_eng, self.dec = [], []
+        self.decodes = []
         heads_d = 1 if mla else HEADS // decode_tp
-        for d in range(decode_tp):
-            cfg = dict(base, prefill_tp=ptp0, decode_addrs=["127.0.0.1:0"] * decode_tp, **(decode_extra or {}))
-            os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(cfg)
-            eng = Engine(heads_d, 0 if mla else d * heads_d, aux_items)
-            self.d_eng.append(eng)
-            self.dec.append(manager(eng.kv_args(kvargs, d), "decode", None, mla))
-        addrs = [m.agent.addr for m in self.dec]
+        for _ in range(decode_instances):
+            engs, mgrs = [], []
+            for d in range(decode_tp):
+                # on_demand: decode learns prefill's TP from the bootstrap server.
+                sizing = {} if on_demand else dict(prefill_tp=ptp0)
+                cfg = dict(base, decode_addrs=["127.0.0.1:0"] * decode_tp, **sizing, **(decode_extra or {}))
+                os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(cfg)
+                eng = Engine(heads_d, 0 if mla else d * heads_d, aux_items)
+                engs.append(eng)
+                mgrs.append(manager(eng.kv_args(kvargs, d), "decode", None, mla))
+            self.decodes.append((engs, mgrs))
+        self.use(0)
+        addrs = None if on_demand else [m.agent.addr for m in self.dec]
         self.instances = []
         for i, ptp in enumerate(prefill_tp):
             boot = KVFenceBootstrapServer("127.0.0.1", 0)
             addr = "127.0.0.1:%d" % boot.port
-            os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=addrs, prefill_tp=ptp,
-                                                                  bootstrap_addr=addr, rank_base=10000 + 1000 * i))
+            where = dict(decode_tp=decode_tp) if on_demand else dict(decode_addrs=addrs)
+            os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, prefill_tp=ptp, bootstrap_addr=addr,
+                                                                  rank_base=10000 + 1000 * i, **where))
             heads_p = 1 if mla else HEADS // ptp
             engs = [Engine(heads_p, 0 if mla else r * heads_p, aux_items) for r in range(ptp)]
             mgrs = [manager(engs[r].kv_args(kvargs, r), "prefill", None, mla) for r in range(ptp)]
@@ -129,8 +139,13 @@ class Deployment:
             for m in inst["mgrs"]:
                 m.close()
             inst["boot"].close()
-        for m in self.dec:
-            m.close()
+        for _, mgrs in self.decodes:
+            for m in mgrs:
+                m.close()
+
+    def use(self, i):
+        """Requests from now on go to decode instance i (the router's pick)."""
+        self.d_eng, self.dec = self.decodes[i]
 
     # ---- one request in SGLang's order ----
 
@@ -207,12 +222,13 @@ class Deployment:
         return rvs, snds, d, p
 
     def held(self):
-        return sum(len(m.held_rooms()) for m in self.dec)
+        return sum(len(m.held_rooms()) for _, mgrs in self.decodes for m in mgrs)
 
     def slots_in_use(self):
-        """Slots assigned, held or handed on every decode rank (0 at rest)."""
+        """Slots assigned, held or handed on every decode rank of every
+        decode instance (0 at rest)."""
         n = 0
-        for m in self.dec:
+        for m in (m for _, mgrs in self.decodes for m in mgrs if m.agent is not None):
             c = m.agent.stats()["core"]
             n += c["AssignedSlots"] + c["HeldSlots"] + c["HandedSlots"]
         return n

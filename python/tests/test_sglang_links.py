@@ -1,0 +1,129 @@
+"""M:N and links on demand (kvfence.sglang_links): prefill instances get no
+decode_addrs; each request's decode ranks announce themselves at the
+prefill instance's bootstrap server, prefill links to them on demand and
+closes links idle for idle_close_s. Every head of every page and the aux
+row checked; no slot, hold, handle or link left at the end."""
+import time
+
+import pytest
+
+from kvfence import errors, staging
+from kvfence.sglang import KVFenceBackendProvider
+
+from sglang_topo import Deployment
+from test_sglang_topologies import finish
+from test_sglang_topologies import settle as settle_all
+
+
+P = KVFenceBackendProvider()
+
+
+def decode_agents(dep):
+    """Decode agents made so far: decode sizes itself from the first prefill
+    instance it meets, so its agent appears with the first request."""
+    return sum(m.agent is not None for _, mgrs in dep.decodes for m in mgrs)
+
+
+def rest(dep):
+    """Handles open at rest, not counting decode agents made lazily."""
+    return staging.handles_live() - decode_agents(dep)
+
+
+def settle(dep, base):
+    settle_all(dep, base + decode_agents(dep))
+
+
+def links(dep):
+    return sum(m.links.count() for inst in dep.instances for m in inst["mgrs"])
+
+
+def no_links_left(dep, timeout=60):
+    dep.until(lambda: links(dep) == 0, "idle links closed", timeout)
+
+
+def why(objs):
+    out = []
+    for o in objs:
+        try:
+            o.failure_exception()
+        except Exception as exc:  # the classified failure, for the assertion message
+            out.append(repr(exc))
+    return out
+
+
+def deliver(dep, room, d_idx, p_idx, aux_index, inst):
+    rvs, snds, d, p = dep.request(room, len(d_idx), d_idx, p_idx, aux_index=aux_index, inst=inst)
+    assert (d, p) == (4, 4), why(rvs + snds)
+    assert dep.corrupt(room, 1, d_idx) == 0, "heads misplaced"
+    for e in dep.d_eng:
+        assert e.aux_row(aux_index) == dep.instances[inst]["engs"][0].aux_row(aux_index)
+    finish(rvs, snds)
+
+
+@pytest.mark.parametrize("ptp,dtp", [(2, 2), (2, 1), (1, 2)])
+def test_router_pairs_any_decode_with_any_prefill(ptp, dtp):
+    """Two decode instances, two prefill instances, the router's pick per
+    request: every pairing delivers; each prefill rank keeps one link per
+    decode rank it served."""
+    dep = Deployment(P, prefill_tp=(ptp, ptp), decode_tp=dtp, decode_instances=2, on_demand=True,
+                     extra=dict(idle_close_s=0.5))
+    try:
+        base = rest(dep)
+        room = 100
+        for d_inst, p_inst in ((0, 0), (1, 1), (0, 1), (1, 0), (1, 0), (0, 0)):
+            dep.use(d_inst)
+            room += 1
+            deliver(dep, room, [room % 30, (room + 7) % 30], [3, 4], room % 8, p_inst)
+        no_links_left(dep)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+def test_idle_link_is_closed_and_made_again_on_the_next_request():
+    dep = Deployment(P, prefill_tp=(2,), decode_tp=1, on_demand=True, extra=dict(idle_close_s=0.3))
+    try:
+        base = rest(dep)
+        assert links(dep) == 0, "no link before a request"
+        deliver(dep, 201, [1, 2], [3, 4], 1, 0)
+        no_links_left(dep)
+        closed = sum(m.links.closed_idle for m in dep.instances[0]["mgrs"])
+        assert closed == 2
+        dep.until(lambda: not any(dep.dec[0].agent.linked(r) for r in (10000, 10001)), "decode saw the links go")
+        deliver(dep, 202, [5, 6], [7, 8], 2, 0)  # made again on demand
+        no_links_left(dep)
+        assert sum(m.links.closed_idle for m in dep.instances[0]["mgrs"]) == 4
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+def test_decode_instance_that_disappears_fails_prefill_senders_and_leaks_nothing():
+    """Decode instance 1 announces itself for a room, then goes away before
+    prefill linked: prefill's senders fail Unavailable after link_timeout_s
+    and release their links; a room whose decode never announced fails the
+    same way; decode instance 0 keeps serving."""
+    dep = Deployment(P, prefill_tp=(2,), decode_tp=1, decode_instances=2, on_demand=True,
+                     extra=dict(idle_close_s=0.3, link_timeout_s=2))
+    try:
+        dep.use(1)
+        rvs = dep.receivers(0, 301)  # announced at the prefill's bootstrap server
+        for m in dep.dec:
+            m.close()  # the decode instance disappears
+        del dep.decodes[1]
+        dep.use(0)
+        base = rest(dep)
+        for room in (301, 302):  # 302: no decode ever announced itself
+            snds = [dep.Sender(m, dep.instances[0]["addr"], room, [r], 0)
+                    for r, m in enumerate(dep.instances[0]["mgrs"])]
+            dep.until(lambda: all(s.poll() == 0 for s in snds), "prefill senders fail after the bound", 60)
+            for s in snds:
+                with pytest.raises(errors.Unavailable):
+                    s.failure_exception()
+            finish([], snds)
+        finish(rvs, [])
+        deliver(dep, 303, [1, 2], [3, 4], 3, 0)
+        no_links_left(dep)
+        settle(dep, base)
+    finally:
+        dep.close()
