@@ -231,15 +231,18 @@ func TestStagingMixedHostAndDeviceBuffers(t *testing.T) {
 func TestLayoutNewFaultingArraysAreInvalidArguments(t *testing.T) {
 	m := testMem(t)
 	var e errBuf
-	good := []int64{4096}
+	// The good arrays hold both entries: under -race, checkptr kills the
+	// test process on a slice of a Go allocation shorter than n.
+	good := []int64{4096, 4096}
 	arr := unsafe.Add(m.guard, -8) // one int64 readable, the next faults
 	ptr := unsafe.Pointer(&m.rw[0])
+	ptrs := []unsafe.Pointer{ptr, ptr}
 	live := kvfence_handles_live()
 	var h uint64
 	for name, args := range map[string][3]unsafe.Pointer{
 		"ptrs":  {arr, unsafe.Pointer(&good[0]), unsafe.Pointer(&good[0])},
-		"lens":  {unsafe.Pointer(&ptr), arr, unsafe.Pointer(&good[0])},
-		"items": {unsafe.Pointer(&ptr), unsafe.Pointer(&good[0]), arr},
+		"lens":  {unsafe.Pointer(&ptrs[0]), arr, unsafe.Pointer(&good[0])},
+		"items": {unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&good[0]), arr},
 	} {
 		if rc := abi(kvfence_layout_new, args[0], args[1], args[2], 2, 1, unsafe.Pointer(&h), e.p()); rc != codeInvalid {
 			t.Errorf("%s running into a PROT_NONE page: %d, want InvalidArgument", name, rc)
