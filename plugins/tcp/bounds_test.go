@@ -369,4 +369,3 @@ func TestRefusalsLoggedAtABoundedRate(t *testing.T) {
 	}
 	t.Logf("%d refusals in %v: %d log lines", n, elapsed, lines)
 }
-
