@@ -112,16 +112,19 @@ func runControlFlood(t *testing.T, old bool) controlResult {
 	a.waitEstablished(t)
 	// The honest rank loses its link and must link again through the flood.
 	start := time.Now()
+	var closed *link
 	p.lp.call(func() {
-		if p.link != nil {
-			p.link.close()
+		if closed = p.link; closed != nil {
+			closed.close()
 		}
 	})
-	time.Sleep(100 * time.Millisecond)
-	for deadline := time.Now().Add(2 * time.Minute); !p.Linked() && time.Now().Before(deadline); {
+	// Wait for a link other than the closed one: on a loaded machine the
+	// prefill notices the close late, so "linked" alone may still be the
+	// old link (a sleep here once judged it too early and failed CI).
+	for deadline := time.Now().Add(2 * time.Minute); !relinkedSince(p, closed) && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
-	res.relinked, res.relink = p.Linked(), time.Since(start)
+	res.relinked, res.relink = relinkedSince(p, closed), time.Since(start)
 	var flooded []time.Duration
 	if res.relinked {
 		flooded = honestControl(t, d, p, honestRouter, 100)
@@ -138,6 +141,13 @@ func runControlFlood(t *testing.T, old bool) controlResult {
 	d.srv.adm.mu.Unlock()
 	res.evicted, res.displaced, res.refused = d.srv.adm.evicted.Load(), d.srv.adm.displace.Load(), d.srv.adm.refused.Load()
 	return res
+}
+
+// relinkedSince reports whether p holds a live link that is not old.
+func relinkedSince(p *Prefill, old *link) bool {
+	fresh := false
+	p.lp.call(func() { fresh = p.link != nil && p.link != old })
+	return fresh
 }
 
 // honestControl runs ctlHonest rounds: an honest router links (retrying a
