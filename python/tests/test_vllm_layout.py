@@ -69,8 +69,13 @@ def test_refusals_are_classified():
         layout.Caches({"l": np.zeros((2, 2, BS, 2, 8), np.float16)})
     with pytest.raises(errors.Unimplemented, match="do not split evenly"):
         layout.heads_of(0, 3, 4)
-    gpu = SimpleNamespace(device=SimpleNamespace(type="cuda"))
-    with pytest.raises(errors.Unimplemented, match="host caches only"):
+    # A "GPU" tensor at an address no CUDA driver calls device memory (no
+    # driver here; a real one says host): refused before anything reads it.
+    gpu = SimpleNamespace(device=SimpleNamespace(type="cuda"), shape=(2, 3, BS, 2, 8), stride=lambda: (3 * BS * 16, BS * 16, 16, 8, 1),
+                          element_size=lambda: 2, data_ptr=lambda: 4096)
+    with pytest.raises((errors.FailedPrecondition, errors.InvalidArgument), match="CUDA driver"):
+        layout.open_caches({"l": gpu})
+    with pytest.raises(errors.InvalidArgument, match="no host view"):
         layout.Caches({"l": gpu})
     c = layout.Caches({"l": make_cache("flash", False, 3, BS, 2)})
     with pytest.raises(errors.InvalidArgument, match="outside"):

@@ -21,7 +21,14 @@
 - Peers: each prefill worker's rendezvous address travels in its handshake
   metadata to its scheduler and from there in kv_transfer_params to decode.
 
-Host caches only: a GPU cache is refused (Unimplemented) at registration.
+GPU caches (staged mode): when the CUDA driver says the registered tensors
+are device memory, no host code touches them. Prefill's blocks are gathered
+by block index into the sender's pinned host pages on kvfence's Go threads
+(kvfence.staging), off vLLM's threads; decode's network writes land only in
+kvfence's host slots, and the scatter into vLLM's GPU blocks is queued only
+after the hand-off was verified, so a late write can land only in host
+memory kvfence holds. A load is reported finished only once its scatter
+ended. HND caches in GPU memory are refused (layout.py).
 One KV cache group (SupportsHMA is declared so vLLM's hybrid allocator
 does not refuse the connector; several groups are refused).
 """
@@ -35,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import api, errors
+from .. import api, errors, staging
 from . import layout, rendezvous
 from ._base import KVConnectorBase_V1, KVConnectorHandshakeMetadata, KVConnectorMetadata, KVConnectorRole, SupportsHMA
 
@@ -320,10 +327,25 @@ class _Load:
         if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
             self.rv.abort()  # handed off, but vLLM let the request go: no copy into its blocks
             return False
-        page = self.rv.read(0, len(r["local"]))
-        w.scatter(r["local"], writers, page)
+        if w.staged is not None:
+            self._scatter_staged(len(writers))
+        else:
+            w.scatter(r["local"], writers, self.rv.read(0, len(r["local"])))
         self.rv.finish()
         return True
+
+    def _scatter_staged(self, shards):
+        """Copies the handed-off slots into vLLM's GPU blocks on kvfence's
+        Go threads and waits for the copy: vLLM holds the blocks until this
+        load is reported, so an abort meanwhile lets the copy end."""
+        w = self.w
+        try:
+            staging.scatter(self.rv, w.staged, self.r["local"], shards=shards, mla=w.caches.mla)
+            while not staging.scatter_done(self.rv, 1.0):
+                pass
+        except errors.KVFenceError:
+            self.rv.abort()  # every block is named a load error; the slots go back
+            raise
 
     def _cancel(self):
         """Tells every prefill rank this decode rank will not take the
@@ -427,7 +449,7 @@ class _Worker:
         self.reported_unreleased = 0  # loads reported to vLLM while kvfence still held them
         self.gone = {}  # tid -> when: transfers that ended here; a later pull is refused
         self.agents = {}  # decode addr -> api.Prefill
-        self.dec = self.srv = self.caches = None
+        self.dec = self.srv = self.caches = self.staged = None
         self.opener = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvfence-open")
         self.closed = False
 
@@ -437,7 +459,9 @@ class _Worker:
             sys.stderr.write("kvfence.vllm: %s\n" % msg)
 
     def register(self, kv_caches):
-        self.caches = layout.Caches(kv_caches, self.opts.kv_layout)
+        self.caches = layout.open_caches(kv_caches, self.opts.kv_layout)
+        if self.caches.device:
+            self.staged = staging.Layout(*self.caches.staged_layout())
         self.tp_rank, self.tp_size = _tp_rank(self.opts), self.opts.tp_size
         if self.caches.block_size != self.block_size:
             raise errors.InvalidArgument("kvfence.vllm: cache block size %d, config %d" % (self.caches.block_size, self.block_size))
@@ -722,6 +746,9 @@ class _Worker:
                 if time.monotonic() > end:
                     raise
                 time.sleep(0.01)
+        if self.staged is not None:
+            self._fill_staged(s, blocks, heads)
+            return
         buf = np.empty(int(msg["shard_bytes"]), dtype=np.uint8)
         try:
             for i, b in enumerate(blocks):
@@ -731,6 +758,21 @@ class _Worker:
             s.finish(count)
         except (errors.NotFound, errors.FailedPrecondition):
             pass  # decode ended the request meanwhile: the sender fails
+
+    def _fill_staged(self, s, blocks, heads):
+        """Gathers blocks (GPU) into s's pinned source pages on kvfence's Go
+        threads, then sends them all; returns once the gather ended, so the
+        blocks stay held (o.ended) while the driver may still read them."""
+        part, parts = self.caches.slice_of(heads)
+        staging.gather(s, self.staged, blocks, 0, upto=len(blocks), total=len(blocks), part=part, parts=parts)
+        try:
+            while not staging.gather_wait(s, 1.0):
+                pass
+        except (errors.NotFound, errors.FailedPrecondition):
+            pass  # decode ended the request meanwhile: the sender fails
+        except errors.KVFenceError:
+            s.abort()  # a copy failed: decode learns it now, not at its load timeout
+            raise
 
     def close(self):
         if self.closed:
@@ -743,4 +785,6 @@ class _Worker:
                 slot["agent"].close()
         if self.dec:
             self.dec.close()
+        if self.staged is not None:
+            self.staged.close()
         self.opener.shutdown(wait=False)
