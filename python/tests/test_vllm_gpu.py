@@ -9,7 +9,9 @@ index into pinned host pages, decode's scatter after the hand-off). Every
 block is written and checked through the driver (vllm_harness.py with
 KVFENCE_TEST_GPU_CACHES=1). The connector file's control arms run here too:
 free_on_abort (a load reported while kvfence still holds it, its scatter
-landing in the blocks' next owner) must be caught in GPU memory.
+landing in the blocks' next owner) must be caught in GPU memory; and so must
+unchecked_scatter (a load reported once its scatter was queued, not once it
+ended well) when decode's device copies fault.
 
 kvfence's Go side reads $KVFENCE_CUDA_LIB when the library loads, so the
 scenarios run in a child pytest with it pointing at the fake; this file's
@@ -34,11 +36,11 @@ else:
     from kvfence import errors
     from kvfence.vllm import layout
     import vllm_harness
-    from vllm_harness import DeviceTensor, make_cache
+    from vllm_harness import DeviceTensor, Instance, make_cache
 
     # Every scenario of the connector file, now over GPU caches.
     from test_vllm_connector import *  # noqa: F401,F403,E402
-    from test_vllm_connector import BS, abort_decode, check_clean, decode, pair, prefill, stop
+    from test_vllm_connector import BS, FAST, abort_decode, check_clean, decode, pair, prefill, settle, stop
 
     CUDA = fakecuda.Cuda(os.environ["KVFENCE_CUDA_LIB"])
     assert vllm_harness.GPU
@@ -114,6 +116,39 @@ else:
                 assert [w.handles_after_shutdown() for w in inst.workers] == [0] * len(inst.workers)
         finally:
             stop(di, pi)
+
+    def _failed_scatter(arm, monkeypatch):
+        """Decode's device copies fault (the fake's events report a device
+        fault in decode's workers only): the load must fail for every block."""
+        if arm:
+            monkeypatch.setenv("KVFENCE_TEST_CONTROL_ARM", "1")
+        pi = Instance("kv_producer", "prefill-F", 1, "flash", False, 2, bs=BS, extra=FAST)
+        try:
+            monkeypatch.setenv("FAKECUDA_EVENT_FAIL", "1")  # read by the workers spawned now
+            di = Instance("kv_consumer", "decode-F", 1, "flash", False, 2, bs=BS,
+                          extra=dict(FAST, prefill_tp_size=1, **({"unsafe_control_arm": arm} if arm else {})))
+            monkeypatch.delenv("FAKECUDA_EVENT_FAIL")
+        except BaseException:
+            pi.stop()
+            raise
+        try:
+            params = prefill(pi, "f", 12, 31)
+            blocks = decode(di, "f", 12, params)
+            settle(pi, di, ["f"], ["f"])
+            check_clean(pi, di)
+            return set(blocks), di.errors
+        finally:
+            stop(di, pi)
+
+    def test_failed_scatter_names_every_block(monkeypatch):
+        blocks, errs = _failed_scatter(None, monkeypatch)
+        assert errs == blocks
+
+    def test_control_arm_unchecked_scatter_is_caught(monkeypatch):
+        # The unsafe arm reports the load once its scatter was queued, not
+        # once it ended well: vLLM would decode from blocks the copy failed.
+        blocks, errs = _failed_scatter("unchecked_scatter", monkeypatch)
+        assert blocks and not errs
 
     def test_control_host_copy_of_a_gpu_cache_kills_the_worker():
         """The control arm: the connector's host path (numpy views, as used

@@ -198,6 +198,9 @@ class Worker:
     def live_agents(self):
         return self.c.worker.live_agents()
 
+    def agents_opened(self):
+        return self.c.worker.agents_opened
+
     def exposed(self):
         return sum(ld.rv is not None for ld in list(self.c.worker.loads.values()))
 

@@ -49,7 +49,7 @@ from ._base import KVConnectorBase_V1, KVConnectorHandshakeMetadata, KVConnector
 PRODUCER, CONSUMER = "kv_producer", "kv_consumer"
 # Test-only control arms (the known-unsafe behaviours the tests must catch);
 # honoured only with KVFENCE_TEST_CONTROL_ARM=1 in the environment.
-UNSAFE_ARMS = ("swallow_load_errors", "free_on_abort")
+UNSAFE_ARMS = ("swallow_load_errors", "free_on_abort", "unchecked_scatter")
 
 
 def room_of(tid):
@@ -325,7 +325,11 @@ class _Load:
         if not self._wait_handoff():
             return False
         if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
-            self.rv.abort()  # handed off, but vLLM let the request go: no copy into its blocks
+            # Handed off, but vLLM let the request go: no copy into its
+            # blocks. Every write ended (that is what a hand-off is), so the
+            # slots go back now; an abort is no-op once handed off and
+            # would hold them (and this load's report) for good.
+            self.rv.finish()
             return False
         if w.staged is not None:
             self._scatter_staged(len(writers))
@@ -341,10 +345,12 @@ class _Load:
         w = self.w
         try:
             staging.scatter(self.rv, w.staged, self.r["local"], shards=shards, mla=w.caches.mla)
+            if w.opts.unsafe == "unchecked_scatter":
+                return  # known-unsafe: the load is reported whatever the copy does
             while not staging.scatter_done(self.rv, 1.0):
                 pass
         except errors.KVFenceError:
-            self.rv.abort()  # every block is named a load error; the slots go back
+            self.rv.finish()  # handed off: the slots go back (after the copy ended); every block is a load error
             raise
 
     def _cancel(self):
@@ -388,16 +394,24 @@ class _Load:
         deadline = time.monotonic() + w.opts.load_timeout_s
         while True:
             if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
-                self.rv.abort()
+                self._let_go()
                 return False
             if time.monotonic() > deadline:
-                self.rv.abort()
+                self._let_go()
                 raise errors.Unavailable("no hand-off within load_timeout_s (%.0f s)" % w.opts.load_timeout_s)
             st = self.rv.wait(0.1)
             if st == api.KVPoll.Success:
                 return True
             if st == api.KVPoll.Failed:
                 raise self.rv.failure() or errors.Unavailable("load failed")
+
+    def _let_go(self):
+        """Ends this attempt without a copy: an abort before the hand-off;
+        a hand-off that won the race (abort is then a no-op) gives its
+        slots back with finish, or they would stay held for good."""
+        self.rv.abort()
+        if self.rv.poll() == api.KVPoll.Success:
+            self.rv.finish()
 
     def _wait_released(self):
         if self.rv is None:
@@ -451,6 +465,7 @@ class _Worker:
         self.agents = {}  # decode addr -> api.Prefill
         self.dec = self.srv = self.caches = self.staged = None
         self.opener = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvfence-open")
+        self.agents_opened = 0  # prefill agents ever opened (tests: one per decode rank)
         self.closed = False
 
     def log(self, msg):
@@ -668,6 +683,7 @@ class _Worker:
 
     def _open_in(self, slot, addr, shard_bytes, decode_rank):
         if slot["agent"] is None:
+            self.agents_opened += 1
             # Opened on the worker's long-lived opener thread: the agent's
             # plugin process dies with the thread that started it (Linux
             # ties a child's parent-death signal to the forking thread, and
