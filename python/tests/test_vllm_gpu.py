@@ -10,8 +10,8 @@ block is written and checked through the driver (vllm_harness.py with
 KVFENCE_TEST_GPU_CACHES=1). The connector file's control arms run here too:
 free_on_abort (a load reported while kvfence still holds it, its scatter
 landing in the blocks' next owner) must be caught in GPU memory; and so must
-unchecked_scatter (a load reported once its scatter was queued, not once it
-ended well) when decode's device copies fault.
+unchecked_scatter (a load reported as loaded without asking whether its
+scatter ended well) when decode's device copies fault.
 
 kvfence's Go side reads $KVFENCE_CUDA_LIB when the library loads, so the
 scenarios run in a child pytest with it pointing at the fake; this file's
@@ -40,7 +40,7 @@ else:
 
     # Every scenario of the connector file, now over GPU caches.
     from test_vllm_connector import *  # noqa: F401,F403,E402
-    from test_vllm_connector import BS, FAST, abort_decode, check_clean, decode, pair, prefill, settle, stop
+    from test_vllm_connector import BS, FAST, abort_decode, check_clean, decode, pair, prefill, settle, stop  # noqa: F811
 
     CUDA = fakecuda.Cuda(os.environ["KVFENCE_CUDA_LIB"])
     assert vllm_harness.GPU
@@ -89,21 +89,41 @@ else:
         finally:
             stop(di, pi)
 
-    def test_abort_after_the_hand_off_and_no_handle_left():
-        """vLLM aborts a request once prefill committed its pages (decode
-        answered the hand-off): the scatter, if it began, ends before the
-        load is reported; the blocks' next owner is never written, and the
-        other load is whole. At the end no kvfence handle is left in any worker."""
-        pi, di = pair(1, 1, "flash")
+    def _pair(monkeypatch, decode_env, arm=None, name="F"):
+        """One prefill and one decode instance (TP 1); decode's workers are
+        spawned with decode_env (the fake driver's knobs) in their
+        environment, prefill's without."""
+        if arm:
+            monkeypatch.setenv("KVFENCE_TEST_CONTROL_ARM", "1")
+        pi = Instance("kv_producer", "prefill-" + name, 1, "flash", False, 2, bs=BS, extra=FAST)
+        try:
+            for k, v in decode_env.items():
+                monkeypatch.setenv(k, v)
+            di = Instance("kv_consumer", "decode-" + name, 1, "flash", False, 2, bs=BS,
+                          extra=dict(FAST, prefill_tp_size=1, **({"unsafe_control_arm": arm} if arm else {})))
+            for k in decode_env:
+                monkeypatch.delenv(k)
+        except BaseException:
+            pi.stop()
+            raise
+        return pi, di
+
+    def test_abort_after_the_hand_off_and_no_handle_left(monkeypatch):
+        """vLLM aborts a request right after decode's hand-off, while its
+        device copies crawl (100 ms each): the abort meets the load between
+        the hand-off and the scatter (no copy; the slots go back) or with
+        the scatter in flight (it ends before the load is reported). Either
+        way the blocks' next owner is never written, and the other load is
+        whole. At the end no kvfence handle is left in any worker."""
+        pi, di = _pair(monkeypatch, {"FAKECUDA_DELAY_US": "100000"}, name="H")
         try:
             params = prefill(pi, "h", 12, 21)
             params2 = prefill(pi, "ok", 8, 22)
             blocks = decode(di, "h", 12, params)
             ok = decode(di, "ok", 8, params2)
-            di.step()  # the loads start
-            pi.run_until(lambda: "h" in pi.done and "ok" in pi.done, "prefill to commit both")
+            di.run_until(lambda: pi.step() or di.workers[0].handed_off("h"), "the hand-off")
             abort_decode(di, "h", blocks)
-            di.run_until(lambda: "h" in di.done and "ok" in di.done, "both loads to be reported")
+            settle(pi, di, ["h", "ok"], ["h", "ok"])
             victim = di.alloc(len(blocks))
             assert victim == blocks
             di.workers[0].fill(victim, 77)
@@ -120,17 +140,7 @@ else:
     def _failed_scatter(arm, monkeypatch):
         """Decode's device copies fault (the fake's events report a device
         fault in decode's workers only): the load must fail for every block."""
-        if arm:
-            monkeypatch.setenv("KVFENCE_TEST_CONTROL_ARM", "1")
-        pi = Instance("kv_producer", "prefill-F", 1, "flash", False, 2, bs=BS, extra=FAST)
-        try:
-            monkeypatch.setenv("FAKECUDA_EVENT_FAIL", "1")  # read by the workers spawned now
-            di = Instance("kv_consumer", "decode-F", 1, "flash", False, 2, bs=BS,
-                          extra=dict(FAST, prefill_tp_size=1, **({"unsafe_control_arm": arm} if arm else {})))
-            monkeypatch.delenv("FAKECUDA_EVENT_FAIL")
-        except BaseException:
-            pi.stop()
-            raise
+        pi, di = _pair(monkeypatch, {"FAKECUDA_EVENT_FAIL": "1"}, arm)
         try:
             params = prefill(pi, "f", 12, 31)
             blocks = decode(di, "f", 12, params)
@@ -145,8 +155,9 @@ else:
         assert errs == blocks
 
     def test_control_arm_unchecked_scatter_is_caught(monkeypatch):
-        # The unsafe arm reports the load once its scatter was queued, not
-        # once it ended well: vLLM would decode from blocks the copy failed.
+        # The unsafe arm never asks whether its scatter ended well (the
+        # receiver's finish still waits for it to end): vLLM would decode
+        # from blocks the copy failed to fill.
         blocks, errs = _failed_scatter("unchecked_scatter", monkeypatch)
         assert blocks and not errs
 

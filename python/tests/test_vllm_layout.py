@@ -117,3 +117,31 @@ def test_rendezvous_refuses_open_address_without_secret():
         assert srv.host == "127.0.0.1"  # loopback by default
     finally:
         srv.close()
+
+
+class _HandedOffReceiver:
+    """A receiver whose hand-off won the race with vLLM's abort: abort is a
+    no-op on it (as kvfence's agent makes it once the state is Success)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def abort(self):
+        self.calls.append("abort")
+
+    def poll(self):
+        from kvfence.api import KVPoll
+        return KVPoll.Success
+
+    def finish(self):
+        self.calls.append("finish")
+
+
+def test_an_abort_that_loses_the_race_with_the_hand_off_gives_the_slots_back():
+    # Without the finish the slots stay held for good, so the load is never
+    # reported and vLLM never gets its blocks back.
+    from kvfence.vllm.connector import _Load
+    ld = _Load.__new__(_Load)
+    ld.rv = _HandedOffReceiver()
+    ld._let_go()
+    assert ld.rv.calls == ["abort", "finish"]

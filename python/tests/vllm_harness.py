@@ -126,6 +126,18 @@ class Worker:
         for n, t in self.caches.items():
             self.cuda.download(t, self.dev[n].ptr)
 
+    def handed_off(self, req_id):
+        """Whether req_id's load got past its hand-off (its copy into the
+        blocks may be running)."""
+        from kvfence import api, errors
+        ld = self.c.worker.loads.get(req_id)
+        if ld is None or ld.done:
+            return ld is not None
+        try:
+            return ld.rv is not None and ld.rv.poll() == api.KVPoll.Success
+        except errors.KVFenceError:  # closed meanwhile: past it
+            return True
+
     def staged(self):
         """Whether the connector took the caches as GPU memory (staged)."""
         return self.c.worker.staged is not None

@@ -346,7 +346,7 @@ class _Load:
         try:
             staging.scatter(self.rv, w.staged, self.r["local"], shards=shards, mla=w.caches.mla)
             if w.opts.unsafe == "unchecked_scatter":
-                return  # known-unsafe: the load is reported whatever the copy does
+                return  # known-unsafe: the copy's outcome is never asked (finish still waits for it)
             while not staging.scatter_done(self.rv, 1.0):
                 pass
         except errors.KVFenceError:
