@@ -9,8 +9,10 @@
 #                   ABI's staging of device buffers (cmd/libkvfence
 #                   TestStaging*) and the SGLang scheduler-order scenarios
 #                   with every KV buffer in fake GPU memory
-#                   (python/tests/test_sglang_gpu.py; bindings-py leaves it
-#                   to this step). ~70 s
+#                   (python/tests/test_sglang_gpu.py) and the vLLM connector
+#                   scenarios with every cache layer in fake GPU memory
+#                   (python/tests/test_vllm_gpu.py); bindings-py leaves both
+#                   to this step. ~4 min
 #   make gpu-check  on a machine with an NVIDIA driver: page integrity with
 #                   aborts against the real driver, then staged copy bandwidth
 #                   as a ratio of cuMemcpy of the same bytes (goal >= 0.9).
@@ -34,7 +36,7 @@ gpu-fake: bindings bindings-deps
 	$(GO) test -count=1 ./gpumem/...
 	$(GO) test -count=1 ./cmd/libkvfence -run '^TestStaging'
 	PYTHONPATH=python KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
-	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider python/tests/test_sglang_gpu.py
+	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider python/tests/test_sglang_gpu.py python/tests/test_vllm_gpu.py
 	$(GO) test -count=1 -tags kvfenceunsafe -v ./gpumem -run '^TestLateWriteNeverReachesGPUPage$$' 2>&1 | grep -E 'control arm caught' || \
 	  { echo "gpu-fake: the copy-before-success control arm was not caught"; exit 1; }
 	$(CC) -Wall -shared -fPIC -O1 -pthread -o $(BIN)/libfakecuda.so gpumem/testdata/fakecuda.c
@@ -42,6 +44,6 @@ gpu-fake: bindings bindings-deps
 	out=$$(KVFENCE_CUDA_LIB=/nonexistent/libcuda.so.1 $(MAKE) --no-print-directory -s gpu-check); \
 	  [ "$$(printf '%s\n' "$$out" | wc -l)" = 1 ] && printf '%s\n' "$$out" | grep -q '^gpu-check: skipped' || \
 	  { echo "gpu-fake: gpu-check without a driver printed: $$out"; exit 1; }
-	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes); control arm caught; gpu-check skips cleanly without a driver"
+	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes, the vLLM connector); control arm caught; gpu-check skips cleanly without a driver"
 
 TEST_STEPS += gpu-fake

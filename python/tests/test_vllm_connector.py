@@ -150,7 +150,9 @@ def test_prefix_hit_preemption_reused_id_and_aborts_before_scheduling():
         assert di.sched.matched("x", 0) == (0, False)
         di.release(bx)
         # Idle prefill agents (one per decode rank) close, plugins and all.
-        assert all(w.live_agents() == 1 for w in pi.workers)  # decode rank d takes rank d's heads
+        # (They may have closed already: settle steps prefill, and 0.5 s is
+        # short on a loaded machine. Counted, not timed.)
+        assert all(w.agents_opened() == 1 for w in pi.workers)  # decode rank d takes rank d's heads
         pi.run_until(lambda: all(w.live_agents() == 0 for w in pi.workers), "idle prefill agents to close")
         # The same request id again: a new transfer, a new room, new agents.
         pa2 = prefill(pi, "x", 9, 7)

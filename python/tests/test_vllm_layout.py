@@ -69,8 +69,13 @@ def test_refusals_are_classified():
         layout.Caches({"l": np.zeros((2, 2, BS, 2, 8), np.float16)})
     with pytest.raises(errors.Unimplemented, match="do not split evenly"):
         layout.heads_of(0, 3, 4)
-    gpu = SimpleNamespace(device=SimpleNamespace(type="cuda"))
-    with pytest.raises(errors.Unimplemented, match="host caches only"):
+    # A "GPU" tensor at an address no CUDA driver calls device memory (no
+    # driver here; a real one says host): refused before anything reads it.
+    gpu = SimpleNamespace(device=SimpleNamespace(type="cuda"), shape=(2, 3, BS, 2, 8), stride=lambda: (3 * BS * 16, BS * 16, 16, 8, 1),
+                          element_size=lambda: 2, data_ptr=lambda: 4096)
+    with pytest.raises((errors.FailedPrecondition, errors.InvalidArgument), match="CUDA driver"):
+        layout.open_caches({"l": gpu})
+    with pytest.raises(errors.InvalidArgument, match="no host view"):
         layout.Caches({"l": gpu})
     c = layout.Caches({"l": make_cache("flash", False, 3, BS, 2)})
     with pytest.raises(errors.InvalidArgument, match="outside"):
@@ -112,3 +117,31 @@ def test_rendezvous_refuses_open_address_without_secret():
         assert srv.host == "127.0.0.1"  # loopback by default
     finally:
         srv.close()
+
+
+class _HandedOffReceiver:
+    """A receiver whose hand-off won the race with vLLM's abort: abort is a
+    no-op on it (as kvfence's agent makes it once the state is Success)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def abort(self):
+        self.calls.append("abort")
+
+    def poll(self):
+        from kvfence.api import KVPoll
+        return KVPoll.Success
+
+    def finish(self):
+        self.calls.append("finish")
+
+
+def test_an_abort_that_loses_the_race_with_the_hand_off_gives_the_slots_back():
+    # Without the finish the slots stay held for good, so the load is never
+    # reported and vLLM never gets its blocks back.
+    from kvfence.vllm.connector import _Load
+    ld = _Load.__new__(_Load)
+    ld.rv = _HandedOffReceiver()
+    ld._let_go()
+    assert ld.rv.calls == ["abort", "finish"]

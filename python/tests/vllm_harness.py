@@ -9,6 +9,12 @@ permuted views of an HND buffer, as gpu_model_runner builds them. Cell
 contents are a pure function of (request tag, layer, kv, global head,
 token position), so decode checks every byte it received against what
 prefill computed, without using the connector's own layout code.
+
+With KVFENCE_TEST_GPU_CACHES=1 (test_vllm_gpu.py) every layer lives in the
+fake CUDA driver's device memory ($KVFENCE_CUDA_LIB), which the host cannot
+read: the connector gets tensors that carry only a device pointer, shape and
+strides, and the test moves its host image of them through the driver. HND
+is then NHD (kvfence refuses HND caches in GPU memory).
 """
 import multiprocessing
 import os
@@ -21,6 +27,32 @@ from types import SimpleNamespace
 import numpy as np
 
 LAYERS, HEAD, DT = 2, 8, np.float16  # head_size 8 x 2 bytes
+GPU = os.environ.get("KVFENCE_TEST_GPU_CACHES") == "1"
+
+
+class DeviceTensor:
+    """What the connector sees of a CUDA tensor: a device pointer and the
+    metadata (shape, strides in elements, element size) of its host image."""
+
+    def __init__(self, ptr, image):
+        self.ptr, self.shape = ptr, tuple(image.shape)
+        self._stride = tuple(x // image.itemsize for x in image.strides)
+        self._es = image.itemsize
+        self.device = SimpleNamespace(type="cuda", index=0)
+
+    def data_ptr(self):
+        return self.ptr
+
+    def stride(self):
+        return self._stride
+
+    def element_size(self):
+        return self._es
+
+
+def block_regions(t, kind, b):
+    """The contiguous pieces of t (an NHD host image) holding block b."""
+    return [t[0, b], t[1, b]] if kind == "flash" else [t[b]]
 
 
 def _cfg(role, engine_id, tp, block_size, extra):
@@ -33,6 +65,7 @@ def _cfg(role, engine_id, tp, block_size, extra):
 
 def make_cache(kind, hnd, blocks, bs, heads):
     """One layer's cache in vLLM's logical shape (HND: a permuted view)."""
+    hnd = hnd and not GPU
     if kind == "mla":
         return np.zeros((blocks, bs, 4 * HEAD), DT)
     if kind == "flash":
@@ -70,10 +103,50 @@ class Worker:
         self.kind, self.bs, self.tp, self.rank, self.total = kind, bs, tp, tp_rank, total_heads
         self.heads = 1 if kind == "mla" else max(total_heads // tp, 1)
         self.caches = {"layer.%d" % i: make_cache(kind, hnd, blocks, bs, self.heads) for i in range(LAYERS)}
+        self.dev = self.cuda = None
+        if GPU:
+            from fakecuda import Cuda
+            self.cuda = Cuda(os.environ["KVFENCE_CUDA_LIB"])
+            self.dev = {n: DeviceTensor(self.cuda.alloc(t.nbytes), t) for n, t in self.caches.items()}
+            self._upload(range(blocks))
         x = dict(extra, tp_rank=tp_rank, num_kv_heads=total_heads, kv_layout=kind)
         self.c = KVFenceConnector(_cfg(role, engine_id, tp, bs, x), KVConnectorRole.WORKER,
                                   SimpleNamespace(kv_cache_groups=[0]))
-        self.c.register_kv_caches(self.caches)
+        self.c.register_kv_caches(self.dev or self.caches)
+
+    def _upload(self, blocks):
+        """Writes blocks (only those: kvfence may be copying into others)
+        of the host image to device memory."""
+        for n, t in self.caches.items():
+            for b in blocks:
+                for piece in block_regions(t, self.kind, b):
+                    self.cuda.upload(self.dev[n].ptr + piece.ctypes.data - t.ctypes.data, piece)
+
+    def _download(self):
+        for n, t in self.caches.items():
+            self.cuda.download(t, self.dev[n].ptr)
+
+    def handed_off(self, req_id):
+        """Whether req_id's load got past its hand-off (its copy into the
+        blocks may be running)."""
+        from kvfence import api, errors
+        ld = self.c.worker.loads.get(req_id)
+        if ld is None or ld.done:
+            return ld is not None
+        try:
+            return ld.rv is not None and ld.rv.poll() == api.KVPoll.Success
+        except errors.KVFenceError:  # closed meanwhile: past it
+            return True
+
+    def staged(self):
+        """Whether the connector took the caches as GPU memory (staged)."""
+        return self.c.worker.staged is not None
+
+    def handles_after_shutdown(self):
+        """Open kvfence handles of this process once the connector shut down."""
+        from kvfence import staging
+        self.c.shutdown()
+        return staging.handles_live()
 
     def global_heads(self):
         if self.kind == "mla":
@@ -93,9 +166,13 @@ class Worker:
                         for tok in range(self.bs):
                             c = cell(t, self.kind, b, kv, tok, h)
                             c[...] = pattern(tag, layer, kv, g, first_pos + i * self.bs + tok, c.size)
+        if self.dev is not None:
+            self._upload(blocks)
 
     def corrupt(self, blocks, tag, first_pos=0):
         """How many cells of blocks differ from tag's data."""
+        if self.dev is not None:
+            self._download()
         bad = 0
         for layer, t in enumerate(self.caches.values()):
             for i, b in enumerate(blocks):
@@ -113,7 +190,7 @@ class Worker:
         c.start_load_kv(None)
         for name in self.caches:
             c.wait_for_layer_load(name)
-            c.save_kv_layer(name, self.caches[name], None)
+            c.save_kv_layer(name, (self.dev or self.caches)[name], None)
         c.wait_for_save()
         sending, recving = c.get_finished(set(finished_req_ids))
         errs = c.get_block_ids_with_load_errors()
@@ -132,6 +209,9 @@ class Worker:
 
     def live_agents(self):
         return self.c.worker.live_agents()
+
+    def agents_opened(self):
+        return self.c.worker.agents_opened
 
     def exposed(self):
         return sum(ld.rv is not None for ld in list(self.c.worker.loads.values()))

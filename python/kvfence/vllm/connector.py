@@ -21,7 +21,14 @@
 - Peers: each prefill worker's rendezvous address travels in its handshake
   metadata to its scheduler and from there in kv_transfer_params to decode.
 
-Host caches only: a GPU cache is refused (Unimplemented) at registration.
+GPU caches (staged mode): when the CUDA driver says the registered tensors
+are device memory, no host code touches them. Prefill's blocks are gathered
+by block index into the sender's pinned host pages on kvfence's Go threads
+(kvfence.staging), off vLLM's threads; decode's network writes land only in
+kvfence's host slots, and the scatter into vLLM's GPU blocks is queued only
+after the hand-off was verified, so a late write can land only in host
+memory kvfence holds. A load is reported finished only once its scatter
+ended. HND caches in GPU memory are refused (layout.py).
 One KV cache group (SupportsHMA is declared so vLLM's hybrid allocator
 does not refuse the connector; several groups are refused).
 """
@@ -35,14 +42,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import api, errors
+from .. import api, errors, staging
 from . import layout, rendezvous
 from ._base import KVConnectorBase_V1, KVConnectorHandshakeMetadata, KVConnectorMetadata, KVConnectorRole, SupportsHMA
 
 PRODUCER, CONSUMER = "kv_producer", "kv_consumer"
 # Test-only control arms (the known-unsafe behaviours the tests must catch);
 # honoured only with KVFENCE_TEST_CONTROL_ARM=1 in the environment.
-UNSAFE_ARMS = ("swallow_load_errors", "free_on_abort")
+UNSAFE_ARMS = ("swallow_load_errors", "free_on_abort", "unchecked_scatter")
 
 
 def room_of(tid):
@@ -318,12 +325,33 @@ class _Load:
         if not self._wait_handoff():
             return False
         if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
-            self.rv.abort()  # handed off, but vLLM let the request go: no copy into its blocks
+            # Handed off, but vLLM let the request go: no copy into its
+            # blocks. Every write ended (that is what a hand-off is), so the
+            # slots go back now; an abort is no-op once handed off and
+            # would hold them (and this load's report) for good.
+            self.rv.finish()
             return False
-        page = self.rv.read(0, len(r["local"]))
-        w.scatter(r["local"], writers, page)
+        if w.staged is not None:
+            self._scatter_staged(len(writers))
+        else:
+            w.scatter(r["local"], writers, self.rv.read(0, len(r["local"])))
         self.rv.finish()
         return True
+
+    def _scatter_staged(self, shards):
+        """Copies the handed-off slots into vLLM's GPU blocks on kvfence's
+        Go threads and waits for the copy: vLLM holds the blocks until this
+        load is reported, so an abort meanwhile lets the copy end."""
+        w = self.w
+        try:
+            staging.scatter(self.rv, w.staged, self.r["local"], shards=shards, mla=w.caches.mla)
+            if w.opts.unsafe == "unchecked_scatter":
+                return  # known-unsafe: the copy's outcome is never asked (finish still waits for it)
+            while not staging.scatter_done(self.rv, 1.0):
+                pass
+        except errors.KVFenceError:
+            self.rv.finish()  # handed off: the slots go back (after the copy ended); every block is a load error
+            raise
 
     def _cancel(self):
         """Tells every prefill rank this decode rank will not take the
@@ -366,16 +394,24 @@ class _Load:
         deadline = time.monotonic() + w.opts.load_timeout_s
         while True:
             if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
-                self.rv.abort()
+                self._let_go()
                 return False
             if time.monotonic() > deadline:
-                self.rv.abort()
+                self._let_go()
                 raise errors.Unavailable("no hand-off within load_timeout_s (%.0f s)" % w.opts.load_timeout_s)
             st = self.rv.wait(0.1)
             if st == api.KVPoll.Success:
                 return True
             if st == api.KVPoll.Failed:
                 raise self.rv.failure() or errors.Unavailable("load failed")
+
+    def _let_go(self):
+        """Ends this attempt without a copy: an abort before the hand-off;
+        a hand-off that won the race (abort is then a no-op) gives its
+        slots back with finish, or they would stay held for good."""
+        self.rv.abort()
+        if self.rv.poll() == api.KVPoll.Success:
+            self.rv.finish()
 
     def _wait_released(self):
         if self.rv is None:
@@ -427,8 +463,9 @@ class _Worker:
         self.reported_unreleased = 0  # loads reported to vLLM while kvfence still held them
         self.gone = {}  # tid -> when: transfers that ended here; a later pull is refused
         self.agents = {}  # decode addr -> api.Prefill
-        self.dec = self.srv = self.caches = None
+        self.dec = self.srv = self.caches = self.staged = None
         self.opener = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kvfence-open")
+        self.agents_opened = 0  # prefill agents ever opened (tests: one per decode rank)
         self.closed = False
 
     def log(self, msg):
@@ -437,7 +474,9 @@ class _Worker:
             sys.stderr.write("kvfence.vllm: %s\n" % msg)
 
     def register(self, kv_caches):
-        self.caches = layout.Caches(kv_caches, self.opts.kv_layout)
+        self.caches = layout.open_caches(kv_caches, self.opts.kv_layout)
+        if self.caches.device:
+            self.staged = staging.Layout(*self.caches.staged_layout())
         self.tp_rank, self.tp_size = _tp_rank(self.opts), self.opts.tp_size
         if self.caches.block_size != self.block_size:
             raise errors.InvalidArgument("kvfence.vllm: cache block size %d, config %d" % (self.caches.block_size, self.block_size))
@@ -644,6 +683,7 @@ class _Worker:
 
     def _open_in(self, slot, addr, shard_bytes, decode_rank):
         if slot["agent"] is None:
+            self.agents_opened += 1
             # Opened on the worker's long-lived opener thread: the agent's
             # plugin process dies with the thread that started it (Linux
             # ties a child's parent-death signal to the forking thread, and
@@ -722,6 +762,9 @@ class _Worker:
                 if time.monotonic() > end:
                     raise
                 time.sleep(0.01)
+        if self.staged is not None:
+            self._fill_staged(s, blocks, heads)
+            return
         buf = np.empty(int(msg["shard_bytes"]), dtype=np.uint8)
         try:
             for i, b in enumerate(blocks):
@@ -731,6 +774,21 @@ class _Worker:
             s.finish(count)
         except (errors.NotFound, errors.FailedPrecondition):
             pass  # decode ended the request meanwhile: the sender fails
+
+    def _fill_staged(self, s, blocks, heads):
+        """Gathers blocks (GPU) into s's pinned source pages on kvfence's Go
+        threads, then sends them all; returns once the gather ended, so the
+        blocks stay held (o.ended) while the driver may still read them."""
+        part, parts = self.caches.slice_of(heads)
+        staging.gather(s, self.staged, blocks, 0, upto=len(blocks), total=len(blocks), part=part, parts=parts)
+        try:
+            while not staging.gather_wait(s, 1.0):
+                pass
+        except (errors.NotFound, errors.FailedPrecondition):
+            pass  # decode ended the request meanwhile: the sender fails
+        except errors.KVFenceError:
+            s.abort()  # a copy failed: decode learns it now, not at its load timeout
+            raise
 
     def close(self):
         if self.closed:
@@ -743,4 +801,6 @@ class _Worker:
                 slot["agent"].close()
         if self.dec:
             self.dec.close()
+        if self.staged is not None:
+            self.staged.close()
         self.opener.shutdown(wait=False)

@@ -12,9 +12,18 @@ A kvfence page is one vLLM block across every layer. On the wire each
 writer's shard is canonical — per layer, (kv, tokens, heads, head bytes),
 C order — so a prefill instance in NHD feeds a decode instance in HND, and
 a page never depends on either side's strides. The order is vLLM's
-default (NHD): an NHD cache sending all its heads copies whole runs. Only host memory is read or
-written here: GPU caches are refused (Unimplemented) until staged GPU mode
-is wired in.
+default (NHD): an NHD cache sending all its heads copies whole runs.
+
+Host caches are read and written here with numpy views. GPU caches (the
+CUDA driver says the tensor's memory is device memory) are never touched
+from host code: DeviceCaches only describes them to the C ABI's staged
+layout (kvfence.staging: buffer i at ptrs[i], items[i] bytes per block, each
+token's heads contiguous), whose gather and scatter copy through the driver
+and pinned host memory on Go threads. That plan produces the same canonical
+shard: per layer, (kv, tokens, heads) — FlashAttention as two buffers per
+layer (K, V), FlashInfer as one buffer per layer whose block is 2*block_size
+"tokens" (K's then V's), MLA as one buffer per layer. A GPU cache in HND
+order (heads before tokens inside a block) has no such plan: Unimplemented.
 
 Head split (TP heterogeneity): with H kv heads over TP ranks, rank r holds
 heads [r*H/TP, (r+1)*H/TP) when TP <= H, else the one head r*H//TP
@@ -25,23 +34,26 @@ import ctypes
 
 import numpy as np
 
-from .. import errors
+from .. import checks, errors
 
 FLASH, FLASHINFER, MLA = "flash", "flashinfer", "mla"
 
 
+def on_device(t):
+    """Whether t (a torch tensor or a numpy array) is no host memory."""
+    return not isinstance(t, np.ndarray) and getattr(getattr(t, "device", None), "type", "cpu") != "cpu"
+
+
 def as_bytes_view(t):
     """A numpy uint8 view (shape + (element bytes,)) of a host tensor or
-    array, sharing its memory. GPU tensors: Unimplemented."""
+    array, sharing its memory. GPU tensors: InvalidArgument (a host view of
+    device memory would crash the process; DeviceCaches takes them)."""
     if isinstance(t, np.ndarray):
         if t.dtype == np.uint8:
             return t[..., None]
         return t[..., None].view(np.uint8)
-    dev = getattr(getattr(t, "device", None), "type", "cpu")
-    if dev != "cpu":
-        raise errors.Unimplemented(
-            "kvfence.vllm: KV cache on %s; this release reads and writes host caches only "
-            "(GPU staging is not wired into the connector yet; README: Use from vLLM)" % dev)
+    if on_device(t):
+        raise errors.InvalidArgument("kvfence.vllm: a %s tensor has no host view" % t.device.type)
     esize = int(t.element_size())
     shape = tuple(int(s) for s in t.shape) + (esize,)
     strides = tuple(int(s) * esize for s in t.stride()) + (1,)
@@ -135,13 +147,76 @@ def plan(decode_rank, decode_tp, prefill_tp, total_heads, mla):
     return out
 
 
+class DeviceLayer:
+    """One layer's GPU cache, described from its shape and strides alone
+    (never read): buffers [(address, bytes, bytes per block)] of the staged
+    plan, and the same geometry fields as LayerView."""
+
+    def __init__(self, name, t, kind="auto"):
+        es = int(t.element_size())
+        shape = tuple(int(n) for n in t.shape)
+        st = tuple(int(x) * es for x in t.stride())
+        addr = int(t.data_ptr())
+        if min(st + (1,)) <= 0:
+            raise errors.InvalidArgument("kvfence.vllm: layer %s: strides %s" % (name, t.stride()))
+        checks.device_range(addr, es + sum((n - 1) * x for n, x in zip(shape, st)), "KV cache layer %s" % name)
+        self.name = name
+        self.kind = kind = guess_kind(shape) if kind == "auto" else kind
+        if kind == MLA:
+            if len(shape) != 3:
+                raise errors.InvalidArgument("kvfence.vllm: layer %s: MLA cache must be (blocks, block_size, latent), got %s" % (name, shape))
+            self.num_blocks, self.block_size, lat = shape
+            self.kv, self.heads, self.head_bytes = 1, 1, lat * es
+            _packed(name, shape, st, es)
+            self.buffers, self.tokens_per_block = [(addr, self.num_blocks * st[0], st[0])], self.block_size
+            return
+        if len(shape) != 5 or kind not in (FLASH, FLASHINFER):
+            raise errors.InvalidArgument("kvfence.vllm: layer %s: a %s cache of shape %s" % (name, kind, shape))
+        nb, bs, h, hd = (shape[1], shape[2], shape[3], shape[4]) if kind == FLASH else (shape[0], shape[2], shape[3], shape[4])
+        if st[2] < st[3] and h > 1:
+            raise errors.Unimplemented("kvfence.vllm: layer %s: an HND cache in GPU memory (heads before tokens in a "
+                                       "block) has no staged plan; use vLLM's NHD layout" % name)
+        self.num_blocks, self.kv, self.block_size, self.heads, self.head_bytes = nb, 2, bs, h, hd * es
+        item = bs * h * hd * es
+        _packed(name, shape, st, es)
+        if kind == FLASH:  # K's blocks, then V's
+            self.buffers, self.tokens_per_block = [(addr, nb * item, item), (addr + st[0], nb * item, item)], bs
+        else:  # per block K's block_size tokens then V's: one buffer of 2*block_size "tokens" per block
+            self.buffers, self.tokens_per_block = [(addr, nb * 2 * item, 2 * item)], 2 * bs
+
+    def shard_bytes(self, nheads):
+        return self.kv * nheads * self.block_size * self.head_bytes
+
+
+def _packed(name, shape, strides, es):
+    """Refuses strides that are not C order over shape (padding, a view)."""
+    want = es
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if s != want and n != 1:  # a size-1 axis's stride is never used
+            raise errors.InvalidArgument("kvfence.vllm: layer %s: GPU cache strides %s are not packed C order over %s"
+                                         % (name, strides, shape))
+        want *= n
+
+
+def open_caches(kv_caches, kind="auto"):
+    """Caches (host) or DeviceCaches (every layer in GPU memory)."""
+    if not kv_caches:
+        raise errors.InvalidArgument("kvfence.vllm: no KV caches registered")
+    dev = {on_device(t) for t in kv_caches.values()}
+    if len(dev) != 1:
+        raise errors.InvalidArgument("kvfence.vllm: some KV cache layers in host memory, some on a device")
+    return DeviceCaches(kv_caches, kind) if dev == {True} else Caches(kv_caches, kind)
+
+
 class Caches:
-    """Every registered layer of one worker, in a fixed order."""
+    """Every registered layer of one worker (host memory), in a fixed order."""
+    device = False
+    layer_class = LayerView
 
     def __init__(self, kv_caches, kind="auto"):
         if not kv_caches:
             raise errors.InvalidArgument("kvfence.vllm: no KV caches registered")
-        self.layers = [LayerView(n, t, kind) for n, t in sorted(kv_caches.items())]
+        self.layers = [self.layer_class(n, t, kind) for n, t in sorted(kv_caches.items())]
         first = self.layers[0]
         for l in self.layers:
             if (l.kind, l.num_blocks, l.kv, l.heads, l.block_size, l.head_bytes) != (
@@ -179,3 +254,31 @@ class Caches:
             n = dst.size
             dst[...] = shard[off:off + n].reshape(dst.shape)
             off += n
+
+
+class DeviceCaches(Caches):
+    """Every registered layer of one worker in GPU memory: only the staged
+    layout's description (staged_layout) and the head slice of a shard
+    (slice_of); kvfence's Go side does every copy through the driver."""
+    device = True
+    layer_class = DeviceLayer
+
+    def staged_layout(self):
+        """(ptrs, lens, items, page_size) for kvfence.staging.Layout."""
+        bufs = [b for l in self.layers for b in l.buffers]
+        return [b[0] for b in bufs], [b[1] for b in bufs], [b[2] for b in bufs], self.layers[0].tokens_per_block
+
+    def slice_of(self, heads):
+        """(part, parts) of every token for local heads (consecutive): the
+        staged plan splits a token's heads into equal parts."""
+        n = len(heads)
+        if self.mla:
+            return 0, 1
+        if heads != list(range(heads[0], heads[0] + n)) or self.heads % n or heads[0] % n:
+            raise errors.Unimplemented("kvfence.vllm: heads %s of %d are no equal part of a GPU cache's token" % (heads, self.heads))
+        return heads[0] // n, self.heads // n
+
+    def gather(self, block, heads, out):
+        raise errors.InvalidArgument("kvfence.vllm: a GPU cache is copied by the staged layout, not from host code")
+
+    scatter = gather
