@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"errors"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -15,21 +14,7 @@ import (
 // the writer gives up and resets the connection before the stall ends.
 // With the old one-byte floor for stalls the heartbeat counted as reached.
 func TestStallReachedByQueuedDataNotByAHeartbeat(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(io.Discard, c) }()
-		}
-	}()
-	p := mustProxy(t, ln.Addr().String())
+	p := mustProxy(t, discardTarget(t))
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", p.Addr())
 		if err != nil {
