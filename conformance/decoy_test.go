@@ -12,8 +12,10 @@ import (
 // Issue 23 item 2, with a real plugin process: the decoy-indoubt variant
 // of the TCP plugin keeps an idle decoy connection through the in-path
 // proxy while its data goes straight to the target's data port, and
-// reports the suite's fault writes InDoubt (Quiesce covering them). Before
-// the reached guard covered InDoubt, every proxy link check passed; each
+// reports the suite's fault writes InDoubt (Quiesce covering them), and
+// refuses the Quiesce asked at once under a stall. Before the reached
+// guard covered InDoubt, four proxy link checks passed, and before it
+// covered a refused Quiesce, link-stalled-quiesce-at-once passed; each
 // must now be NOT RUN (the run partial, no certificate), never a pass.
 func TestDecoyInDoubtPassesNoLinkFault(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -208,6 +208,20 @@ func (sh *shaper) fault(spec string) fault {
 	}
 }
 
+// reachedWithin asks f.reached until it says yes or d has passed: a
+// refusal may come before the write's bytes reach the fault, while a write
+// whose data goes around it never does (NOT RUN, not a pass).
+func reachedWithin(f fault, n uint64, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := f.reachedBy(n)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // reachedBy asks f.reached when the fault has one.
 func (f fault) reachedBy(n uint64) error {
 	if f.reached == nil {

@@ -15,8 +15,13 @@ import (
 
 // decoyWrites is the source offset of the conformance suite's fault writes
 // (honest() in conformance/group_honesty.go): the variant answers exactly
-// those with InDoubt.
-const decoyWrites = 999
+// those with InDoubt. decoyRefused is that of the write Quiesce is asked
+// about at once under a stall (checkStallQuiesceNow): the variant refuses
+// that Quiesce, as an honest plugin that has no evidence does.
+const (
+	decoyWrites  = 999
+	decoyRefused = 1234
+)
 
 // wrapVariant: KVFENCE_TCP_UNSAFE=decoy-indoubt (issue 23 item 2) sends
 // its data straight to KVFENCE_TCP_UNSAFE_DIRECT (the target's real data
@@ -31,7 +36,7 @@ func wrapVariant(t *tcp.Transport) sdk.Transport {
 	if os.Getenv("KVFENCE_TCP_UNSAFE") != "decoy-indoubt" || direct == "" {
 		return t
 	}
-	d := &decoyTransport{Transport: t, direct: direct, marked: map[sdk.BatchID]bool{}, out: make(chan sdk.Completion, 64)}
+	d := &decoyTransport{Transport: t, direct: direct, marked: map[sdk.BatchID]bool{}, refuse: map[sdk.BatchID]bool{}, out: make(chan sdk.Completion, 64)}
 	go d.relay()
 	return d
 }
@@ -41,6 +46,7 @@ type decoyTransport struct {
 	direct string
 	mu     sync.Mutex
 	marked map[sdk.BatchID]bool
+	refuse map[sdk.BatchID]bool
 	decoys []net.Conn
 	out    chan sdk.Completion
 }
@@ -62,9 +68,10 @@ func (d *decoyTransport) Connect(ctx context.Context, ep sdk.Endpoint) (sdk.Peer
 }
 
 func (d *decoyTransport) Post(ctx context.Context, b sdk.Batch) error {
-	if len(b.Ops) > 0 && b.Ops[0].LocalOffset == decoyWrites {
+	if len(b.Ops) > 0 {
 		d.mu.Lock()
-		d.marked[b.ID] = true
+		d.marked[b.ID] = b.Ops[0].LocalOffset == decoyWrites
+		d.refuse[b.ID] = b.Ops[0].LocalOffset == decoyRefused
 		d.mu.Unlock()
 	}
 	return d.Transport.Post(ctx, b)
@@ -85,14 +92,18 @@ func (d *decoyTransport) relay() {
 }
 
 // Quiesce covers the marked batches at once: they completed, so nothing of
-// them moves, whatever the link it claims to have waited out.
+// them moves, whatever the link it claims to have waited out. It refuses
+// for the batches of decoyRefused.
 func (d *decoyTransport) Quiesce(ctx context.Context, peer sdk.PeerID, batches []sdk.BatchID) (sdk.QuiesceResult, error) {
 	d.mu.Lock()
-	all := len(batches) > 0
+	all, refuse := len(batches) > 0, false
 	for _, id := range batches {
-		all = all && d.marked[id]
+		all, refuse = all && d.marked[id], refuse || d.refuse[id]
 	}
 	d.mu.Unlock()
+	if refuse {
+		return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassUnavailable, "decoy-indoubt: no evidence")
+	}
 	if all {
 		return sdk.QuiesceResult{Evidence: sdk.EvidenceReceiverConfirmed, Batches: batches, Detail: "decoy-indoubt"}, nil
 	}
