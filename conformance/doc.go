@@ -22,7 +22,9 @@
 // windows have a floor independent of the plugin's claim, and every fault
 // is confirmed before a check counts it: a proxy fault that touched none of
 // the plugin's data (its data does not take its endpoint address) leaves
-// its check NOT RUN, so the run is partial, neither passed nor failed.
+// its check NOT RUN, so the run is partial, neither passed nor failed; and
+// a proxy that carried none of the plugin's data does not stand in for the
+// netem checks, which then stay required (profile.go).
 //
 // Two hosts (CertifyTwoHost, `kvfence conformance two-host`; the target
 // side is ServeTarget, `kvfence conformance target`): the target plugin

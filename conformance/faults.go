@@ -33,14 +33,12 @@ type fault struct {
 
 // reachedFloor is how much of an n-byte write must have entered a fault
 // for a non-Succeeded outcome to count as the plugin's answer to it: one
-// page, never more than the write. An idle decoy connection sends none.
-// A stalled proxy is the exception (stallReachedFloor).
+// page, never more than the write. An idle decoy connection sends none,
+// and a decoy's heartbeat byte is not a page. A stalled proxy takes one
+// read, then holds, and that read may be a plugin's frame header alone
+// (the minimal example's is 36 bytes): what entered a stall also counts
+// the peak of bytes queued unread behind it (Proxy.StallPeak).
 func reachedFloor(n uint64) uint64 { return min(n, 4096) }
-
-// stallReachedFloor: a stalled proxy takes one read, then holds, and that
-// read may be a plugin's frame header alone (the minimal example's is 36
-// bytes), so a stall is reached by any byte that entered it while it held.
-func stallReachedFloor(n uint64) uint64 { return min(n, 1) }
 
 // notThroughProxy: the proxy fault touched nothing the plugin's data uses.
 func notThroughProxy(kind, what string) error {
@@ -65,13 +63,13 @@ func (se *session) proxyFault(kind string) fault {
 		}
 		return nil
 	}
-	floor := reachedFloor
-	if kind == "stall" {
-		floor = stallReachedFloor
-	}
 	f.reached = func(n uint64) error {
-		if got := p.Entered() - enteredAt; got < floor(n) {
-			return notThroughProxy(kind, fmt.Sprintf("a %d-byte write ended without Succeeded, but only %d bytes entered the faulted proxy (at least %d must have)", n, got, floor(n)))
+		got := p.Entered() - enteredAt
+		if kind == "stall" {
+			got += p.StallPeak()
+		}
+		if got < reachedFloor(n) {
+			return notThroughProxy(kind, fmt.Sprintf("a %d-byte write ended without Succeeded, but only %d bytes entered the faulted proxy (at least %d must have)", n, got, reachedFloor(n)))
 		}
 		return nil
 	}
@@ -207,6 +205,20 @@ func (sh *shaper) fault(spec string) fault {
 			return sh.installed(spec)
 		},
 		release: func() { _ = sh.netem("") },
+	}
+}
+
+// reachedWithin asks f.reached until it says yes or d has passed: a
+// refusal may come before the write's bytes reach the fault, while a write
+// whose data goes around it never does (NOT RUN, not a pass).
+func reachedWithin(f fault, n uint64, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := f.reachedBy(n)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

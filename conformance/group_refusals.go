@@ -33,8 +33,11 @@ const (
 // refused posts b, which the target must refuse, and judges the outcome:
 // a Post refusal or a FailedDefinite completion must carry want; InDoubt is
 // honest (the batch is quiesced); Succeeded is a lie. watched must keep its
-// sentinel for the guard window.
-func (se *session) refused(ctx context.Context, r *Result, b sdk.Batch, want sdk.Class, watched []byte, sentinel byte) error {
+// sentinel for the guard window. landed is the promise a Succeeded breaks
+// when its bytes did land: for a revoked key that is Revoke's promise (the
+// write was true to its bytes; the Revoke before it revoked nothing), not
+// Succeeded's.
+func (se *session) refused(ctx context.Context, r *Result, b sdk.Batch, want sdk.Class, watched []byte, sentinel byte, landed string) error {
 	s := se.s
 	if err := se.ini.t.Post(ctx, b); err != nil {
 		if got := sdk.ClassOf(err); !sameAnswer(got, want) {
@@ -49,7 +52,10 @@ func (se *session) refused(ctx context.Context, r *Result, b sdk.Batch, want sdk
 		r.Notes = append(r.Notes, fmt.Sprintf("completed %v, class %v (%s)", c.Status, c.Class, c.Detail))
 		switch c.Status {
 		case sdk.Succeeded:
-			return broke(PromiseSucceeded, fmt.Errorf("a write the target must refuse reported Succeeded"))
+			if err := untouched(watched, sentinel); err != nil {
+				return broke(landed, fmt.Errorf("a write the target must refuse landed and reported Succeeded: %w", err))
+			}
+			return broke(PromiseSucceeded, fmt.Errorf("a write the target must refuse reported Succeeded, and none of its bytes landed"))
 		case sdk.FailedDefinite:
 			if !sameAnswer(c.Class, want) {
 				return fmt.Errorf("the target refused the write; the completion says class %v (%s), want %v", c.Class, c.Detail, want)
@@ -85,7 +91,7 @@ func checkRefusedUnknownKey(ctx context.Context, s *suite, r *Result) error {
 	mem := se.dst.Bytes()
 	fill(mem, 0x3A)
 	unknown := k ^ 0x5a5a5a5a5a5a5a5a
-	return se.refused(ctx, r, se.write(unknown, 0, 0, 4096), classUnknownKey, mem, 0x3A)
+	return se.refused(ctx, r, se.write(unknown, 0, 0, 4096), classUnknownKey, mem, 0x3A, PromiseSucceeded)
 }
 
 func checkRefusedOutOfWindow(ctx context.Context, s *suite, r *Result) error {
@@ -101,7 +107,7 @@ func checkRefusedOutOfWindow(ctx context.Context, s *suite, r *Result) error {
 	}
 	fill(se.dst.Bytes()[off:off+n], 0x3B)
 	// Starts inside the window, ends past it.
-	return se.refused(ctx, r, se.write(k, 0, n/2, n), classOutOfWindow, se.dst.Bytes()[off-4096:off+n+4096], 0x3B)
+	return se.refused(ctx, r, se.write(k, 0, n/2, n), classOutOfWindow, se.dst.Bytes()[off-4096:off+n+4096], 0x3B, PromiseSucceeded)
 }
 
 func checkRefusedRevokedKey(ctx context.Context, s *suite, r *Result) error {
@@ -121,5 +127,5 @@ func checkRefusedRevokedKey(ctx context.Context, s *suite, r *Result) error {
 		return fmt.Errorf("Revoke: %w", err)
 	}
 	fill(se.dst.Bytes()[off-4096:off+n+4096], 0x3C)
-	return se.refused(ctx, r, se.write(k, 0, 0, n), classRevokedKey, se.dst.Bytes()[off-4096:off+n+4096], 0x3C)
+	return se.refused(ctx, r, se.write(k, 0, 0, n), classRevokedKey, se.dst.Bytes()[off-4096:off+n+4096], 0x3C, PromiseRevoke)
 }

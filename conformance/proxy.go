@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Proxy is an in-path TCP proxy on loopback that injects real link faults
@@ -30,6 +32,11 @@ type Proxy struct {
 	links map[*link]struct{}
 	done  bool
 	wg    sync.WaitGroup
+	// stallPeak is the most bytes seen waiting, unread, in the stalled
+	// connections' receive queues since the last Stall; sampling stops
+	// when stallStop is closed (Release, Close).
+	stallPeak uint64
+	stallStop chan struct{}
 }
 
 type link struct {
@@ -166,8 +173,78 @@ func (p *Proxy) SetDelay(d time.Duration) {
 }
 
 // Stall freezes every existing connection until Release; it returns how
-// many it froze (0: the fault hit nothing).
-func (p *Proxy) Stall() int { return p.each(func(l *link) { l.stalled = true }) }
+// many it froze (0: the fault hit nothing). While it holds, the bytes
+// waiting in the frozen connections' receive queues are sampled
+// (StallPeak): a stalled pump reads once and then holds, so what a writer
+// pushed into the stall is mostly there, not in Entered.
+func (p *Proxy) Stall() int {
+	n := p.each(func(l *link) { l.stalled = true })
+	p.mu.Lock()
+	p.stallPeak = 0
+	if p.stallStop == nil {
+		p.stallStop = make(chan struct{})
+		go p.sampleStalled(p.stallStop)
+	}
+	p.mu.Unlock()
+	return n
+}
+
+// sampleStalled records the peak of unread bytes queued on the stalled
+// connections, every millisecond until stop is closed. A writer that then
+// gives up and resets its connection takes those bytes with it; the peak
+// stays.
+func (p *Proxy) sampleStalled(stop <-chan struct{}) {
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		var q uint64
+		for l := range p.links {
+			if l.stalled && !l.closed {
+				q += queued(l.a)
+			}
+		}
+		p.stallPeak = max(p.stallPeak, q)
+		p.mu.Unlock()
+	}
+}
+
+// queued is how many received bytes wait unread on c (SIOCINQ; 0 if it
+// cannot be read).
+func queued(c net.Conn) uint64 {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return 0
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var n int
+	_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return uint64(max(n, 0))
+}
+
+// StallPeak is the most bytes seen queued, unread, in the stalled
+// connections since the last Stall.
+func (p *Proxy) StallPeak() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stallPeak
+}
+
+// stopSampling ends the stall's sampler (p.mu held).
+func (p *Proxy) stopSampling() {
+	if p.stallStop != nil {
+		close(p.stallStop)
+		p.stallStop = nil
+	}
+}
 
 // Drop makes every existing connection lose what the initiator sends; it
 // returns how many it affects.
@@ -176,6 +253,9 @@ func (p *Proxy) Drop() int { return p.each(func(l *link) { l.drop = true }) }
 // Release ends Stall and Drop on every connection.
 func (p *Proxy) Release() {
 	p.each(func(l *link) { l.stalled, l.drop = false, false })
+	p.mu.Lock()
+	p.stopSampling()
+	p.mu.Unlock()
 }
 
 func (p *Proxy) each(f func(*link)) int {
@@ -227,6 +307,7 @@ func (p *Proxy) Links() int {
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.done = true
+	p.stopSampling()
 	p.mu.Unlock()
 	_ = p.ln.Close()
 	p.Reset()

@@ -14,21 +14,7 @@ import (
 // fault: reached says NOT RUN (a skip) unless the write's bytes entered
 // the faulted proxy. Bytes swallowed by a drop count as reached.
 func TestProxyFaultReachedOnlyByDataThatEnteredIt(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(io.Discard, c) }()
-		}
-	}()
-	p := mustProxy(t, ln.Addr().String())
+	p := mustProxy(t, discardTarget(t))
 	decoy, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -68,4 +54,25 @@ func TestProxyFaultReachedOnlyByDataThatEnteredIt(t *testing.T) {
 		t.Fatalf("the drop forwarded %d bytes", p.Sent())
 	}
 	f.release()
+}
+
+// discardTarget is a TCP target on loopback that reads and discards
+// whatever each connection sends; it returns its address.
+func discardTarget(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	return ln.Addr().String()
 }

@@ -100,19 +100,22 @@ func GroupNames() []string {
 // suite is one run: the configuration, the plugin's identity, the link,
 // and the shared session.
 type suite struct {
-	cfg      Config
-	sum      []byte
-	info     sdk.Info
-	granter  bool // the target offered a Granter (checked against the claim)
-	neg      int
-	guard    time.Duration
-	proxyOK  bool
-	net      *netnsPair
-	shaper   *shaper // netem on the data path (nil: none)
-	main     *session
-	contract *contractPair
-	stopped  string // set by FailFast after the first failure
-	report   *Report
+	cfg     Config
+	sum     []byte
+	info    sdk.Info
+	granter bool // the target offered a Granter (checked against the claim)
+	neg     int
+	guard   time.Duration
+	proxyOK bool
+	// proxyCarried: a proxy-family check reached a verdict, so the proxy
+	// carried the plugin's data (set by account; see proxyCarriedData).
+	proxyCarried bool
+	net          *netnsPair
+	shaper       *shaper // netem on the data path (nil: none)
+	main         *session
+	contract     *contractPair
+	stopped      string // set by FailFast after the first failure
+	report       *Report
 	// worstTail is the latest landing after a non-Succeeded completion
 	// that the tail checks saw (-1: none measured).
 	worstTail time.Duration

@@ -14,7 +14,7 @@ import (
 // is a certified plugin is checked on every test run.
 func TestExampleIsCertified(t *testing.T) {
 	dir := t.TempDir()
-	bin, err := sdktest.BuildPlugin(dir, "github.com/kvfence/kvfence/examples/minimal-plugin")
+	bin, err := sdktest.BuildPlugin(dir, "example.com/kvfence-minimal-plugin")
 	if err != nil {
 		t.Fatal(err)
 	}

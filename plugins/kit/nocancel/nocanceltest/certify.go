@@ -18,7 +18,8 @@ import (
 // endpoint is no host:port and no proxy is inserted (NIXL), or the default
 // --proxy auto inserts one that carries none of the data (Mooncake: its
 // endpoint is the handshake port); each proxy check must then be reported
-// NOT RUN, never failed and never passed. Those faults need netem. The
+// NOT RUN, never failed and never passed, and the netem checks, which such
+// a proxy does not stand in for, stay required. Those faults need netem. The
 // declared tail is unbounded, so the suite watches MaxWatch instead. It
 // returns the report for plugin-specific checks.
 func CertifyOverFake(t *testing.T, plugin string, env []string) *conformance.Report {
@@ -57,6 +58,14 @@ func CertifyOverFake(t *testing.T, plugin string, env []string) *conformance.Rep
 			t.Errorf("%s: want a required skip naming the proxy, got %q (required %v)", c, why, req)
 		}
 	}
+	// A proxy that carried none of the data waives nothing: the netem
+	// checks stay required (before, --proxy auto left them out, so the
+	// run showed 6 required checks not run instead of 8).
+	for _, c := range NetemChecks {
+		if why, req := SkipReason(r, c); !req || !strings.Contains(why, "netem") {
+			t.Errorf("%s: want a required skip naming netem, got %q (required %v)", c, why, req)
+		}
+	}
 	return r
 }
 
@@ -66,6 +75,9 @@ var ProxyChecks = []string{
 	"failure-honesty/link-stalled-quiesce-at-once", "failure-honesty/link-lossy",
 	"failure-honesty/link-reset", "tail/link-restored-late",
 }
+
+// NetemChecks are the checks whose fault is tc netem on the data link.
+var NetemChecks = []string{"failure-honesty/netem-delay-loss", "tail/netem-restored-late"}
 
 // SkipReason is why check (group/check) did not run and whether the
 // profile required it ("" if it ran).

@@ -21,5 +21,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	sdk.Serve(t, sdk.ServeOptions{Logger: log})
+	sdk.Serve(wrapVariant(t), sdk.ServeOptions{Logger: log})
 }
