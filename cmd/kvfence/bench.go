@@ -77,19 +77,7 @@ Numbers from a shared or small machine are noisy: compare the ratios, and
 read the CI.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := b.validate(&o, cmd.Flags().Changed("slots")); err != nil {
-				return err
-			}
-			if err := validateRun(&o); err != nil {
-				return err
-			}
-			if !knownunsafe.Compiled {
-				return usagef("kvfence bench compares the safe core with the known-unsafe release-on-abort core, which this build leaves out; run it from a build with -tags kvfenceunsafe (go run -tags kvfenceunsafe ./cmd/kvfence bench)")
-			}
-			if err := choosePlugin(&o); err != nil { // plugin_flag.go
-				return err
-			}
-			return runBench(cmd.Context(), o, b)
+			return benchCommand(cmd.Context(), o, b, cmd.Flags().Changed("slots"))
 		},
 	}
 	fl := cmd.Flags()
@@ -116,6 +104,25 @@ read the CI.`,
 	fl.BoolVar(&b.keep, "keep", false, "keep every repetition's run directory (logs, throwaway certificates)")
 	cmd.AddCommand(newBenchBoundaryCommand())
 	return cmd
+}
+
+// benchCommand is kvfence bench: every flag is checked (exit 2) before
+// the first run starts; a default build refuses the command, since its
+// comparison arm is a known-unsafe core.
+func benchCommand(ctx context.Context, o demo.Options, b benchOptions, slotsSet bool) error {
+	if err := b.validate(&o, slotsSet); err != nil {
+		return err
+	}
+	if err := validateRun(&o); err != nil {
+		return err
+	}
+	if !knownunsafe.Compiled {
+		return usagef("kvfence bench compares the safe core with the known-unsafe release-on-abort core, which this build leaves out; run it from a build with -tags kvfenceunsafe (go run -tags kvfenceunsafe ./cmd/kvfence bench)")
+	}
+	if err := choosePlugin(&o); err != nil { // plugin_flag.go
+		return err
+	}
+	return runBench(ctx, o, b)
 }
 
 // validate refuses nonsense in bench's own flags and applies --scarce.
