@@ -357,7 +357,7 @@ func (a *admission) joinRouter(ctx context.Context) (*rate.Limiter, func(), erro
 	return limiter, release, nil
 }
 
-// routerKeepalive is how often DialCommands sends an empty command, so an
+// routerKeepalive is how often dialCommands (the router link) sends an empty command, so an
 // idle router's link outlives RouterIdleTimeout.
 const routerKeepalive = 15 * time.Second
 
@@ -380,7 +380,7 @@ func dropIdle(l *link, idle time.Duration, onDrop func()) {
 }
 
 // keepAlive sends an empty command on a router's link every period until
-// it closes; agents skip it (CommandLink.Recv), and it keeps the link
+// it closes; agents skip it (commandLink.Recv), and it keeps the link
 // inside the agent's RouterIdleTimeout.
 func keepAlive(l *link, period time.Duration) {
 	t := time.NewTicker(period)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/routerlink"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -81,7 +82,7 @@ type controlResult struct {
 }
 
 // echo answers every command with itself.
-func echo(c *CommandLink) {
+func echo(c routerlink.Link) {
 	for {
 		m, err := c.Recv()
 		if err != nil {
@@ -173,7 +174,7 @@ func honestControl(t *testing.T, d *Decode, p *Prefill, routerTLS *tls.Config, r
 func honestRouterRound(t *testing.T, addr string, cfg *tls.Config, n int) bool {
 	for try := 0; try < 10; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		c, err := DialCommands(ctx, addr, cfg, RoleDecode, 0)
+		c, err := dialCommands(ctx, addr, cfg, RoleDecode, 0)
 		cancel()
 		if err != nil {
 			t.Logf("honest router try %d: %v", try, err)
@@ -314,7 +315,7 @@ func (a *controlFlood) holdConn(addr string, cfg *tls.Config) {
 // (flood), and counts the answers.
 func (a *controlFlood) router(addr string, cfg *tls.Config, flood bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	c, err := DialCommands(ctx, addr, cfg, RoleDecode, 0)
+	c, err := dialCommands(ctx, addr, cfg, RoleDecode, 0)
 	cancel()
 	a.attempts.Add(1)
 	if err != nil {
@@ -351,7 +352,7 @@ func (a *controlFlood) router(addr string, cfg *tls.Config, flood bool) {
 	}
 }
 
-type linkCloser struct{ c *CommandLink }
+type linkCloser struct{ c *commandLink }
 
 func (l *linkCloser) Close() error { l.c.Close(); return nil }
 

@@ -2,11 +2,18 @@ package agent
 
 import "github.com/kvfence/kvfence/core"
 
-// ContentCheck checks page contents at the moments only the runtime sees:
-// before an exposure's slots are exposed, at handoff, when the engine
-// finishes a request, and after release. The demo's content oracle
-// implements it (it is how the demo counts corrupt pages); an engine whose
-// bytes are its own leaves DecodeConfig.Check nil.
+// ContentCheck is an optional hook for an engine (or a test harness) that
+// can tell from a page's bytes which request and rank wrote them — a
+// canary or per-page mark it writes itself. The agent calls it at the
+// moments only the runtime sees: before slots are exposed again (Free: did
+// anything land in them while they were released?), at handoff and when
+// the engine calls KVReceiver.Finish (Owned: does every shard hold what its
+// rank wrote for this request?), and after release (Released: reset the
+// shard, so a later write shows at the next Free). What it finds is
+// counted (Stats.CorruptPages, kvfence_corrupt_pages_total) and logged; it
+// changes no decision — when memory is released is the core's alone. An
+// engine whose bytes carry no such mark leaves DecodeConfig.Check nil. In
+// this repository the demo's content oracle and gpumem's tests set it.
 //
 // Its methods run on the agent's event loop: they must be quick and must
 // not call back into the agent.

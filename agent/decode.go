@@ -14,6 +14,7 @@ import (
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/core/knownunsafe"
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/routerlink"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -60,10 +61,11 @@ type DecodeConfig struct {
 
 	ControlAddr string      // where prefill ranks and the router connect
 	TLS         *tls.Config // mutual TLS for the control plane; nil = plaintext
-	// Commands, when set, serves each router link (CommandLink) until it
-	// ends: the demo's simulated engine takes its orders this way. Nil:
-	// routers are refused.
-	Commands func(*CommandLink)
+	// Commands, when set, serves each router link until it ends: the
+	// demo's simulated engine takes its orders this way. Nil: routers are
+	// refused. Its type is module-internal (internal/routerlink): the router
+	// protocol is the demo's, not an engine's API.
+	Commands func(routerlink.Link)
 	// AdvertiseData rewrites the data endpoint prefill ranks are told into
 	// one or more addresses, so proxies can sit on the data path (the
 	// demo's delaying proxy, one per lane).
@@ -135,6 +137,32 @@ type decTag struct {
 // NewDecode starts a decode agent on an opened transport: it maps the KV
 // pool into shared memory, registers it, and listens for links.
 func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	d := &Decode{cfg: cfg, log: log, tr: tr, links: map[core.RankID]*link{}, routers: map[*link]bool{},
+		tags: map[core.RequestKey]*decTag{}, deadline: map[core.RankID]time.Time{}, lp: newLoop(), started: time.Now()}
+	d.slotB = cfg.ShardBytes * int64(cfg.Shards)
+	if cfg.Restart != nil {
+		if err := d.startRestart(ctx); err != nil {
+			return nil, err
+		}
+		return d.listen(log)
+	}
+	if err := d.startOnTransport(ctx); err != nil {
+		return nil, err
+	}
+	return d.listen(log)
+}
+
+// withDefaults fills in the optional fields and refuses a pool that
+// cannot exist or a certificate already expired.
+func (cfg DecodeConfig) withDefaults() (DecodeConfig, error) {
 	if cfg.Tick <= 0 {
 		cfg.Tick = 10 * time.Millisecond
 	}
@@ -148,76 +176,96 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 		cfg.Instance = uint64(time.Now().UnixNano())
 	}
 	if cfg.Slots <= 0 || cfg.ShardBytes <= 0 {
-		return nil, errdefs.Errorf(errdefs.InvalidArgument, "decode: slots (%d) and shard bytes (%d) must be positive", cfg.Slots, cfg.ShardBytes)
+		return cfg, errdefs.Errorf(errdefs.InvalidArgument, "decode: slots (%d) and shard bytes (%d) must be positive", cfg.Slots, cfg.ShardBytes)
 	}
 	if err := checkOwnCertificate(cfg.TLS, time.Now()); err != nil {
-		return nil, err
+		return cfg, err
 	}
 	cfg.Limits = cfg.Limits.withDefaults(cfg.Slots)
-	log := cfg.Logger
-	if log == nil {
-		log = hclog.NewNullLogger()
+	return cfg, nil
+}
+
+// startRestart starts decode under the restart fence: its own target
+// instances, no transport of the caller's (restart.go).
+func (d *Decode) startRestart(ctx context.Context) error {
+	r := d.cfg.Restart
+	if d.tr != nil || r.Targets <= 0 || r.Targets > MaxTargets || r.Open == nil || d.cfg.AdvertiseData != nil {
+		return errdefs.Errorf(errdefs.InvalidArgument, "decode: a restart fence needs 1..%d Targets (got %d) and an Open function, opens its own transports (so takes none) and takes no AdvertiseData", MaxTargets, r.Targets)
 	}
-	d := &Decode{cfg: cfg, log: log, tr: tr, links: map[core.RankID]*link{}, routers: map[*link]bool{},
-		tags: map[core.RequestKey]*decTag{}, deadline: map[core.RankID]time.Time{}, lp: newLoop(), started: time.Now()}
-	d.slotB = cfg.ShardBytes * int64(cfg.Shards)
-	if cfg.Restart != nil {
-		if tr != nil || cfg.Restart.Targets <= 0 || cfg.Restart.Targets > MaxTargets || cfg.Restart.Open == nil || cfg.AdvertiseData != nil {
-			return nil, errdefs.Errorf(errdefs.InvalidArgument, "decode: a restart fence needs 1..%d Targets (got %d) and an Open function, opens its own transports (so takes none) and takes no AdvertiseData", MaxTargets, cfg.Restart.Targets)
-		}
-		if _, err := d.chooseShardKeys(); err != nil {
-			return nil, err // before any instance starts
-		}
-		if err := d.startRestartFenced(ctx); err != nil {
-			return nil, err
-		}
-		return d.listen(log)
+	if _, err := d.chooseShardKeys(); err != nil {
+		return err // before any instance starts
 	}
-	info, err := tr.Info(ctx)
+	return d.startRestartFenced(ctx)
+}
+
+// startOnTransport starts decode on the caller's transport: its
+// capabilities decide the fence, the pool is mapped, registered and (with
+// no fence) granted under one key, and the data endpoint is advertised.
+func (d *Decode) startOnTransport(ctx context.Context) error {
+	info, err := d.tr.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("decode: transport info: %w", err)
+		return fmt.Errorf("decode: transport info: %w", err)
 	}
 	d.info = info
-	g, ok := tr.(sdk.Granter)
+	g, ok := d.tr.(sdk.Granter)
 	if !ok {
-		return nil, errdefs.Errorf(errdefs.FailedPrecondition, "decode: the transport cannot grant keys, so it cannot expose memory to writers")
+		return errdefs.Errorf(errdefs.FailedPrecondition, "decode: the transport cannot grant keys, so it cannot expose memory to writers")
 	}
 	d.granter = g
-	d.fence = cfg.Fence && info.Capabilities.Revoke
-	d.bindWriters = d.fence && info.Capabilities.WriterBound && !cfg.UnboundKeys
+	d.fence = d.cfg.Fence && info.Capabilities.Revoke
+	d.bindWriters = d.fence && info.Capabilities.WriterBound && !d.cfg.UnboundKeys
 	if d.shardKeys, err = d.chooseShardKeys(); err != nil {
-		return nil, err // before the pool is mapped or registered
+		return err // before the pool is mapped or registered
 	}
-	if d.mem, err = sdk.NewSharedMemory(fmt.Sprintf("decode-%d-pool", cfg.Rank), uint64(int64(cfg.Slots)*d.slotB)); err != nil {
-		return nil, err
+	if err := d.mapPool(ctx); err != nil {
+		return err
 	}
-	if d.region, err = tr.RegisterMemory(ctx, d.mem.Desc()); err != nil {
-		d.mem.Close()
-		return nil, fmt.Errorf("decode: register pool: %w", err)
+	if d.data, err = d.tr.LocalEndpoint(ctx); err != nil {
+		return err
 	}
-	if !d.fence {
-		if d.poolKey, err = g.Grant(ctx, sdk.Window{Region: d.region, Length: uint64(int64(cfg.Slots) * d.slotB)}); err != nil {
-			return nil, fmt.Errorf("decode: grant pool key: %w", err)
-		}
-	}
-	if d.data, err = tr.LocalEndpoint(ctx); err != nil {
-		return nil, err
-	}
-	var lanes []string
-	if cfg.AdvertiseData != nil {
-		eps := cfg.AdvertiseData(d.data)
-		for _, ep := range eps {
-			lanes = append(lanes, ep.Address)
-		}
-		if len(eps) > 0 {
-			d.data = eps[0]
-		}
-	}
+	lanes := d.advertise()
 	if err := d.newCore(core.RestartFenceConfig{}); err != nil {
-		return nil, err
+		return err
 	}
 	d.hello.DataAddresses = lanes
-	return d.listen(log)
+	return nil
+}
+
+// mapPool maps the KV pool into shared memory and registers it; without
+// the fence, one key covers the whole pool.
+func (d *Decode) mapPool(ctx context.Context) error {
+	size := int64(d.cfg.Slots) * d.slotB
+	var err error
+	if d.mem, err = sdk.NewSharedMemory(fmt.Sprintf("decode-%d-pool", d.cfg.Rank), uint64(size)); err != nil {
+		return err
+	}
+	if d.region, err = d.tr.RegisterMemory(ctx, d.mem.Desc()); err != nil {
+		d.mem.Close()
+		return fmt.Errorf("decode: register pool: %w", err)
+	}
+	if !d.fence {
+		if d.poolKey, err = d.granter.Grant(ctx, sdk.Window{Region: d.region, Length: uint64(size)}); err != nil {
+			return fmt.Errorf("decode: grant pool key: %w", err)
+		}
+	}
+	return nil
+}
+
+// advertise applies AdvertiseData: prefill ranks are told the first
+// rewritten endpoint, and every rewritten address as a lane.
+func (d *Decode) advertise() []string {
+	if d.cfg.AdvertiseData == nil {
+		return nil
+	}
+	eps := d.cfg.AdvertiseData(d.data)
+	var lanes []string
+	for _, ep := range eps {
+		lanes = append(lanes, ep.Address)
+	}
+	if len(eps) > 0 {
+		d.data = eps[0]
+	}
+	return lanes
 }
 
 // newCore starts the receiver and the Hello it answers with, once d.info
@@ -316,7 +364,7 @@ func (d *Decode) serveLink(l *link) {
 	if l.peer.Role == RoleRouter {
 		d.lp.post(func() { d.routers[l] = true })
 		defer d.lp.post(func() { delete(d.routers, l) })
-		d.cfg.Commands(&CommandLink{l: l, in: frameCommand, out: frameEvent})
+		d.cfg.Commands(agentLink(l))
 		return
 	}
 	rank := core.RankID(l.peer.Rank)

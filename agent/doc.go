@@ -5,16 +5,17 @@
 //
 //   - Decode side: NewDecode(ctx, DecodeConfig, transport) → *Decode;
 //     Decode.NewReceiver(key) → *KVReceiver with Init (expose slots), Poll /
-//     Done / Err, Pages (read a handed-off request), Finish, Abort, Clear.
+//     Done / Err, Pages (read a handed-off request), Finish, Abort.
 //   - Prefill side: NewPrefill(ctx, PrefillConfig, transport) → *Prefill;
 //     Prefill.NewSender(key) → *KVSender with Init (reserve source pages),
 //     Page (memory to fill), Send, Finish, Poll / Done / Err, Abort, Close.
 //   - PollState: SGLang's KVPoll values (Failed 0 … Success 4).
 //   - Metrics (Prometheus, one registry per agent) and ServeMetrics; Stats.
 //   - The control plane: ranks link themselves (mutual TLS, Hello with
-//     ControlVersion and capabilities, sequence numbers); a router may talk
-//     to an agent over a CommandLink (DialCommands) when the agent's config
-//     has a Commands handler. Errors are classified (package errdefs).
+//     ControlVersion and capabilities, sequence numbers); the demo's router
+//     may talk to an agent whose config has a Commands handler, over a link
+//     that is not public API (internal/routerlink). Errors are classified
+//     (package errdefs).
 //
 // A decode rank and a prefill rank in one program (normally two processes
 // on two hosts):
@@ -64,7 +65,8 @@
 // is reaped before TargetRestarted is fed back, never after), the hold log,
 // metrics and logs. The demo's router,
 // simulated engines and content oracle live in internal/demo, outside the
-// runtime; the runtime reaches them only through Commands and ContentCheck.
+// runtime; the runtime reaches them only through Commands (a module-internal
+// link, internal/routerlink) and the optional ContentCheck hook.
 //
 // It must never release exposed memory, hand a request off, or tell a rank
 // that its writes stopped on its own: those decisions belong to core. Holds

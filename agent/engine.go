@@ -32,8 +32,9 @@ func (s PollState) Final() bool { return s == PollFailed || s == PollSuccess }
 // KVReceiver is decode's handle on one request (SGLang's BaseKVReceiver):
 // Init exposes slots, Poll (or Done) reports progress, Pages reads a
 // handed-off request, Finish gives it back, Abort stops it. Dropping the
-// handle (or calling Clear) never releases memory: the hold lives in the
-// agent until drained, fenced or timeout.
+// handle never releases memory: the hold lives in the agent until drained,
+// fenced or timeout. (SGLang's receiver clear() is that drop: the C ABI's
+// kvfence_close; nothing in Go needs a method for it.)
 type KVReceiver struct {
 	d        *Decode
 	key      core.RequestKey
@@ -149,6 +150,3 @@ func (r *KVReceiver) Finish() { r.d.lp.call(func() { r.d.finish(r.tag) }) }
 
 // Released reports whether the agent gave the request's slots back.
 func (r *KVReceiver) Released() bool { return r.released.Load() }
-
-// Clear drops the handle. Nothing is released by it.
-func (r *KVReceiver) Clear() {}

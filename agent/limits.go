@@ -47,7 +47,7 @@ type Limits struct {
 	MaxRouters            int
 	MaxRoutersPerIdentity int
 	// RouterIdleTimeout drops a router link that received no frame this
-	// long (default 60s; DialCommands sends a keepalive every 15s).
+	// long (default 60s; dialCommands (the router link) sends a keepalive every 15s).
 	RouterIdleTimeout time.Duration
 	// CommandRate and CommandBurst bound the commands a second read from
 	// one certificate's router links together; beyond them the reader

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/routerlink"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -27,7 +28,7 @@ func TestControlPortDropsSilentConnections(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = dp.Close() })
 	d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 4, ShardBytes: 4096, Shards: 1, Lease: time.Second,
-		MaxHold: 5 * time.Second, ControlAddr: "127.0.0.1:0", Commands: func(c *CommandLink) { <-c.l.closed() },
+		MaxHold: 5 * time.Second, ControlAddr: "127.0.0.1:0", Commands: func(c routerlink.Link) { <-c.(*commandLink).l.closed() },
 		Limits: Limits{MaxConns: 5, HandshakeTimeout: 300 * time.Millisecond, IdleTimeout: time.Second, MaxRouters: 2}}, dp.Transport())
 	if err != nil {
 		t.Fatal(err)
@@ -73,9 +74,9 @@ func TestControlPortDropsSilentConnections(t *testing.T) {
 		t.Fatalf("an honest rank after the silent connections: %v", err)
 	}
 	defer l.close()
-	var routers []*CommandLink
+	var routers []*commandLink
 	for i := 0; i < 2; i++ {
-		r, err := DialCommands(ctx, d.Addr(), nil, RoleDecode, 0)
+		r, err := dialCommands(ctx, d.Addr(), nil, RoleDecode, 0)
 		if err != nil {
 			t.Fatalf("router %d: %v", i, err)
 		}
@@ -86,7 +87,7 @@ func TestControlPortDropsSilentConnections(t *testing.T) {
 			r.Close()
 		}
 	}()
-	if _, err := DialCommands(ctx, d.Addr(), nil, RoleDecode, 0); !errdefs.IsResourceExhausted(err) {
+	if _, err := dialCommands(ctx, d.Addr(), nil, RoleDecode, 0); !errdefs.IsResourceExhausted(err) {
 		t.Fatalf("a router beyond the cap: %v", err)
 	}
 }

@@ -26,8 +26,8 @@ const (
 	frameWelcome frameType = 2 // the answer to Hello: accepted, with what the acceptor offers
 	frameRefuse  frameType = 3 // the answer to Hello: refused, and why (then the link closes)
 	frameCore    frameType = 4 // one core-encoded message (core.AppendMessage)
-	frameCommand frameType = 5 // router → agent (CommandLink)
-	frameEvent   frameType = 6 // agent → router (CommandLink)
+	frameCommand frameType = 5 // router → agent (commandLink)
+	frameEvent   frameType = 6 // agent → router (commandLink)
 	frameTargets frameType = 7 // decode → prefill: its target instances' data endpoints changed (restart.go)
 )
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kvfence/kvfence/agent"
+	"github.com/kvfence/kvfence/internal/demo"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -76,7 +77,7 @@ func targetOpener(path string, env []string, pins sdk.PluginPins, log hclog.Logg
 }
 
 // restartFenceFlags are the restart-fence flags of demo and bench.
-func restartFenceFlags(fl *pflag.FlagSet, o *demoOptions) {
+func restartFenceFlags(fl *pflag.FlagSet, o *demo.Options) {
 	fl.IntVar(&o.RestartInstances, "restart-fence-instances", 0, "restart fence: decode runs this many target plugin processes and reaps one before reusing a hold it served that must end sooner than its bound (for transports that cannot revoke; 0: off). No delaying proxy on decode, no per-exposure keys")
 	fl.DurationVar(&o.RestartAfter, "restart-fence-after", defaultRestartAfter, "restart fence: a hold lasting this long restarts its target instance")
 }

@@ -105,10 +105,8 @@ var agentRules = []agentRule{
 		return nil
 	}},
 	{"data-delay", func(f agentFlags) error {
-		for _, d := range f.delays {
-			if d < 0 || d > maxDelayFlag {
-				return fmt.Errorf("--data-delay values must be between 0 and %v, got %v", maxDelayFlag, d)
-			}
+		if err := delaysIn(f.delays); err != nil { // validate.go
+			return err
 		}
 		if len(f.delays) > 0 && f.role != "decode" {
 			return fmt.Errorf("--data-delay applies to --role decode only")

@@ -1,27 +1,12 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
-	"fmt"
-	"net"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"runtime/pprof"
-	"strings"
-	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
-	"github.com/kvfence/kvfence/agent"
-	"github.com/kvfence/kvfence/conformance"
-	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/internal/demo"
-	"github.com/kvfence/kvfence/internal/demo/delayproxy"
-	"github.com/kvfence/kvfence/internal/demo/oracle"
 	"github.com/kvfence/kvfence/plugins/tcp"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -68,17 +53,15 @@ type agentFlags struct {
 }
 
 // newAgentCommand is one rank as its own process (the demo starts three).
-// It prints "READY <control address> <metrics address>" once it can serve.
+// It prints "READY <control address> <metrics address>" once it can serve
+// (internal/demo's RunAgent runs the rank).
 func newAgentCommand() *cobra.Command {
 	var f agentFlags
 	cmd := &cobra.Command{
 		Use: "__agent", Hidden: true, Args: cobra.NoArgs,
 		Short: "run one decode or prefill rank agent (started by kvfence demo)",
 		RunE: func(*cobra.Command, []string) error {
-			if err := startCPUProfile(f); err != nil {
-				return err
-			}
-			return runAgent(f)
+			return runAgent(f) // agent_run.go
 		},
 	}
 	fl := cmd.Flags()
@@ -125,215 +108,4 @@ func newAgentCommand() *cobra.Command {
 	fl.DurationVar(&f.cpuProfileFor, "cpuprofile-for", 20*time.Second, "how long --cpuprofile samples (the demo kills its ranks, so the profile ends on a timer)")
 	fl.StringSliceVar(&f.advertiseHosts, "advertise-hosts", nil, "advertise the data endpoint once per host, same port (the plugin must listen on a wildcard address): one connection per lane for plugins that key peers by address (decode)")
 	return cmd
-}
-
-func runAgent(f agentFlags) error {
-	// Every flag is checked before the log or the plugin opens (agent_rules.go);
-	// a default build refuses every unsafe variant there (issue 15).
-	if err := checkAgentFlags(f); err != nil {
-		return err
-	}
-	pluginPath, err := resolvePluginFlag(f.plugin)
-	if err != nil {
-		return err
-	}
-	out := os.Stderr
-	if f.logFile != "" {
-		lf, err := os.Create(f.logFile)
-		if err != nil {
-			return err
-		}
-		defer lf.Close()
-		out = lf
-	}
-	name := agent.IdentityName(agent.Role(f.role), uint32(f.rank))
-	log := hclog.New(&hclog.LoggerOptions{Name: name, Output: out, Level: hclog.Info, JSONFormat: true})
-	var tlsCfg *tls.Config
-	if f.pki != "" {
-		c, err := demo.LoadTLS(f.pki, name)
-		if err != nil {
-			return err
-		}
-		tlsCfg = c
-	}
-	f.pins.SuiteVersions = []string{conformance.SuiteVersion}
-	var plug *sdk.Plugin
-	if f.restartInstances == 0 {
-		if plug, err = openPlugin(pluginPath, f.pluginEnv, f.pins, log); err != nil {
-			return err
-		}
-		defer plug.Close()
-	} // else decode opens its own target instances
-	ctx := context.Background()
-	var control string
-	var metrics *agent.Metrics
-	var stop func()
-	switch f.role {
-	case "decode":
-		var tr sdk.Transport
-		var restart *agent.RestartConfig
-		if f.restartInstances > 0 {
-			open, err := targetOpener(pluginPath, f.pluginEnv, f.pins, log)
-			if err != nil {
-				return err
-			}
-			restart = &agent.RestartConfig{Targets: f.restartInstances, After: f.restartAfter, Open: open}
-		} else {
-			if err := checkDeclaredTail(ctx, plug.Transport(), f.maxDeclaredTail); err != nil {
-				return err
-			}
-			tr = plug.Transport()
-		}
-		cfg := agent.DecodeConfig{Restart: restart, Rank: core.RankID(f.rank), Slots: f.slots, ShardBytes: f.shardBytes, Shards: f.shards,
-			Lease: f.lease, MaxHold: f.maxHold, MaxDeclaredTail: f.maxDeclaredTail, ClockMargin: 100 * time.Millisecond,
-			Fence: f.fence, EagerRevoke: f.eager, Check: oracle.Check{}, Checksums: f.checksums,
-			ControlAddr: f.control, TLS: tlsCfg, Logger: log}
-		// The demo's simulated engine takes the router's orders.
-		eng := demo.NewDecodeEngine()
-		cfg.Commands = eng.Serve
-		var proxies []*delayproxy.Proxy
-		if len(f.advertiseHosts) > 0 {
-			cfg.AdvertiseData = func(ep sdk.Endpoint) []sdk.Endpoint { return perHost(ep, f.advertiseHosts, log) }
-		}
-		if len(f.delays) > 0 {
-			// One proxy per delay, and lane i of every prefill rank goes
-			// through proxy i % n: requests on a slow lane are overtaken by
-			// requests on a fast one, as on a multi-NIC fabric.
-			cfg.AdvertiseData = func(ep sdk.Endpoint) []sdk.Endpoint {
-				var eps []sdk.Endpoint
-				// The proxies forward bytes to host:port; an identity the
-				// address pins after '#' (tcp: the plugin's certificate
-				// fingerprint) stays in the advertised address.
-				target, pin, pinned := strings.Cut(ep.Address, "#")
-				for _, d := range f.delays {
-					px := &delayproxy.Proxy{Target: target, Delays: []time.Duration{d}}
-					addr, err := px.Start("127.0.0.1:0")
-					if err != nil {
-						log.Error("delaying proxy", "error", err)
-						continue
-					}
-					proxies = append(proxies, px)
-					log.Info("delaying proxy on the data path", "listen", addr, "target", ep.Address, "delay", d)
-					e := ep
-					e.Address = addr
-					if pinned {
-						e.Address += "#" + pin
-					}
-					eps = append(eps, e)
-				}
-				return eps
-			}
-		}
-		d, err := agent.NewDecode(ctx, cfg, tr)
-		if err != nil {
-			return err
-		}
-		eng.Start(d)
-		control, metrics = d.Addr(), d.Metrics
-		stop = func() {
-			d.Close()
-			for _, px := range proxies {
-				px.Close()
-			}
-		}
-	case "prefill":
-		eng := demo.NewPrefillEngine(uint32(f.rank))
-		p, err := agent.NewPrefill(ctx, agent.PrefillConfig{Commands: eng.Serve, Rank: core.RankID(f.rank), DecodeAddr: f.decodeAddr, DecodeRank: core.RankID(f.decodeRank),
-			SourcePages: f.sourcePages, ShardBytes: f.shardBytes, Lanes: f.lanes,
-			MaxInflight: f.maxInflight, MaxBatchPages: 4, QuiesceGrace: f.quiesceGrace, Heartbeat: 200 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
-			RequestTombstone: 15 * time.Second, BootstrapTimeout: 10 * time.Second, Checksums: f.checksums,
-			ControlAddr: f.control, TLS: tlsCfg, Logger: log, Events: plug.Events()}, plug.Transport())
-		if err != nil {
-			return err
-		}
-		eng.Start(p)
-		for deadline := time.Now().Add(30 * time.Second); !p.Linked(); {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("prefill rank %d: no link to decode at %s", f.rank, f.decodeAddr)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		control, metrics = p.Addr(), p.Metrics
-		stop = func() {
-			eng.Stop()
-			p.Close()
-		}
-	}
-	maddr, closeMetrics, err := agent.ServeMetrics(f.metrics, metrics.Registry)
-	if err != nil {
-		return err
-	}
-	defer closeMetrics()
-	fmt.Printf("READY %s %s\n", control, maddr)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
-	stop()
-	return nil
-}
-
-// perHost advertises ep once per host, on ep's port.
-func perHost(ep sdk.Endpoint, hosts []string, log hclog.Logger) []sdk.Endpoint {
-	_, port, err := net.SplitHostPort(ep.Address)
-	if err != nil {
-		log.Error("advertise-hosts: data endpoint is not host:port; advertising it as is", "address", ep.Address)
-		return nil
-	}
-	var eps []sdk.Endpoint
-	for _, h := range hosts {
-		e := ep
-		e.Address = net.JoinHostPort(h, port)
-		eps = append(eps, e)
-	}
-	log.Info("data endpoint advertised per host", "listen", ep.Address, "hosts", hosts)
-	return eps
-}
-
-func pkiNames(prefills int) []string {
-	names := []string{"router", "decode-0"}
-	for i := 1; i <= prefills; i++ {
-		names = append(names, fmt.Sprintf("prefill-%d", i))
-	}
-	return names
-}
-
-func joinPath(dir, name string) string { return filepath.Join(dir, strings.TrimSpace(name)) }
-
-// checkDeclaredTail refuses a --max-declared-tail shorter than this rank's
-// own transport's tail: a prefill rank on the same transport would be
-// refused (the core says so too, but only once the agent is half up).
-func checkDeclaredTail(ctx context.Context, tr sdk.Transport, limit time.Duration) error {
-	if limit == 0 {
-		return nil
-	}
-	info, err := tr.Info(ctx)
-	if err != nil {
-		return err
-	}
-	if own := info.Capabilities.MaxTail; limit < own {
-		return usagef("--max-declared-tail %v is shorter than this rank's own transport tail (%s declares %v): prefill ranks on the same transport would be refused", limit, info.Name, own)
-	}
-	return nil
-}
-
-// startCPUProfile samples this rank's CPU for f.cpuProfileFor into
-// f.cpuProfile.ROLE-RANK; the demo ends its ranks with a signal, so the
-// profile is closed on a timer rather than at exit.
-func startCPUProfile(f agentFlags) error {
-	if f.cpuProfile == "" {
-		return nil
-	}
-	out, err := os.Create(fmt.Sprintf("%s.%s-%d", f.cpuProfile, f.role, f.rank))
-	if err != nil {
-		return usagef("--cpuprofile: %v", err)
-	}
-	if err := pprof.StartCPUProfile(out); err != nil {
-		out.Close()
-		return fmt.Errorf("--cpuprofile: %w", err)
-	}
-	time.AfterFunc(f.cpuProfileFor, func() {
-		pprof.StopCPUProfile()
-		out.Close()
-	})
-	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvfence/kvfence/core/knownunsafe"
+	"github.com/kvfence/kvfence/internal/demo"
 )
 
 func init() { register(newBenchCommand) }
@@ -40,7 +41,7 @@ type benchOptions struct {
 // rep, so drift on a shared machine hits the arms alike and the comparison
 // is paired.
 func newBenchCommand() *cobra.Command {
-	o := demoOptions{}
+	o := demo.Options{}
 	b := benchOptions{}
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -76,19 +77,7 @@ Numbers from a shared or small machine are noisy: compare the ratios, and
 read the CI.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := b.validate(&o, cmd.Flags().Changed("slots")); err != nil {
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			if !knownunsafe.Compiled {
-				return usagef("kvfence bench compares the safe core with the known-unsafe release-on-abort core, which this build leaves out; run it from a build with -tags kvfenceunsafe (go run -tags kvfenceunsafe ./cmd/kvfence bench)")
-			}
-			if err := o.choosePlugin(); err != nil { // plugin_flag.go
-				return err
-			}
-			return runBench(cmd.Context(), o, b)
+			return benchCommand(cmd.Context(), o, b, cmd.Flags().Changed("slots"))
 		},
 	}
 	fl := cmd.Flags()
@@ -98,7 +87,7 @@ read the CI.`,
 	fl.IntVar(&o.MinPages, "min-pages", 4, "fewest pages per request")
 	fl.IntVar(&o.MaxPages, "max-pages", 16, "most pages per request")
 	fl.Float64SliceVar(&b.abortShares, "abort-share", []float64{0.25}, "share of requests cancelled mid-transfer, in every arm; a list (0,0.25,0.5) runs each in turn")
-	fl.IntVar(&o.Slots, "slots", demoSlots, "decode KV slots")
+	fl.IntVar(&o.Slots, "slots", demo.DefaultSlots, "decode KV slots")
 	fl.BoolVar(&b.scarce, "scarce", false, "scarce slots: a decode pool half the size the concurrency asks for (concurrency × mean pages / 2), so held slots delay admissions")
 	fl.StringVar(&b.fence, "fence", "on", "per-exposure keys with revocation in the safe arms: on (the shipped default) or off (the cores alone); release-on-abort never fences")
 	fl.BoolVar(&b.fenceOffArm, "fence-off", false, "add an arm: the real core without the fence (splits the fence's cost from the core's)")
@@ -117,8 +106,27 @@ read the CI.`,
 	return cmd
 }
 
+// benchCommand is kvfence bench: every flag is checked (exit 2) before
+// the first run starts; a default build refuses the command, since its
+// comparison arm is a known-unsafe core.
+func benchCommand(ctx context.Context, o demo.Options, b benchOptions, slotsSet bool) error {
+	if err := b.validate(&o, slotsSet); err != nil {
+		return err
+	}
+	if err := validateRun(&o); err != nil {
+		return err
+	}
+	if !knownunsafe.Compiled {
+		return usagef("kvfence bench compares the safe core with the known-unsafe release-on-abort core, which this build leaves out; run it from a build with -tags kvfenceunsafe (go run -tags kvfenceunsafe ./cmd/kvfence bench)")
+	}
+	if err := choosePlugin(&o); err != nil { // plugin_flag.go
+		return err
+	}
+	return runBench(ctx, o, b)
+}
+
 // validate refuses nonsense in bench's own flags and applies --scarce.
-func (b *benchOptions) validate(o *demoOptions, slotsSet bool) error {
+func (b *benchOptions) validate(o *demo.Options, slotsSet bool) error {
 	switch {
 	case b.reps < 2 || b.reps > 1000:
 		return usagef("--reps must be between 2 and 1000 (a CI needs two), got %d", b.reps)
@@ -186,7 +194,7 @@ type benchResult struct {
 
 // benchArms: the shipped default, its identical twin (the noise floor),
 // the unsafe arm, and the optional ones.
-func benchArms(o demoOptions, b benchOptions) []*benchArm {
+func benchArms(o demo.Options, b benchOptions) []*benchArm {
 	arms := []*benchArm{{Name: "safe", Fence: o.Fence}, {Name: "release-on-abort", unsafe: "release-on-abort"},
 		{Name: "safe-twin", Fence: o.Fence}}
 	if b.fenceOffArm {
@@ -198,7 +206,7 @@ func benchArms(o demoOptions, b benchOptions) []*benchArm {
 	return arms
 }
 
-func runBench(ctx context.Context, o demoOptions, b benchOptions) error {
+func runBench(ctx context.Context, o demo.Options, b benchOptions) error {
 	var run benchRun
 	var failures []string
 	for _, share := range b.abortShares {
@@ -228,7 +236,7 @@ func runBench(ctx context.Context, o demoOptions, b benchOptions) error {
 }
 
 // benchShare runs every arm and rep at o.AbortShare.
-func benchShare(ctx context.Context, o demoOptions, b benchOptions, several bool) (*benchResult, error) {
+func benchShare(ctx context.Context, o demo.Options, b benchOptions, several bool) (*benchResult, error) {
 	arms := benchArms(o, b)
 	res := &benchResult{Reps: b.reps, Requests: o.Requests, Concurrency: o.Concurrency, AbortShare: o.AbortShare,
 		Fence: o.Fence, Slots: o.Slots, Scarce: b.scarce, Arms: arms, SafeArmFailures: []string{},
@@ -308,12 +316,12 @@ func loadAverage() float64 {
 
 // benchRep runs one repetition in a run directory of its own, removed
 // unless keep or a safe arm failed; failure says what a safe arm broke.
-func benchRep(ctx context.Context, r demoOptions, keep bool) (*demoSummary, string, error) {
+func benchRep(ctx context.Context, r demo.Options, keep bool) (*demo.Summary, string, error) {
 	cleanup, err := runDir(&r, "kvfence-bench-", keep)
 	if err != nil {
 		return nil, "", err
 	}
-	s, err := runDemo(ctx, r)
+	s, err := demo.Run(ctx, r)
 	failure := ""
 	if err == nil && r.Unsafe == "" {
 		if failure = safeArmFailed(s, false); failure != "" {

@@ -44,56 +44,7 @@ func newBenchBoundaryCommand() *cobra.Command {
 		Short: "plugin boundary cost: TCP sender out of process (rings with the default asynchronous Post, rings with synchronous Post, gRPC) vs in process, 4 KiB/64 KiB/1 MiB, interleaved",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if reps < 1 || reps > 1000 || window < 1 || window > 1024 {
-				return usagef("--reps must be 1..1000 and --window 1..1024")
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Minute)
-			defer cancel()
-			arms, closeAll, err := boundaryArms(ctx)
-			defer closeAll()
-			if err != nil {
-				return err
-			}
-			for rep := 0; rep < reps; rep++ {
-				for _, size := range boundarySizes {
-					for j := range arms {
-						a := arms[(rep+j)%len(arms)] // rotate which arm goes first
-						if rep == 0 && j == 0 {
-							for _, w := range arms { // warm up connections and mappings
-								if _, err := w.rig.Run(ctx, window, window, size.bytes); err != nil {
-									return fmt.Errorf("%s: %w", w.name, err)
-								}
-							}
-						}
-						r, err := a.rig.Run(ctx, size.batches, window, size.bytes)
-						if err != nil {
-							return fmt.Errorf("%s %s: %w", a.name, size.name, err)
-						}
-						a.us[size.name] = append(a.us[size.name], r.MicrosPerBatch())
-						a.cpu[size.name] = append(a.cpu[size.name], r.CPUMicrosPerBatch())
-						a.sw[size.name] = append(a.sw[size.name], r.SwitchesPerBatch())
-					}
-				}
-				fmt.Fprintf(os.Stderr, "rep %d/%d done\n", rep+1, reps)
-			}
-			res := boundaryReport(arms, reps, window)
-			if asJSON {
-				b, _ := json.Marshal(res)
-				fmt.Println(string(b))
-				return nil
-			}
-			fmt.Printf("plugin boundary, TCP sender, one write per batch, %d in flight, median [min, max] of %d interleaved reps, each paired with its own in-process run (noisy on a shared machine: read the ratios)\n", window, reps)
-			for _, size := range boundarySizes {
-				n := size.name
-				fmt.Printf("  %-4s in-process %7.1f µs/batch  rings (default, async Post) %7.1f (+%.1f [%.1f, %.1f], throughput %.3f)  rings+sync Post %7.1f (+%.1f [%.1f, %.1f], throughput %.3f)  gRPC %7.1f (+%.1f, throughput %.3f)\n", n,
-					res["in_process_us_per_batch_"+n], res["out_of_process_us_per_batch_"+n], res["boundary_added_us_per_batch_"+n],
-					res["boundary_added_us_per_batch_min_"+n], res["boundary_added_us_per_batch_max_"+n],
-					res["throughput_ratio_"+n], res["sync_out_of_process_us_per_batch_"+n], res["sync_boundary_added_us_per_batch_"+n],
-					res["sync_boundary_added_us_per_batch_min_"+n], res["sync_boundary_added_us_per_batch_max_"+n],
-					res["sync_throughput_ratio_"+n], res["grpc_out_of_process_us_per_batch_"+n], res["grpc_boundary_added_us_per_batch_"+n],
-					res["grpc_throughput_ratio_"+n])
-			}
-			return nil
+			return runBoundary(cmd.Context(), reps, window, asJSON)
 		},
 	}
 	fl := cmd.Flags()
@@ -233,4 +184,73 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// runBoundary is kvfence bench boundary: every arm and size, reps times,
+// interleaved, then the report.
+func runBoundary(ctx context.Context, reps, window int, asJSON bool) error {
+	if reps < 1 || reps > 1000 || window < 1 || window > 1024 {
+		return usagef("--reps must be 1..1000 and --window 1..1024")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	arms, closeAll, err := boundaryArms(ctx)
+	defer closeAll()
+	if err != nil {
+		return err
+	}
+	if err := measureBoundary(ctx, arms, reps, window); err != nil {
+		return err
+	}
+	res := boundaryReport(arms, reps, window)
+	if asJSON {
+		b, _ := json.Marshal(res)
+		fmt.Println(string(b))
+		return nil
+	}
+	printBoundary(res, reps, window)
+	return nil
+}
+
+// measureBoundary runs each arm and size reps times, rotating which arm
+// goes first, after one warm-up run of every arm.
+func measureBoundary(ctx context.Context, arms []*boundaryArm, reps, window int) error {
+	for rep := 0; rep < reps; rep++ {
+		for _, size := range boundarySizes {
+			for j := range arms {
+				a := arms[(rep+j)%len(arms)] // rotate which arm goes first
+				if rep == 0 && j == 0 {
+					for _, w := range arms { // warm up connections and mappings
+						if _, err := w.rig.Run(ctx, window, window, size.bytes); err != nil {
+							return fmt.Errorf("%s: %w", w.name, err)
+						}
+					}
+				}
+				r, err := a.rig.Run(ctx, size.batches, window, size.bytes)
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", a.name, size.name, err)
+				}
+				a.us[size.name] = append(a.us[size.name], r.MicrosPerBatch())
+				a.cpu[size.name] = append(a.cpu[size.name], r.CPUMicrosPerBatch())
+				a.sw[size.name] = append(a.sw[size.name], r.SwitchesPerBatch())
+			}
+		}
+		fmt.Fprintf(os.Stderr, "rep %d/%d done\n", rep+1, reps)
+	}
+	return nil
+}
+
+// printBoundary prints the report for a person.
+func printBoundary(res map[string]any, reps, window int) {
+	fmt.Printf("plugin boundary, TCP sender, one write per batch, %d in flight, median [min, max] of %d interleaved reps, each paired with its own in-process run (noisy on a shared machine: read the ratios)\n", window, reps)
+	for _, size := range boundarySizes {
+		n := size.name
+		fmt.Printf("  %-4s in-process %7.1f µs/batch  rings (default, async Post) %7.1f (+%.1f [%.1f, %.1f], throughput %.3f)  rings+sync Post %7.1f (+%.1f [%.1f, %.1f], throughput %.3f)  gRPC %7.1f (+%.1f, throughput %.3f)\n", n,
+			res["in_process_us_per_batch_"+n], res["out_of_process_us_per_batch_"+n], res["boundary_added_us_per_batch_"+n],
+			res["boundary_added_us_per_batch_min_"+n], res["boundary_added_us_per_batch_max_"+n],
+			res["throughput_ratio_"+n], res["sync_out_of_process_us_per_batch_"+n], res["sync_boundary_added_us_per_batch_"+n],
+			res["sync_boundary_added_us_per_batch_min_"+n], res["sync_boundary_added_us_per_batch_max_"+n],
+			res["sync_throughput_ratio_"+n], res["grpc_out_of_process_us_per_batch_"+n], res["grpc_boundary_added_us_per_batch_"+n],
+			res["grpc_throughput_ratio_"+n])
+	}
 }

@@ -73,7 +73,7 @@ func writeBenchReport(path string, res *benchResult) error {
 		if a.first == nil {
 			continue
 		}
-		cp, err := capacityPlot(fmt.Sprintf("%s, seed %d: decode slots by state", a.Name, a.seeded[0]), a.first.series, a.first.PoolSlots)
+		cp, err := capacityPlot(fmt.Sprintf("%s, seed %d: decode slots by state", a.Name, a.seeded[0]), a.first.Series, a.first.PoolSlots)
 		if err != nil {
 			return err
 		}

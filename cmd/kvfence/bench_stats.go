@@ -5,6 +5,8 @@ import (
 	"sort"
 
 	"gonum.org/v1/gonum/stat/distuv"
+
+	"github.com/kvfence/kvfence/internal/demo"
 )
 
 // benchArm is one arm of kvfence bench: a core variant and what its
@@ -35,12 +37,12 @@ type benchArm struct {
 	LostRequests        int                `json:"lost_requests"`
 
 	holds  map[string][]float64
-	first  *demoSummary // the first rep, for the report's capacity chart
+	first  *demo.Summary // the first rep, for the report's capacity chart
 	seeded []uint64
 }
 
 // add pools one repetition into the arm.
-func (a *benchArm) add(s *demoSummary, seed uint64) {
+func (a *benchArm) add(s *demo.Summary, seed uint64) {
 	if a.first == nil {
 		a.first = s
 		a.holds, a.HeldSlotSec = map[string][]float64{}, map[string]float64{}
@@ -55,7 +57,7 @@ func (a *benchArm) add(s *demoSummary, seed uint64) {
 	for p, v := range s.HoldSlotSec {
 		a.HeldSlotSec[p] += v
 	}
-	for p, v := range s.holds {
+	for p, v := range s.Holds {
 		a.holds[p] = append(a.holds[p], v...)
 	}
 }
@@ -70,7 +72,7 @@ func (a *benchArm) finish() {
 	a.HeldSlotSecPerAbort = held / math.Max(1, float64(a.Aborts))
 	a.HoldP50Ms, a.HoldP99Ms, a.Holds = map[string]float64{}, map[string]float64{}, map[string]int{}
 	for p, v := range a.holds {
-		a.HoldP50Ms[p], a.HoldP99Ms[p], a.Holds[p] = quantile(v, 0.50), quantile(v, 0.99), len(v)
+		a.HoldP50Ms[p], a.HoldP99Ms[p], a.Holds[p] = demo.Quantile(v, 0.50), demo.Quantile(v, 0.99), len(v)
 	}
 }
 

@@ -113,30 +113,7 @@ func newCertVerifyCommand() *cobra.Command {
 		Short: "Check a certificate's signature, the binary's sha256, the suite version and the profile",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if plugin == "" || len(trusted) == 0 {
-				return usagef("--plugin and at least one --trusted-key are required")
-			}
-			for _, path := range trusted {
-				k, err := sdk.LoadPublicKey(path)
-				if err != nil {
-					return fmt.Errorf("--trusted-key: %w", err)
-				}
-				pol.TrustedKeys = append(pol.TrustedKeys, ed25519.PublicKey(k))
-			}
-			file, err := os.ReadFile(args[0])
-			if err != nil {
-				return err
-			}
-			sum, err := sdk.FileSHA256(plugin)
-			if err != nil {
-				return err
-			}
-			claims, err := pol.Verify(file, sum)
-			if err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "valid: %s\n", claims)
-			return nil
+			return runCertVerify(cmd, args[0], plugin, trusted, pol)
 		},
 	}
 	f := cmd.Flags()
@@ -145,4 +122,33 @@ func newCertVerifyCommand() *cobra.Command {
 	f.StringSliceVar(&pol.SuiteVersions, "suite-version", []string{conformance.SuiteVersion}, "accepted suite versions")
 	f.StringSliceVar(&pol.Profiles, "profile", []string{conformance.ProfileFull}, "accepted profiles")
 	return cmd
+}
+
+// runCertVerify is kvfence cert verify: the certificate at cert must be
+// signed by a trusted key and name plugin's sha256.
+func runCertVerify(cmd *cobra.Command, cert, plugin string, trusted []string, pol sdk.CertificatePolicy) error {
+	if plugin == "" || len(trusted) == 0 {
+		return usagef("--plugin and at least one --trusted-key are required")
+	}
+	for _, path := range trusted {
+		k, err := sdk.LoadPublicKey(path)
+		if err != nil {
+			return fmt.Errorf("--trusted-key: %w", err)
+		}
+		pol.TrustedKeys = append(pol.TrustedKeys, ed25519.PublicKey(k))
+	}
+	file, err := os.ReadFile(cert)
+	if err != nil {
+		return err
+	}
+	sum, err := sdk.FileSHA256(plugin)
+	if err != nil {
+		return err
+	}
+	claims, err := pol.Verify(file, sum)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cert, err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "valid: %s\n", claims)
+	return nil
 }

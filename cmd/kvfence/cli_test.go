@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvfence/kvfence/internal/demo"
 )
 
 // Issue 15, finding 9: nonsense on the command line is refused before any
@@ -108,21 +110,21 @@ func TestDemoRemovesRunDirUnlessKeep(t *testing.T) {
 // requests each fail the run; a crash test expects failed requests, and
 // so does a target restart for the exposures it failed (its blast radius).
 func TestSafeArmVerdict(t *testing.T) {
-	if why := safeArmFailed(&demoSummary{}, false); why != "" {
+	if why := safeArmFailed(&demo.Summary{}, false); why != "" {
 		t.Fatalf("a clean run failed: %s", why)
 	}
-	for _, s := range []demoSummary{{CorruptPages: 1}, {Unreleased: 2}, {Lost: 3}} {
+	for _, s := range []demo.Summary{{CorruptPages: 1}, {Unreleased: 2}, {Lost: 3}} {
 		if safeArmFailed(&s, false) == "" {
 			t.Errorf("%+v passed", s)
 		}
 	}
-	if why := safeArmFailed(&demoSummary{Lost: 3}, true); why != "" {
+	if why := safeArmFailed(&demo.Summary{Lost: 3}, true); why != "" {
 		t.Errorf("failed requests in a crash run: %s", why)
 	}
-	if why := safeArmFailed(&demoSummary{Lost: 3, TargetRestarts: 1, RestartFailed: 3}, false); why != "" {
+	if why := safeArmFailed(&demo.Summary{Lost: 3, TargetRestarts: 1, RestartFailed: 3}, false); why != "" {
 		t.Errorf("requests failed by a target restart: %s", why)
 	}
-	if safeArmFailed(&demoSummary{Lost: 4, TargetRestarts: 1, RestartFailed: 3}, false) == "" {
+	if safeArmFailed(&demo.Summary{Lost: 4, TargetRestarts: 1, RestartFailed: 3}, false) == "" {
 		t.Errorf("a failed request beyond the restart's blast radius passed")
 	}
 }

@@ -34,26 +34,7 @@ It prints "` + conformance.TargetListeningPrefix + `ADDR" once it listens, serve
 certifying client and exits.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Plugin == "" || cfg.Listen == "" || secretFile == "" {
-				return usageErr("--plugin, --listen and --secret-file are required")
-			}
-			b, err := os.ReadFile(secretFile)
-			if err != nil {
-				return usageErr("--secret-file: %v", err)
-			}
-			cfg.Secret = []byte(strings.TrimSpace(string(b)))
-			if len(cfg.Secret) < 16 {
-				return usageErr("--secret-file: the secret must be at least 16 bytes")
-			}
-			if cfg.Plugin, err = filepath.Abs(cfg.Plugin); err != nil {
-				return err
-			}
-			cfg.Size, cfg.Log = size, cmd.ErrOrStderr()
-			w := cmd.OutOrStdout()
-			cfg.Ready = func(addr string) { fmt.Fprintln(w, conformance.TargetListeningPrefix+addr) }
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return conformance.ServeTarget(ctx, cfg)
+			return runConformanceTarget(cmd, cfg, secretFile, size)
 		},
 	}
 	f := cmd.Flags()
@@ -86,26 +67,7 @@ memory. result.json and summary.md go to --out, certificate.json only when every
 check ran and passed (a check NOT RUN is never a pass).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Plugin == "" {
-				return usageErr("--plugin is required")
-			}
-			var err error
-			if cfg.Plugin, err = filepath.Abs(cfg.Plugin); err != nil {
-				return err
-			}
-			self, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			cfg.TargetCommand = []string{self, "conformance", "target"}
-			cfg.Log = cmd.ErrOrStderr()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			r := conformance.CertifyTwoHost(ctx, cfg)
-			if err := writeTwoHost(out, r); err != nil {
-				return err
-			}
-			return twoHostVerdict(cmd, r, out, partial)
+			return runTwoHost(cmd, cfg, out, partial)
 		},
 	}
 	f := cmd.Flags()
@@ -164,4 +126,56 @@ func writeTwoHost(out string, r *conformance.TwoHostReport) error {
 		return os.WriteFile(filepath.Join(out, "certificate.json"), b, 0o644)
 	}
 	return nil
+}
+
+// runConformanceTarget is kvfence conformance target: the flags are
+// checked, the shared secret read, and the target served until its client
+// is done.
+func runConformanceTarget(cmd *cobra.Command, cfg conformance.TargetConfig, secretFile string, size uint64) error {
+	if cfg.Plugin == "" || cfg.Listen == "" || secretFile == "" {
+		return usageErr("--plugin, --listen and --secret-file are required")
+	}
+	b, err := os.ReadFile(secretFile)
+	if err != nil {
+		return usageErr("--secret-file: %v", err)
+	}
+	cfg.Secret = []byte(strings.TrimSpace(string(b)))
+	if len(cfg.Secret) < 16 {
+		return usageErr("--secret-file: the secret must be at least 16 bytes")
+	}
+	if cfg.Plugin, err = filepath.Abs(cfg.Plugin); err != nil {
+		return err
+	}
+	cfg.Size, cfg.Log = size, cmd.ErrOrStderr()
+	w := cmd.OutOrStdout()
+	cfg.Ready = func(addr string) { fmt.Fprintln(w, conformance.TargetListeningPrefix+addr) }
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return conformance.ServeTarget(ctx, cfg)
+}
+
+// runTwoHost is kvfence conformance two-host: the target runs under
+// "kvfence conformance target" in its own namespace; the report is written
+// and the verdict printed.
+func runTwoHost(cmd *cobra.Command, cfg conformance.TwoHostConfig, out string, partial bool) error {
+	if cfg.Plugin == "" {
+		return usageErr("--plugin is required")
+	}
+	var err error
+	if cfg.Plugin, err = filepath.Abs(cfg.Plugin); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cfg.TargetCommand = []string{self, "conformance", "target"}
+	cfg.Log = cmd.ErrOrStderr()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r := conformance.CertifyTwoHost(ctx, cfg)
+	if err := writeTwoHost(out, r); err != nil {
+		return err
+	}
+	return twoHostVerdict(cmd, r, out, partial)
 }

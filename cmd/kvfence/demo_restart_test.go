@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvfence/kvfence/internal/demo"
 )
 
 // The decode agent is killed with kill -9 while writes are in flight on the
@@ -23,7 +25,7 @@ import (
 // handed a request off (the lanes are up) while a prefill rank has batches
 // in flight: writes are then on the delayed path, whatever the machine's
 // speed. The new instance starts 3 s after the kill, as on a loaded
-// machine; the prefill ranks are frozen until it is ready (runDecodeRestart),
+// machine; the prefill ranks are frozen until it is ready (demo.RunDecodeRestart),
 // so they still hold the dead instance's requests when they meet it.
 func TestDemoDecodeRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -39,10 +41,10 @@ func TestDemoDecodeRestart(t *testing.T) {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	s, err := runDecodeRestart(ctx, demoOptions{Requests: 48, Concurrency: 24, MinPages: 4, MaxPages: 12,
+	s, err := demo.RunDecodeRestart(ctx, demo.Options{Requests: 48, Concurrency: 24, MinPages: 4, MaxPages: 12,
 		PageEvery: 5 * time.Millisecond, DecodeFor: 300 * time.Millisecond,
 		Delays: []time.Duration{400 * time.Millisecond}, Fence: true, TLS: true,
-		Dir: dir, Seed: 5, RestartDelay: 3 * time.Second}, 500*time.Millisecond)
+		Dir: dir, Seed: 5, RestartDelay: 3 * time.Second, Exe: agentExe}, 500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvfence/kvfence/internal/demo"
 )
+
+// agentExe is the kvfence binary the tests run as a command and as the
+// demo's rank processes (demo.Options.Exe): the test binary itself is not
+// one.
+var agentExe string
 
 // TestMain builds the kvfence binary once: the demo's rank processes and
 // their TCP plugin processes are that binary re-executed.
@@ -51,7 +58,7 @@ func unsafeBinary(t *testing.T) string {
 	return unsafeExe
 }
 
-func smallDemo(t *testing.T, unsafe string, fence bool, seed uint64) *demoSummary {
+func smallDemo(t *testing.T, unsafe string, fence bool, seed uint64) *demo.Summary {
 	t.Helper()
 	exe := agentExe
 	if unsafe != "" {
@@ -59,7 +66,7 @@ func smallDemo(t *testing.T, unsafe string, fence bool, seed uint64) *demoSummar
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := runDemo(ctx, demoOptions{Requests: 96, Concurrency: 32, MinPages: 4, MaxPages: 12, AbortShare: 0.4,
+	s, err := demo.Run(ctx, demo.Options{Requests: 96, Concurrency: 32, MinPages: 4, MaxPages: 12, AbortShare: 0.4,
 		PageEvery: 5 * time.Millisecond, DecodeFor: 500 * time.Millisecond,
 		Delays: []time.Duration{400 * time.Millisecond, time.Millisecond}, Unsafe: unsafe, Fence: fence, TLS: true,
 		Dir: t.TempDir(), Seed: seed, Exe: exe})
@@ -116,10 +123,10 @@ func TestDemoUnsafeReleaseOnAbortCorrupts(t *testing.T) {
 func TestDemoPrefillRankCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := runDemo(ctx, demoOptions{Requests: 64, Concurrency: 32, MinPages: 4, MaxPages: 12, AbortShare: 0,
+	s, err := demo.Run(ctx, demo.Options{Requests: 64, Concurrency: 32, MinPages: 4, MaxPages: 12, AbortShare: 0,
 		PageEvery: 5 * time.Millisecond, DecodeFor: 300 * time.Millisecond,
 		Delays: []time.Duration{400 * time.Millisecond, time.Millisecond}, Fence: true, TLS: true,
-		Dir: t.TempDir(), Seed: 5, KillPrefillAfter: 300 * time.Millisecond})
+		Dir: t.TempDir(), Seed: 5, KillPrefillAfter: 300 * time.Millisecond, Exe: agentExe})
 	if err != nil {
 		t.Fatal(err)
 	}

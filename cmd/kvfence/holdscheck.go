@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 
@@ -26,30 +27,7 @@ func newHoldsCheckCommand() *cobra.Command {
 		Use: "__holds-check", Hidden: true, Args: cobra.NoArgs,
 		Short: "check a decode log: every hold ends by drain acknowledgement or fence, then release",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := os.Open(logFile)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			rep, err := demo.CheckHolds(f, o)
-			if err != nil {
-				return err
-			}
-			if expect >= 0 && rep.Holds != expect {
-				rep.OK = false
-				rep.Violations = append(rep.Violations, fmt.Sprintf("%d holds in the log, %d expected", rep.Holds, expect))
-			}
-			w := cmd.OutOrStdout()
-			if asJSON {
-				b, _ := json.Marshal(rep)
-				fmt.Fprintln(w, string(b))
-			} else {
-				printHoldReport(w, rep)
-			}
-			if !rep.OK {
-				return fmt.Errorf("holds check failed: %d violation(s) listed", len(rep.Violations))
-			}
-			return nil
+			return runHoldsCheck(cmd.OutOrStdout(), logFile, o, asJSON, expect)
 		},
 	}
 	fl := cmd.Flags()
@@ -77,4 +55,33 @@ func printHoldReport(w interface{ Write([]byte) (int, error) }, r demo.HoldRepor
 	if r.OK {
 		fmt.Fprintln(w, "holds check: OK (every hold: start → drain evidence or fence → release)")
 	}
+}
+
+// runHoldsCheck is kvfence __holds-check: it checks the decode log at
+// logFile (internal/demo CheckHolds) and fails unless every hold ended by
+// its evidence (and, with expect >= 0, there were that many).
+func runHoldsCheck(w io.Writer, logFile string, o demo.HoldCheckOptions, asJSON bool, expect int) error {
+	f, err := os.Open(logFile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	rep, err := demo.CheckHolds(f, o)
+	if err != nil {
+		return err
+	}
+	if expect >= 0 && rep.Holds != expect {
+		rep.OK = false
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d holds in the log, %d expected", rep.Holds, expect))
+	}
+	if asJSON {
+		b, _ := json.Marshal(rep)
+		fmt.Fprintln(w, string(b))
+	} else {
+		printHoldReport(w, rep)
+	}
+	if !rep.OK {
+		return fmt.Errorf("holds check failed: %d violation(s) listed", len(rep.Violations))
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/internal/demo"
 	"github.com/kvfence/kvfence/plugins/catalog"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -182,7 +183,7 @@ func (l *lastLine) wait(d time.Duration) string {
 // and before anything starts. A transport that cannot revoke runs without
 // the per-exposure fence (decode turns it off, agent/decode.go), and the
 // summary says so.
-func (o *demoOptions) choosePlugin() error {
+func choosePlugin(o *demo.Options) error {
 	flag := o.Plugin
 	path, err := resolvePluginFlag(flag)
 	if err != nil {

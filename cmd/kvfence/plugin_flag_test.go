@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/internal/demo"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -162,7 +163,7 @@ func TestDemoOverFakeMooncake(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo --plugin mooncake --abort-share 0: %v\n%s", err, out)
 	}
-	var s demoSummary
+	var s demo.Summary
 	if err := json.Unmarshal(out, &s); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"gonum.org/v1/plot/vg"
+
+	"github.com/kvfence/kvfence/internal/demo"
 )
 
 // reportStyle is shared by the demo's and bench's HTML reports; .bad marks
@@ -50,7 +52,7 @@ func (r *htmlReport) write(path string) error {
 // writeReport writes the demo's self-contained HTML page: the summary,
 // hold durations by release path with p50/p99, and held capacity over time
 // against the pool size.
-func writeReport(path string, s *demoSummary) error {
+func writeReport(path string, s *demo.Summary) error {
 	r := newHTMLReport("kvfence demo — " + s.Variant)
 	r.raw("<table>")
 	row := func(k string, v any) {
@@ -71,8 +73,8 @@ func writeReport(path string, s *demoSummary) error {
 	r.heading("Hold durations of aborted requests, by release path")
 	r.para("Cumulative share of holds at most x ms long; circles mark each path's p50, triangles its p99. A hold ends when the request's writes drained, were fenced, or its bound timed out; 'unsafe' is a known-unsafe core freeing at once.")
 	var series []holdSeries
-	for _, p := range releasePaths(s.holds) {
-		series = append(series, holdSeries{name: p, path: p, holds: s.holds[p]})
+	for _, p := range releasePaths(s.Holds) {
+		series = append(series, holdSeries{name: p, path: p, holds: s.Holds[p]})
 	}
 	hp, err := holdsPlot("Hold durations by release path", series)
 	if err != nil {
@@ -86,7 +88,7 @@ func writeReport(path string, s *demoSummary) error {
 
 	r.heading("Held capacity over time")
 	r.para("Decode slots by state, sampled every 100 ms, under the pool size: red is capacity that aborted requests still hold.")
-	cp, err := capacityPlot("Decode slots by state", s.series, s.PoolSlots)
+	cp, err := capacityPlot("Decode slots by state", s.Series, s.PoolSlots)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/kvfence/kvfence/agent"
+	"github.com/kvfence/kvfence/internal/demo"
 )
 
 // The charts of the demo's and bench's HTML reports, drawn with gonum/plot
@@ -85,7 +86,7 @@ func holdsPlot(title string, series []holdSeries) (*plot.Plot, error) {
 			line.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 		}
 		longest = max(longest, v[len(v)-1])
-		p50, p99 := quantile(v, 0.50), quantile(v, 0.99)
+		p50, p99 := demo.Quantile(v, 0.50), demo.Quantile(v, 0.99)
 		marks, err := plotter.NewScatter(plotter.XYs{{X: p50, Y: 0.50}, {X: p99, Y: 0.99}})
 		if err != nil {
 			return nil, err

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kvfence/kvfence/agent"
+	"github.com/kvfence/kvfence/internal/demo"
 )
 
 func syntheticHolds(rng *rand.Rand, n int, base, spread float64) []float64 {
@@ -58,16 +59,16 @@ func checkReport(t *testing.T, path string, charts int, corrupt string) {
 func TestDemoReportDrawsChartsOrSaysWhyNot(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	dir := t.TempDir()
-	s := &demoSummary{Variant: "safe", Requests: 100, Aborts: 30, CorruptPages: 3, PoolSlots: 4096,
-		holds:  map[string][]float64{"drained": syntheticHolds(rng, 25, 300, 200), "timeout": syntheticHolds(rng, 5, 2500, 100)},
-		series: syntheticSeries(4096)}
+	s := &demo.Summary{Variant: "safe", Requests: 100, Aborts: 30, CorruptPages: 3, PoolSlots: 4096,
+		Holds:  map[string][]float64{"drained": syntheticHolds(rng, 25, 300, 200), "timeout": syntheticHolds(rng, 5, 2500, 100)},
+		Series: syntheticSeries(4096)}
 	full := filepath.Join(dir, "full.html")
 	if err := writeReport(full, s); err != nil {
 		t.Fatal(err)
 	}
 	checkReport(t, full, 2, "class=bad>3 corrupt")
 	empty := filepath.Join(dir, "empty.html")
-	if err := writeReport(empty, &demoSummary{Variant: "safe", PoolSlots: 4096}); err != nil {
+	if err := writeReport(empty, &demo.Summary{Variant: "safe", PoolSlots: 4096}); err != nil {
 		t.Fatal(err)
 	}
 	page := readReport(t, empty)
@@ -84,11 +85,11 @@ func TestBenchReportDrawsEveryChart(t *testing.T) {
 	unsafe := &benchArm{Name: "release-on-abort", unsafe: "release-on-abort"}
 	for i := range 5 {
 		seed := uint64(i + 1)
-		safe.add(&demoSummary{SteadyRequestsPerSec: 100 + rng.NormFloat64()*2, Aborts: 30, PoolSlots: 640,
-			HoldSlotSec: map[string]float64{"drained": 90}, series: syntheticSeries(640),
-			holds: map[string][]float64{"drained": syntheticHolds(rng, 25, 600, 100), "timeout": syntheticHolds(rng, 5, 2100, 50)}}, seed)
-		unsafe.add(&demoSummary{SteadyRequestsPerSec: 104 + rng.NormFloat64()*2, Aborts: 30, CorruptPages: 7, PoolSlots: 640,
-			series: syntheticSeries(640), holds: map[string][]float64{"unsafe": syntheticHolds(rng, 30, 0, 0.2)}}, seed)
+		safe.add(&demo.Summary{SteadyRequestsPerSec: 100 + rng.NormFloat64()*2, Aborts: 30, PoolSlots: 640,
+			HoldSlotSec: map[string]float64{"drained": 90}, Series: syntheticSeries(640),
+			Holds: map[string][]float64{"drained": syntheticHolds(rng, 25, 600, 100), "timeout": syntheticHolds(rng, 5, 2100, 50)}}, seed)
+		unsafe.add(&demo.Summary{SteadyRequestsPerSec: 104 + rng.NormFloat64()*2, Aborts: 30, CorruptPages: 7, PoolSlots: 640,
+			Series: syntheticSeries(640), Holds: map[string][]float64{"unsafe": syntheticHolds(rng, 30, 0, 0.2)}}, seed)
 	}
 	safe.finish()
 	unsafe.finish()

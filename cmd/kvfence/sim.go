@@ -41,14 +41,7 @@ type simReport struct {
 func init() { register(newSimCommand) }
 
 func newSimCommand() *cobra.Command {
-	var (
-		seeds    int
-		from     uint64
-		variants []string
-		asJSON   bool
-		replay   uint64
-		stopAt   bool
-	)
+	var sf simFlags
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run an abort storm in deterministic simulation for the real core and every known-unsafe variant",
@@ -59,60 +52,16 @@ The real core ("safe") must show no violation; every known-unsafe variant must.
 A violation prints its seed: --replay SEED --variant NAME shows its trace.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			vs, err := parseVariants(variants)
-			if err != nil {
-				return usageError{err}
-			}
-			out := cmd.OutOrStdout()
-			if replay != 0 {
-				if len(vs) != 1 {
-					return usagef("invalid argument: --replay needs exactly one --variant")
-				}
-				r := sim.Run(sim.Config{Seed: replay, Variant: vs[0], Trace: true, TraceLen: 200})
-				fmt.Fprintf(out, "seed %d, variant %s: %d steps, profile %+v\n", replay, vs[0].Name(), r.Steps, r.Profile)
-				if r.Violation == nil {
-					fmt.Fprintln(out, "no violation")
-					return nil
-				}
-				fmt.Fprintln(out, r.Violation)
-				return nil
-			}
-			if seeds <= 0 {
-				return usagef("invalid argument: --seeds must be positive, got %d", seeds)
-			}
-			rep := simReport{FirstSeed: from}
-			var table *simTable
-			if !asJSON {
-				table = newSimTable(out, vs)
-			}
-			for _, v := range vs {
-				r := sweepOne(v, from, seeds, stopAt)
-				rep.Variants = append(rep.Variants, r)
-				if table != nil {
-					table.row(r) // as each sweep ends: a long run shows progress
-				}
-			}
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
-			}
-			printUncaught(out, rep)
-			for _, r := range rep.Variants {
-				if r.Name == "safe" && r.Violations > 0 {
-					return fmt.Errorf("the real core violated an invariant: replay with --replay %d --variant safe", r.FirstViolatingSeed)
-				}
-			}
-			return nil
+			return runSim(cmd.OutOrStdout(), sf)
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&seeds, "seeds", 2000, "seeds per variant")
-	f.Uint64Var(&from, "from", 1, "first seed")
-	f.StringSliceVar(&variants, "variant", nil, "variants to run (default: safe and every unsafe variant): "+strings.Join(variantNames(), ", "))
-	f.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
-	f.Uint64Var(&replay, "replay", 0, "replay one seed with its trace (needs one --variant)")
-	f.BoolVar(&stopAt, "stop-at-first", false, "stop an unsafe variant's sweep at its first violation")
+	f.IntVar(&sf.seeds, "seeds", 2000, "seeds per variant")
+	f.Uint64Var(&sf.from, "from", 1, "first seed")
+	f.StringSliceVar(&sf.variants, "variant", nil, "variants to run (default: safe and every unsafe variant): "+strings.Join(variantNames(), ", "))
+	f.BoolVar(&sf.asJSON, "json", false, "print one JSON object instead of a table")
+	f.Uint64Var(&sf.replay, "replay", 0, "replay one seed with its trace (needs one --variant)")
+	f.BoolVar(&sf.stopAt, "stop-at-first", false, "stop an unsafe variant's sweep at its first violation")
 	return cmd
 }
 
@@ -201,4 +150,69 @@ func printUncaught(w io.Writer, rep simReport) {
 				r.Name, r.Seeds, rep.FirstSeed)
 		}
 	}
+}
+
+// simFlags are kvfence sim's flags.
+type simFlags struct {
+	seeds    int
+	from     uint64
+	variants []string
+	asJSON   bool
+	replay   uint64
+	stopAt   bool
+}
+
+// runSim is kvfence sim: one seed replayed with its trace (--replay), or
+// a sweep of every variant asked for; it fails if the real core violated
+// an invariant.
+func runSim(out io.Writer, f simFlags) error {
+	vs, err := parseVariants(f.variants)
+	if err != nil {
+		return usageError{err}
+	}
+	if f.replay != 0 {
+		return replaySim(out, f.replay, vs)
+	}
+	if f.seeds <= 0 {
+		return usagef("invalid argument: --seeds must be positive, got %d", f.seeds)
+	}
+	rep := simReport{FirstSeed: f.from}
+	var table *simTable
+	if !f.asJSON {
+		table = newSimTable(out, vs)
+	}
+	for _, v := range vs {
+		r := sweepOne(v, f.from, f.seeds, f.stopAt)
+		rep.Variants = append(rep.Variants, r)
+		if table != nil {
+			table.row(r) // as each sweep ends: a long run shows progress
+		}
+	}
+	if f.asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printUncaught(out, rep)
+	for _, r := range rep.Variants {
+		if r.Name == "safe" && r.Violations > 0 {
+			return fmt.Errorf("the real core violated an invariant: replay with --replay %d --variant safe", r.FirstViolatingSeed)
+		}
+	}
+	return nil
+}
+
+// replaySim runs one seed of one variant with its trace.
+func replaySim(out io.Writer, seed uint64, vs []knownunsafe.Variant) error {
+	if len(vs) != 1 {
+		return usagef("invalid argument: --replay needs exactly one --variant")
+	}
+	r := sim.Run(sim.Config{Seed: seed, Variant: vs[0], Trace: true, TraceLen: 200})
+	fmt.Fprintf(out, "seed %d, variant %s: %d steps, profile %+v\n", seed, vs[0].Name(), r.Steps, r.Profile)
+	if r.Violation == nil {
+		fmt.Fprintln(out, "no violation")
+		return nil
+	}
+	fmt.Fprintln(out, r.Violation)
+	return nil
 }

@@ -11,16 +11,16 @@ import (
 
 	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/core/knownunsafe"
+	"github.com/kvfence/kvfence/internal/demo"
 	"github.com/kvfence/kvfence/sdk"
 )
 
 // Bounds of a demo or bench run, checked before any process starts. The
-// decode pool the demo starts has demoSlots slots (__agent --slots); a
+// decode pool the demo starts has demo.DefaultSlots slots (__agent --slots); a
 // request larger than that could never be admitted and would wait forever.
 const (
 	maxRequests    = 1_000_000
 	maxConcurrency = 4096
-	demoSlots      = 4096
 	maxSlots       = 1 << 20
 	maxDelayFlag   = time.Minute
 )
@@ -62,47 +62,110 @@ func checkDemoVariant(name string) error {
 		name, why, strings.Join(names, ", "), name)
 }
 
-// validate checks the sizes and durations of a run.
-func (o *demoOptions) validate() error {
-	if _, err := sdk.AsyncPostFromEnv(false); err != nil {
-		return usageError{err}
-	}
-	switch {
-	case o.Requests < 1 || o.Requests > maxRequests:
-		return usagef("--requests must be between 1 and %d, got %d", maxRequests, o.Requests)
-	case o.Concurrency < 1 || o.Concurrency > maxConcurrency:
-		return usagef("--concurrency must be between 1 and %d, got %d", maxConcurrency, o.Concurrency)
-	case o.MinPages < 1:
-		return usagef("--min-pages must be at least 1, got %d", o.MinPages)
-	case o.MaxPages < o.MinPages:
-		return usagef("--max-pages (%d) must not be below --min-pages (%d)", o.MaxPages, o.MinPages)
-	case o.Slots < 0 || o.Slots > maxSlots:
-		return usagef("--slots must be between 1 and %d, got %d", maxSlots, o.Slots)
-	case o.MaxPages > o.poolSlots():
-		return usagef("--max-pages %d exceeds the decode pool the run starts (%d slots): such a request could never be admitted", o.MaxPages, o.poolSlots())
-	case math.IsNaN(o.AbortShare) || o.AbortShare < 0 || o.AbortShare > 1:
-		return usagef("--abort-share must be between 0 and 1, got %v", o.AbortShare)
-	case o.PageEvery < 0 || o.PageEvery > maxDelayFlag:
-		return usagef("--page-every must be between 0 and %v, got %v", maxDelayFlag, o.PageEvery)
-	case o.DecodeFor < 0 || o.DecodeFor > maxDelayFlag:
-		return usagef("--decode-for must be between 0 and %v, got %v", maxDelayFlag, o.DecodeFor)
-	case o.KillPrefillAfter < 0:
-		return usagef("--kill-prefill-after must not be negative, got %v", o.KillPrefillAfter)
-	case o.RestartInstances < 0 || o.RestartInstances > agent.MaxTargets:
-		return usagef("--restart-fence-instances must be between 0 (off) and %d, got %d", agent.MaxTargets, o.RestartInstances)
-	case o.RestartInstances > 0 && (o.RestartAfter <= 0 || o.RestartAfter > maxDelayFlag):
-		return usagef("--restart-fence-after must be between 0 (excluded) and %v, got %v", maxDelayFlag, o.RestartAfter)
-	case o.RestartInstances > 0 && o.Fence:
-		return usagef("--restart-fence-instances exposes decode's pool under one key per target instance (the instance's process is the fence): it does not take --fence on")
-	}
-	for _, d := range o.Delays {
-		if d < 0 || d > maxDelayFlag {
-			return usagef("--data-delay values must be between 0 and %v, got %v", maxDelayFlag, d)
+// demoRule is one check of a demo or bench run's options, named by the
+// flag it is about. Every rule runs before any process starts; the first
+// refusal is a usage error (one line, exit 2).
+type demoRule struct {
+	flag  string
+	check func(o *demo.Options) error // nil when the options are fine
+}
+
+var demoRules = []demoRule{
+	{"KVFENCE_ASYNC_POST", func(*demo.Options) error { _, err := sdk.AsyncPostFromEnv(false); return err }},
+	{"requests", func(o *demo.Options) error { return intIn("requests", o.Requests, 1, maxRequests) }},
+	{"concurrency", func(o *demo.Options) error { return intIn("concurrency", o.Concurrency, 1, maxConcurrency) }},
+	{"min-pages", func(o *demo.Options) error {
+		if o.MinPages < 1 {
+			return fmt.Errorf("--min-pages must be at least 1, got %d", o.MinPages)
+		}
+		return nil
+	}},
+	{"max-pages", func(o *demo.Options) error {
+		if o.MaxPages < o.MinPages {
+			return fmt.Errorf("--max-pages (%d) must not be below --min-pages (%d)", o.MaxPages, o.MinPages)
+		}
+		return nil
+	}},
+	{"slots", func(o *demo.Options) error {
+		if o.Slots < 0 || o.Slots > maxSlots {
+			return fmt.Errorf("--slots must be between 1 and %d, got %d", maxSlots, o.Slots)
+		}
+		return nil
+	}},
+	{"max-pages", func(o *demo.Options) error {
+		if o.MaxPages > o.PoolSlots() {
+			return fmt.Errorf("--max-pages %d exceeds the decode pool the run starts (%d slots): such a request could never be admitted", o.MaxPages, o.PoolSlots())
+		}
+		return nil
+	}},
+	{"abort-share", func(o *demo.Options) error {
+		if math.IsNaN(o.AbortShare) || o.AbortShare < 0 || o.AbortShare > 1 {
+			return fmt.Errorf("--abort-share must be between 0 and 1, got %v", o.AbortShare)
+		}
+		return nil
+	}},
+	{"page-every", func(o *demo.Options) error { return upToMaxDelay("page-every", o.PageEvery) }},
+	{"decode-for", func(o *demo.Options) error { return upToMaxDelay("decode-for", o.DecodeFor) }},
+	{"kill-prefill-after", func(o *demo.Options) error {
+		if o.KillPrefillAfter < 0 {
+			return fmt.Errorf("--kill-prefill-after must not be negative, got %v", o.KillPrefillAfter)
+		}
+		return nil
+	}},
+	{"restart-fence-instances", func(o *demo.Options) error {
+		if o.RestartInstances < 0 || o.RestartInstances > agent.MaxTargets {
+			return fmt.Errorf("--restart-fence-instances must be between 0 (off) and %d, got %d", agent.MaxTargets, o.RestartInstances)
+		}
+		return nil
+	}},
+	{"restart-fence-after", func(o *demo.Options) error {
+		if o.RestartInstances > 0 && (o.RestartAfter <= 0 || o.RestartAfter > maxDelayFlag) {
+			return fmt.Errorf("--restart-fence-after must be between 0 (excluded) and %v, got %v", maxDelayFlag, o.RestartAfter)
+		}
+		return nil
+	}},
+	{"fence", func(o *demo.Options) error {
+		if o.RestartInstances > 0 && o.Fence {
+			return fmt.Errorf("--restart-fence-instances exposes decode's pool under one key per target instance (the instance's process is the fence): it does not take --fence on")
+		}
+		return nil
+	}},
+	{"data-delay", func(o *demo.Options) error { return delaysIn(o.Delays) }},
+	{"dir", func(o *demo.Options) error {
+		if o.Dir == "" {
+			return nil
+		}
+		if err := checkWritableDir(o.Dir); err != nil {
+			return fmt.Errorf("--dir %s: %v", o.Dir, err)
+		}
+		return nil
+	}},
+}
+
+// validateRun runs every rule in order; the first refusal is a usage
+// error. The file-system check (--dir) comes last.
+func validateRun(o *demo.Options) error {
+	for _, r := range demoRules {
+		if err := r.check(o); err != nil {
+			return usageError{err}
 		}
 	}
-	if o.Dir != "" {
-		if err := checkWritableDir(o.Dir); err != nil {
-			return usagef("--dir %s: %v", o.Dir, err)
+	return nil
+}
+
+// upToMaxDelay refuses a duration flag outside [0, maxDelayFlag].
+func upToMaxDelay(name string, v time.Duration) error {
+	if v < 0 || v > maxDelayFlag {
+		return fmt.Errorf("--%s must be between 0 and %v, got %v", name, maxDelayFlag, v)
+	}
+	return nil
+}
+
+// delaysIn refuses a --data-delay value outside [0, maxDelayFlag].
+func delaysIn(ds []time.Duration) error {
+	for _, d := range ds {
+		if d < 0 || d > maxDelayFlag {
+			return fmt.Errorf("--data-delay values must be between 0 and %v, got %v", maxDelayFlag, d)
 		}
 	}
 	return nil
@@ -139,7 +202,7 @@ func checkWritableFile(path string) error {
 // runDir makes o.Dir a new temp dir when the user named none, and returns
 // a cleanup that removes it (logs and private keys) unless keep is set or
 // the run failed: then its logs are the evidence, and the path is said.
-func runDir(o *demoOptions, prefix string, keep bool) (func(failed bool), error) {
+func runDir(o *demo.Options, prefix string, keep bool) (func(failed bool), error) {
 	if o.Dir != "" {
 		return func(bool) {}, nil
 	}
@@ -160,7 +223,7 @@ func runDir(o *demoOptions, prefix string, keep bool) (func(failed bool), error)
 }
 
 // safeArmFailed says why a safe run broke its promise ("" if it did not).
-func safeArmFailed(s *demoSummary, crashInjected bool) string {
+func safeArmFailed(s *demo.Summary, crashInjected bool) string {
 	var why []string
 	if s.CorruptPages > 0 {
 		why = append(why, fmt.Sprintf("%d corrupt pages", s.CorruptPages))

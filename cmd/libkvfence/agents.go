@@ -63,7 +63,8 @@ func kvfence_close(h C.kvfence_handle, e *C.kvfence_error) (code C.int) {
 	case *agentObj:
 		o.close()
 	case *receiverObj:
-		o.rv.Clear()
+		// SGLang's receiver clear(): dropping the handle releases nothing;
+		// the hold stays in the agent until drained, fenced or timeout.
 	case *senderObj:
 		o.s.Close()
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/internal/routerlink"
 )
 
 // DecodeEngine is the simulated engine behind a decode agent: it admits
@@ -32,12 +33,12 @@ func (e *DecodeEngine) Start(d *agent.Decode) {
 }
 
 // Serve runs one router link's commands, in order, until the link ends.
-func (e *DecodeEngine) Serve(l *agent.CommandLink) {
+func (e *DecodeEngine) Serve(l routerlink.Link) {
 	<-e.ready
 	serve(l, func(c Command) Event { return e.command(l, c) })
 }
 
-func (e *DecodeEngine) command(l *agent.CommandLink, c Command) Event {
+func (e *DecodeEngine) command(l routerlink.Link, c Command) Event {
 	key := core.RequestKey{Room: c.Room, Gen: c.Gen}
 	switch c.Op {
 	case OpAdmit:
@@ -71,7 +72,7 @@ func (e *DecodeEngine) command(l *agent.CommandLink, c Command) Event {
 // follow is the decode loop of one request: a handed-off request is kept
 // for decodeFor, then finished (the runtime verifies its pages again); the
 // router hears how it ended.
-func (e *DecodeEngine) follow(l *agent.CommandLink, rv *agent.KVReceiver, key core.RequestKey, decodeFor time.Duration) {
+func (e *DecodeEngine) follow(l routerlink.Link, rv *agent.KVReceiver, key core.RequestKey, decodeFor time.Duration) {
 	<-rv.Done()
 	out := RequestOutcome{Handed: rv.Poll() == agent.PollSuccess}
 	if out.Handed {
@@ -85,6 +86,5 @@ func (e *DecodeEngine) follow(l *agent.CommandLink, rv *agent.KVReceiver, key co
 		delete(e.reqs, key)
 	}
 	e.mu.Unlock()
-	rv.Clear()
 	_ = l.Send(Event{Kind: EventDone, Room: key.Room, Gen: key.Gen, Done: &out})
 }

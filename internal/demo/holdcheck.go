@@ -49,122 +49,144 @@ func CheckHolds(r io.Reader, o HoldCheckOptions) (HoldReport, error) {
 	if o.MaxViolations <= 0 {
 		o.MaxViolations = 20
 	}
-	rep := HoldReport{Released: map[string]int{}, HeldP50Ms: map[string]float64{}, HeldP99Ms: map[string]float64{}}
-	nviol := 0
-	viol := func(format string, a ...any) {
-		nviol++
-		if len(rep.Violations) < o.MaxViolations {
-			rep.Violations = append(rep.Violations, fmt.Sprintf(format, a...))
-		}
-	}
-	tags := map[string]*holdSeen{}
-	var order []string
-	held := map[string][]float64{}
+	c := &holdChecker{o: o, tags: map[string]*holdSeen{}, held: map[string][]float64{},
+		rep: HoldReport{Released: map[string]int{}, HeldP50Ms: map[string]float64{}, HeldP99Ms: map[string]float64{}}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	line := 0
 	for sc.Scan() {
-		line++
-		b := sc.Bytes()
-		if len(b) == 0 || b[0] != '{' {
-			continue
-		}
-		var m map[string]any
-		if json.Unmarshal(b, &m) != nil {
-			continue
-		}
-		msg, _ := m["@message"].(string)
-		switch msg {
-		case agent.HoldStartMsg, agent.HoldEvidenceMsg, agent.HoldFenceMsg, agent.HoldReleaseMsg:
-		default:
-			continue
-		}
-		tag, _ := m["tag"].(string)
-		h := tags[tag]
-		if msg != agent.HoldStartMsg && h == nil {
-			viol("line %d: %q for tag %s before its hold start", line, msg, tag)
-			continue
-		}
-		if h != nil && h.released {
-			viol("line %d: %q for tag %s after its release", line, msg, tag)
-			continue
-		}
-		switch msg {
-		case agent.HoldStartMsg:
-			if h != nil {
-				viol("line %d: second hold start for tag %s", line, tag)
-				continue
-			}
-			rep.Holds++
-			h = &holdSeen{ranks: splitList(str(m["ranks"])), evidence: map[string]string{}}
-			for _, e := range splitList(str(m["evidence"])) {
-				if rank, kind, ok := strings.Cut(e, ":"); ok {
-					h.evidence[rank] = kind
-					if kind == "commit" {
-						rep.Commits++
-					}
-				}
-			}
-			tags[tag] = h
-			order = append(order, tag)
-		case agent.HoldEvidenceMsg:
-			rank := fmt.Sprint(m["rank"])
-			kind := str(m["kind"])
-			h.evidence[rank] = kind
-			if kind == "drain-ack" {
-				rep.DrainAcks++
-			} else {
-				rep.Commits++
-			}
-		case agent.HoldFenceMsg:
-			h.fenced = true
-			rep.Fences++
-		case agent.HoldReleaseMsg:
-			h.released = true
-			path := str(m["path"])
-			rep.Released[path]++
-			if ms, ok := m["held_ms"].(float64); ok {
-				held[path] = append(held[path], ms)
-			}
-			switch path {
-			case "drained":
-				for _, rk := range h.ranks {
-					if h.evidence[rk] == "" {
-						viol("line %d: tag %s released drained without evidence from rank %s", line, tag, rk)
-					}
-				}
-			case "fenced":
-				if !h.fenced {
-					viol("line %d: tag %s released fenced before its fence", line, tag)
-				}
-			case "timeout":
-				if !o.AllowTimeout {
-					viol("line %d: tag %s released by timeout", line, tag)
-				}
-			default:
-				viol("line %d: tag %s released by path %q: no drain, no fence", line, tag, path)
-			}
+		c.line++
+		if m, msg, ok := holdLine(sc.Bytes()); ok {
+			c.event(m, msg)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return rep, err
+		return c.rep, err
 	}
-	for _, tag := range order {
-		if !tags[tag].released {
-			rep.StillHeld++
-			viol("tag %s: hold start, never released", tag)
+	return c.finish(), nil
+}
+
+// holdChecker is CheckHolds' state while it reads the log.
+type holdChecker struct {
+	o     HoldCheckOptions
+	rep   HoldReport
+	nviol int
+	tags  map[string]*holdSeen
+	order []string // tags by their hold start
+	held  map[string][]float64
+	line  int
+}
+
+// holdLine decodes a JSON log line that is one of the hold messages.
+func holdLine(b []byte) (m map[string]any, msg string, ok bool) {
+	if len(b) == 0 || b[0] != '{' || json.Unmarshal(b, &m) != nil {
+		return nil, "", false
+	}
+	msg, _ = m["@message"].(string)
+	switch msg {
+	case agent.HoldStartMsg, agent.HoldEvidenceMsg, agent.HoldFenceMsg, agent.HoldReleaseMsg:
+		return m, msg, true
+	}
+	return nil, "", false
+}
+
+func (c *holdChecker) viol(format string, a ...any) {
+	c.nviol++
+	if len(c.rep.Violations) < c.o.MaxViolations {
+		c.rep.Violations = append(c.rep.Violations, fmt.Sprintf(format, a...))
+	}
+}
+
+// event checks one hold message against what the tag saw before.
+func (c *holdChecker) event(m map[string]any, msg string) {
+	tag, _ := m["tag"].(string)
+	h := c.tags[tag]
+	switch {
+	case msg != agent.HoldStartMsg && h == nil:
+		c.viol("line %d: %q for tag %s before its hold start", c.line, msg, tag)
+	case h != nil && h.released:
+		c.viol("line %d: %q for tag %s after its release", c.line, msg, tag)
+	case msg == agent.HoldStartMsg && h != nil:
+		c.viol("line %d: second hold start for tag %s", c.line, tag)
+	case msg == agent.HoldStartMsg:
+		c.start(tag, m)
+	case msg == agent.HoldEvidenceMsg:
+		kind := str(m["kind"])
+		h.evidence[fmt.Sprint(m["rank"])] = kind
+		if kind == "drain-ack" {
+			c.rep.DrainAcks++
+		} else {
+			c.rep.Commits++
+		}
+	case msg == agent.HoldFenceMsg:
+		h.fenced = true
+		c.rep.Fences++
+	case msg == agent.HoldReleaseMsg:
+		c.release(tag, h, m)
+	}
+}
+
+// start records a hold and the evidence it began with.
+func (c *holdChecker) start(tag string, m map[string]any) {
+	c.rep.Holds++
+	h := &holdSeen{ranks: splitList(str(m["ranks"])), evidence: map[string]string{}}
+	for _, e := range splitList(str(m["evidence"])) {
+		if rank, kind, ok := strings.Cut(e, ":"); ok {
+			h.evidence[rank] = kind
+			if kind == "commit" {
+				c.rep.Commits++
+			}
 		}
 	}
-	for path, v := range held {
+	c.tags[tag] = h
+	c.order = append(c.order, tag)
+}
+
+// release checks that the path a hold ended by had its evidence.
+func (c *holdChecker) release(tag string, h *holdSeen, m map[string]any) {
+	h.released = true
+	path := str(m["path"])
+	c.rep.Released[path]++
+	if ms, ok := m["held_ms"].(float64); ok {
+		c.held[path] = append(c.held[path], ms)
+	}
+	switch path {
+	case "drained":
+		for _, rk := range h.ranks {
+			if h.evidence[rk] == "" {
+				c.viol("line %d: tag %s released drained without evidence from rank %s", c.line, tag, rk)
+			}
+		}
+	case "fenced":
+		if !h.fenced {
+			c.viol("line %d: tag %s released fenced before its fence", c.line, tag)
+		}
+	case "timeout":
+		if !c.o.AllowTimeout {
+			c.viol("line %d: tag %s released by timeout", c.line, tag)
+		}
+	default:
+		c.viol("line %d: tag %s released by path %q: no drain, no fence", c.line, tag, path)
+	}
+}
+
+// finish counts holds never released and the hold durations.
+func (c *holdChecker) finish() HoldReport {
+	for _, tag := range c.order {
+		if !c.tags[tag].released {
+			c.rep.StillHeld++
+			c.viol("tag %s: hold start, never released", tag)
+		}
+	}
+	for path, v := range c.held {
 		sort.Float64s(v)
-		rep.HeldP50Ms[path] = v[int(0.50*float64(len(v)-1))]
-		rep.HeldP99Ms[path] = v[int(0.99*float64(len(v)-1))]
+		c.rep.HeldP50Ms[path] = v[int(0.50*float64(len(v)-1))]
+		c.rep.HeldP99Ms[path] = v[int(0.99*float64(len(v)-1))]
 	}
-	if nviol > len(rep.Violations) {
-		rep.Violations = append(rep.Violations, fmt.Sprintf("... %d more", nviol-len(rep.Violations)))
+	if c.nviol > len(c.rep.Violations) {
+		c.rep.Violations = append(c.rep.Violations, fmt.Sprintf("... %d more", c.nviol-len(c.rep.Violations)))
 	}
-	rep.OK = nviol == 0
-	return rep, nil
+	c.rep.OK = c.nviol == 0
+	return c.rep
 }
 
 func str(v any) string {

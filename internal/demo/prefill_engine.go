@@ -7,6 +7,7 @@ import (
 	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/internal/demo/oracle"
+	"github.com/kvfence/kvfence/internal/routerlink"
 )
 
 // PrefillEngine is the simulated engine behind a prefill agent: for each
@@ -48,7 +49,7 @@ func (e *PrefillEngine) Start(p *agent.Prefill) {
 func (e *PrefillEngine) Stop() { e.once.Do(func() { close(e.quit) }) }
 
 // Serve runs one router link's commands, in order, until the link ends.
-func (e *PrefillEngine) Serve(l *agent.CommandLink) {
+func (e *PrefillEngine) Serve(l routerlink.Link) {
 	<-e.ready
 	serve(l, e.command)
 }

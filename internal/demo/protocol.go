@@ -3,8 +3,8 @@ package demo
 import (
 	"encoding/json"
 
-	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/routerlink"
 )
 
 // Op is what a router asks of an agent.
@@ -75,7 +75,7 @@ type RequestOutcome struct {
 
 // serve runs a link's commands in order through handle, answering each,
 // until the link ends.
-func serve(l *agent.CommandLink, handle func(Command) Event) {
+func serve(l routerlink.Link, handle func(Command) Event) {
 	for {
 		raw, err := l.Recv()
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/internal/routerlink"
 )
 
 // DecodeRank is the demo's decode rank; its prefill ranks are 1..n.
@@ -18,7 +19,7 @@ const DecodeRank = 0
 
 // Router is the demo's router: it admits a request on decode, opens it on
 // every prefill rank, and cancels prefill and decode of a request together,
-// over one CommandLink per agent.
+// over one router link per agent (internal/routerlink).
 type Router struct {
 	decode   *routerLink
 	prefills []*routerLink
@@ -28,7 +29,7 @@ type Router struct {
 }
 
 type routerLink struct {
-	l       *agent.CommandLink
+	l       routerlink.Link
 	nextID  atomic.Uint64
 	mu      sync.Mutex
 	pending map[uint64]chan Event
@@ -41,7 +42,7 @@ type routerLink struct {
 func DialRouter(ctx context.Context, decodeAddr string, prefillAddrs []string, tlsCfg *tls.Config) (*Router, error) {
 	r := &Router{Done: make(chan Event, 1<<14)}
 	open := func(addr string, role agent.Role, rank uint32) (*routerLink, error) {
-		l, err := agent.DialCommands(ctx, addr, tlsCfg, role, rank)
+		l, err := routerlink.Dial(ctx, addr, tlsCfg, string(role), rank)
 		if err != nil {
 			return nil, fmt.Errorf("router: link to %s: %w", addr, err)
 		}
