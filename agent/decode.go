@@ -410,6 +410,7 @@ func (d *Decode) noteStarted(tags []core.Tag) {
 	for _, t := range tags {
 		if dt := d.tags[t.Key()]; dt != nil && dt.tag == t && dt.state == PollWaitingForInput {
 			dt.state = PollTransferring
+			dt.recv.publish(PollTransferring)
 		}
 	}
 }
@@ -463,6 +464,7 @@ func (d *Decode) admit(key core.RequestKey, pages int, ranks []core.RankID, rv *
 	}
 	d.checkFree(dt)
 	d.tags[key] = dt
+	rv.publish(PollWaitingForInput)
 	if err := d.grant(dt); err != nil {
 		d.log.Error("grant failed: aborting the exposure", "tag", tag, "error", err)
 		d.act() // the Assigns go out without keys: nothing can be written
@@ -529,6 +531,7 @@ func (d *Decode) act() {
 			if dt.recv != nil {
 				dt.recv.reason = dt.reason
 				dt.recv.settle()
+				dt.recv.publish(PollFailed)
 			}
 		}
 	}
@@ -602,6 +605,7 @@ func (d *Decode) handoff(h core.Handoff) {
 		return
 	}
 	dt.state = PollSuccess
+	dt.recv.publish(PollSuccess)
 	d.verify(dt)
 	d.stats.Handoffs++
 	if dt.recv != nil {
@@ -637,6 +641,9 @@ func (d *Decode) release(rel core.Release, t core.Time) {
 		return
 	}
 	delete(d.tags, rel.Tag.Key())
+	if dt.recv != nil && !dt.recv.handed {
+		dt.recv.publish(PollFailed) // released without handoff: nothing to read
+	}
 	d.logHoldRelease(dt, rel)
 	d.scrub(dt)
 	if len(dt.granted) > 0 {

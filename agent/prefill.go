@@ -386,12 +386,14 @@ func (p *Prefill) act() {
 		if r := p.reqs[f.Tag.Key()]; r != nil && r.state != PollFailed {
 			r.state = PollFailed
 			r.snd.settle(PollFailed, f.Reason.String())
+			r.snd.publish(PollFailed)
 		}
 	}
 	for _, s := range out.Sent {
 		if r := p.reqs[s.Key]; r != nil && r.state != PollFailed {
 			r.state = PollSuccess
 			r.snd.settle(PollSuccess, "")
+			r.snd.publish(PollSuccess)
 		}
 	}
 	// Source releases last: a request whose pages come back in the same
@@ -402,6 +404,9 @@ func (p *Prefill) act() {
 			p.free = append(p.free, r.src...)
 			r.src = nil
 			delete(p.reqs, sr.Key)
+			if r.snd != nil && !r.snd.settled {
+				r.snd.publish(PollFailed) // closed or aborted before it ended
+			}
 			for tag := range p.keys {
 				if tag.Key() == sr.Key {
 					delete(p.keys, tag)
