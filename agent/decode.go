@@ -530,8 +530,8 @@ func (d *Decode) act() {
 			d.log.Debug("request failed", "tag", f.Tag, "reason", f.Reason)
 			if dt.recv != nil {
 				dt.recv.reason = dt.reason
+				dt.recv.publish(PollFailed) // before Done closes: a waiter on Done then polls
 				dt.recv.settle()
-				dt.recv.publish(PollFailed)
 			}
 		}
 	}

@@ -385,15 +385,15 @@ func (p *Prefill) act() {
 	for _, f := range out.Failures {
 		if r := p.reqs[f.Tag.Key()]; r != nil && r.state != PollFailed {
 			r.state = PollFailed
+			r.snd.publish(PollFailed) // before Done closes: a waiter on Done then polls
 			r.snd.settle(PollFailed, f.Reason.String())
-			r.snd.publish(PollFailed)
 		}
 	}
 	for _, s := range out.Sent {
 		if r := p.reqs[s.Key]; r != nil && r.state != PollFailed {
 			r.state = PollSuccess
-			r.snd.settle(PollSuccess, "")
 			r.snd.publish(PollSuccess)
+			r.snd.settle(PollSuccess, "")
 		}
 	}
 	// Source releases last: a request whose pages come back in the same
