@@ -458,6 +458,7 @@ func (d *Decode) noteStarted(tags []core.Tag) {
 	for _, t := range tags {
 		if dt := d.tags[t.Key()]; dt != nil && dt.tag == t && dt.state == PollWaitingForInput {
 			dt.state = PollTransferring
+			dt.recv.publish(PollTransferring)
 		}
 	}
 }
@@ -511,6 +512,7 @@ func (d *Decode) admit(key core.RequestKey, pages int, ranks []core.RankID, rv *
 	}
 	d.checkFree(dt)
 	d.tags[key] = dt
+	rv.publish(PollWaitingForInput)
 	if err := d.grant(dt); err != nil {
 		d.log.Error("grant failed: aborting the exposure", "tag", tag, "error", err)
 		d.act() // the Assigns go out without keys: nothing can be written
@@ -576,6 +578,7 @@ func (d *Decode) act() {
 			d.log.Debug("request failed", "tag", f.Tag, "reason", f.Reason)
 			if dt.recv != nil {
 				dt.recv.reason = dt.reason
+				dt.recv.publish(PollFailed) // before Done closes: a waiter on Done then polls
 				dt.recv.settle()
 			}
 		}
@@ -650,6 +653,7 @@ func (d *Decode) handoff(h core.Handoff) {
 		return
 	}
 	dt.state = PollSuccess
+	dt.recv.publish(PollSuccess)
 	d.verify(dt)
 	d.stats.Handoffs++
 	if dt.recv != nil {
@@ -685,6 +689,9 @@ func (d *Decode) release(rel core.Release, t core.Time) {
 		return
 	}
 	delete(d.tags, rel.Tag.Key())
+	if dt.recv != nil && !dt.recv.handed {
+		dt.recv.publish(PollFailed) // released without handoff: nothing to read
+	}
 	d.logHoldRelease(dt, rel)
 	d.scrub(dt)
 	if len(dt.granted) > 0 {

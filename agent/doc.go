@@ -9,7 +9,10 @@
 //   - Prefill side: NewPrefill(ctx, PrefillConfig, transport) → *Prefill;
 //     Prefill.NewSender(key) → *KVSender with Init (reserve source pages),
 //     Page (memory to fill), Send, Finish, Poll / Done / Err, Abort, Close.
-//   - PollState: SGLang's KVPoll values (Failed 0 … Success 4).
+//   - PollState: SGLang's KVPoll values (Failed 0 … Success 4). Poll never
+//     waits for the agent's loop: the loop publishes a request's state at
+//     each change (an engine polls every scheduler iteration; a busy or
+//     preempted loop must not stall it).
 //   - Metrics (Prometheus, one registry per agent) and ServeMetrics; Stats.
 //   - The control plane: ranks link themselves (mutual TLS, Hello with
 //     ControlVersion and capabilities, sequence numbers); the demo's router

@@ -44,11 +44,25 @@ type KVReceiver struct {
 	handed   bool   // loop-owned: handed off (Poll stays Success after Finish)
 	reason   string // loop-owned: why it failed
 	released atomic.Bool
+	// pub is what Poll reports, stored by the loop at every change of
+	// the request's state (admit, noteStarted, handoff, release): Poll
+	// reads it without waiting for a turn of the loop, which may be
+	// busy with a fill piece or preempted on a loaded host.
+	pub atomic.Int32
 }
 
 // NewReceiver makes a handle for the request key (room, generation).
 func (d *Decode) NewReceiver(key core.RequestKey) *KVReceiver {
-	return &KVReceiver{d: d, key: key, done: make(chan struct{})}
+	r := &KVReceiver{d: d, key: key, done: make(chan struct{})}
+	r.pub.Store(int32(PollBootstrapping))
+	return r
+}
+
+// publish makes st what Poll reports (loop only).
+func (r *KVReceiver) publish(st PollState) {
+	if r != nil {
+		r.pub.Store(int32(st))
+	}
 }
 
 // settle closes done once the request is handed off or failed (loop only).
@@ -74,22 +88,28 @@ func (r *KVReceiver) Init(pages int, ranks []core.RankID) (core.Tag, error) {
 func (r *KVReceiver) Tag() core.Tag { return r.tag }
 
 // Poll reports the request's state; Failed once the agent closed (nothing
-// will ever move the request again, so a caller must not wait on it).
+// will ever move the request again, so a caller must not wait on it). It
+// never waits for the agent's loop: it reads what the loop published.
 func (r *KVReceiver) Poll() PollState {
-	st := PollBootstrapping
-	if !r.d.lp.call(func() {
-		if dt := r.d.tags[r.key]; dt != nil && dt.tag == r.tag {
-			st = dt.state
-		} else if r.tag != (core.Tag{}) {
-			st = PollFailed // released without handoff: nothing to read
-			if r.handed {
-				st = PollSuccess
-			}
-		}
-	}) {
+	if r.d.lp.stopped() {
 		return PollFailed
 	}
-	return st
+	return PollState(r.pub.Load())
+}
+
+// pollInLoop is Poll computed from the agent's tables (loop only): the
+// reference the published state is tested against.
+func (r *KVReceiver) pollInLoop() PollState {
+	if dt := r.d.tags[r.key]; dt != nil && dt.tag == r.tag {
+		return dt.state
+	}
+	if r.tag == (core.Tag{}) {
+		return PollBootstrapping
+	}
+	if r.handed {
+		return PollSuccess
+	}
+	return PollFailed // released without handoff: nothing to read
 }
 
 // Done is closed when the request reaches Success or Failed.

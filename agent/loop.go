@@ -75,6 +75,18 @@ func (l *loop) call(f func()) bool {
 	}
 }
 
+// stopped is true once the loop stopped or is stopping (no call runs).
+func (l *loop) stopped() bool {
+	select {
+	case <-l.stop:
+		return true
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (l *loop) shutdown() {
 	select {
 	case <-l.stop:

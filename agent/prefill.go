@@ -387,12 +387,14 @@ func (p *Prefill) act() {
 	for _, f := range out.Failures {
 		if r := p.reqs[f.Tag.Key()]; r != nil && r.state != PollFailed {
 			r.state = PollFailed
+			r.snd.publish(PollFailed) // before Done closes: a waiter on Done then polls
 			r.snd.settle(PollFailed, f.Reason.String())
 		}
 	}
 	for _, s := range out.Sent {
 		if r := p.reqs[s.Key]; r != nil && r.state != PollFailed {
 			r.state = PollSuccess
+			r.snd.publish(PollSuccess)
 			r.snd.settle(PollSuccess, "")
 		}
 	}
@@ -404,6 +406,9 @@ func (p *Prefill) act() {
 			p.free = append(p.free, r.src...)
 			r.src = nil
 			delete(p.reqs, sr.Key)
+			if r.snd != nil && !r.snd.settled {
+				r.snd.publish(PollFailed) // closed or aborted before it ended
+			}
 			for tag := range p.keys {
 				if tag.Key() == sr.Key {
 					delete(p.keys, tag)

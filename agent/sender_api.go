@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"sync/atomic"
+
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/errdefs"
 )
@@ -21,11 +23,24 @@ type KVSender struct {
 	settled bool
 	state   PollState // once settled
 	reason  string
+	// pub is what Poll reports, stored by the loop at every change
+	// (Init, Send, the core's Sent or Failure, the source release): Poll
+	// never waits for a turn of the loop.
+	pub atomic.Int32
 }
 
 // NewSender makes a handle for the request key.
 func (p *Prefill) NewSender(key core.RequestKey) *KVSender {
-	return &KVSender{p: p, key: key, done: make(chan struct{})}
+	s := &KVSender{p: p, key: key, done: make(chan struct{})}
+	s.pub.Store(int32(PollBootstrapping))
+	return s
+}
+
+// publish makes st what Poll reports (loop only).
+func (s *KVSender) publish(st PollState) {
+	if s != nil {
+		s.pub.Store(int32(st))
+	}
 }
 
 // settle records the request's final state and closes done (loop only).
@@ -83,6 +98,7 @@ func (s *KVSender) Send(upto int) error {
 	s.p.lp.call(func() {
 		if r := s.p.reqs[s.key]; r != nil && r.state == PollBootstrapping {
 			r.state = PollTransferring
+			r.snd.publish(PollTransferring)
 		}
 		if err = s.p.core.Produce(s.key, upto, now()); err == nil {
 			s.p.act()
@@ -102,22 +118,27 @@ func (s *KVSender) Finish(total int) error {
 	return err
 }
 
-// Poll reports the request's state; Failed once the agent closed.
+// Poll reports the request's state; Failed once the agent closed. It
+// never waits for the agent's loop: it reads what the loop published.
 func (s *KVSender) Poll() PollState {
-	st := PollBootstrapping
-	if !s.p.lp.call(func() {
-		switch r := s.p.reqs[s.key]; {
-		case r != nil && r.snd == s:
-			st = r.state
-		case s.settled:
-			st = s.state
-		case s.src != nil:
-			st = PollFailed // closed or aborted before it ended
-		}
-	}) {
+	if s.p.lp.stopped() {
 		return PollFailed
 	}
-	return st
+	return PollState(s.pub.Load())
+}
+
+// pollInLoop is Poll computed from the agent's tables (loop only): the
+// reference the published state is tested against.
+func (s *KVSender) pollInLoop() PollState {
+	switch r := s.p.reqs[s.key]; {
+	case r != nil && r.snd == s:
+		return r.state
+	case s.settled:
+		return s.state
+	case s.src != nil:
+		return PollFailed // closed or aborted before it ended
+	}
+	return PollBootstrapping
 }
 
 // Done is closed when the request reaches Success or Failed.

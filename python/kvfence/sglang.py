@@ -28,8 +28,10 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
   rank base from it, so several prefill instances never collide.
 - Topologies: kvfence.sglang_layout pairs ranks as SGLang does (prefill TP
   over, equal to or under decode TP, SGLang's contiguous head split, MLA).
-  DP attention, PP, context parallelism, hybrid-model state buffers, decode
-  radix cache (decode_prefix_len > 0) and token_position_offset are refused
+  Mamba state buffers (state_indices) travel as extra pages after the aux
+  row (kvfence.sglang_state; equal TP, host memory). DP attention, PP,
+  context parallelism, SWA/DSA state buffers and token_position_offset
+  are refused
   with one Unimplemented error (at start-up where SGLang's arguments show
   them, else per request).
 - The aux metadata row (incl. bootstrap_room), of any size, travels as
@@ -66,6 +68,14 @@ object of --disaggregation-transfer-backend-extra-config (the fork's flag):
                  fails ResourceExhausted (default 60)
   link_timeout_s how long a request waits for its peer ranks to link
                  (default SGLang's bootstrap timeout, 300)
+  decode_radix_cache  decode: its radix cache is on (also read from
+                 SGLang's disaggregation_decode_enable_radix_cache): each
+                 request's decode_prefix_len is announced at the prefill's
+                 bootstrap server and prefill waits for it before
+                 WaitingForInput (M:N pairing only; a prefill with
+                 decode_addrs never asks)
+  state_items    hybrid (Mamba) models: state indices per request and
+                 state type, the same on both sides (default 1)
   plugin, plugin_env, tls_cert, tls_key, tls_ca, log_level, log_file
                  the library's config fields both sides take
   decode, prefill  objects of further library config fields for that side
@@ -78,7 +88,7 @@ import threading
 import time
 import zlib
 
-from . import api, checks, errors, sglang_bootstrap, sglang_layout, sglang_links, staging
+from . import api, checks, errors, sglang_bootstrap, sglang_layout, sglang_links, sglang_state, staging
 
 try:  # SGLang's base classes when SGLang is there; plain ones otherwise.
     from sglang.srt.disaggregation.base.conn import (BaseKVBootstrapServer, BaseKVManager, BaseKVReceiver,
@@ -145,11 +155,9 @@ def refuse_unsupported(server_args, kv_args):
             why.append("pipeline parallelism (pp-size > 1)")
         if int(getattr(sa, "attn_cp_size", 1) or 1) > 1:
             why.append("context parallelism")
-        if getattr(sa, "disaggregation_decode_enable_radix_cache", False):
-            why.append("decode radix cache (decode_prefix_len)")
-    types = [str(getattr(t, "value", t)).lower() for t in (getattr(kv_args, "state_types", None) or [])]
-    if getattr(kv_args, "state_type", "none") not in (None, "none") or any(t != "none" for t in types):
-        why.append("hybrid-model state buffers (%s)" % (types or kv_args.state_type))
+    state = sglang_state.refusal(kv_args)
+    if state:
+        why.append(state)
     if why:
         raise errors.Unimplemented("kvfence does not support %s yet (README: Use from SGLang)" % ", ".join(why))
 
@@ -255,6 +263,10 @@ class KVFenceKVManager(BaseKVManager):
         self.rank = int(getattr(args, "engine_rank", 0))
         self.page_bytes = sum(int(x) for x in args.kv_item_lens)
         self.aux_bytes = sum(int(x) for x in getattr(args, "aux_item_lens", []) or [])
+        self.state_items = int(cfg.get("state_items", 1))
+        self.radix = bool(getattr(server_args, "disaggregation_decode_enable_radix_cache", False)
+                          or cfg.get("decode_radix_cache", False))
+        self.state_bytes = sglang_state.row_bytes(args, self.state_items)
         self.pool_wait_s = float(cfg.get("pool_wait_s", 60))
         self.link_timeout_s = float(cfg.get("link_timeout_s", os.environ.get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300)))
         self._gens, self._held, self._lock = {}, {}, threading.Lock()
@@ -291,7 +303,7 @@ class KVFenceKVManager(BaseKVManager):
         self.shards = len(self.writers)
         self.shard_bytes = sglang_layout.shard_bytes(self.page_bytes, self.prefill_tp, self.decode_tp,
                                                      self.is_mla_backend, "decode")
-        self.aux_pages = sglang_layout.aux_pages(self.aux_bytes, self.shard_bytes)
+        self._size_extra()
         passthrough = dict(passthrough)
         passthrough.setdefault("control_addr", self.addrs[self.rank % self.decode_tp])
         # Sized lazily on a fetch thread: made on the lasting thread (sglang_links).
@@ -304,7 +316,7 @@ class KVFenceKVManager(BaseKVManager):
         self.targets = sglang_layout.prefill_targets(self.rank, self.prefill_tp, self.decode_tp, self.is_mla_backend)
         self.shard_bytes = sglang_layout.shard_bytes(self.page_bytes, self.prefill_tp, self.decode_tp,
                                                      self.is_mla_backend, "prefill")
-        self.aux_pages = sglang_layout.aux_pages(self.aux_bytes, self.shard_bytes)
+        self._size_extra()
         self.agents = []
         if not self.cfg.get("decode_addrs"):
             # M:N: each request's decode ranks announce where they are at
@@ -327,6 +339,16 @@ class KVFenceKVManager(BaseKVManager):
         self.agent = self.agents[0]
         if self.server_args is not None or cfg.get("bootstrap_addr"):
             threading.Thread(target=self._register_quietly, daemon=True).start()
+
+    def _size_extra(self):
+        """Pages after a request's KV pages: its aux row, then its state
+        row (Mamba models: equal TP only, see kvfence.sglang_state)."""
+        self.aux_pages = sglang_layout.aux_pages(self.aux_bytes, self.shard_bytes)
+        self.state_pages = sglang_layout.aux_pages(self.state_bytes, self.shard_bytes)
+        if self.state_pages and self.prefill_tp != self.decode_tp:
+            raise errors.Unimplemented("kvfence: Mamba state buffers with prefill TP %d != decode TP %d "
+                                       "(README: Use from SGLang)" % (self.prefill_tp, self.decode_tp))
+        self.extra_pages = self.aux_pages + self.state_pages
 
     def next_gen(self, room):
         """The generation of room's next request here (1, 2, ...)."""
@@ -511,6 +533,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         self.total = self.aux_index = self.waiting_since = None
         self.sent = self.bytes = 0
         self.backlog = []  # chunks sent while the pool was full, in order
+        self.state_row = None  # the Mamba state row, read at the send() that carried state_indices
         self.inited = self.aborted = self.closed = False
         self.links_used = []  # M:N: the agents this request acquired from mgr.links
         if mgr.links is not None:
@@ -568,7 +591,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             if snd.pages_reserved:
                 continue
             try:
-                snd.init(self.total + self.mgr.aux_pages)
+                snd.init(self.total + self.mgr.extra_pages)
                 snd.pages_reserved = True
             except errors.ResourceExhausted as exc:
                 if time.monotonic() - self.waiting_since > self.mgr.pool_wait_s:
@@ -582,8 +605,10 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         for chunk in backlog:
             self._stage(chunk)
 
+    prefix_len = 0  # tokens decode already holds (its radix cache; M:N only)
+
     def pop_decode_prefix_len(self):
-        return 0
+        return self.prefix_len
 
     def should_send_kv_chunk(self, num_pages, last_chunk):
         return num_pages > 0 or last_chunk
@@ -593,9 +618,10 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         """Queues the chunk's copy on Go threads and returns; never raises."""
         if self.conclude_state is not None or self.aborted:
             return
-        if state_indices and any(s is not None for s in state_indices):
-            self._fail(errors.Unimplemented("kvfence: hybrid-model state buffers are not supported"))
-            return
+        if sglang_state.given(state_indices) or (self.mgr.state_pages and state_indices is not None):
+            m = self.mgr  # read now: SGLang may reuse the state slot once the request left prefill
+            self.state_row = sglang_state.read_row(m.kv_args, state_indices, m.state_items,
+                                                   max(m.state_pages, 1) * m.shard_bytes)
         if token_position_offset:
             self._fail(errors.Unimplemented("kvfence: token_position_offset is not supported"))
             return
@@ -614,10 +640,8 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             for snd, part, parts in self.snds:
                 total = 0
                 if last:
-                    total = upto = self.total + self.mgr.aux_pages
-                    if self.mgr.aux_pages:  # the aux row is small: written here, sent with the last pages
-                        row = _aux_row(self.mgr.kv_args, self.aux_index, self.mgr.aux_pages * self.mgr.shard_bytes)
-                        snd.write(self.total, row, count=self.mgr.aux_pages)
+                    total = upto = self.total + self.mgr.extra_pages
+                    self._write_extra(snd)
                 staging.gather(snd, self.mgr.layout, kv_indices, self.sent, upto=upto, total=total, part=part, parts=parts)
         except errors.KVFenceError as exc:
             if not isinstance(exc, (errors.NotFound, errors.FailedPrecondition)) or not self.aborted:
@@ -625,6 +649,18 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             return
         self.sent += n
         self.bytes += n * self.mgr.shard_bytes * len(self.snds)
+
+    def _write_extra(self, snd):
+        """The aux row and the state row are small: written here into the
+        pages after the KV pages, sent with the last pages."""
+        m = self.mgr
+        if m.aux_pages:
+            snd.write(self.total, _aux_row(m.kv_args, self.aux_index, m.aux_pages * m.shard_bytes), count=m.aux_pages)
+        if m.state_pages:
+            if self.state_row is None:
+                raise errors.InvalidArgument("kvfence: room %d: the last chunk carried no state_indices for a model "
+                                             "with Mamba state" % self.room)
+            snd.write(self.total + m.aux_pages, self.state_row, count=m.state_pages)
 
     @_never_raises
     def poll(self):
@@ -655,7 +691,10 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         m.links.sweep()
         if not self.snds:
             host, port = m._bootstrap_target()
-            addrs = m.links.lookup("%s:%d" % (host, port), self.room, (self.room, self.gen))
+            got = m.links.lookup("%s:%d" % (host, port), self.room, (self.room, self.gen))
+            addrs = None if got is None else got[0]
+            if got is not None:
+                self.prefix_len = got[1]
             if addrs is None:
                 self._timed_out(self.created, m.link_timeout_s, "decode of room %d never announced itself" % self.room)
                 return False
@@ -734,6 +773,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         self.mgr, self.room, self.bootstrap_addr = mgr, int(bootstrap_room or 0), bootstrap_addr
         self.gen = mgr.next_gen(self.room)
         self.rv = self.ranks = self.kv_indices = self.aux_index = self.aux_row = None
+        self.state_indices = self.state_row = None
         self.created = time.monotonic()
         self.metadata_at = None
         self.scattering = self.aborted = self.held = False
@@ -757,23 +797,44 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             self._fail(why)
         elif ranks is not None:
             self.ranks = ranks
-            m = self.mgr  # say where this decode rank listens (M:N), off the scheduler thread
-            threading.Thread(target=sglang_links.announce, daemon=True,
-                             args=(self.bootstrap_addr, self.room, m.decode_tp, m.rank, m.agent.addr,
-                                   self.created + m.link_timeout_s)).start()
+            self._announce()
         else:
             self._timed_out(self.created, self.mgr.link_timeout_s, "prefill instance %s never registered" % self.bootstrap_addr)
+
+    def _announce(self):
+        """Says where this decode rank listens (M:N), off the scheduler
+        thread; with decode's radix cache on, also whether and (once
+        send_metadata said it) which prefix decode already holds: prefill
+        waits for it before WaitingForInput, as Mooncake's does."""
+        m = self.mgr
+        extra = {"radix": True, "decode_prefix_len": self.prefix} if m.radix else {}
+        if m.radix and self.prefix is None:
+            extra.pop("decode_prefix_len")
+        threading.Thread(target=sglang_links.announce, daemon=True,
+                         args=(self.bootstrap_addr, self.room, m.decode_tp, m.rank, m.agent.addr,
+                               self.created + m.link_timeout_s), kwargs=extra).start()
+
+    prefix = None  # decode_prefix_len (tokens) once send_metadata gave it, radix cache on
 
     @_never_raises
     def send_metadata(self, kv_indices, aux_index=None, state_indices=None, decode_prefix_len=None):
         if self.conclude_state is not None or self.aborted:
             return  # an aborted receiver is never exposed
-        if state_indices and any(s is not None for s in state_indices):
-            self._fail(errors.Unimplemented("kvfence: hybrid-model state buffers are not supported"))
+        if decode_prefix_len and not self.mgr.radix:
+            self._fail(errors.InvalidArgument(
+                "kvfence: decode_prefix_len %d without decode's radix cache configured (server args "
+                "disaggregation_decode_enable_radix_cache or config decode_radix_cache)" % decode_prefix_len))
             return
-        if decode_prefix_len:
-            self._fail(errors.Unimplemented("kvfence: decode_prefix_len > 0 (decode radix cache) is not supported"))
+        if self.mgr.state_bytes:
+            sglang_state.check(self.mgr.kv_args, state_indices, self.mgr.state_items)
+            self.state_indices = sglang_state.copy(state_indices)  # SGLang may reuse its arrays
+        elif sglang_state.given(state_indices):
+            self._fail(errors.InvalidArgument("kvfence: state_indices for a model without state buffers"))
             return
+        if self.mgr.radix:
+            self.prefix = int(decode_prefix_len or 0)
+            if self.ranks is not None:
+                self._announce()  # else _resolve announces it once the prefill instance is known
         self.kv_indices = staging.as_indices(kv_indices)  # no per-page Python loop on the scheduler thread
         self.aux_index = aux_index
         self.metadata_at = time.monotonic()
@@ -789,7 +850,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         try:
             if self.rv is None:
                 self.rv = m.agent.receiver(self.room, self.gen)
-            self.rv.init(len(self.kv_indices) + m.aux_pages, self.ranks)
+            self.rv.init(len(self.kv_indices) + m.extra_pages, self.ranks)
             self.exposed = True
         except errors.ResourceExhausted as exc:
             if time.monotonic() - self.metadata_at > m.pool_wait_s:
@@ -850,15 +911,23 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         m = self.mgr
         try:
             if m.aux_pages and self.aux_index is not None:
-                slots = self.rv.read(len(self.kv_indices), m.aux_pages)
-                slot = m.agent.page_bytes  # aux page j of writer 0: shard 0 of slot j
-                self.aux_row = (ctypes.c_char * (m.aux_pages * m.shard_bytes)).from_buffer_copy(
-                    b"".join(bytes(slots[j * slot:j * slot + m.shard_bytes]) for j in range(m.aux_pages)))
+                self.aux_row = self._read_rows(len(self.kv_indices), m.aux_pages)
+            if m.state_pages:
+                self.state_row = self._read_rows(len(self.kv_indices) + m.aux_pages, m.state_pages)
             staging.scatter(self.rv, m.layout, self.kv_indices, shards=m.shards, mla=m.is_mla_backend)
         except errors.KVFenceError as exc:
             return self._fail(exc)
         self.scattering = True
         return self._scatter_state()
+
+    def _read_rows(self, first, count):
+        """count pages from first on as one row: page j of writer 0 is shard
+        0 of slot j (the aux and state rows are written by writer 0's rank
+        alike; every writer sends them)."""
+        m = self.mgr
+        slots, slot = self.rv.read(first, count), m.agent.page_bytes
+        return (ctypes.c_char * (count * m.shard_bytes)).from_buffer_copy(
+            b"".join(bytes(slots[j * slot:j * slot + m.shard_bytes]) for j in range(count)))
 
     def _scatter_state(self):
         try:
@@ -867,6 +936,8 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         except errors.KVFenceError as exc:
             return self._fail(exc)
         self.scattering = False
+        if self.state_row is not None:
+            sglang_state.write_row(self.mgr.kv_args, self.state_indices, self.mgr.state_items, self.state_row)
         if self.aux_row is not None:
             _write_aux(self.mgr.kv_args, self.aux_index, self.aux_row)  # opens SGLang's metadata gate: last
         self.rv.finish()

@@ -36,7 +36,7 @@ class Registry:
         self.rank_base = None
         self.mla = None
         self.rooms = {}         # room -> (dp rank, time registered)
-        self.decoders = {}      # room -> (decode TP, {decode rank: control addr}, time): M:N pairing
+        self.decoders = {}      # room -> (decode TP, {decode rank: control addr}, time, extra): M:N pairing
         self.entry_ttl_s = entry_ttl_s
 
     def expected(self):
@@ -101,11 +101,21 @@ class Registry:
         room, tp, rank = int(d["bootstrap_room"]), int(d["decode_tp"]), int(d["decode_rank"])
         if not 0 <= rank < tp:
             raise ValueError("decode_rank %d outside decode_tp %d" % (rank, tp))
+        prefix = d.get("decode_prefix_len")
+        if prefix is not None and int(prefix) < 0:
+            raise ValueError("decode_prefix_len %s < 0" % prefix)
         with self.lock:
             old = self.decoders.get(room)
-            addrs = dict(old[1]) if old and old[0] == tp else {}
+            same = old and old[0] == tp
+            addrs = dict(old[1]) if same else {}
+            extra = dict(old[3]) if same else {"radix": False, "decode_prefix_len": None}
             addrs[rank] = str(d["addr"])
-            self.decoders[room] = (tp, addrs, time.time())
+            # decode's radix cache: prefill waits for the prefix length
+            # decode announces with its metadata (kvfence.sglang_links).
+            extra["radix"] = extra["radix"] or bool(d.get("radix"))
+            if prefix is not None:
+                extra["decode_prefix_len"] = int(prefix)
+            self.decoders[room] = (tp, addrs, time.time(), extra)
 
     def get_decoder(self, q):
         """GET /kvfence/decode?room=R: every decode rank's address once all
@@ -113,12 +123,12 @@ class Registry:
         room = int(q["room"][0])
         now = time.time()
         with self.lock:
-            for r in [r for r, (_, _, t) in self.decoders.items() if now - t > self.entry_ttl_s]:
+            for r in [r for r, (_, _, t, _) in self.decoders.items() if now - t > self.entry_ttl_s]:
                 del self.decoders[r]
             e = self.decoders.get(room)
         if e is None or len(e[1]) < e[0]:
             return 404, "decode of room %d not announced yet" % room
-        return 200, {"decode_addrs": [e[1][r] for r in range(e[0])]}
+        return 200, dict(e[3], decode_addrs=[e[1][r] for r in range(e[0])])
 
     def kvfence(self):
         with self.lock:
@@ -246,19 +256,25 @@ def register(host, port, payload, timeout=5.0, attempts=5):
     raise errors.Unavailable("kvfence: prefill could not register at bootstrap %s:%s (%s %s)" % (host, port, st, body))
 
 
-def announce_decoder(bootstrap_addr, room, decode_tp, decode_rank, addr, timeout=5.0):
+def announce_decoder(bootstrap_addr, room, decode_tp, decode_rank, addr, timeout=5.0, **extra):
     """Decode rank decode_rank tells the prefill instance at bootstrap_addr
-    where it listens for room; True once accepted."""
+    where it listens for room (extra: radix, decode_prefix_len); True once
+    accepted."""
     st, _ = request("PUT", "http://%s/kvfence/decode" % bootstrap_addr,
-                    {"bootstrap_room": int(room), "decode_tp": int(decode_tp), "decode_rank": int(decode_rank),
-                     "addr": addr}, timeout)
+                    dict(extra, bootstrap_room=int(room), decode_tp=int(decode_tp), decode_rank=int(decode_rank),
+                         addr=addr), timeout)
     return st == 200
 
 
 def lookup_decoder(bootstrap_addr, room, timeout=5.0):
-    """The decode instance's rank addresses for room, or None while not
-    every rank announced itself (or the server is unreachable)."""
+    """(the decode instance's rank addresses for room, decode_prefix_len),
+    or None while not every rank announced itself, or while a decode with
+    its radix cache on has not announced the prefix it already holds (or
+    the server is unreachable)."""
     st, body = request("GET", "http://%s/kvfence/decode?room=%d" % (bootstrap_addr, int(room)), timeout=timeout)
     if st != 200 or not isinstance(body, dict):
         return None
-    return list(body["decode_addrs"])
+    prefix = body.get("decode_prefix_len")
+    if body.get("radix") and prefix is None:
+        return None
+    return list(body["decode_addrs"]), int(prefix or 0)

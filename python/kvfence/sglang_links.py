@@ -108,8 +108,9 @@ class Links:
             return len(self.agents) + self.closing
 
     def lookup(self, bootstrap_addr, room, key):
-        """Where room's decode ranks are (a list), or None while unknown;
-        the HTTP call runs on a thread, asked again by the next poll."""
+        """(where room's decode ranks are, decode_prefix_len), or None while
+        unknown; the HTTP call runs on a thread, asked again by the next
+        poll."""
         with self.lock:
             if key in self.lookups:
                 got = self.lookups[key]
@@ -144,13 +145,13 @@ class Links:
             a.close()
 
 
-def announce(bootstrap_addr, room, decode_tp, decode_rank, addr, until):
-    """Decode rank tells the prefill instance where it listens for room,
-    retrying until accepted or the monotonic deadline until (run on a
-    thread by the receiver)."""
+def announce(bootstrap_addr, room, decode_tp, decode_rank, addr, until, **extra):
+    """Decode rank tells the prefill instance where it listens for room
+    (extra: radix, decode_prefix_len), retrying until accepted or the
+    monotonic deadline until (run on a thread by the receiver)."""
     delay = 0.05
     while time.monotonic() < until:
-        if sglang_bootstrap.announce_decoder(bootstrap_addr, room, decode_tp, decode_rank, addr):
+        if sglang_bootstrap.announce_decoder(bootstrap_addr, room, decode_tp, decode_rank, addr, **extra):
             return True
         time.sleep(delay)
         delay = min(delay * 2, 1.0)

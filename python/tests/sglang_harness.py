@@ -79,7 +79,8 @@ class Cluster:
     """A decode scheduler (TP1) and a prefill TP2, each rank with its own
     kvfence rank, built the way the scheduler builds managers."""
 
-    def __init__(self, provider, mode_decode="decode", mode_prefill="prefill", tp=2, extra=None):
+    def __init__(self, provider, mode_decode="decode", mode_prefill="prefill", tp=2, extra=None, engine=None):
+        Engine_ = engine or Engine  # a test's Engine subclass (e.g. with state buffers)
         self.tp = tp
         self.boot = provider.get_kv_class("bootstrap_server")("127.0.0.1", 0)
         self.boot_addr = "127.0.0.1:%d" % self.boot.port
@@ -91,11 +92,11 @@ class Cluster:
                     prefill=dict(heartbeat_ms=100))
         base.update(extra or {})
         os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=["127.0.0.1:0"]))
-        self.d_eng = Engine(DECODE_HEADS)
+        self.d_eng = Engine_(DECODE_HEADS)
         self.dec = manager(self.d_eng.kv_args(kvargs, 0), mode_decode, None, False)
         os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=[self.dec.agent.addr],
                                                               bootstrap_addr=self.boot_addr))
-        self.p_eng = [Engine(DECODE_HEADS // tp) for _ in range(tp)]
+        self.p_eng = [Engine_(DECODE_HEADS // tp) for _ in range(tp)]
         self.pre = [manager(self.p_eng[r].kv_args(kvargs, r), mode_prefill, None, False) for r in range(tp)]
         for m in self.pre:
             m.register_to_bootstrap()

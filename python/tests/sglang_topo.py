@@ -170,11 +170,11 @@ class Deployment:
             assert time.monotonic() < end, "stuck: " + what
             time.sleep(0.005)
 
-    def prefill(self, inst, snds, room, gen, p_idx, aux_index, chunks=2, salt=1):
-        """finalize_bootstrap (init), then the chunks of send_kv_chunk, the
-        aux row set before the last."""
+    def prefill(self, inst, snds, room, gen, p_idx, aux_index, chunks=2, salt=1, prefix=0):
+        """finalize_bootstrap (pop_decode_prefix_len, init), then the chunks
+        of send_kv_chunk, the aux row set before the last."""
         for s in snds:
-            assert s.pop_decode_prefix_len() == 0
+            assert s.pop_decode_prefix_len() == prefix
             s.init(len(p_idx), aux_index)
         engs = self.instances[inst]["engs"]
         for e in engs:

@@ -127,3 +127,62 @@ def test_decode_instance_that_disappears_fails_prefill_senders_and_leaks_nothing
         settle(dep, base)
     finally:
         dep.close()
+
+
+def test_bootstrap_server_holds_a_radix_decode_back_until_its_prefix():
+    """A decode with its radix cache on announces radix first; prefill's
+    look-up finds nothing until the prefix decode holds is announced too
+    (the unsafe variant, prefill going on without it, would send pages
+    decode already has into the pages after them)."""
+    from kvfence import sglang_bootstrap
+    from kvfence.sglang import KVFenceBootstrapServer
+    boot = KVFenceBootstrapServer("127.0.0.1", 0)
+    addr = "127.0.0.1:%d" % boot.port
+    try:
+        assert sglang_bootstrap.announce_decoder(addr, 5, 2, 0, "a:1", radix=True)
+        assert sglang_bootstrap.announce_decoder(addr, 5, 2, 1, "a:2", radix=True)
+        assert sglang_bootstrap.lookup_decoder(addr, 5) is None
+        assert sglang_bootstrap.announce_decoder(addr, 5, 2, 1, "a:2", radix=True, decode_prefix_len=8)
+        assert sglang_bootstrap.lookup_decoder(addr, 5) == (["a:1", "a:2"], 8)
+        assert sglang_bootstrap.announce_decoder(addr, 6, 1, 0, "b:1")  # no radix cache: no wait, prefix 0
+        assert sglang_bootstrap.lookup_decoder(addr, 6) == (["b:1"], 0)
+        assert not sglang_bootstrap.announce_decoder(addr, 7, 1, 0, "b:1", decode_prefix_len=-1)
+    finally:
+        boot.close()
+
+
+@pytest.mark.parametrize("ptp,dtp", [(2, 1), (1, 2)])
+def test_decode_radix_prefix_is_not_sent(ptp, dtp):
+    """Decode holds the first prefix pages (its radix cache): it sends only
+    the pages after them (SGLang's delta indices) with decode_prefix_len;
+    prefill stays Bootstrapping until it knows, pops the prefix, sends only
+    the pages after it, and decode's prefix pages are never written."""
+    from sglang_topo import PAGE_SIZE
+    dep = Deployment(P, prefill_tp=(ptp,), decode_tp=dtp, on_demand=True, extra=dict(idle_close_s=0.5),
+                     decode_extra=dict(decode_radix_cache=True))
+    try:
+        base = rest(dep)
+        room, prefix_pages, d_idx, p_idx = 401, 2, [11, 12], [5, 6]
+        rvs = dep.receivers(0, room)
+        snds = [dep.Sender(m, dep.instances[0]["addr"], room, [r], 0) for r, m in enumerate(dep.instances[0]["mgrs"])]
+        for _ in range(20):  # links may come up, but no WaitingForInput before decode's metadata
+            assert max(s.poll() for s in snds) < 2
+            time.sleep(0.01)
+        before = [bytes(b) for e in dep.d_eng for b in e.kv]
+        for rv in rvs:
+            rv.send_metadata(d_idx, 3, None, decode_prefix_len=prefix_pages * PAGE_SIZE)
+        dep.until(lambda: min(s.poll() for s in snds) >= 2, "prefill bootstrap after decode's prefix", 60)
+        dep.prefill(0, snds, room, 1, p_idx, 3, prefix=prefix_pages * PAGE_SIZE)
+        assert dep.run(rvs, snds, 3, room) == (4, 4), why(rvs + snds)
+        assert dep.corrupt(room, 1, d_idx) == 0
+        after = [bytes(b) for e in dep.d_eng for b in e.kv]
+        for e, (b0, b1) in zip([e for e in dep.d_eng for _ in e.kv], zip(before, after)):
+            it = e.item
+            for page in range(len(b0) // it):
+                if page not in d_idx:
+                    assert b0[page * it:(page + 1) * it] == b1[page * it:(page + 1) * it], "page %d written" % page
+        finish(rvs, snds)
+        no_links_left(dep)
+        settle(dep, base)
+    finally:
+        dep.close()

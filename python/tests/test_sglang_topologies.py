@@ -191,13 +191,15 @@ def test_never_linked_prefill_fails_after_the_bound():
 def test_unsupported_features_fail_one_request_not_the_engine(dep):
     base = staging.handles_live()
     rvs = dep.receivers(0, 71)
-    rvs[0].send_metadata([1], 1, [[3]], decode_prefix_len=0)
+    rvs[0].send_metadata([1], 1, [[3]], decode_prefix_len=0)  # state indices for a model without state
     assert rvs[0].poll() == 0
-    with pytest.raises(errors.Unimplemented):
+    with pytest.raises(errors.InvalidArgument):
         rvs[0].failure_exception()
     rvs2 = dep.receivers(0, 72)
-    rvs2[0].send_metadata([1], 1, None, decode_prefix_len=4)
+    rvs2[0].send_metadata([1], 1, None, decode_prefix_len=4)  # a prefix without decode's radix cache configured
     assert rvs2[0].poll() == 0
+    with pytest.raises(errors.InvalidArgument, match="radix"):
+        rvs2[0].failure_exception()
     snds = dep.senders(0, 73)
     for s in snds:
         s.init(1, 1)
@@ -212,12 +214,12 @@ def test_start_up_refusals():
     from kvfence.sglang import refuse_unsupported
     a = types.SimpleNamespace(state_types=[])
     for sa, word in ((types.SimpleNamespace(enable_dp_attention=True), "DP attention"),
-                     (types.SimpleNamespace(pp_size=2), "pipeline"),
-                     (types.SimpleNamespace(disaggregation_decode_enable_radix_cache=True), "radix")):
+                     (types.SimpleNamespace(pp_size=2), "pipeline")):
         with pytest.raises(errors.Unimplemented, match=word):
             refuse_unsupported(sa, a)
     with pytest.raises(errors.Unimplemented, match="state"):
-        refuse_unsupported(None, types.SimpleNamespace(state_types=["mamba"]))
+        refuse_unsupported(None, types.SimpleNamespace(state_types=["swa"], state_data_ptrs=[[16]],
+                                                       state_data_lens=[[8]], state_item_lens=[[8]]))
     refuse_unsupported(types.SimpleNamespace(tp_size=4), a)
 
 

@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/internal/demo/oracle"
+)
+
+// Poll reads the state the loop published: it answers while the loop is
+// busy (a fill piece, or a loop preempted on a loaded host), where the old
+// Poll, a turn of the loop (pollInLoop), waits for it.
+func TestPollAnswersWhileTheLoopIsBusy(t *testing.T) {
+	d, p := startPair(t, nil, nil, nil)
+	rv, snd := openBoth(t, d, p, core.RequestKey{Room: 21, Gen: 1}, 1)
+	for name, lp := range map[string]*loop{"decode": d.lp, "prefill": p.lp} {
+		held, release := make(chan struct{}), make(chan struct{})
+		go lp.call(func() { close(held); <-release })
+		<-held
+		got := make(chan PollState, 2)
+		go func() { got <- rv.Poll(); got <- snd.Poll() }()
+		for i := 0; i < 2; i++ {
+			select {
+			case <-got:
+			case <-time.After(30 * time.Second): // a hang detector, not a timing
+				close(release)
+				t.Fatalf("%s loop busy: Poll waited for it", name)
+			}
+		}
+		close(release)
+	}
+	snd.Abort()
+	rv.Abort()
+}
+
+// The published state is what the loop's tables say, at every settled
+// point of a request that succeeds, one decode aborts and one prefill
+// aborts.
+func TestPublishedPollMatchesTheLoop(t *testing.T) {
+	d, p := startPair(t, nil, nil, nil)
+	same := func(what string, rv *KVReceiver, snd *KVSender) {
+		t.Helper()
+		// Read in the loop: every change happens there, so the two agree
+		// exactly unless a change site forgot to publish.
+		var r, rp, s, sp PollState
+		d.lp.call(func() { r, rp = rv.pollInLoop(), PollState(rv.pub.Load()) })
+		p.lp.call(func() { s, sp = snd.pollInLoop(), PollState(snd.pub.Load()) })
+		if rp != r || sp != s {
+			t.Fatalf("%s: published decode %v prefill %v, loop says %v %v", what, rp, sp, r, s)
+		}
+	}
+	for i, how := range []string{"success", "decode abort", "prefill abort"} {
+		key := core.RequestKey{Room: uint64(30 + i), Gen: 1}
+		same(how+": new", d.NewReceiver(core.RequestKey{Room: 99}), p.NewSender(core.RequestKey{Room: 99}))
+		rv, snd := openBoth(t, d, p, key, 2)
+		same(how+": init", rv, snd)
+		switch how {
+		case "decode abort":
+			rv.Abort()
+			<-rv.Done()
+			same(how+": failed, held", rv, snd)
+		case "prefill abort":
+			snd.Abort()
+			<-rv.Done()
+			same(how+": failed, held", rv, snd)
+		default:
+			for j := 0; j < 2; j++ {
+				oracle.FillShard(snd.Page(j), oracle.PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(j), Rank: 1})
+			}
+			if err := snd.Send(2); err != nil {
+				t.Fatal(err)
+			}
+			if err := snd.Finish(2); err != nil {
+				t.Fatal(err)
+			}
+			<-rv.Done()
+			<-snd.Done()
+			same(how+": done", rv, snd)
+			rv.Finish()
+		}
+		snd.Close()
+		waitFor(t, how+": decode slots back", rv.Released)
+		waitFor(t, how+": prefill settled", func() bool {
+			var s PollState
+			p.lp.call(func() { s = snd.pollInLoop() })
+			return s.Final()
+		})
+		same(how+": released", rv, snd)
+	}
+}
+
+// openBoth opens key on both sides with pages pages from prefill rank 1.
+func openBoth(t *testing.T, d *Decode, p *Prefill, key core.RequestKey, pages int) (*KVReceiver, *KVSender) {
+	t.Helper()
+	rv, snd := d.NewReceiver(key), p.NewSender(key)
+	if _, err := rv.Init(pages, []core.RankID{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Init(pages); err != nil {
+		t.Fatal(err)
+	}
+	return rv, snd
+}
