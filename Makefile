@@ -1,11 +1,22 @@
-# kvfence — build and test entry points. `make test` is what CI runs.
+# kvfence — build and test entry points. CI (.ci/run) runs `make test`,
+# `make test-long` and `make ci-root`.
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 GO        ?= go
 SIM_SEEDS ?= 10000
 FUZZTIME  ?= 15s
 BIN       := bin
+# `make test` is the quick run (~10 min on a quiet 2-core machine): unit
+# tests under -short, each fuzz target for QUICK_FUZZTIME, QUICK_SIM_SEEDS
+# seeds. `make test-long` runs what it leaves out: the tests that skip under
+# -short with the reason "long test: make test-long runs it", the fuzz
+# targets for LONG_FUZZTIME more (together FUZZTIME each in CI), the full
+# seed count (SIM_SEEDS), and the long steps (LONG_STEPS).
+QUICK_FUZZTIME  ?= 5s
+LONG_FUZZTIME   ?= 10s
+QUICK_SIM_SEEDS ?= 2000
 TEST_STEPS :=
+LONG_STEPS :=
 ROOT_STEPS :=
 
 # go-nvml's cgo preamble calls NVML functions its headers mark deprecated:
@@ -17,7 +28,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # Feature makefiles (conformance, agent, rxe VM, ...) add targets and steps.
 include $(wildcard mk/*.mk)
 
-.PHONY: all build plugins run vet unit fuzz sim model test ci-root soak deps clean
+.PHONY: all build plugins run vet unit unit-long fuzz sim model test test-long ci-root soak deps clean
 
 all: build
 
@@ -43,9 +54,17 @@ deps:
 vet:
 	$(GO) vet ./...
 	./.ci/check-links.sh
+	./.ci/long-tests.sh >/dev/null
 
 unit:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -short -count=1 ./...
+
+# The long tests only (see .ci/long-tests.sh): the flood and certification
+# tests that `make unit` skips under -short.
+unit-long:
+	@long=$$(./.ci/long-tests.sh); set -- $$long; run=$$1; shift; \
+	echo "$(GO) test -race -count=1 -run '$$run' $$*"; \
+	$(GO) test -race -count=1 -run "$$run" "$$@"
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./core
@@ -63,15 +82,25 @@ model: deps
 
 # Every step announces itself and its time: the unit step alone runs for
 # minutes without a line (go test prints a package only when it ends).
+# $(1): the steps; $(2): make variables every step gets.
+define run-steps
+for step in $(1); do \
+  echo "==> make $$step ($$(date -u +%H:%M:%S))"; start=$$SECONDS; \
+  $(MAKE) --no-print-directory $$step $(2) || { echo "==> make $$step FAILED after $$((SECONDS - start)) s"; exit 1; }; \
+  echo "==> make $$step done in $$((SECONDS - start)) s"; \
+done
+endef
+
 test: deps
-	@for step in vet unit fuzz sim model $(TEST_STEPS); do \
-	  echo "==> make $$step ($$(date -u +%H:%M:%S))"; start=$$SECONDS; \
-	  $(MAKE) --no-print-directory $$step || { echo "==> make $$step FAILED after $$((SECONDS - start)) s"; exit 1; }; \
-	  echo "==> make $$step done in $$((SECONDS - start)) s"; \
-	done
+	@$(call run-steps,vet unit fuzz sim model $(TEST_STEPS),FUZZTIME=$(QUICK_FUZZTIME) SIM_SEEDS=$(QUICK_SIM_SEEDS))
+
+# What `make test` leaves out; CI runs it after `make test` (any user).
+test-long: deps
+	@$(call run-steps,unit-long fuzz sim $(LONG_STEPS),FUZZTIME=$(LONG_FUZZTIME))
 
 # Jobs that need root (network namespaces, the RDMA VM); CI runs them as root.
-ci-root: $(ROOT_STEPS)
+ci-root:
+	@$(call run-steps,$(ROOT_STEPS),)
 	@echo "root-only jobs done: $(ROOT_STEPS)"
 
 soak: deps

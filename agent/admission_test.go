@@ -47,6 +47,10 @@ const (
 var ctlValid = map[bool]int{false: 300, true: 24}[raceEnabled]
 
 func TestControlPortFloodLeavesHonestServed(t *testing.T) {
+	// A flood of the control port: minutes of CPU under -race.
+	if testing.Short() {
+		t.Skip("long test: make test-long runs it")
+	}
 	res := runControlFlood(t, false)
 	t.Logf("safe: honest %d/%d served; p50 quiet %v, flooded %v (ratio %.2f); relink under flood %v; the flooding prefill certificate held at most %d connections; %d pending evicted, %d displaced, %d refused; flooding router: %d links, %.0f commands/s answered",
 		res.served, ctlHonest, res.quietP50, res.floodP50, float64(res.floodP50)/float64(max(res.quietP50, 1)), res.relink,
@@ -63,6 +67,10 @@ func TestControlPortFloodLeavesHonestServed(t *testing.T) {
 }
 
 func TestControlPortFloodCatchesOldAdmission(t *testing.T) {
+	// The control arm waits its full 2-minute relink deadline.
+	if testing.Short() {
+		t.Skip("long test: make test-long runs it")
+	}
 	res := runControlFlood(t, true)
 	t.Logf("control arm: honest %d/%d served, relinked %v; flooding router: %d links, %.0f commands/s",
 		res.served, ctlHonest, res.relinked, res.routerLinks, res.cmdRate)

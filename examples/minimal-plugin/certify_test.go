@@ -13,6 +13,10 @@ import (
 // The example must pass the conformance suite: the guide's promise that it
 // is a certified plugin is checked on every test run.
 func TestExampleIsCertified(t *testing.T) {
+	// A full certification (about a minute under -race).
+	if testing.Short() {
+		t.Skip("long test: make test-long runs it")
+	}
 	dir := t.TempDir()
 	bin, err := sdktest.BuildPlugin(dir, "github.com/kvfence/kvfence/examples/minimal-plugin")
 	if err != nil {

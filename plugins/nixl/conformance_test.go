@@ -11,6 +11,10 @@ import (
 // that stay in progress). InDoubt is reported late enough that a loaded
 // machine does not give one on a healthy link.
 func TestConformanceOverFake(t *testing.T) {
+	// A whole certification run over the fake library.
+	if testing.Short() {
+		t.Skip("long test: make test-long runs it")
+	}
 	needFakes(t)
 	nocanceltest.CertifyOverFake(t, pluginBin, fakeEnv(nixl.EnvReportAfter+"=4s"))
 }
