@@ -18,8 +18,9 @@ import (
 // If the arms ran without aborts (the A/A bench this replaces), both
 // would show zero holds and zero corrupt pages and this test would fail.
 func TestBenchMeasuresTheCostOfSafetyWithAborts(t *testing.T) {
+	// Two arms of rank processes, each a whole bench run (minutes under -race).
 	if testing.Short() {
-		t.Skip("starts rank processes")
+		t.Skip("long test: make test-long runs it")
 	}
 	exe := unsafeBinary(t)
 	report := filepath.Join(t.TempDir(), "bench.html")
