@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Prints what `make unit-long` runs: first line the -run pattern naming every
 # top-level test that holds the long-test mark, then one package directory
-# per line. A test is long when it (or one of its subtests) skips under
-# -short with exactly this reason, so a test that gains the mark is run by
-# `make test-long` (and so by CI) without a list to keep in step.
+# per line. A test is long when it (or one of its subtests) skips, when
+# KVFENCE_TEST_QUICK is set (make unit sets it), with exactly this reason:
+# a test that gains the mark is run by `make test-long` (and so by CI)
+# without a list to keep in step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mark='long test: make test-long runs it'

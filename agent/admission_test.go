@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,7 @@ var ctlValid = map[bool]int{false: 300, true: 24}[raceEnabled]
 
 func TestControlPortFloodLeavesHonestServed(t *testing.T) {
 	// A flood of the control port: minutes of CPU under -race.
-	if testing.Short() {
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
 		t.Skip("long test: make test-long runs it")
 	}
 	res := runControlFlood(t, false)
@@ -68,7 +69,7 @@ func TestControlPortFloodLeavesHonestServed(t *testing.T) {
 
 func TestControlPortFloodCatchesOldAdmission(t *testing.T) {
 	// The control arm waits its full 2-minute relink deadline.
-	if testing.Short() {
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
 		t.Skip("long test: make test-long runs it")
 	}
 	res := runControlFlood(t, true)

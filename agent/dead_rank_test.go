@@ -46,6 +46,9 @@ func TestHelperPrefillRankProcess(t *testing.T) {
 // and then held for lease + tail + margin waiting for a rank that will
 // never write, commit or drain.
 func TestAdmissionNamingAKilledRankIsRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
 	dp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)

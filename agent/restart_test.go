@@ -268,6 +268,9 @@ func runRestartScenario(t *testing.T, targets int, be restartBackend) restartRun
 // in the freed slot. With one instance the bystander B fails with it; with
 // two it sits on the other instance (the blast radius).
 func TestRestartFenceEndsHoldOfKilledUnboundedWriter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
 	for _, targets := range []int{1, 2} {
 		t.Run(fmt.Sprintf("targets=%d", targets), func(t *testing.T) {
 			checkRestartFenced(t, targets, runRestartScenario(t, targets, maskedTCP(200*time.Millisecond)))
@@ -344,6 +347,9 @@ func transfer(t *testing.T, p *Prefill, rv *KVReceiver, key core.RequestKey, pag
 // announces it, and the next request — bound to the new instance — is
 // carried by lanes prefill opened to the announced endpoint.
 func TestRestartFenceServesPrefillAcrossInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
 	ctx := context.Background()
 	var mu sync.Mutex
 	var procs []*sdk.Plugin

@@ -115,7 +115,7 @@ func TestBrokenVariantsFail(t *testing.T) {
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			if testing.Short() && longVariants[v.name] {
+			if os.Getenv("KVFENCE_TEST_QUICK") != "" && longVariants[v.name] {
 				t.Skip("long test: make test-long runs it")
 			}
 			cfg := testConfig(unsafeBin, "KVFENCE_TCP_UNSAFE="+v.name)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,8 +19,11 @@ import (
 // If the arms ran without aborts (the A/A bench this replaces), both
 // would show zero holds and zero corrupt pages and this test would fail.
 func TestBenchMeasuresTheCostOfSafetyWithAborts(t *testing.T) {
-	// Two arms of rank processes, each a whole bench run (minutes under -race).
 	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	// Two arms of rank processes, each a whole bench run (minutes under -race).
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
 		t.Skip("long test: make test-long runs it")
 	}
 	exe := unsafeBinary(t)

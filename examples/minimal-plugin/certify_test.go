@@ -14,7 +14,7 @@ import (
 // is a certified plugin is checked on every test run.
 func TestExampleIsCertified(t *testing.T) {
 	// A full certification (about a minute under -race).
-	if testing.Short() {
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
 		t.Skip("long test: make test-long runs it")
 	}
 	dir := t.TempDir()

@@ -1,6 +1,7 @@
 package mooncake_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -17,7 +18,7 @@ import (
 // must say its fault could not be applied (NOT RUN), not fail.
 func TestConformanceOverFake(t *testing.T) {
 	// A whole certification run over the fake library.
-	if testing.Short() {
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
 		t.Skip("long test: make test-long runs it")
 	}
 	needFakes(t)

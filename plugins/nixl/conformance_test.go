@@ -1,6 +1,7 @@
 package nixl_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
@@ -12,7 +13,7 @@ import (
 // machine does not give one on a healthy link.
 func TestConformanceOverFake(t *testing.T) {
 	// A whole certification run over the fake library.
-	if testing.Short() {
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
 		t.Skip("long test: make test-long runs it")
 	}
 	needFakes(t)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,7 @@ const (
 
 func TestDataPortFloodLeavesHonestServed(t *testing.T) {
 	// Thousands of TLS handshakes against the port: minutes under -race.
-	if testing.Short() {
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
 		t.Skip("long test: make test-long runs it")
 	}
 	res := runDataFlood(t, pluginBin, nil)
@@ -55,7 +56,7 @@ func TestDataPortFloodLeavesHonestServed(t *testing.T) {
 
 func TestDataPortFloodCatchesAdmitAny(t *testing.T) {
 	// The control arm of the same flood.
-	if testing.Short() {
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
 		t.Skip("long test: make test-long runs it")
 	}
 	res := runDataFlood(t, unsafePluginBin, []string{"KVFENCE_TCP_UNSAFE=admit-any"})
