@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,10 @@ const (
 var ctlValid = map[bool]int{false: 300, true: 24}[raceEnabled]
 
 func TestControlPortFloodLeavesHonestServed(t *testing.T) {
+	// A flood of the control port: minutes of CPU under -race.
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
+		t.Skip("long test: make test-long runs it")
+	}
 	res := runControlFlood(t, false)
 	t.Logf("safe: honest %d/%d served; p50 quiet %v, flooded %v (ratio %.2f); relink under flood %v; the flooding prefill certificate held at most %d connections; %d pending evicted, %d displaced, %d refused; flooding router: %d links, %.0f commands/s answered",
 		res.served, ctlHonest, res.quietP50, res.floodP50, float64(res.floodP50)/float64(max(res.quietP50, 1)), res.relink,
@@ -64,6 +69,10 @@ func TestControlPortFloodLeavesHonestServed(t *testing.T) {
 }
 
 func TestControlPortFloodCatchesOldAdmission(t *testing.T) {
+	// The control arm waits its full 2-minute relink deadline.
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
+		t.Skip("long test: make test-long runs it")
+	}
 	res := runControlFlood(t, true)
 	t.Logf("control arm: honest %d/%d served, relinked %v; flooding router: %d links, %.0f commands/s",
 		res.served, ctlHonest, res.relinked, res.routerLinks, res.cmdRate)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -92,6 +93,11 @@ func (v *vendorFake) backend(t *testing.T, dieAfter time.Duration) restartBacken
 func TestRestartFenceVendorFakes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
+	}
+	// Four restart-fence runs over two vendor fakes (~40 s under -race);
+	// make demo-smoke runs the Mooncake one with a killed rank.
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
+		t.Skip("long test: make test-long runs it")
 	}
 	for _, v := range []*vendorFake{mooncakeFake, nixlFake} {
 		t.Run(v.name, func(t *testing.T) {

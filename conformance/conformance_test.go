@@ -115,6 +115,9 @@ func TestBrokenVariantsFail(t *testing.T) {
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
+			if os.Getenv("KVFENCE_TEST_QUICK") != "" && longVariants[v.name] {
+				t.Skip("long test: make test-long runs it")
+			}
 			cfg := testConfig(unsafeBin, "KVFENCE_TCP_UNSAFE="+v.name)
 			cfg.Groups = variantGroups
 			cfg.FailFast = true // one broken promise is enough to refuse a certificate

@@ -1,7 +1,8 @@
 # KV in GPU memory (issue 24): the staged mode through the CUDA driver API.
-#   make gpu-fake   the gpumem tests on the fake driver (gcc builds it from
-#                   gpumem/testdata/fakecuda.c; `make unit` runs them under
-#                   -race too); the
+#   make gpu-fake   (in `make test-long`; `make unit` runs the gpumem and
+#                   cmd/libkvfence staging tests under -race on the same fake)
+#                   the gpumem tests on the fake driver (gcc builds it from
+#                   gpumem/testdata/fakecuda.c); the
 #                   known-unsafe copy-before-success control arm, which the
 #                   late-write test must catch; the gpu-check path itself
 #                   over the fake (bandwidth figures there mean nothing); and
@@ -46,4 +47,4 @@ gpu-fake: bindings bindings-deps
 	  { echo "gpu-fake: gpu-check without a driver printed: $$out"; exit 1; }
 	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes, the vLLM connector); control arm caught; gpu-check skips cleanly without a driver"
 
-TEST_STEPS += gpu-fake
+LONG_STEPS += gpu-fake

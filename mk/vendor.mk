@@ -3,7 +3,8 @@
 #                      that each vendor plugin, run without its library,
 #                      refuses with one classified line naming its variable
 #                      (a few seconds). Their fake-library tests, the
-#                      dishonest variants included, run in `make unit`.
+#                      dishonest variants included, run in `make unit`; the
+#                      certifications over the fakes in `make unit-long`.
 #   make vendor-real   the tests against real libraries; each runs only when
 #                      its variable (KVFENCE_MOONCAKE_LIB, KVFENCE_NIXL_LIB,
 #                      KVFENCE_MORI_SHIM) is set, and says it was skipped

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,10 @@ import (
 func TestBenchMeasuresTheCostOfSafetyWithAborts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts rank processes")
+	}
+	// Two arms of rank processes, each a whole bench run (minutes under -race).
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
+		t.Skip("long test: make test-long runs it")
 	}
 	exe := unsafeBinary(t)
 	report := filepath.Join(t.TempDir(), "bench.html")

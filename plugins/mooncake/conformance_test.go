@@ -1,6 +1,7 @@
 package mooncake_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -16,6 +17,10 @@ import (
 // proxy there, but the data goes to the fake's own port: each proxy check
 // must say its fault could not be applied (NOT RUN), not fail.
 func TestConformanceOverFake(t *testing.T) {
+	// A whole certification run over the fake library.
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
+		t.Skip("long test: make test-long runs it")
+	}
 	needFakes(t)
 	r := nocanceltest.CertifyOverFake(t, pluginBin, fakeEnv("KVFENCE_FAKE_STATUS_TIMEOUT_MS=5000", mooncake.EnvReportAfter+"=4s"))
 	for _, c := range nocanceltest.ProxyChecks {

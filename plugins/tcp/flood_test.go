@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,10 @@ const (
 )
 
 func TestDataPortFloodLeavesHonestServed(t *testing.T) {
+	// Thousands of TLS handshakes against the port: minutes under -race.
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
+		t.Skip("long test: make test-long runs it")
+	}
 	res := runDataFlood(t, pluginBin, nil)
 	t.Logf("safe: honest %d/%d served; p50 quiet %v, flooded %v (ratio %.2f); valid flooder saw at most %d sessions at once",
 		res.served, honestRequests, res.quietP50, res.floodP50, float64(res.floodP50)/float64(res.quietP50), res.validMax)
@@ -50,6 +55,10 @@ func TestDataPortFloodLeavesHonestServed(t *testing.T) {
 }
 
 func TestDataPortFloodCatchesAdmitAny(t *testing.T) {
+	// The control arm of the same flood.
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
+		t.Skip("long test: make test-long runs it")
+	}
 	res := runDataFlood(t, unsafePluginBin, []string{"KVFENCE_TCP_UNSAFE=admit-any"})
 	t.Logf("admit-any: honest %d/%d served; stats %v", res.served, honestRequests, res.stats)
 	if res.served == honestRequests {
