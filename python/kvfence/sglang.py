@@ -818,7 +818,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         if self.exposed and self.rv.poll() == KVPoll.Success:
             self.rv.finish()  # handed off: nothing can still land
         elif self.exposed:
-            self.rv.abort()
+            self.rv.abort()  # a handoff landing since the poll: abort gives the slots back as finish does
         self.held = True
         self.mgr.hold(self.room, self.rv)
 
