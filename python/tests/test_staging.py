@@ -3,6 +3,7 @@ classified error and the process stays up: page indices outside the
 engine's buffers, a layout that does not fit the pages, a scatter before the
 request was handed off, a handle of the wrong kind."""
 import ctypes
+import time
 
 import pytest
 
@@ -80,3 +81,27 @@ def test_a_fault_on_engine_memory_is_an_error_not_a_crash(pair):
     snd.close()
     lay.close()
     assert p.linked  # the rank's loop survived the fault
+
+
+def test_abort_after_handoff_gives_slots_back(pair):
+    """An engine may abort a request that was handed off since it last
+    polled (SGLang's classes can): the slots come back as after finish.
+    Aborting a handed-off request used to be a no-op, and its slots stayed
+    handed for good (no hold bound applies to them)."""
+    d, p = pair
+    rv, snd = d.receiver(7), p.sender(7)
+    rv.init(1, [1000])
+    snd.init(1)
+    snd.write(0, bytes(range(64)))
+    snd.send(1)
+    snd.finish(1)
+    assert rv.wait(20) == api.KVPoll.Success
+    rv.abort()
+    for _ in range(2000):  # a step: one loop round trip, waited on in 10 ms polls
+        if rv.released:
+            break
+        time.sleep(0.01)
+    assert rv.released, "a handed-off request's slots stayed in use after abort"
+    assert rv.poll() == api.KVPoll.Success  # it was handed off; abort changes no outcome
+    rv.close()
+    snd.close()
