@@ -492,6 +492,14 @@ class KVFenceKVManager(BaseKVManager):
         for a in self.agents or [getattr(self, "agent", None)]:
             if a is not None:
                 a.close()
+        # Held requests' handles die with their agent: closed here, not
+        # whenever the collector reaches them (a count of open handles
+        # taken meanwhile would shift).
+        with self._lock:
+            held, self._held = getattr(self, "_held", {}), {}
+        for rs in held.values():
+            for r in rs:
+                r.close()
         if getattr(self, "links", None) is not None:
             self.links.close()
         layout = getattr(self, "layout", None)
