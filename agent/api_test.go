@@ -89,37 +89,3 @@ func TestEngineAPIErrorsAreClassified(t *testing.T) {
 		t.Fatalf("a live key admitted twice: %v", err)
 	}
 }
-
-// An engine that aborts a request it saw still in flight may find it handed
-// off by the time Abort runs (the handoff lands between its Poll and its
-// Abort; SGLang's classes abort so). Abort then gives the slots back as
-// Finish does: before, it was a no-op and the slots stayed handed forever,
-// as no hold bound applies to a handed-off request.
-func TestAbortAfterHandoffGivesSlotsBack(t *testing.T) {
-	d, p := startPair(t, nil, nil, nil)
-	key := core.RequestKey{Room: 21, Gen: 1}
-	rv := d.NewReceiver(key)
-	if _, err := rv.Init(2, []core.RankID{1}); err != nil {
-		t.Fatal(err)
-	}
-	snd := p.NewSender(key)
-	if err := snd.Init(2); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < snd.Pages(); i++ {
-		oracle.FillShard(snd.Page(i), oracle.PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(i), Rank: 1})
-	}
-	if err := snd.Send(2); err != nil {
-		t.Fatal(err)
-	}
-	if err := snd.Finish(2); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "handoff", func() bool { return rv.Poll() == PollSuccess })
-	rv.Abort()
-	snd.Close()
-	waitFor(t, "the handed-off request's slots back after Abort", rv.Released)
-	if m := d.Stats().Core; m.HandedSlots != 0 || m.AssignedSlots != 0 || m.HeldSlots != 0 {
-		t.Fatalf("slots in use after Abort: handed %d assigned %d held %d", m.HandedSlots, m.AssignedSlots, m.HeldSlots)
-	}
-}

@@ -5,9 +5,7 @@
 //
 //   - Decode side: NewDecode(ctx, DecodeConfig, transport) → *Decode;
 //     Decode.NewReceiver(key) → *KVReceiver with Init (expose slots), Poll /
-//     Done / Err, Pages (read a handed-off request), Finish, Abort (of a
-//     request handed off by then: as Finish, so a handoff racing the
-//     engine's abort never strands slots), Clear.
+//     Done / Err, Pages (read a handed-off request), Finish, Abort, Clear.
 //   - Prefill side: NewPrefill(ctx, PrefillConfig, transport) → *Prefill;
 //     Prefill.NewSender(key) → *KVSender with Init (reserve source pages),
 //     Page (memory to fill), Send, Finish, Poll / Done / Err, Abort, Close.

@@ -133,23 +133,13 @@ func (r *KVReceiver) Pages() [][]byte {
 	return pages
 }
 
-// Abort stops the request; its memory stays held until it is safe. A
-// request handed off by then has nothing left in flight: Abort gives its
-// slots back as Finish does. The engine cannot tell which it gets (a
-// handoff may land between its Poll and its Abort), and a no-op there left
-// the slots handed forever: no hold bound applies to a handed request.
+// Abort stops the request; its memory stays held until it is safe.
 func (r *KVReceiver) Abort() {
 	r.d.lp.call(func() {
-		dt := r.d.tags[r.key]
-		if dt == nil || dt.tag != r.tag {
-			return
+		if dt := r.d.tags[r.key]; dt != nil && dt.tag == r.tag && dt.state != PollSuccess {
+			_ = r.d.core.Abort(r.tag, core.ReasonClientAbort, now())
+			r.d.act()
 		}
-		if dt.state == PollSuccess {
-			r.d.finish(r.tag)
-			return
-		}
-		_ = r.d.core.Abort(r.tag, core.ReasonClientAbort, now())
-		r.d.act()
 	})
 }
 

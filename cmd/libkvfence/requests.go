@@ -147,8 +147,7 @@ func kvfence_receiver_finish(r C.kvfence_handle, e *C.kvfence_error) (code C.int
 }
 
 // kvfence_receiver_abort stops the request; its slots stay held until the
-// runtime proves no write can land (drained, fenced or timeout). A request
-// already handed off gives its slots back at once, as finish does.
+// runtime proves no write can land (drained, fenced or timeout).
 //
 //export kvfence_receiver_abort
 func kvfence_receiver_abort(r C.kvfence_handle, e *C.kvfence_error) (code C.int) {
@@ -157,7 +156,6 @@ func kvfence_receiver_abort(r C.kvfence_handle, e *C.kvfence_error) (code C.int)
 	if err != nil {
 		return fail(e, err)
 	}
-	settleJobs(uint64(r)) // a handed-off request's slots go back: only after the scatter read them
 	o.rv.Abort()
 	return fail(e, nil)
 }

@@ -823,10 +823,8 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             except errors.KVFenceError:
                 pass
             self.scattering = False
-        if self.exposed and self.rv.poll() == KVPoll.Success:
-            self.rv.finish()  # handed off: nothing can still land
-        elif self.exposed:
-            self.rv.abort()  # a handoff landing since the poll: abort gives the slots back as finish does
+        if self.exposed:
+            self.rv.abandon()  # finished if handed off (also since the last poll), else aborted
         self.held = True
         self.mgr.hold(self.room, self.rv)
 

@@ -318,7 +318,7 @@ class _Load:
         if not self._wait_handoff():
             return False
         if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
-            self.rv.abort()  # handed off, but vLLM let the request go: no copy into its blocks
+            self.rv.abandon()  # handed off, but vLLM let the request go: no copy into its blocks
             return False
         page = self.rv.read(0, len(r["local"]))
         w.scatter(r["local"], writers, page)
@@ -365,11 +365,13 @@ class _Load:
         w = self.w
         deadline = time.monotonic() + w.opts.load_timeout_s
         while True:
+            # abandon, not abort: a handoff landing meanwhile must not
+            # leave the slots in use (and _wait_released waiting) for good
             if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
-                self.rv.abort()
+                self.rv.abandon()
                 return False
             if time.monotonic() > deadline:
-                self.rv.abort()
+                self.rv.abandon()
                 raise errors.Unavailable("no hand-off within load_timeout_s (%.0f s)" % w.opts.load_timeout_s)
             st = self.rv.wait(0.1)
             if st == api.KVPoll.Success:
