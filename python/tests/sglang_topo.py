@@ -162,12 +162,12 @@ class Deployment:
         rvs = [self.Receiver(m, self.instances[inst]["addr"], room) for m in self.dec]
         for rv in rvs:
             rv.init(0)
-        self.until(lambda: _min(rv.poll() for rv in rvs) >= 2, "decode handshake")
+        self.until(lambda: _min(rv.poll() for rv in rvs) >= 2, "decode handshake", show=lambda: self.describe((), rvs))
         return rvs
 
     def senders(self, inst, room):
         snds = [self.Sender(m, self.instances[inst]["addr"], room, [r], 0) for r, m in enumerate(self.instances[inst]["mgrs"])]
-        self.until(lambda: _min(s.poll() for s in snds) >= 2, "prefill bootstrap")
+        self.until(lambda: _min(s.poll() for s in snds) >= 2, "prefill bootstrap", show=lambda: self.describe(snds))
         return snds
 
     @staticmethod
@@ -192,8 +192,8 @@ class Deployment:
                 lines.append("%s room %d: %r kvfence %r" % (kind, x.room, fields, inner))
         for i, inst in enumerate(self.instances):
             for r, m in enumerate(inst["mgrs"]):
-                for a in m.agents:
-                    lines.append("prefill %d rank %d: %s" % (i, r, json.dumps(a.stats())))
+                for a in m.agents or ([e[0] for e in m.links.agents.values()] if m.links is not None else []):
+                    lines.append("prefill %d rank %d: %s" % (i, r, _quietly(lambda: json.dumps(a.stats()))))
         for i, (_, mgrs) in enumerate(self.decodes):
             for r, m in enumerate(mgrs):
                 if m.agent is not None:
@@ -237,7 +237,8 @@ class Deployment:
             p = _min(s.poll() for s in snds)
             if d in (0, 4) and p in (0, 4):
                 return d, p
-            assert time.monotonic() < end, "stuck: decode %d prefill %d" % (d, p)
+            if time.monotonic() >= end:
+                raise AssertionError("stuck: decode %d prefill %d\n%s" % (d, p, self.describe(snds, rvs)))
             time.sleep(0.005)
 
     def corrupt(self, room, gen, d_idx):
