@@ -188,8 +188,20 @@ class Receiver(_Request):
         _lib.call("kvfence_receiver_finish", self._handle())
 
     def abort(self):
-        """Stops the request; its slots stay held until no write can land."""
+        """Stops the request; its slots stay held until no write can land.
+        A request already handed off is not stopped: it stays readable and
+        its slots stay in use until finish."""
         _lib.call("kvfence_receiver_abort", self._handle())
+
+    def abandon(self):
+        """The engine lets the request go, whatever its state: aborted, or
+        finished when it was handed off already. A handoff may land between
+        the engine's last poll and its abort (which then changes nothing):
+        an engine that only aborted would leave those slots in use for good,
+        as no hold bound applies to a handed-off request."""
+        self.abort()
+        if self.poll() == KVPoll.Success:  # once abort took, no handoff can follow (I2)
+            self.finish()
 
     @property
     def released(self):

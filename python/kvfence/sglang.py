@@ -514,6 +514,14 @@ class KVFenceKVManager(BaseKVManager):
         for a in self.agents or [getattr(self, "agent", None)]:
             if a is not None:
                 a.close()
+        # Held requests' handles die with their agent: closed here, not
+        # whenever the collector reaches them (a count of open handles
+        # taken meanwhile would shift).
+        with self._lock:
+            held, self._held = getattr(self, "_held", {}), {}
+        for rs in held.values():
+            for r in rs:
+                r.close()
         if getattr(self, "links", None) is not None:
             self.links.close()
         layout = getattr(self, "layout", None)
@@ -876,10 +884,8 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             except errors.KVFenceError:
                 pass
             self.scattering = False
-        if self.exposed and self.rv.poll() == KVPoll.Success:
-            self.rv.finish()  # handed off: nothing can still land
-        elif self.exposed:
-            self.rv.abort()
+        if self.exposed:
+            self.rv.abandon()  # finished if handed off (also since the last poll), else aborted
         self.held = True
         self.mgr.hold(self.room, self.rv)
 

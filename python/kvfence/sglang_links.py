@@ -88,11 +88,22 @@ class Links:
                     return
 
     def sweep(self):
-        """Closes agents no request used for idle_close_s."""
+        """Closes agents no request used for idle_close_s and that hold no
+        stream: decode exposes a request to the link it has, so an agent
+        idle here may already hold the next request's Assign (made before
+        prefill's sender acquires the agent); closed, that Assign is lost
+        and the request fails when decode's lease lapses."""
         now = time.monotonic()
         with self.lock:
             idle = [k for k, e in self.agents.items() if e[1] == 0 and now - e[2] >= self.idle_close_s]
-            gone = [self.agents.pop(k)[0] for k in idle]
+        busy = {k for k in idle if self._has_streams(k)}
+        with self.lock:
+            gone = []
+            for k in idle:
+                e = self.agents.get(k)
+                if k in busy or e is None or e[1] != 0:
+                    continue  # a stream, or acquired since
+                gone.append(self.agents.pop(k)[0])
             self.closing += len(gone)
         for a in gone:
             try:
@@ -101,6 +112,14 @@ class Links:
                 with self.lock:
                     self.closing -= 1
                     self.closed_idle += 1
+
+    def _has_streams(self, key):
+        with self.lock:
+            e = self.agents.get(key)
+        try:
+            return e is not None and e[0].stats().get("Streams", 0) > 0
+        except Exception:  # noqa: BLE001  (a closed or failing agent holds nothing to keep)
+            return False
 
     def count(self):
         """Agents open (or still closing)."""

@@ -86,6 +86,13 @@ class Engine:
         return int.from_bytes(bytes(self.aux[-1][aux_index * n:aux_index * n + 8]), "little")
 
 
+def _quietly(f):
+    try:
+        return f()
+    except Exception as exc:  # noqa: BLE001  (a closed handle: say so)
+        return repr(exc)
+
+
 def _min(states):
     return min(int(s) for s in states)
 
@@ -155,20 +162,44 @@ class Deployment:
         rvs = [self.Receiver(m, self.instances[inst]["addr"], room) for m in self.dec]
         for rv in rvs:
             rv.init(0)
-        self.until(lambda: _min(rv.poll() for rv in rvs) >= 2, "decode handshake")
+        self.until(lambda: _min(rv.poll() for rv in rvs) >= 2, "decode handshake", show=lambda: self.describe((), rvs))
         return rvs
 
     def senders(self, inst, room):
         snds = [self.Sender(m, self.instances[inst]["addr"], room, [r], 0) for r, m in enumerate(self.instances[inst]["mgrs"])]
-        self.until(lambda: _min(s.poll() for s in snds) >= 2, "prefill bootstrap")
+        self.until(lambda: _min(s.poll() for s in snds) >= 2, "prefill bootstrap", show=lambda: self.describe(snds))
         return snds
 
     @staticmethod
-    def until(cond, what, timeout=30):
+    def until(cond, what, timeout=30, show=None):
+        """Waits for cond; on giving up, the message carries show()'s
+        account of the parties (a flake is then diagnosable from its log)."""
         end = time.monotonic() + timeout
         while not cond():
-            assert time.monotonic() < end, "stuck: " + what
+            if time.monotonic() >= end:
+                raise AssertionError("stuck: %s%s" % (what, "\n" + show() if show else ""))
             time.sleep(0.005)
+
+    def describe(self, snds=(), rvs=()):
+        """The named requests' states and every agent's pools, one line each."""
+        lines = []
+        for kind, xs in (("sender", snds), ("receiver", rvs)):
+            for x in xs:
+                hs = [h for h, *_ in x.snds] if kind == "sender" else [x.rv] if x.rv is not None else []
+                inner = [_quietly(lambda: (h.poll(), h.failure())) for h in hs]
+                fields = {k: v for k, v in vars(x).items() if k not in ("mgr", "snds", "rv", "kv_indices", "aux_row",
+                                                                     "backlog", "links_used")}
+                lines.append("%s room %d: %r kvfence %r" % (kind, x.room, fields, inner))
+        for i, inst in enumerate(self.instances):
+            for r, m in enumerate(inst["mgrs"]):
+                for a in m.agents or ([e[0] for e in m.links.agents.values()] if m.links is not None else []):
+                    lines.append("prefill %d rank %d: %s" % (i, r, _quietly(lambda: json.dumps(a.stats()))))
+        for i, (_, mgrs) in enumerate(self.decodes):
+            for r, m in enumerate(mgrs):
+                if m.agent is not None:
+                    c = m.agent.stats()["core"]
+                    lines.append("decode %d rank %d: held rooms %s core %s" % (i, r, m.held_rooms(), json.dumps(c)))
+        return "\n".join(lines)
 
     def prefill(self, inst, snds, room, gen, p_idx, aux_index, chunks=2, salt=1, prefix=0):
         """finalize_bootstrap (pop_decode_prefix_len, init), then the chunks
@@ -206,7 +237,8 @@ class Deployment:
             p = _min(s.poll() for s in snds)
             if d in (0, 4) and p in (0, 4):
                 return d, p
-            assert time.monotonic() < end, "stuck: decode %d prefill %d" % (d, p)
+            if time.monotonic() >= end:
+                raise AssertionError("stuck: decode %d prefill %d\n%s" % (d, p, self.describe(snds, rvs)))
             time.sleep(0.005)
 
     def corrupt(self, room, gen, d_idx):

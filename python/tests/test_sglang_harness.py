@@ -23,6 +23,11 @@ def stats(c):
     return c.dec.agent.stats()
 
 
+def safe_releases(after, before):
+    """Holds released by proof (drained, fenced, timeout) between two stats."""
+    return sum(after["released"].get(k, 0) - before.get("released", {}).get(k, 0) for k in ("drained", "fenced", "timeout"))
+
+
 def test_request_delivers_pages_and_aux_row(cluster):
     c, room = cluster, 11
     rv, senders = c.start(room, 3, [5, 2, 9], 1, [0, 1, 2])
@@ -48,7 +53,10 @@ def test_abort_mid_transfer_and_clear_during_hold(cluster):
     with pytest.raises(kvfence.KVFenceError):
         rv.failure_exception()
     rv.clear()  # during the hold: SGLang drops its object; kvfence keeps holding
-    assert room in c.dec.held_rooms()
+    # Held, unless prefill's drain already ended the hold (on a loaded
+    # machine the round trip may beat these few calls): released by proof
+    # either way, which the count below checks.
+    assert room in c.dec.held_rooms() or safe_releases(stats(c), before) == 1, "released by clear()"
     c.send_chunk(senders, room, 1, [3, 4, 5, 6], 2, 4, True, 2)  # prefill keeps going; it finds out by polling
     d, p = c.run_until_final(rv, senders, 2, room)
     assert d == 0 and p in (0, 4)
@@ -59,8 +67,7 @@ def test_abort_mid_transfer_and_clear_during_hold(cluster):
         assert time.monotonic() < end, "the aborted request was never released"
         time.sleep(0.02)
     after = stats(c)
-    safe = sum(after["released"].get(k, 0) - before.get("released", {}).get(k, 0) for k in ("drained", "fenced", "timeout"))
-    assert safe == 1, after["released"]  # released by proof, not by clear()
+    assert safe_releases(after, before) == 1, after["released"]  # released by proof, not by clear()
     assert after["released"].get("completed", 0) == before.get("released", {}).get("completed", 0)
 
 

@@ -122,6 +122,11 @@ def test_decode_instance_that_disappears_fails_prefill_senders_and_leaks_nothing
                     s.failure_exception()
             finish([], snds)
         finish(rvs, [])
+        # The 2 s bound was for the rooms above; room 303 makes a new link
+        # (a plugin process, a dial, a handshake), which a loaded machine
+        # may not finish in 2 s: it gets the deployment's usual bound.
+        for m in dep.instances[0]["mgrs"] + dep.dec:
+            m.link_timeout_s = 30
         deliver(dep, 303, [1, 2], [3, 4], 3, 0)
         no_links_left(dep)
         settle(dep, base)
@@ -184,5 +189,35 @@ def test_decode_radix_prefix_is_not_sent(ptp, dtp):
         finish(rvs, snds)
         no_links_left(dep)
         settle(dep, base)
+    finally:
+        dep.close()
+
+
+def test_idle_link_holding_the_next_assign_stays_open():
+    """Decode exposes a request over the link it still has: prefill's agent
+    from the last request, idle, gets the next request's Assign before any
+    prefill sender acquires it. Closing that agent for idleness lost the
+    Assign (the request failed when decode's lease lapsed): an agent that
+    holds a stream stays open, and the request runs over it."""
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1, on_demand=True, extra=dict(idle_close_s=30))
+    try:
+        deliver(dep, 401, [1, 2], [3, 4], 1, 0)
+        rvs = dep.receivers(0, 402)
+        for rv in rvs:
+            rv.send_metadata([5, 6], 2, None, decode_prefix_len=0)
+        assert all(rv.exposed for rv in rvs), "decode did not expose over the link it had"
+        mgrs = dep.instances[0]["mgrs"]
+        agents = [e[0] for m in mgrs for e in m.links.agents.values()]
+        dep.until(lambda: all(a.stats()["Streams"] > 0 for a in agents), "the Assign at the idle agent",
+                  show=lambda: dep.describe((), rvs))
+        for m in mgrs:
+            m.links.idle_close_s = 0.1  # idle long enough now: the senders' sweep would close it
+        time.sleep(0.3)
+        snds = dep.senders(0, 402)
+        assert links(dep) == len(agents), "an agent holding an Assign was closed for idleness"
+        dep.prefill(0, snds, 402, 1, [3, 4], 2)
+        d, p = dep.run(rvs, snds, 2, 402)
+        assert (d, p) == (4, 4), why(rvs + snds)
+        finish(rvs, snds)
     finally:
         dep.close()

@@ -17,10 +17,8 @@ def settle(dep, handles_before, timeout=90):
     """Every hold released, every slot back, every handle closed: a hold ends
     by drain, fence or max_hold (10 s here), so the bound is max_hold plus
     a loaded machine's margin."""
-    end = time.monotonic() + timeout
-    while dep.held() or dep.slots_in_use():
-        assert time.monotonic() < end, "held %d rooms, %d slots in use" % (dep.held(), dep.slots_in_use())
-        time.sleep(0.02)
+    dep.until(lambda: not dep.held() and not dep.slots_in_use(), "holds released and slots back", timeout,
+              show=dep.describe)
     assert staging.handles_live() == handles_before, "handles leaked"
 
 
@@ -86,18 +84,22 @@ def test_abort_after_handoff_before_next_poll_gives_slots_back(dep):
     """The issue's case: 24 slots, 12 requests aborted after kvfence handed
     them off and before SGLang polled again; all settle, the next runs."""
     base = staging.handles_live()
-    for i in range(12):
-        room = 100 + i
-        rvs = dep.receivers(0, room)
-        rvs[0].send_metadata([1, 2, 3], 1, None, decode_prefix_len=0)
-        snds = dep.senders(0, room)
-        dep.prefill(0, snds, room, 1, [4, 5, 6], 1)
-        dep.until(lambda: all(s.poll() == 4 for s in snds), "prefill success")
-        rvs[0].abort()  # SGLang aborts; it never polls this receiver again
-        assert rvs[0].poll() == 0
-        with pytest.raises(errors.KVFenceError):
-            rvs[0].failure_exception()
-        finish(rvs, snds)
+    rvs, snds = [], []
+    try:
+        for i in range(12):
+            room = 100 + i
+            rvs = dep.receivers(0, room)
+            rvs[0].send_metadata([1, 2, 3], 1, None, decode_prefix_len=0)
+            snds = dep.senders(0, room)
+            dep.prefill(0, snds, room, 1, [4, 5, 6], 1)
+            dep.until(lambda: all(s.poll() == 4 for s in snds), "prefill success", show=lambda: dep.describe(snds, rvs))
+            rvs[0].abort()  # SGLang aborts; it never polls this receiver again
+            assert rvs[0].poll() == 0
+            with pytest.raises(errors.KVFenceError):
+                rvs[0].failure_exception()
+            finish(rvs, snds)
+    finally:
+        finish(rvs, snds)  # a failed step leaves nothing open for the next test (clear is idempotent)
     settle(dep, base)
     rvs, snds, d, p = dep.request(200, 3, [1, 2, 3], [4, 5, 6], aux_index=2)
     assert (d, p) == (4, 4) and dep.corrupt(200, 1, [1, 2, 3]) == 0

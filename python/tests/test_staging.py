@@ -3,6 +3,7 @@ classified error and the process stays up: page indices outside the
 engine's buffers, a layout that does not fit the pages, a scatter before the
 request was handed off, a handle of the wrong kind."""
 import ctypes
+import time
 
 import pytest
 
@@ -80,3 +81,29 @@ def test_a_fault_on_engine_memory_is_an_error_not_a_crash(pair):
     snd.close()
     lay.close()
     assert p.linked  # the rank's loop survived the fault
+
+
+def test_abandon_after_handoff_gives_slots_back(pair):
+    """An engine may let go of a request that was handed off since it last
+    polled (SGLang's and vLLM's classes can). abort alone changes nothing
+    then (the request stays readable, its slots in use until finish: an
+    engine may still use it); abandon gives the slots back either way."""
+    d, p = pair
+    rv, snd = d.receiver(7), p.sender(7)
+    rv.init(1, [1000])
+    snd.init(1)
+    snd.write(0, bytes(range(64)))
+    snd.send(1)
+    snd.finish(1)
+    assert rv.wait(20) == api.KVPoll.Success
+    rv.abort()
+    assert bytes(rv.read(0, 1)) == bytes(range(64)) and not rv.released, "abort stopped a handed-off request"
+    rv.abandon()
+    for _ in range(2000):  # one step (a loop round trip), polled every 10 ms
+        if rv.released:
+            break
+        time.sleep(0.01)
+    assert rv.released, "a handed-off request's slots stayed in use after abandon"
+    assert rv.poll() == api.KVPoll.Success  # it was handed off; letting it go changes no outcome
+    rv.close()
+    snd.close()

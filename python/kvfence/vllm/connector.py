@@ -325,11 +325,7 @@ class _Load:
         if not self._wait_handoff():
             return False
         if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
-            # Handed off, but vLLM let the request go: no copy into its
-            # blocks. Every write ended (that is what a hand-off is), so the
-            # slots go back now; an abort is no-op once handed off and
-            # would hold them (and this load's report) for good.
-            self.rv.finish()
+            self.rv.abandon()  # handed off, but vLLM let the request go: no copy into its blocks
             return False
         if w.staged is not None:
             self._scatter_staged(len(writers))
@@ -393,25 +389,19 @@ class _Load:
         w = self.w
         deadline = time.monotonic() + w.opts.load_timeout_s
         while True:
+            # abandon, not abort: a handoff landing meanwhile must not
+            # leave the slots in use (and _wait_released waiting) for good
             if self.aborted.is_set() and w.opts.unsafe != "free_on_abort":
-                self._let_go()
+                self.rv.abandon()
                 return False
             if time.monotonic() > deadline:
-                self._let_go()
+                self.rv.abandon()
                 raise errors.Unavailable("no hand-off within load_timeout_s (%.0f s)" % w.opts.load_timeout_s)
             st = self.rv.wait(0.1)
             if st == api.KVPoll.Success:
                 return True
             if st == api.KVPoll.Failed:
                 raise self.rv.failure() or errors.Unavailable("load failed")
-
-    def _let_go(self):
-        """Ends this attempt without a copy: an abort before the hand-off;
-        a hand-off that won the race (abort is then a no-op) gives its
-        slots back with finish, or they would stay held for good."""
-        self.rv.abort()
-        if self.rv.poll() == api.KVPoll.Success:
-            self.rv.finish()
 
     def _wait_released(self):
         if self.rv is None:
