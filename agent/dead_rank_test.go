@@ -79,6 +79,12 @@ func TestAdmissionNamingAKilledRankIsRefused(t *testing.T) {
 	}
 	_ = child.Wait()
 	waitFor(t, "rank 1 declared dead", func() bool { return d.Stats().Core.PeerDeaths == 1 })
+	// Room 1's hold ends (fenced) on its own time: let it end first, so the
+	// counts below move only for the refused admission.
+	waitFor(t, "room 1's hold released", func() bool {
+		c := d.Stats().Core
+		return c.HeldSlots == 0 && c.AssignedSlots == 0
+	})
 
 	before := d.Stats().Core
 	rv := d.NewReceiver(core.RequestKey{Room: 2, Gen: 1})

@@ -12,7 +12,7 @@ import (
 // lease: heartbeats of changes over the real control link renew it, and it
 // is handed off, not lapsed.
 func TestLeaseRenewedAcrossHeartbeats(t *testing.T) {
-	d, p := startPair(t, func(c *DecodeConfig) { c.Lease = 300 * time.Millisecond; c.MaxHold = 20 * time.Second }, nil, nil)
+	d, p := startPair(t, func(c *DecodeConfig) { c.Lease = time.Second; c.MaxHold = 20 * time.Second }, nil, nil)
 	key := core.RequestKey{Room: 1, Gen: 1}
 	const pages = 4
 	rv := d.NewReceiver(key)
@@ -24,7 +24,7 @@ func TestLeaseRenewedAcrossHeartbeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < pages; i++ {
-		time.Sleep(400 * time.Millisecond) // past the Assign's lease: only renewal keeps it
+		time.Sleep(1200 * time.Millisecond) // past the Assign's lease: only renewal keeps it
 		oracle.FillShard(snd.Page(i), oracle.PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(i), Rank: 1})
 		if err := snd.Send(i + 1); err != nil {
 			t.Fatal(err)
