@@ -636,7 +636,7 @@ func (d *Decode) revokeKeys(keys []sdk.Key) error {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if _, err := d.granter.Revoke(ctx, k); err != nil && !sdk.IsClass(err, sdk.ClassNotFound) {
+			if _, err := d.granter.Revoke(ctx, k); err != nil && !errdefs.Is(err, errdefs.NotFound) {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

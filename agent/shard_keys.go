@@ -179,7 +179,7 @@ func (d *Decode) grantRank(dt *decTag, pos int, writer string) ([]keyRef, error)
 	}
 	refs, granted, err := d.grantWindows(ws, pages, writer)
 	dt.granted = append(dt.granted, granted...)
-	if writer != "" && sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if writer != "" && errdefs.Is(err, errdefs.FailedPrecondition) {
 		d.log.Debug("writer not connected: keys not bound to its identity", "tag", dt.tag, "rank", dt.ranks[pos], "error", err)
 		if d.shardKeys == sdk.BoundsNone {
 			return nil, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
@@ -188,7 +189,7 @@ func TestRequireShardKeysRefusesUnboundableKeys(t *testing.T) {
 			if err == nil {
 				defer d.Close()
 			}
-			if c.refused != (err != nil) || (err != nil && !sdk.IsClass(err, sdk.ClassFailedPrecondition)) {
+			if c.refused != (err != nil) || (err != nil && !errdefs.Is(err, errdefs.FailedPrecondition)) {
 				t.Fatalf("NewDecode: %v (refusal expected: %v)", err, c.refused)
 			}
 			t.Logf("NewDecode: %v", err)
@@ -206,7 +207,7 @@ func TestControlV1PeerRefused(t *testing.T) {
 	d := startShardDecode(t, shardArms[0])
 	_, _, err := dial(context.Background(), d.Addr(), nil, identity{RoleDecode, 0},
 		peerHello{Role: RolePrefill, Rank: 1, ShardBytes: skShard, Version: 1, Caps: peerCaps{Quiesce: true}})
-	if !sdk.IsClass(err, sdk.ClassFailedPrecondition) || !strings.Contains(err.Error(), "v1") {
+	if !errdefs.Is(err, errdefs.FailedPrecondition) || !strings.Contains(err.Error(), "v1") {
 		t.Fatalf("a v1 prefill rank: %v, want refused as incompatible", err)
 	}
 }

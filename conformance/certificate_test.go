@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/conformance"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -86,12 +87,12 @@ func TestSignedCertificateVerifies(t *testing.T) {
 	// Valid for sdk.CertificateValidity from the run, not after.
 	later := pol
 	later.Now = func() time.Time { return r.Date.Add(sdk.CertificateValidity + time.Hour) }
-	if _, err := later.Verify(file, sum); !sdk.IsClass(err, sdk.ClassFailedPrecondition) || !strings.Contains(err.Error(), "expired") {
+	if _, err := later.Verify(file, sum); !errdefs.Is(err, errdefs.FailedPrecondition) || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("verified after its validity period: %v", err)
 	}
 	other := append([]byte(nil), sum...)
 	other[0] ^= 1
-	if _, err := pol.Verify(file, other); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if _, err := pol.Verify(file, other); !errdefs.Is(err, errdefs.FailedPrecondition) {
 		t.Fatalf("verified for another binary: %v", err)
 	}
 }

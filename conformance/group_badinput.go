@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -16,7 +17,7 @@ func badInputGroup() group {
 
 type badCase struct {
 	name string
-	want sdk.Class
+	want errdefs.Class
 	call func() error
 }
 
@@ -42,21 +43,21 @@ func checkBadInputs(ctx context.Context, s *suite, r *Result) error {
 	}
 	caps := s.info.Capabilities
 	cases := []badCase{
-		{"zero-length op", sdk.ClassInvalidArgument, post(func(b *sdk.Batch) { b.Ops[0].Length = 0 })},
-		{"empty batch", sdk.ClassInvalidArgument, post(func(b *sdk.Batch) { b.Ops = nil })},
-		{"duplicate batch id", sdk.ClassAlreadyExists, post(func(b *sdk.Batch) { b.ID = dup.ID })},
-		{"more ops than MaxBatch", sdk.ClassInvalidArgument, post(func(b *sdk.Batch) {
+		{"zero-length op", errdefs.InvalidArgument, post(func(b *sdk.Batch) { b.Ops[0].Length = 0 })},
+		{"empty batch", errdefs.InvalidArgument, post(func(b *sdk.Batch) { b.Ops = nil })},
+		{"duplicate batch id", errdefs.AlreadyExists, post(func(b *sdk.Batch) { b.ID = dup.ID })},
+		{"more ops than MaxBatch", errdefs.InvalidArgument, post(func(b *sdk.Batch) {
 			for len(b.Ops) <= caps.MaxBatch {
 				b.Ops = append(b.Ops, b.Ops[0])
 			}
 		})},
-		{"op longer than MaxOpBytes", sdk.ClassInvalidArgument, post(func(b *sdk.Batch) { b.Ops[0].Length = caps.MaxOpBytes + 1 })},
-		{"unknown op kind", sdk.ClassInvalidArgument, post(func(b *sdk.Batch) { b.Ops[0].Kind = 99 })},
-		{"unregistered local region", sdk.ClassNotFound, post(func(b *sdk.Batch) { b.Ops[0].LocalRegion = se.srcID + 1000 })},
-		{"local range out of bounds", sdk.ClassInvalidArgument, post(func(b *sdk.Batch) { b.Ops[0].LocalOffset = se.size - 1 })},
-		{"local offset overflows", sdk.ClassInvalidArgument, post(func(b *sdk.Batch) { b.Ops[0].LocalOffset = ^uint64(0) - 4 })},
-		{"unknown peer", sdk.ClassNotFound, post(func(b *sdk.Batch) { b.Peer = "no-such-peer" })},
-		{"grant on unregistered memory", sdk.ClassNotFound, func() error {
+		{"op longer than MaxOpBytes", errdefs.InvalidArgument, post(func(b *sdk.Batch) { b.Ops[0].Length = caps.MaxOpBytes + 1 })},
+		{"unknown op kind", errdefs.InvalidArgument, post(func(b *sdk.Batch) { b.Ops[0].Kind = 99 })},
+		{"unregistered local region", errdefs.NotFound, post(func(b *sdk.Batch) { b.Ops[0].LocalRegion = se.srcID + 1000 })},
+		{"local range out of bounds", errdefs.InvalidArgument, post(func(b *sdk.Batch) { b.Ops[0].LocalOffset = se.size - 1 })},
+		{"local offset overflows", errdefs.InvalidArgument, post(func(b *sdk.Batch) { b.Ops[0].LocalOffset = ^uint64(0) - 4 })},
+		{"unknown peer", errdefs.NotFound, post(func(b *sdk.Batch) { b.Peer = "no-such-peer" })},
+		{"grant on unregistered memory", errdefs.NotFound, func() error {
 			_, err := se.tgt.g.Grant(ctx, sdk.Window{Region: se.dstID + 1000, Length: 1})
 			return err
 		}},
@@ -64,19 +65,19 @@ func checkBadInputs(ctx context.Context, s *suite, r *Result) error {
 			_, err := se.tgt.g.Revoke(ctx, sdk.Key(0x0bad0bad0bad0bad))
 			return err
 		}},
-		{"deregister unknown region", sdk.ClassNotFound, func() error { return se.ini.t.DeregisterMemory(ctx, se.srcID+1000) }},
-		{"register memory that does not exist", sdk.ClassNotFound, func() error {
+		{"deregister unknown region", errdefs.NotFound, func() error { return se.ini.t.DeregisterMemory(ctx, se.srcID+1000) }},
+		{"register memory that does not exist", errdefs.NotFound, func() error {
 			_, err := se.ini.t.RegisterMemory(ctx, sdk.MemoryDesc{Kind: sdk.MemoryHostShared, Path: "/nonexistent/kvfence-conformance", Size: 4096})
 			return err
 		}},
-		{"connect to a malformed endpoint", sdk.ClassInvalidArgument, func() error {
+		{"connect to a malformed endpoint", errdefs.InvalidArgument, func() error {
 			_, err := se.ini.t.Connect(ctx, sdk.Endpoint{Transport: s.info.Name, Address: "::not an address::"})
 			return err
 		}},
-		{"disconnect unknown peer", sdk.ClassNotFound, func() error { return se.ini.t.Disconnect(ctx, "no-such-peer") }},
+		{"disconnect unknown peer", errdefs.NotFound, func() error { return se.ini.t.Disconnect(ctx, "no-such-peer") }},
 	}
 	if !hasKind(caps.MemoryKinds, sdk.MemoryDMABuf) {
-		cases = append(cases, badCase{"register a memory kind not declared", sdk.ClassUnimplemented, func() error {
+		cases = append(cases, badCase{"register a memory kind not declared", errdefs.Unimplemented, func() error {
 			_, err := se.ini.t.RegisterMemory(ctx, sdk.MemoryDesc{Kind: sdk.MemoryDMABuf, Path: se.src.Desc().Path, Size: 4096})
 			return err
 		}})
@@ -122,9 +123,9 @@ func checkAliveAfter(ctx context.Context, s *suite, _ *Result) error {
 
 // revokeRefusalClass: Revoke of an unknown key is not found where the plugin
 // claims Revoke, unimplemented where it declares it cannot revoke.
-func revokeRefusalClass(s *suite) sdk.Class {
+func revokeRefusalClass(s *suite) errdefs.Class {
 	if s.info.Capabilities.Revoke {
-		return sdk.ClassNotFound
+		return errdefs.NotFound
 	}
-	return sdk.ClassUnimplemented
+	return errdefs.Unimplemented
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -67,8 +68,8 @@ func checkRevokeClaim(ctx context.Context, s *suite, r *Result) error {
 		switch {
 		case err == nil:
 			return fmt.Errorf("Revoke not declared, yet Revoke returned success")
-		case !sdk.IsClass(err, sdk.ClassUnimplemented):
-			return fmt.Errorf("Revoke not declared: Revoke must refuse as unimplemented, got %v (%s)", err, sdk.ClassOf(err))
+		case !errdefs.Is(err, errdefs.Unimplemented):
+			return fmt.Errorf("Revoke not declared: Revoke must refuse as unimplemented, got %v (%s)", err, errdefs.ClassOf(err))
 		}
 		r.Notes = append(r.Notes, "Revoke not declared; Grant offered and Revoke refuses: "+err.Error())
 		return nil
@@ -121,9 +122,9 @@ func checkReadClaim(ctx context.Context, s *suite, r *Result) error {
 		_, _ = se.wait(b.ID, s.cfg.CompletionTimeout)
 		return fmt.Errorf("Read not declared, but a read batch was accepted")
 	}
-	if sdk.ClassOf(err) != sdk.ClassUnimplemented {
+	if errdefs.ClassOf(err) != errdefs.Unimplemented {
 		r.Promise = PromiseErrorClass
-		return fmt.Errorf("read without the Read capability refused with class %v (%v), want unimplemented", sdk.ClassOf(err), err)
+		return fmt.Errorf("read without the Read capability refused with class %v (%v), want unimplemented", errdefs.ClassOf(err), err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -25,9 +26,9 @@ func refusalsGroup() group {
 // one answer, so a guesser cannot tell which keys ever existed), so an
 // unknown key may also be a failed precondition (sameAnswer).
 const (
-	classUnknownKey  = sdk.ClassNotFound
-	classOutOfWindow = sdk.ClassInvalidArgument
-	classRevokedKey  = sdk.ClassFailedPrecondition
+	classUnknownKey  = errdefs.NotFound
+	classOutOfWindow = errdefs.InvalidArgument
+	classRevokedKey  = errdefs.FailedPrecondition
 )
 
 // refused posts b, which the target must refuse, and judges the outcome:
@@ -37,10 +38,10 @@ const (
 // when its bytes did land: for a revoked key that is Revoke's promise (the
 // write was true to its bytes; the Revoke before it revoked nothing), not
 // Succeeded's.
-func (se *session) refused(ctx context.Context, r *Result, b sdk.Batch, want sdk.Class, watched []byte, sentinel byte, landed string) error {
+func (se *session) refused(ctx context.Context, r *Result, b sdk.Batch, want errdefs.Class, watched []byte, sentinel byte, landed string) error {
 	s := se.s
 	if err := se.ini.t.Post(ctx, b); err != nil {
-		if got := sdk.ClassOf(err); !sameAnswer(got, want) {
+		if got := errdefs.ClassOf(err); !sameAnswer(got, want) {
 			return fmt.Errorf("refused at Post with class %v (%v), want %v", got, err, want)
 		}
 		r.Notes = append(r.Notes, "refused at Post: "+err.Error())
@@ -74,7 +75,7 @@ func (se *session) refused(ctx context.Context, r *Result, b sdk.Batch, want sdk
 
 // sameAnswer: got is the refusal's class want, or — for an unknown key —
 // the revoked key's class.
-func sameAnswer(got, want sdk.Class) bool {
+func sameAnswer(got, want errdefs.Class) bool {
 	return got == want || (want == classUnknownKey && got == classRevokedKey)
 }
 

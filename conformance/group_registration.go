@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -20,11 +21,11 @@ func registrationGroup() group {
 	}}
 }
 
-func wantClass(what string, err error, want sdk.Class) error {
+func wantClass(what string, err error, want errdefs.Class) error {
 	if err == nil {
 		return fmt.Errorf("%s: accepted, want %v", what, want)
 	}
-	if got := sdk.ClassOf(err); got != want {
+	if got := errdefs.ClassOf(err); got != want {
 		return fmt.Errorf("%s: class %v (%v), want %v", what, got, err, want)
 	}
 	return nil
@@ -46,7 +47,7 @@ func checkRegBounds(ctx context.Context, s *suite, r *Result) error {
 		if err == nil {
 			_ = se.tgt.t.DeregisterMemory(ctx, id)
 		}
-		if e := wantClass("RegisterMemory "+c.what, err, sdk.ClassInvalidArgument); e != nil {
+		if e := wantClass("RegisterMemory "+c.what, err, errdefs.InvalidArgument); e != nil {
 			r.Promise = PromiseErrorClass
 			return e
 		}
@@ -64,7 +65,7 @@ func checkRegBounds(ctx context.Context, s *suite, r *Result) error {
 		if err == nil {
 			_, _ = se.tgt.g.Revoke(ctx, k)
 		}
-		if e := wantClass("Grant "+g.what, err, sdk.ClassInvalidArgument); e != nil {
+		if e := wantClass("Grant "+g.what, err, errdefs.InvalidArgument); e != nil {
 			r.Promise = PromiseErrorClass
 			return e
 		}
@@ -152,7 +153,7 @@ func checkDeregLive(ctx context.Context, s *suite, _ *Result) error {
 	if !s.info.Capabilities.Revoke {
 		// A plugin that cannot revoke must not pretend that deregistration
 		// stops writers: it refuses while keys are live.
-		if err := se.tgt.t.DeregisterMemory(ctx, id); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+		if err := se.tgt.t.DeregisterMemory(ctx, id); !errdefs.Is(err, errdefs.FailedPrecondition) {
 			return fmt.Errorf("DeregisterMemory with a live key on a plugin that cannot revoke: want failed-precondition, got %v", err)
 		}
 		return nil
@@ -221,7 +222,7 @@ func checkRegRepeat(ctx context.Context, s *suite, r *Result) error {
 		if err := se.ini.t.DeregisterMemory(ctx, sid); err != nil {
 			return fmt.Errorf("cycle %d: DeregisterMemory(initiator): %w", i, err)
 		}
-		if err := wantClass("second DeregisterMemory", se.ini.t.DeregisterMemory(ctx, sid), sdk.ClassNotFound); err != nil {
+		if err := wantClass("second DeregisterMemory", se.ini.t.DeregisterMemory(ctx, sid), errdefs.NotFound); err != nil {
 			r.Promise = PromiseErrorClass
 			return fmt.Errorf("cycle %d: %w", i, err)
 		}

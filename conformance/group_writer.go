@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -23,7 +24,7 @@ func checkWriterBoundKey(ctx context.Context, s *suite, r *Result) error {
 	if err != nil {
 		return fmt.Errorf("initiator LocalEndpoint: %w", err)
 	}
-	if _, err := se.tgt.g.Grant(ctx, sdk.Window{Region: se.dstID, Length: 4096, Writer: "127.0.0.1:1"}); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if _, err := se.tgt.g.Grant(ctx, sdk.Window{Region: se.dstID, Length: 4096, Writer: "127.0.0.1:1"}); !errdefs.Is(err, errdefs.FailedPrecondition) {
 		r.Promise = PromiseErrorClass
 		return fmt.Errorf("Grant to a writer that is not connected: %v, want FailedPrecondition", err)
 	}

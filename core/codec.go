@@ -2,6 +2,8 @@ package core
 
 import (
 	"encoding/binary"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // MessageVersion is the version byte that starts every encoded core
@@ -92,16 +94,16 @@ func appendTag(b []byte, t Tag) []byte {
 
 // DecodeMessage parses one message. It never panics; any malformed input
 // (unknown version or kind, truncation, trailing bytes, values out of range)
-// yields an error of class ErrInvalidArgument.
+// yields an error of class errdefs.InvalidArgument.
 func DecodeMessage(data []byte) (Message, error) {
 	d := decoder{buf: data}
 	var m Message
 	if v := d.byte(); d.err == nil && v != MessageVersion {
-		return m, errorf(ErrInvalidArgument, "message version %d, want %d", v, MessageVersion)
+		return m, errorf(errdefs.InvalidArgument, "message version %d, want %d", v, MessageVersion)
 	}
 	m.Kind = Kind(d.byte())
 	if d.err == nil && (m.Kind == 0 || m.Kind > kindMax) {
-		return m, errorf(ErrInvalidArgument, "unknown message kind %d", uint8(m.Kind))
+		return m, errorf(errdefs.InvalidArgument, "unknown message kind %d", uint8(m.Kind))
 	}
 	m.Tag = d.tag()
 	m.Rank = RankID(d.uvarint32())
@@ -169,7 +171,7 @@ type decoder struct {
 
 func (d *decoder) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = errorf(ErrInvalidArgument, format, args...)
+		d.err = errorf(errdefs.InvalidArgument, format, args...)
 	}
 }
 

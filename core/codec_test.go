@@ -4,6 +4,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 func sampleMessages() []Message {
@@ -53,8 +55,8 @@ func TestCodecRejectsBadInput(t *testing.T) {
 		"rank overflow": {MessageVersion, byte(KindGrant), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0},
 	}
 	for name, b := range cases {
-		if _, err := DecodeMessage(b); !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("%s: got %v, want an ErrInvalidArgument", name, err)
+		if _, err := DecodeMessage(b); !errors.Is(err, errdefs.InvalidArgument) {
+			t.Errorf("%s: got %v, want an errdefs.InvalidArgument", name, err)
 		}
 	}
 }
@@ -77,7 +79,7 @@ func FuzzDecodeMessage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeMessage(data)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidArgument) {
+			if !errors.Is(err, errdefs.InvalidArgument) {
 				t.Fatalf("unclassified error %v", err)
 			}
 			return

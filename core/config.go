@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/core/knownunsafe"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // DefaultMaxDeclaredTail is the longest tail a prefill rank may declare
@@ -55,19 +56,19 @@ type ReceiverConfig struct {
 func (c *ReceiverConfig) validate() error {
 	switch {
 	case c.Slots <= 0:
-		return errorf(ErrInvalidArgument, "Slots must be positive, got %d", c.Slots)
+		return errorf(errdefs.InvalidArgument, "Slots must be positive, got %d", c.Slots)
 	case c.Lease <= 0:
-		return errorf(ErrInvalidArgument, "Lease must be positive, got %v", c.Lease)
+		return errorf(errdefs.InvalidArgument, "Lease must be positive, got %v", c.Lease)
 	case c.MaxHold < c.Lease:
-		return errorf(ErrInvalidArgument, "MaxHold %v shorter than Lease %v", c.MaxHold, c.Lease)
+		return errorf(errdefs.InvalidArgument, "MaxHold %v shorter than Lease %v", c.MaxHold, c.Lease)
 	case c.MaxTail < 0 || c.ClockMargin < 0:
-		return errorf(ErrInvalidArgument, "MaxTail and ClockMargin must not be negative")
+		return errorf(errdefs.InvalidArgument, "MaxTail and ClockMargin must not be negative")
 	case c.MaxDeclaredTail < 0:
-		return errorf(ErrInvalidArgument, "MaxDeclaredTail must not be negative, got %v", c.MaxDeclaredTail)
+		return errorf(errdefs.InvalidArgument, "MaxDeclaredTail must not be negative, got %v", c.MaxDeclaredTail)
 	case c.MaxDeclaredTail == 0:
 		c.MaxDeclaredTail = max(DefaultMaxDeclaredTail, c.MaxTail)
 	case c.MaxDeclaredTail < c.MaxTail:
-		return errorf(ErrInvalidArgument, "MaxDeclaredTail %v shorter than this receiver's own MaxTail %v: a rank on the same transport would be refused",
+		return errorf(errdefs.InvalidArgument, "MaxDeclaredTail %v shorter than this receiver's own MaxTail %v: a rank on the same transport would be refused",
 			c.MaxDeclaredTail, c.MaxTail)
 	}
 	if err := c.RestartFence.validate(); err != nil {
@@ -110,15 +111,15 @@ type SenderConfig struct {
 func (c *SenderConfig) validate() error {
 	switch {
 	case c.Session == 0:
-		return errorf(ErrInvalidArgument, "Session must not be zero (draw a new one on every start)")
+		return errorf(errdefs.InvalidArgument, "Session must not be zero (draw a new one on every start)")
 	case c.MaxInflight <= 0:
-		return errorf(ErrInvalidArgument, "MaxInflight must be positive, got %d", c.MaxInflight)
+		return errorf(errdefs.InvalidArgument, "MaxInflight must be positive, got %d", c.MaxInflight)
 	case c.MaxBatchPages <= 0:
-		return errorf(ErrInvalidArgument, "MaxBatchPages must be positive, got %d", c.MaxBatchPages)
+		return errorf(errdefs.InvalidArgument, "MaxBatchPages must be positive, got %d", c.MaxBatchPages)
 	case c.Heartbeat <= 0:
-		return errorf(ErrInvalidArgument, "Heartbeat must be positive, got %v", c.Heartbeat)
+		return errorf(errdefs.InvalidArgument, "Heartbeat must be positive, got %v", c.Heartbeat)
 	case c.SkewMargin < 0 || c.RequestTombstone <= 0 || c.BootstrapTimeout <= 0:
-		return errorf(ErrInvalidArgument, "SkewMargin must not be negative; RequestTombstone and BootstrapTimeout must be positive")
+		return errorf(errdefs.InvalidArgument, "SkewMargin must not be negative; RequestTombstone and BootstrapTimeout must be positive")
 	}
 	return nil
 }

@@ -6,19 +6,11 @@ import (
 	"github.com/kvfence/kvfence/errdefs"
 )
 
-// Error classes. Every error the core returns wraps exactly one of them, so
-// a caller can map it (errors.Is, errdefs.ClassOf) to a gRPC code or an
-// engine status without reading strings. They are the project's classes
-// (package errdefs), named here for the core's callers.
-var (
-	ErrInvalidArgument    = errdefs.InvalidArgument
-	ErrNotFound           = errdefs.NotFound
-	ErrAlreadyExists      = errdefs.AlreadyExists
-	ErrResourceExhausted  = errdefs.ResourceExhausted
-	ErrFailedPrecondition = errdefs.FailedPrecondition
-	ErrUnavailable        = errdefs.Unavailable
-)
-
-func errorf(class error, format string, args ...any) error {
+// errorf wraps exactly one class with a message: every error the core
+// returns does, so a caller can map it (errors.Is, errdefs.ClassOf) to a gRPC
+// code or an engine status without reading strings. The classes are the
+// project's one vocabulary, package errdefs; the core names no class of its
+// own.
+func errorf(class errdefs.Class, format string, args ...any) error {
 	return fmt.Errorf("%w: %s", class, fmt.Sprintf(format, args...))
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/core/knownunsafe"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // safePolicy is the core's answer at every decision a known-unsafe
@@ -43,5 +44,5 @@ func policyFor(v knownunsafe.Variant) (policy, error) {
 	if p := v.Policy(); p != nil {
 		return p, nil
 	}
-	return nil, errorf(ErrFailedPrecondition, "core variant %s is not linked into this binary (only the simulation, the tests and -tags kvfenceunsafe agents link internal/unsafecore)", v.Name())
+	return nil, errorf(errdefs.FailedPrecondition, "core variant %s is not linked into this binary (only the simulation, the tests and -tags kvfenceunsafe agents link internal/unsafecore)", v.Name())
 }

@@ -3,6 +3,8 @@ package core
 import (
 	"slices"
 	"time"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // ExposureState is where a decode exposure is in its life.
@@ -130,7 +132,7 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 // extends it too (the rank may have written to the earlier instance).
 //
 // A tail above the configured MaxDeclaredTail (or a negative one) is
-// refused with ErrInvalidArgument and changes nothing: the caller must not
+// refused with errdefs.InvalidArgument and changes nothing: the caller must not
 // let that rank write here (refuse its Hello). It changes no state that
 // could release anything, so it produces no output and leaves Ready as it
 // was.
@@ -163,11 +165,11 @@ func (r *Receiver) RankTail(rank RankID, tail time.Duration) error {
 func (r *Receiver) CheckTail(rank RankID, tail time.Duration) error {
 	switch {
 	case tail < 0:
-		return errorf(ErrInvalidArgument, "rank %d: declared transport tail must not be negative, got %v", rank, tail)
+		return errorf(errdefs.InvalidArgument, "rank %d: declared transport tail must not be negative, got %v", rank, tail)
 	case tail > r.cfg.MaxDeclaredTail && !r.restartFenced():
 		// Above the maximum only with a restart fence: such holds end by
 		// restarting the target instance, never by timeout.
-		return errorf(ErrInvalidArgument, "rank %d: declared transport tail %v is above this decode rank's maximum %v (MaxDeclaredTail): every hold over its writes would last that long",
+		return errorf(errdefs.InvalidArgument, "rank %d: declared transport tail %v is above this decode rank's maximum %v (MaxDeclaredTail): every hold over its writes would last that long",
 			rank, tail, r.cfg.MaxDeclaredTail)
 	}
 	return nil
@@ -213,40 +215,40 @@ func (r *Receiver) State(tag Tag) (ExposureState, bool) {
 // all write, and emits one Assign per rank.
 //
 // An admission that names a rank declared dead (PeerDead, and not linked
-// again since: RankTail) is refused with ErrUnavailable naming that rank,
+// again since: RankTail) is refused with errdefs.Unavailable naming that rank,
 // and nothing is exposed: a dead rank never writes, commits or drains, so
 // admitting would only hold the slots until a fence or the bound.
 func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (Tag, error) {
 	r.out.reset()
 	switch {
 	case pages <= 0:
-		return Tag{}, errorf(ErrInvalidArgument, "request %s: pages must be positive, got %d", key, pages)
+		return Tag{}, errorf(errdefs.InvalidArgument, "request %s: pages must be positive, got %d", key, pages)
 	case len(ranks) == 0 || len(ranks) > MaxWireRanks:
-		return Tag{}, errorf(ErrInvalidArgument, "request %s: %d ranks, want 1..%d", key, len(ranks), MaxWireRanks)
+		return Tag{}, errorf(errdefs.InvalidArgument, "request %s: %d ranks, want 1..%d", key, len(ranks), MaxWireRanks)
 	case pages > MaxWireSlots:
-		return Tag{}, errorf(ErrInvalidArgument, "request %s: %d pages, more than %d", key, pages, MaxWireSlots)
+		return Tag{}, errorf(errdefs.InvalidArgument, "request %s: %d pages, more than %d", key, pages, MaxWireSlots)
 	}
 	for i := range ranks {
 		for j := i + 1; j < len(ranks); j++ {
 			if ranks[i] == ranks[j] {
-				return Tag{}, errorf(ErrInvalidArgument, "request %s: rank %d named twice", key, ranks[i])
+				return Tag{}, errorf(errdefs.InvalidArgument, "request %s: rank %d named twice", key, ranks[i])
 			}
 		}
 	}
 	for _, id := range ranks {
 		if r.dead[id] {
-			return Tag{}, errorf(ErrUnavailable, "request %s: prefill rank %d was declared dead and has not linked again", key, id)
+			return Tag{}, errorf(errdefs.Unavailable, "request %s: prefill rank %d was declared dead and has not linked again", key, id)
 		}
 	}
 	if _, ok := r.byKey[key]; ok {
-		return Tag{}, errorf(ErrAlreadyExists, "request %s is already exposed", key)
+		return Tag{}, errorf(errdefs.AlreadyExists, "request %s is already exposed", key)
 	}
 	if r.pool.Free() < pages {
-		return Tag{}, errorf(ErrResourceExhausted, "request %s needs %d slots, %d free", key, pages, r.pool.Free())
+		return Tag{}, errorf(errdefs.ResourceExhausted, "request %s needs %d slots, %d free", key, pages, r.pool.Free())
 	}
 	target, ok := r.pickTarget()
 	if !ok {
-		return Tag{}, errorf(ErrResourceExhausted, "request %s: every target instance is restarting", key)
+		return Tag{}, errorf(errdefs.ResourceExhausted, "request %s: every target instance is restarting", key)
 	}
 	e := r.newExposure()
 	r.attachTarget(e, target)
@@ -288,11 +290,11 @@ func (r *Receiver) Reject(tag Tag, now Time) error {
 func (r *Receiver) stop(tag Tag, reason Reason, reject bool, now Time) error {
 	e := r.lookup(tag)
 	if e == nil {
-		return errorf(ErrNotFound, "no exposure for tag %s", tag)
+		return errorf(errdefs.NotFound, "no exposure for tag %s", tag)
 	}
 	switch e.state {
 	case StateHanded:
-		return errorf(ErrFailedPrecondition, "tag %s was handed off: finish it instead", tag)
+		return errorf(errdefs.FailedPrecondition, "tag %s was handed off: finish it instead", tag)
 	case StateAborting:
 		return nil
 	}
@@ -309,10 +311,10 @@ func (r *Receiver) Finish(tag Tag, now Time) error {
 	r.out.reset()
 	e := r.lookup(tag)
 	if e == nil {
-		return errorf(ErrNotFound, "no exposure for tag %s", tag)
+		return errorf(errdefs.NotFound, "no exposure for tag %s", tag)
 	}
 	if e.state != StateHanded {
-		return errorf(ErrFailedPrecondition, "tag %s is %s: only handed-off requests finish", tag, e.state)
+		return errorf(errdefs.FailedPrecondition, "tag %s is %s: only handed-off requests finish", tag, e.state)
 	}
 	if r.fenceFirst() && !e.revoked {
 		e.finished = true

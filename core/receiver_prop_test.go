@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kvfence/kvfence/core/knownunsafe"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // shadowExposure is the test's own account of one tag, built only from the
@@ -106,7 +107,7 @@ func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*
 			}
 			err := r.RankTail(rk, tl)
 			switch refuse := tl < 0 || tl > maxDeclared; {
-			case refuse && !errors.Is(err, ErrInvalidArgument):
+			case refuse && !errors.Is(err, errdefs.InvalidArgument):
 				t.Fatalf("tail %v (maximum %v) not refused as invalid argument: %v", tl, maxDeclared, err)
 			case !refuse && err != nil:
 				t.Fatalf("tail %v (maximum %v) refused: %v", tl, maxDeclared, err)
@@ -243,11 +244,11 @@ func receiverPropertiesWith(variant knownunsafe.Variant, times propTimes) func(*
 					namesDead = namesDead || dead[rk]
 				}
 				switch {
-				case namesDead && !errors.Is(err, ErrUnavailable):
+				case namesDead && !errors.Is(err, errdefs.Unavailable):
 					t.Fatalf("admission %s naming a dead rank (ranks %v) not refused as unavailable: %v", key, rs, err)
 				case namesDead && (r.Metrics().Admitted != before.Admitted || len(r.Ready().Messages) != 0):
 					t.Fatalf("refused admission %s exposed memory or sent messages", key)
-				case !namesDead && errors.Is(err, ErrUnavailable):
+				case !namesDead && errors.Is(err, errdefs.Unavailable):
 					t.Fatalf("admission %s of live ranks %v refused as unavailable: %v", key, rs, err)
 				}
 				if err == nil {

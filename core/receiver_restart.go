@@ -2,6 +2,8 @@ package core
 
 import (
 	"time"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // The restart fence: for a transport that cannot revoke (Mooncake, NIXL,
@@ -49,9 +51,9 @@ type targetState struct {
 func (c *RestartFenceConfig) validate() error {
 	switch {
 	case c.Targets < 0:
-		return errorf(ErrInvalidArgument, "RestartFence.Targets must not be negative, got %d", c.Targets)
+		return errorf(errdefs.InvalidArgument, "RestartFence.Targets must not be negative, got %d", c.Targets)
 	case c.Targets > 0 && c.After <= 0:
-		return errorf(ErrInvalidArgument, "RestartFence.After must be positive with %d targets, got %v", c.Targets, c.After)
+		return errorf(errdefs.InvalidArgument, "RestartFence.After must be positive with %d targets, got %v", c.Targets, c.After)
 	}
 	return nil
 }
@@ -182,7 +184,7 @@ func (r *Receiver) releaseOn(target int, path ReleasePath, now Time) {
 func (r *Receiver) TargetRestarted(target int, now Time) error {
 	r.out.reset()
 	if !r.restartFenced() || target < 0 || target >= r.cfg.RestartFence.Targets {
-		return errorf(ErrInvalidArgument, "no target instance %d (this receiver has %d)", target, r.cfg.RestartFence.Targets)
+		return errorf(errdefs.InvalidArgument, "no target instance %d (this receiver has %d)", target, r.cfg.RestartFence.Targets)
 	}
 	if r.targets == nil {
 		r.targets = make([]targetState, r.cfg.RestartFence.Targets)

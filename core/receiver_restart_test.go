@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/core/knownunsafe"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // unboundedTail is what the non-revoking plugins declare for "no bound"
@@ -40,7 +41,7 @@ func admitOn(t *testing.T, r *Receiver, room uint64, rank RankID, now Time) (Tag
 // is refused without a restart fence and admitted with one.
 func TestUnboundedTailNeedsRestartFence(t *testing.T) {
 	r := restartReceiver(t, 0, knownunsafe.Safe)
-	if err := r.RankTail(0, unboundedTail); !errors.Is(err, ErrInvalidArgument) {
+	if err := r.RankTail(0, unboundedTail); !errors.Is(err, errdefs.InvalidArgument) {
 		t.Fatalf("unbounded tail without a restart fence: %v, want invalid-argument", err)
 	}
 	r = restartReceiver(t, 1, knownunsafe.Safe)
@@ -48,7 +49,7 @@ func TestUnboundedTailNeedsRestartFence(t *testing.T) {
 		t.Fatalf("unbounded tail with a restart fence refused: %v", err)
 	}
 	if _, err := NewReceiver(ReceiverConfig{Instance: 1, Slots: 1, Lease: 1, MaxHold: 1,
-		RestartFence: RestartFenceConfig{Targets: 1}}, 0); !errors.Is(err, ErrInvalidArgument) {
+		RestartFence: RestartFenceConfig{Targets: 1}}, 0); !errors.Is(err, errdefs.InvalidArgument) {
 		t.Fatalf("restart fence without After accepted: %v", err)
 	}
 }
@@ -117,7 +118,7 @@ func TestRestartFenceEndsUnboundedHold(t *testing.T) {
 	if st, _ := r.State(b); st != StateAssigned {
 		t.Fatalf("%s on the other instance is %s", b, st)
 	}
-	if err := r.TargetRestarted(7, 0); !errors.Is(err, ErrInvalidArgument) {
+	if err := r.TargetRestarted(7, 0); !errors.Is(err, errdefs.InvalidArgument) {
 		t.Fatalf("unknown instance: %v", err)
 	}
 }
@@ -133,7 +134,7 @@ func TestRestartFenceDeadWriter(t *testing.T) {
 		t.Fatalf("after a dead writer: %+v", out)
 	}
 	// Rank 1 is alive (naming dead rank 0 would be refused as unavailable).
-	if _, err := r.Admit(RequestKey{Room: 9, Gen: 1}, []RankID{1}, 1, Time(120*us)); !errors.Is(err, ErrResourceExhausted) {
+	if _, err := r.Admit(RequestKey{Room: 9, Gen: 1}, []RankID{1}, 1, Time(120*us)); !errors.Is(err, errdefs.ResourceExhausted) {
 		t.Fatalf("admit while the only instance restarts: %v", err)
 	}
 }

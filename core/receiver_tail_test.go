@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/core/knownunsafe"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 const us = time.Microsecond
@@ -152,7 +153,7 @@ func TestDeclaredTailClamped(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = r.RankTail(0, tail)
-		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "maximum") {
+		if !errors.Is(err, errdefs.InvalidArgument) || !strings.Contains(err.Error(), "maximum") {
 			t.Fatalf("tail %v: want an invalid-argument error naming the maximum, got %v", tail, err)
 		}
 		if got := r.Tail(0); got != 300*us {
@@ -197,7 +198,7 @@ func TestMaxDeclaredTailValidated(t *testing.T) {
 	for _, bad := range []time.Duration{-1, time.Second - 1} {
 		cfg := base
 		cfg.MaxDeclaredTail = bad
-		if _, err := NewReceiver(cfg, 0); !errors.Is(err, ErrInvalidArgument) {
+		if _, err := NewReceiver(cfg, 0); !errors.Is(err, errdefs.InvalidArgument) {
 			t.Fatalf("MaxDeclaredTail %v: want invalid argument, got %v", bad, err)
 		}
 	}

@@ -1,5 +1,7 @@
 package core
 
+import "github.com/kvfence/kvfence/errdefs"
+
 // This file: the prefill engine's calls into a Sender.
 
 // Open starts a request on this rank: the engine will produce up to pages
@@ -7,13 +9,13 @@ package core
 func (s *Sender) Open(key RequestKey, pages int, now Time) error {
 	s.out.reset()
 	if pages <= 0 || pages > MaxWireSlots {
-		return errorf(ErrInvalidArgument, "request %s: pages %d out of range", key, pages)
+		return errorf(errdefs.InvalidArgument, "request %s: pages %d out of range", key, pages)
 	}
 	if _, ok := s.requests[key]; ok {
-		return errorf(ErrAlreadyExists, "request %s is already open", key)
+		return errorf(errdefs.AlreadyExists, "request %s is already open", key)
 	}
 	if _, ok := s.reqTombs[key]; ok {
-		return errorf(ErrFailedPrecondition, "request %s already ended here; use a new generation", key)
+		return errorf(errdefs.FailedPrecondition, "request %s already ended here; use a new generation", key)
 	}
 	req := s.newRequest()
 	req.key, req.pages, req.openedAt, req.idx = key, uint32(pages), now, len(s.reqList)
@@ -36,10 +38,10 @@ func (s *Sender) Produce(key RequestKey, upto int, now Time) error {
 	s.out.reset()
 	req := s.requests[key]
 	if req == nil {
-		return errorf(ErrNotFound, "request %s is not open", key)
+		return errorf(errdefs.NotFound, "request %s is not open", key)
 	}
 	if upto < 0 || uint32(upto) > req.pages {
-		return errorf(ErrInvalidArgument, "request %s: page %d beyond its %d pages", key, upto, req.pages)
+		return errorf(errdefs.InvalidArgument, "request %s: page %d beyond its %d pages", key, upto, req.pages)
 	}
 	if uint32(upto) > req.ready {
 		req.ready = uint32(upto)
@@ -57,10 +59,10 @@ func (s *Sender) Finish(key RequestKey, total int, now Time) error {
 	s.out.reset()
 	req := s.requests[key]
 	if req == nil {
-		return errorf(ErrNotFound, "request %s is not open", key)
+		return errorf(errdefs.NotFound, "request %s is not open", key)
 	}
 	if total < 0 || uint32(total) > req.pages {
-		return errorf(ErrInvalidArgument, "request %s: total %d beyond its %d pages", key, total, req.pages)
+		return errorf(errdefs.InvalidArgument, "request %s: total %d beyond its %d pages", key, total, req.pages)
 	}
 	req.finished = true
 	req.total = uint32(total)
@@ -83,7 +85,7 @@ func (s *Sender) Reject(key RequestKey, now Time) error {
 	s.out.reset()
 	req := s.requests[key]
 	if req == nil {
-		return errorf(ErrNotFound, "request %s is not open", key)
+		return errorf(errdefs.NotFound, "request %s is not open", key)
 	}
 	req.rejected = true
 	s.endRequest(req, now)
@@ -124,7 +126,7 @@ func (s *Sender) Close(key RequestKey, now Time) error {
 	s.out.reset()
 	req := s.requests[key]
 	if req == nil {
-		return errorf(ErrNotFound, "request %s is not open", key)
+		return errorf(errdefs.NotFound, "request %s is not open", key)
 	}
 	req.closed = true
 	s.endRequest(req, now)

@@ -2,6 +2,8 @@ package core
 
 import (
 	"slices"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // This file: posting batches, their completions and quiescence, and the
@@ -14,13 +16,13 @@ func (s *Sender) Completed(id BatchID, status BatchStatus, now Time) error {
 	s.out.reset()
 	b := s.batches[id]
 	if b == nil {
-		return errorf(ErrNotFound, "batch %d is unknown", id)
+		return errorf(errdefs.NotFound, "batch %d is unknown", id)
 	}
 	if b.done {
-		return errorf(ErrFailedPrecondition, "batch %d already completed", id)
+		return errorf(errdefs.FailedPrecondition, "batch %d already completed", id)
 	}
 	if status < Succeeded || status > InDoubt {
-		return errorf(ErrInvalidArgument, "batch %d: status %d", id, status)
+		return errorf(errdefs.InvalidArgument, "batch %d: status %d", id, status)
 	}
 	b.done = true
 	b.status = status

@@ -1,6 +1,10 @@
 package sdk
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kvfence/kvfence/errdefs"
+)
 
 // Bounds is how far a receiving transport holds a write to the bytes its
 // key grants, enforced on the receiving side (a sender-side check proves
@@ -41,13 +45,13 @@ func (w Window) Pieced() bool { return w.Stride != 0 }
 func (w Window) Check() error {
 	switch {
 	case w.Length == 0:
-		return Errorf(ClassInvalidArgument, "window: zero length")
+		return errdefs.Errorf(errdefs.InvalidArgument, "window: zero length")
 	case w.Offset+w.Length < w.Offset:
-		return Errorf(ClassInvalidArgument, "window: [%d,+%d) wraps past 2^64", w.Offset, w.Length)
+		return errdefs.Errorf(errdefs.InvalidArgument, "window: [%d,+%d) wraps past 2^64", w.Offset, w.Length)
 	case w.Stride == 0 && w.Piece != 0:
-		return Errorf(ClassInvalidArgument, "window: piece %d without a stride", w.Piece)
+		return errdefs.Errorf(errdefs.InvalidArgument, "window: piece %d without a stride", w.Piece)
 	case w.Stride != 0 && (w.Piece == 0 || w.Piece > w.Stride):
-		return Errorf(ClassInvalidArgument, "window: piece %d must be 1..stride (%d)", w.Piece, w.Stride)
+		return errdefs.Errorf(errdefs.InvalidArgument, "window: piece %d must be 1..stride (%d)", w.Piece, w.Stride)
 	}
 	return nil
 }
@@ -68,7 +72,7 @@ func (w Window) Covers(off, n uint64) bool {
 // window may go only to a transport that declares it enforces pieces.
 func refusePieced(w Window, b Bounds) error {
 	if w.Pieced() && b != BoundsPieces {
-		return Errorf(ClassUnimplemented, "Grant: a pieced window (stride %d, piece %d) needs a transport that enforces pieces; this one declares bounds %s", w.Stride, w.Piece, b)
+		return errdefs.Errorf(errdefs.Unimplemented, "Grant: a pieced window (stride %d, piece %d) needs a transport that enforces pieces; this one declares bounds %s", w.Stride, w.Piece, b)
 	}
 	return nil
 }

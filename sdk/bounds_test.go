@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/kvfence/kvfence/errdefs"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 	"google.golang.org/grpc"
 )
@@ -37,7 +38,7 @@ func TestWindowCovers(t *testing.T) {
 
 func TestWindowCheck(t *testing.T) {
 	for _, w := range []Window{{}, {Length: 1, Piece: 1}, {Length: 8, Stride: 4}, {Length: 8, Stride: 4, Piece: 5}, {Offset: ^uint64(0), Length: 2}} {
-		if err := w.Check(); !IsClass(err, ClassInvalidArgument) {
+		if err := w.Check(); !errdefs.Is(err, errdefs.InvalidArgument) {
 			t.Errorf("%+v.Check() = %v, want invalid-argument", w, err)
 		}
 	}
@@ -111,10 +112,10 @@ func TestPiecedWindowOnlyToPieceEnforcingPlugins(t *testing.T) {
 				}
 				return
 			}
-			if !IsClass(hostErr, ClassUnimplemented) || client.calls != 0 {
+			if !errdefs.Is(hostErr, errdefs.Unimplemented) || client.calls != 0 {
 				t.Fatalf("host side: %v after %d RPCs, want unimplemented before any", hostErr, client.calls)
 			}
-			if !IsClass(fromStatusError(plugErr), ClassUnimplemented) || len(impl.got) != 0 {
+			if !errdefs.Is(fromStatusError(plugErr), errdefs.Unimplemented) || len(impl.got) != 0 {
 				t.Fatalf("plugin side: %v, transport saw %+v, want unimplemented and nothing", plugErr, impl.got)
 			}
 			// A contiguous window still goes through.

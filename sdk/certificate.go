@@ -12,6 +12,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // CertificateFile is the certificate a conformance run writes: the
@@ -96,39 +98,39 @@ func (p CertificatePolicy) Verify(file []byte, binarySHA256 []byte) (Certificate
 	var cl CertificateClaims
 	var f CertificateFile
 	if err := json.Unmarshal(file, &f); err != nil || len(f.Certificate) == 0 {
-		return cl, Errorf(ClassInvalidArgument, "certificate: not a kvfence certificate file: %v", err)
+		return cl, errdefs.Errorf(errdefs.InvalidArgument, "certificate: not a kvfence certificate file: %v", err)
 	}
 	if f.Signature == nil {
-		return cl, Errorf(ClassFailedPrecondition, "certificate: not signed")
+		return cl, errdefs.Errorf(errdefs.FailedPrecondition, "certificate: not signed")
 	}
 	if f.Signature.Algorithm != sigAlgorithm {
-		return cl, Errorf(ClassFailedPrecondition, "certificate: signature algorithm %q, want %s", f.Signature.Algorithm, sigAlgorithm)
+		return cl, errdefs.Errorf(errdefs.FailedPrecondition, "certificate: signature algorithm %q, want %s", f.Signature.Algorithm, sigAlgorithm)
 	}
 	pub, err1 := base64.StdEncoding.DecodeString(f.Signature.PublicKey)
 	sig, err2 := base64.StdEncoding.DecodeString(f.Signature.Value)
 	if err1 != nil || err2 != nil || len(pub) != ed25519.PublicKeySize {
-		return cl, Errorf(ClassInvalidArgument, "certificate: malformed signature")
+		return cl, errdefs.Errorf(errdefs.InvalidArgument, "certificate: malformed signature")
 	}
 	if !slices.ContainsFunc(p.TrustedKeys, func(k ed25519.PublicKey) bool { return bytes.Equal(k, pub) }) {
-		return cl, Errorf(ClassFailedPrecondition, "certificate: signed by key %s, which is not trusted", f.Signature.PublicKey)
+		return cl, errdefs.Errorf(errdefs.FailedPrecondition, "certificate: signed by key %s, which is not trusted", f.Signature.PublicKey)
 	}
 	if !ed25519.Verify(pub, compact(f.Certificate), sig) {
-		return cl, Errorf(ClassFailedPrecondition, "certificate: signature does not verify (the certificate was altered)")
+		return cl, errdefs.Errorf(errdefs.FailedPrecondition, "certificate: signature does not verify (the certificate was altered)")
 	}
 	if err := json.Unmarshal(f.Certificate, &cl); err != nil {
-		return cl, Errorf(ClassInvalidArgument, "certificate: %v", err)
+		return cl, errdefs.Errorf(errdefs.InvalidArgument, "certificate: %v", err)
 	}
 	switch {
 	case !cl.Certified:
-		return cl, Errorf(ClassFailedPrecondition, "certificate: the plugin was not certified")
+		return cl, errdefs.Errorf(errdefs.FailedPrecondition, "certificate: the plugin was not certified")
 	case cl.Plugin.SHA256 != hex.EncodeToString(binarySHA256):
-		return cl, Errorf(ClassFailedPrecondition, "certificate: it is for sha256 %s, the binary's is %x", cl.Plugin.SHA256, binarySHA256)
+		return cl, errdefs.Errorf(errdefs.FailedPrecondition, "certificate: it is for sha256 %s, the binary's is %x", cl.Plugin.SHA256, binarySHA256)
 	case len(p.SuiteVersions) > 0 && !slices.Contains(p.SuiteVersions, cl.SuiteVersion):
-		return cl, Errorf(ClassFailedPrecondition, "certificate: suite version %q is not accepted (want one of %v)", cl.SuiteVersion, p.SuiteVersions)
+		return cl, errdefs.Errorf(errdefs.FailedPrecondition, "certificate: suite version %q is not accepted (want one of %v)", cl.SuiteVersion, p.SuiteVersions)
 	case !slices.Contains(CertifiableProfiles, cl.Profile):
-		return cl, Errorf(ClassFailedPrecondition, "certificate: profile %q is never certifiable (want one of %v)", cl.Profile, CertifiableProfiles)
+		return cl, errdefs.Errorf(errdefs.FailedPrecondition, "certificate: profile %q is never certifiable (want one of %v)", cl.Profile, CertifiableProfiles)
 	case len(p.Profiles) > 0 && !slices.Contains(p.Profiles, cl.Profile):
-		return cl, Errorf(ClassFailedPrecondition, "certificate: profile %q is not accepted (want one of %v)", cl.Profile, p.Profiles)
+		return cl, errdefs.Errorf(errdefs.FailedPrecondition, "certificate: profile %q is not accepted (want one of %v)", cl.Profile, p.Profiles)
 	}
 	return cl, p.checkValidity(cl)
 }
@@ -142,13 +144,13 @@ func (p CertificatePolicy) checkValidity(cl CertificateClaims) error {
 	}
 	switch {
 	case cl.ValidFrom.IsZero() || cl.ValidUntil.IsZero():
-		return Errorf(ClassFailedPrecondition, "certificate: no validity period (valid_from, valid_until): certify the plugin again")
+		return errdefs.Errorf(errdefs.FailedPrecondition, "certificate: no validity period (valid_from, valid_until): certify the plugin again")
 	case !cl.ValidUntil.After(cl.ValidFrom):
-		return Errorf(ClassFailedPrecondition, "certificate: validity period ends (%s) before it starts (%s)", cl.ValidUntil.Format(time.RFC3339), cl.ValidFrom.Format(time.RFC3339))
+		return errdefs.Errorf(errdefs.FailedPrecondition, "certificate: validity period ends (%s) before it starts (%s)", cl.ValidUntil.Format(time.RFC3339), cl.ValidFrom.Format(time.RFC3339))
 	case now.Before(cl.ValidFrom):
-		return Errorf(ClassFailedPrecondition, "certificate: not valid before %s (now %s)", cl.ValidFrom.Format(time.RFC3339), now.Format(time.RFC3339))
+		return errdefs.Errorf(errdefs.FailedPrecondition, "certificate: not valid before %s (now %s)", cl.ValidFrom.Format(time.RFC3339), now.Format(time.RFC3339))
 	case now.After(cl.ValidUntil):
-		return Errorf(ClassFailedPrecondition, "certificate: expired at %s (now %s): certify the plugin again", cl.ValidUntil.Format(time.RFC3339), now.Format(time.RFC3339))
+		return errdefs.Errorf(errdefs.FailedPrecondition, "certificate: expired at %s (now %s): certify the plugin again", cl.ValidUntil.Format(time.RFC3339), now.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -180,11 +182,11 @@ func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
 	}
 	k, err := x509.ParsePKCS8PrivateKey(der)
 	if err != nil {
-		return nil, Errorf(ClassInvalidArgument, "%s: %v", path, err)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "%s: %v", path, err)
 	}
 	ek, ok := k.(ed25519.PrivateKey)
 	if !ok {
-		return nil, Errorf(ClassInvalidArgument, "%s: a %T, want an ed25519 key", path, k)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "%s: a %T, want an ed25519 key", path, k)
 	}
 	return ek, nil
 }
@@ -197,11 +199,11 @@ func LoadPublicKey(path string) (ed25519.PublicKey, error) {
 	}
 	k, err := x509.ParsePKIXPublicKey(der)
 	if err != nil {
-		return nil, Errorf(ClassInvalidArgument, "%s: %v", path, err)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "%s: %v", path, err)
 	}
 	ek, ok := k.(ed25519.PublicKey)
 	if !ok {
-		return nil, Errorf(ClassInvalidArgument, "%s: a %T, want an ed25519 key", path, k)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "%s: a %T, want an ed25519 key", path, k)
 	}
 	return ek, nil
 }
@@ -209,11 +211,11 @@ func LoadPublicKey(path string) (ed25519.PublicKey, error) {
 func readPEM(path, typ string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, Errorf(ClassNotFound, "%v", err)
+		return nil, errdefs.Errorf(errdefs.NotFound, "%v", err)
 	}
 	blk, _ := pem.Decode(b)
 	if blk == nil || blk.Type != typ {
-		return nil, Errorf(ClassInvalidArgument, "%s: want a PEM %q block", path, typ)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "%s: want a PEM %q block", path, typ)
 	}
 	return blk.Bytes, nil
 }

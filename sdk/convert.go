@@ -3,6 +3,7 @@ package sdk
 import (
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 )
 
@@ -180,7 +181,7 @@ func completionToPB(c Completion) *pb.Completion {
 
 func completionFromPB(c *pb.Completion) Completion {
 	return Completion{Batch: BatchID(c.GetBatch()), Status: statusFromPB(c.GetStatus()), BytesLanded: c.GetBytesLanded(),
-		Class: Class(c.GetErrorClass()), Detail: c.GetDetail()}
+		Class: errdefs.Class(c.GetErrorClass()), Detail: c.GetDetail()}
 }
 
 func batchIDsToPB(ids []BatchID) []uint64 {

@@ -3,7 +3,8 @@
 //
 // It owns: the transport contract (Transport and its optional capability
 // interfaces, in the database/sql/driver style), the completion statuses and
-// quiescence evidence, the error classes and their gRPC mapping, the plugin
+// quiescence evidence, carrying error classes (package errdefs, which it
+// never renames) across the plugin's gRPC wire, the plugin
 // protocol kvfence.transport.v1 over hashicorp/go-plugin (Serve for plugins,
 // Open for hosts), the host's crash semantics (a dead plugin's batches become
 // InDoubt, then are covered by process-exited evidence once it is reaped),

@@ -8,15 +8,17 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 func TestClassesRoundTripThroughGRPC(t *testing.T) {
-	for c := ClassUnknown; c <= ClassInternal; c++ {
-		if got := CodeToClass(c.Code()); got != c && c != ClassUnknown {
+	for c := errdefs.Unknown; c <= errdefs.Internal; c++ {
+		if got := errdefs.FromCode(c.Code()); got != c && c != errdefs.Unknown {
 			t.Errorf("%v -> %v -> %v", c, c.Code(), got)
 		}
-		err := fromStatusError(toStatusError(Errorf(c, "boom %d", c)))
-		if ClassOf(err) != c {
+		err := fromStatusError(toStatusError(errdefs.Errorf(c, "boom %d", c)))
+		if errdefs.ClassOf(err) != c {
 			t.Errorf("%v did not survive the wire: %v", c, err)
 		}
 	}
@@ -24,41 +26,41 @@ func TestClassesRoundTripThroughGRPC(t *testing.T) {
 
 func TestEveryGRPCCodeHasAClass(t *testing.T) {
 	for code := codes.OK; code <= codes.Unauthenticated; code++ {
-		cl := CodeToClass(code)
-		if code != codes.OK && code != codes.Unknown && cl == ClassUnknown {
+		cl := errdefs.FromCode(code)
+		if code != codes.OK && code != codes.Unknown && cl == errdefs.Unknown {
 			t.Errorf("code %v maps to no class", code)
 		}
 	}
 	// Timeouts and cancellations are never evidence that nothing happened.
 	for _, code := range []codes.Code{codes.DeadlineExceeded, codes.Canceled, codes.Aborted} {
-		if CodeToClass(code) != ClassUnavailable {
+		if errdefs.FromCode(code) != errdefs.Unavailable {
 			t.Errorf("%v must map to unavailable", code)
 		}
 	}
 }
 
 func TestClassOf(t *testing.T) {
-	wrapped := fmt.Errorf("ctx: %w", Errorf(ClassNotFound, "x"))
+	wrapped := fmt.Errorf("ctx: %w", errdefs.Errorf(errdefs.NotFound, "x"))
 	cases := []struct {
 		err  error
-		want Class
+		want errdefs.Class
 	}{
-		{nil, ClassUnknown},
-		{wrapped, ClassNotFound},
-		{context.DeadlineExceeded, ClassUnavailable},
-		{status.Error(codes.ResourceExhausted, "full"), ClassResourceExhausted},
-		{errors.New("plain"), ClassUnknown},
+		{nil, errdefs.Unknown},
+		{wrapped, errdefs.NotFound},
+		{context.DeadlineExceeded, errdefs.Unavailable},
+		{status.Error(codes.ResourceExhausted, "full"), errdefs.ResourceExhausted},
+		{errors.New("plain"), errdefs.Unknown},
 	}
 	for _, c := range cases {
-		if got := ClassOf(c.err); got != c.want {
-			t.Errorf("ClassOf(%v) = %v, want %v", c.err, got, c.want)
+		if got := errdefs.ClassOf(c.err); got != c.want {
+			t.Errorf("errdefs.ClassOf(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
-	if !errors.Is(wrapped, &Error{Class: ClassNotFound}) {
+	if !errors.Is(wrapped, &errdefs.Error{Class: errdefs.NotFound}) {
 		t.Error("errors.Is by class failed")
 	}
 	// An unclassified plugin error is a plugin bug: it crosses as Internal.
-	if got := ClassOf(fromStatusError(toStatusError(errors.New("oops")))); got != ClassInternal {
+	if got := errdefs.ClassOf(fromStatusError(toStatusError(errors.New("oops")))); got != errdefs.Internal {
 		t.Errorf("unclassified error crossed as %v", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -144,7 +145,7 @@ func (r *remote) admit(c Completion) bool {
 // completion is now InDoubt — nothing proves it stopped.
 func (r *remote) lose(err error) {
 	if err == nil || errors.Is(err, io.EOF) {
-		err = Errorf(ClassUnavailable, "completion stream closed")
+		err = errdefs.Errorf(errdefs.Unavailable, "completion stream closed")
 	}
 	r.mu.Lock()
 	r.lost = err
@@ -157,7 +158,7 @@ func (r *remote) lose(err error) {
 	r.mu.Unlock()
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
-		r.emit(Completion{Batch: id, Status: InDoubt, Class: ClassUnavailable, Detail: "plugin lost: " + err.Error()})
+		r.emit(Completion{Batch: id, Status: InDoubt, Class: errdefs.Unavailable, Detail: "plugin lost: " + err.Error()})
 	}
 	r.sendMu.Lock()
 	r.closed = true
@@ -219,7 +220,7 @@ func (r *remote) gone() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.lost != nil {
-		return Errorf(ClassUnavailable, "plugin lost: %v", r.lost)
+		return errdefs.Errorf(errdefs.Unavailable, "plugin lost: %v", r.lost)
 	}
 	return nil
 }
@@ -273,11 +274,11 @@ func (r *remote) Post(ctx context.Context, b Batch) error {
 	r.mu.Lock()
 	if r.lost != nil {
 		r.mu.Unlock()
-		return Errorf(ClassUnavailable, "Post: plugin lost: %v", r.lost)
+		return errdefs.Errorf(errdefs.Unavailable, "Post: plugin lost: %v", r.lost)
 	}
 	if _, dup := r.outstanding[b.ID]; dup {
 		r.mu.Unlock()
-		return Errorf(ClassAlreadyExists, "Post: batch %d is outstanding", b.ID)
+		return errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d is outstanding", b.ID)
 	}
 	r.outstanding[b.ID] = struct{}{}
 	r.mu.Unlock()
@@ -298,7 +299,7 @@ func (r *remote) Post(ctx context.Context, b Batch) error {
 		}
 		return fromStatusError(err)
 	}
-	c := Completion{Batch: b.ID, Status: InDoubt, Class: ClassUnavailable,
+	c := Completion{Batch: b.ID, Status: InDoubt, Class: errdefs.Unavailable,
 		Detail: "Post outcome unknown: " + err.Error()}
 	// Claim and send under sendMu: a lose (the plugin died, which is what
 	// broke this call) that closes out between them would drop the only
@@ -371,7 +372,7 @@ func (r *remote) Quiesce(ctx context.Context, peer PeerID, batches []BatchID) (Q
 				return r.quiesced(QuiesceResult{Evidence: EvidenceProcessExited, Batches: batches,
 					Detail: "plugin process exited"}), nil
 			case <-ctx.Done():
-				return QuiesceResult{}, Errorf(ClassUnavailable, "Quiesce: plugin lost and not yet reaped: %v", ctx.Err())
+				return QuiesceResult{}, errdefs.Errorf(errdefs.Unavailable, "Quiesce: plugin lost and not yet reaped: %v", ctx.Err())
 			}
 		}
 	} else if err := r.gone(); err != nil {

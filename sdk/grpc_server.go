@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/kvfence/kvfence/errdefs"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -43,7 +44,7 @@ func (s *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespo
 
 func (s *grpcServer) RegisterMemory(ctx context.Context, r *pb.RegisterMemoryRequest) (*pb.RegisterMemoryResponse, error) {
 	if r.GetMemory() == nil {
-		return nil, fail(ctx, Errorf(ClassInvalidArgument, "RegisterMemory: no memory described"))
+		return nil, fail(ctx, errdefs.Errorf(errdefs.InvalidArgument, "RegisterMemory: no memory described"))
 	}
 	id, err := s.impl.RegisterMemory(ctx, memoryDescFromPB(r.GetMemory()))
 	if err != nil {
@@ -69,7 +70,7 @@ func (s *grpcServer) LocalEndpoint(ctx context.Context, _ *pb.LocalEndpointReque
 
 func (s *grpcServer) Connect(ctx context.Context, r *pb.ConnectRequest) (*pb.ConnectResponse, error) {
 	if r.GetEndpoint() == nil {
-		return nil, fail(ctx, Errorf(ClassInvalidArgument, "Connect: no endpoint"))
+		return nil, fail(ctx, errdefs.Errorf(errdefs.InvalidArgument, "Connect: no endpoint"))
 	}
 	peer, err := s.impl.Connect(ctx, endpointFromPB(r.GetEndpoint()))
 	if err != nil {
@@ -98,7 +99,7 @@ func (s *grpcServer) Completions(_ *pb.CompletionsRequest, stream pb.Transport_C
 	s.streamMu.Lock()
 	if s.streamOn {
 		s.streamMu.Unlock()
-		return fail(stream.Context(), Errorf(ClassFailedPrecondition, "Completions: a stream is already open"))
+		return fail(stream.Context(), errdefs.Errorf(errdefs.FailedPrecondition, "Completions: a stream is already open"))
 	}
 	s.streamOn = true
 	s.streamMu.Unlock()
@@ -139,7 +140,7 @@ func (s *grpcServer) Quiesce(ctx context.Context, r *pb.QuiesceRequest) (*pb.Qui
 func (s *grpcServer) Grant(ctx context.Context, r *pb.GrantRequest) (*pb.GrantResponse, error) {
 	g, ok := s.impl.(Granter)
 	if !ok {
-		return nil, fail(ctx, Errorf(ClassUnimplemented, "Grant: transport cannot revoke"))
+		return nil, fail(ctx, errdefs.Errorf(errdefs.Unimplemented, "Grant: transport cannot revoke"))
 	}
 	w := windowFromPB(r)
 	if w.Pieced() {
@@ -164,7 +165,7 @@ func (s *grpcServer) Grant(ctx context.Context, r *pb.GrantRequest) (*pb.GrantRe
 func (s *grpcServer) Revoke(ctx context.Context, r *pb.RevokeRequest) (*pb.RevokeResponse, error) {
 	g, ok := s.impl.(Granter)
 	if !ok {
-		return nil, fail(ctx, Errorf(ClassUnimplemented, "Revoke: transport cannot revoke"))
+		return nil, fail(ctx, errdefs.Errorf(errdefs.Unimplemented, "Revoke: transport cannot revoke"))
 	}
 	res, err := g.Revoke(ctx, Key(r.GetKey()))
 	if err != nil {
@@ -176,7 +177,7 @@ func (s *grpcServer) Revoke(ctx context.Context, r *pb.RevokeRequest) (*pb.Revok
 func (s *grpcServer) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsResponse, error) {
 	sr, ok := s.impl.(StatsReporter)
 	if !ok {
-		return nil, fail(ctx, Errorf(ClassUnimplemented, "Stats: not reported"))
+		return nil, fail(ctx, errdefs.Errorf(errdefs.Unimplemented, "Stats: not reported"))
 	}
 	m, err := sr.Stats(ctx)
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // OpenOptions tune Open.
@@ -95,7 +97,7 @@ const exitGrace = 15 * time.Second
 func Open(path string, opts OpenOptions) (*Plugin, error) {
 	async, err := AsyncPostFromEnv(!opts.SyncPost)
 	if err != nil {
-		return nil, Errorf(ClassInvalidArgument, "Open %s: %v", path, err)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "Open %s: %v", path, err)
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -105,7 +107,7 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 	if dir == "" {
 		d, err := os.MkdirTemp("/tmp", "kvf")
 		if err != nil {
-			return nil, Errorf(ClassUnavailable, "Open: socket dir: %v", err)
+			return nil, errdefs.Errorf(errdefs.Unavailable, "Open: socket dir: %v", err)
 		}
 		dir, own = d, true
 	}
@@ -130,13 +132,13 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 			wrapper, err := exec.LookPath(opts.ExecVia[0])
 			if err != nil {
 				sealed.f.Close()
-				return nil, removeOwn(dir, own, Errorf(ClassNotFound, "Open: %v", err))
+				return nil, removeOwn(dir, own, errdefs.Errorf(errdefs.NotFound, "Open: %v", err))
 			}
 			cmd.Path = wrapper
 			cmd.Args = append(append(append([]string(nil), opts.ExecVia...), sealedExecPath), opts.Args...)
 		}
 	} else if len(opts.ExecVia) > 0 {
-		return nil, removeOwn(dir, own, Errorf(ClassInvalidArgument, "Open: ExecVia needs a pinned binary (SHA256 or CertificatePolicy)"))
+		return nil, removeOwn(dir, own, errdefs.Errorf(errdefs.InvalidArgument, "Open: ExecVia needs a pinned binary (SHA256 or CertificatePolicy)"))
 	}
 
 	tail, closing := &stderrTail{}, &atomic.Bool{}
@@ -156,13 +158,13 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 	}
 	client := plugin.NewClient(cfg)
 	p := &Plugin{client: client, socketDir: dir, ownDir: own, gone: make(chan struct{}), closing: closing}
-	fail := func(class Class, format string, args ...any) (*Plugin, error) {
+	fail := func(class errdefs.Class, format string, args ...any) (*Plugin, error) {
 		client.Kill() // after it, the plugin's stderr is read to its end
 		p.removeDir()
 		if why := tail.last(); why != "" {
 			format, args = format+" (the plugin's last line on stderr: %s)", append(args, why)
 		}
-		return nil, Errorf(class, format, args...)
+		return nil, errdefs.Errorf(class, format, args...)
 	}
 	proto, err := client.Client()
 	if err != nil {
@@ -172,18 +174,18 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 	}
 	raw, err := proto.Dispense(pluginName)
 	if err != nil {
-		return fail(ClassUnimplemented, "Open %s: %v", path, err)
+		return fail(errdefs.Unimplemented, "Open %s: %v", path, err)
 	}
 	conn, ok := raw.(*grpc.ClientConn)
 	if !ok {
-		return fail(ClassInternal, "Open %s: unexpected client %T", path, raw)
+		return fail(errdefs.Internal, "Open %s: unexpected client %T", path, raw)
 	}
 	p.pid = cmd.Process.Pid
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, err := newRemote(ctx, conn, p.gone)
 	if err != nil {
-		return fail(ClassOf(err), "Open %s: %v", path, err)
+		return fail(errdefs.ClassOf(err), "Open %s: %v", path, err)
 	}
 	r.onLost = func() { go p.reap() }
 	r.setAsyncPost(async)
@@ -290,10 +292,10 @@ func (p *Plugin) Close() error {
 // reason (its last line on stderr) first, go-plugin's first line after it.
 func startFailure(path string, err error, why string) error {
 	if why == "" {
-		return Errorf(ClassUnavailable, "Open %s: %v", path, err)
+		return errdefs.Errorf(errdefs.Unavailable, "Open %s: %v", path, err)
 	}
 	generic, _, _ := strings.Cut(err.Error(), "\n")
-	return Errorf(ClassUnavailable, "Open %s: the plugin did not start: %s (go-plugin: %s)", path, why, strings.TrimSpace(generic))
+	return errdefs.Errorf(errdefs.Unavailable, "Open %s: the plugin did not start: %s (go-plugin: %s)", path, why, strings.TrimSpace(generic))
 }
 
 func (p *Plugin) removeDir() {
@@ -306,7 +308,7 @@ func (p *Plugin) removeDir() {
 func FileSHA256(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, Errorf(ClassNotFound, "FileSHA256: %v", err)
+		return nil, errdefs.Errorf(errdefs.NotFound, "FileSHA256: %v", err)
 	}
 	sum := sha256.Sum256(b)
 	return sum[:], nil

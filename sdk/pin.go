@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // sealedBinary is a private, immutable copy of a plugin binary: a memfd
@@ -24,23 +26,23 @@ type sealedBinary struct {
 func sealBinary(path string) (*sealedBinary, error) {
 	src, err := os.Open(path)
 	if err != nil {
-		return nil, Errorf(ClassNotFound, "plugin binary: %v", err)
+		return nil, errdefs.Errorf(errdefs.NotFound, "plugin binary: %v", err)
 	}
 	defer src.Close()
 	fd, err := unix.MemfdCreate("kvfence-plugin:"+filepath.Base(path), unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return nil, Errorf(ClassUnavailable, "plugin binary: memfd_create: %v", err)
+		return nil, errdefs.Errorf(errdefs.Unavailable, "plugin binary: memfd_create: %v", err)
 	}
 	f := os.NewFile(uintptr(fd), "memfd:"+filepath.Base(path))
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(f, h), src); err != nil {
 		f.Close()
-		return nil, Errorf(ClassUnavailable, "plugin binary: copying %s: %v", path, err)
+		return nil, errdefs.Errorf(errdefs.Unavailable, "plugin binary: copying %s: %v", path, err)
 	}
 	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE | unix.F_SEAL_SEAL
 	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
 		f.Close()
-		return nil, Errorf(ClassUnavailable, "plugin binary: sealing the copy: %v", err)
+		return nil, errdefs.Errorf(errdefs.Unavailable, "plugin binary: sealing the copy: %v", err)
 	}
 	return &sealedBinary{f: f, sum: h.Sum(nil)}, nil
 }
@@ -53,14 +55,14 @@ const sealedExecPath = "/proc/self/fd/3"
 // certificate policy, if any.
 func (b *sealedBinary) verifyPins(path string, opts OpenOptions) error {
 	if len(opts.SHA256) > 0 && string(opts.SHA256) != string(b.sum) {
-		return Errorf(ClassFailedPrecondition, "Open %s: checksum mismatch: sha256 %x, pinned %x", path, b.sum, opts.SHA256)
+		return errdefs.Errorf(errdefs.FailedPrecondition, "Open %s: checksum mismatch: sha256 %x, pinned %x", path, b.sum, opts.SHA256)
 	}
 	if opts.CertificatePolicy != nil {
 		if len(opts.Certificate) == 0 {
-			return Errorf(ClassFailedPrecondition, "Open %s: a certificate is required and none was given", path)
+			return errdefs.Errorf(errdefs.FailedPrecondition, "Open %s: a certificate is required and none was given", path)
 		}
 		if _, err := opts.CertificatePolicy.Verify(opts.Certificate, b.sum); err != nil {
-			return Errorf(ClassOf(err), "Open %s (sha256 %x): %v", path, b.sum, err)
+			return errdefs.Errorf(errdefs.ClassOf(err), "Open %s (sha256 %x): %v", path, b.sum, err)
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
@@ -48,7 +49,7 @@ func TestPinnedOpenRunsTheHashedCopy(t *testing.T) {
 	}
 	appendByte(t, bin)
 	_, err = sdk.Open(bin, sdk.OpenOptions{SHA256: sum})
-	if !sdk.IsClass(err, sdk.ClassFailedPrecondition) || !strings.Contains(err.Error(), "checksum") {
+	if !errdefs.Is(err, errdefs.FailedPrecondition) || !strings.Contains(err.Error(), "checksum") {
 		t.Fatalf("modified binary: %v, want a failed-precondition checksum refusal", err)
 	}
 }
@@ -135,7 +136,7 @@ func TestRequireCertificate(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := sdk.Open(bin, sdk.OpenOptions{CertificatePolicy: c.policy, Certificate: c.cert})
-			if !sdk.IsClass(err, sdk.ClassFailedPrecondition) || !strings.Contains(err.Error(), c.want) {
+			if !errdefs.Is(err, errdefs.FailedPrecondition) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Open: %v, want failed-precondition saying %q", err, c.want)
 			}
 		})
@@ -143,7 +144,7 @@ func TestRequireCertificate(t *testing.T) {
 	t.Run("modified binary", func(t *testing.T) {
 		appendByte(t, bin)
 		_, err := sdk.Open(bin, sdk.OpenOptions{CertificatePolicy: policy, Certificate: good})
-		if !sdk.IsClass(err, sdk.ClassFailedPrecondition) || !strings.Contains(err.Error(), "it is for sha256") {
+		if !errdefs.Is(err, errdefs.FailedPrecondition) || !strings.Contains(err.Error(), "it is for sha256") {
 			t.Fatalf("Open of a modified binary: %v", err)
 		}
 	})
@@ -194,7 +195,7 @@ func TestPinnedOpenThroughWrapper(t *testing.T) {
 	if !strings.HasPrefix(exe, "/memfd:kvfence-plugin:") {
 		t.Fatalf("the plugin runs %q, not the sealed copy", exe)
 	}
-	if _, err := sdk.Open(bin, sdk.OpenOptions{ExecVia: []string{"env"}}); !sdk.IsClass(err, sdk.ClassInvalidArgument) {
+	if _, err := sdk.Open(bin, sdk.OpenOptions{ExecVia: []string{"env"}}); !errdefs.Is(err, errdefs.InvalidArgument) {
 		t.Fatalf("ExecVia without a pin: %v, want invalid-argument", err)
 	}
 }

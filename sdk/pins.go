@@ -4,6 +4,8 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"os"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // PluginPins is how a host configures trust in a plugin binary from flags
@@ -27,18 +29,18 @@ func (p PluginPins) Apply(opts *OpenOptions) error {
 	if p.SHA256 != "" {
 		sum, err := hex.DecodeString(p.SHA256)
 		if err != nil || len(sum) != 32 {
-			return Errorf(ClassInvalidArgument, "plugin sha256 %q: want 64 hex digits", p.SHA256)
+			return errdefs.Errorf(errdefs.InvalidArgument, "plugin sha256 %q: want 64 hex digits", p.SHA256)
 		}
 		opts.SHA256 = sum
 	}
 	if !p.RequireCertificate {
 		if p.Certificate != "" || len(p.TrustedKeys) > 0 {
-			return Errorf(ClassInvalidArgument, "a plugin certificate or trusted keys were given without requiring a certificate")
+			return errdefs.Errorf(errdefs.InvalidArgument, "a plugin certificate or trusted keys were given without requiring a certificate")
 		}
 		return nil
 	}
 	if len(p.TrustedKeys) == 0 || p.Certificate == "" {
-		return Errorf(ClassInvalidArgument, "requiring a plugin certificate needs the certificate file and at least one trusted key")
+		return errdefs.Errorf(errdefs.InvalidArgument, "requiring a plugin certificate needs the certificate file and at least one trusted key")
 	}
 	pol := &CertificatePolicy{SuiteVersions: p.SuiteVersions, Profiles: p.Profiles}
 	for _, path := range p.TrustedKeys {
@@ -50,7 +52,7 @@ func (p PluginPins) Apply(opts *OpenOptions) error {
 	}
 	cert, err := os.ReadFile(p.Certificate)
 	if err != nil {
-		return Errorf(ClassNotFound, "plugin certificate: %v", err)
+		return errdefs.Errorf(errdefs.NotFound, "plugin certificate: %v", err)
 	}
 	opts.CertificatePolicy, opts.Certificate = pol, cert
 	return nil

@@ -5,6 +5,7 @@ import (
 	"net/rpc"
 
 	"github.com/hashicorp/go-plugin"
+	"github.com/kvfence/kvfence/errdefs"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 	"google.golang.org/grpc"
 )
@@ -35,11 +36,11 @@ type grpcPlugin struct {
 // Server and Client are go-plugin's net/rpc side, which kvfence never
 // allows (AllowedProtocols is gRPC only).
 func (p *grpcPlugin) Server(*plugin.MuxBroker) (interface{}, error) {
-	return nil, Errorf(ClassUnimplemented, "kvfence plugins speak gRPC only")
+	return nil, errdefs.Errorf(errdefs.Unimplemented, "kvfence plugins speak gRPC only")
 }
 
 func (p *grpcPlugin) Client(*plugin.MuxBroker, *rpc.Client) (interface{}, error) {
-	return nil, Errorf(ClassUnimplemented, "kvfence plugins speak gRPC only")
+	return nil, errdefs.Errorf(errdefs.Unimplemented, "kvfence plugins speak gRPC only")
 }
 
 var _ plugin.GRPCPlugin = (*grpcPlugin)(nil)

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // The data path between host and plugin: two single-producer,
@@ -77,11 +79,11 @@ func initRingLayout(mem []byte, capacity uint64) {
 // checkRingLayout validates a layout the host made (plugin side).
 func checkRingLayout(mem []byte, capacity uint64) error {
 	if !validRingCapacity(capacity) || uint64(len(mem)) < ringLayoutSize(capacity) {
-		return Errorf(ClassInvalidArgument, "rings: capacity %d does not fit %d bytes", capacity, len(mem))
+		return errdefs.Errorf(errdefs.InvalidArgument, "rings: capacity %d does not fit %d bytes", capacity, len(mem))
 	}
 	if binary.LittleEndian.Uint64(mem[0:]) != ringMagic || binary.LittleEndian.Uint32(mem[8:]) != ringVersion ||
 		binary.LittleEndian.Uint64(mem[16:]) != capacity {
-		return Errorf(ClassInvalidArgument, "rings: bad magic, version or capacity")
+		return errdefs.Errorf(errdefs.InvalidArgument, "rings: bad magic, version or capacity")
 	}
 	return nil
 }

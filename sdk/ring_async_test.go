@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // With AsyncPost, Post returns once the batch is in the ring, and the
@@ -27,11 +29,11 @@ func TestAsyncPostRefusalIsTheCompletion(t *testing.T) {
 			t.Fatalf("Post %d: %v", id, err)
 		}
 	}
-	if err := r.Post(ctx, Batch{ID: 2, Ops: oneOp()}); !IsClass(err, ClassAlreadyExists) {
+	if err := r.Post(ctx, Batch{ID: 2, Ops: oneOp()}); !errdefs.Is(err, errdefs.AlreadyExists) {
 		t.Fatalf("reposting outstanding batch 2: %v, want already exists (checked by the host)", err)
 	}
 	c := nextCompletion(t, r)
-	if c.Batch != 1 || c.Status != FailedDefinite || c.Class != ClassInvalidArgument {
+	if c.Batch != 1 || c.Status != FailedDefinite || c.Class != errdefs.InvalidArgument {
 		t.Fatalf("first completion %+v, want batch 1 FailedDefinite invalid-argument", c)
 	}
 	for !impl.has(4) { // async: the plugin takes the batches after Post returned
@@ -62,7 +64,7 @@ func TestAsyncPostNeedsTheRings(t *testing.T) {
 	t.Setenv(envRings, "off")
 	r := connectTest(t, newHeldTransport(), nil)
 	r.setAsyncPost(true)
-	if err := r.Post(context.Background(), Batch{ID: 1}); !IsClass(err, ClassInvalidArgument) {
+	if err := r.Post(context.Background(), Batch{ID: 1}); !errdefs.Is(err, errdefs.InvalidArgument) {
 		t.Fatalf("empty batch over gRPC: %v, want the refusal from Post", err)
 	}
 }
@@ -106,7 +108,7 @@ func TestAsyncPostFromEnv(t *testing.T) {
 		}
 	}
 	t.Setenv(envAsyncPost, "yes")
-	if _, err := Open("/nonexistent/plugin", OpenOptions{}); !IsClass(err, ClassInvalidArgument) {
+	if _, err := Open("/nonexistent/plugin", OpenOptions{}); !errdefs.Is(err, errdefs.InvalidArgument) {
 		t.Fatalf("Open with %s=yes: %v, want invalid argument", envAsyncPost, err)
 	}
 }

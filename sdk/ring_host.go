@@ -110,7 +110,7 @@ func attachRings(ctx context.Context, conn grpc.ClientConnInterface, host *remot
 	err = conn.Invoke(ctx, ringsAttachMethod, &pb.Endpoint{Transport: ringsDataPath, Address: desc.Path, Opaque: opaque}, &res)
 	if err != nil || res.GetTransport() != ringsDataPath {
 		_ = shm.Close()
-		if err != nil && ClassOf(fromStatusError(err)) != ClassUnimplemented {
+		if err != nil && errdefs.ClassOf(fromStatusError(err)) != errdefs.Unimplemented {
 			return nil, fromStatusError(err)
 		}
 		return nil, nil // an older plugin: gRPC Post
@@ -282,7 +282,7 @@ func (h *hostRings) handle(kind uint16, seq uint64, payload []byte) string {
 			if err := proto.Unmarshal(payload, &c); err != nil {
 				return "post verdict record: " + err.Error()
 			}
-			verdict = Errorf(refusalClass(c.GetErrorClass()), "%s", c.GetDetail())
+			verdict = errdefs.Errorf(refusalClass(c.GetErrorClass()), "%s", c.GetDetail())
 		}
 		h.mu.Lock()
 		w, ok := h.waiters[seq]
@@ -312,7 +312,7 @@ func (h *hostRings) handle(kind uint16, seq uint64, payload []byte) string {
 // one completion: FailedDefinite (a refused batch moved no byte), with the
 // refusal's class.
 func (h *hostRings) refused(id BatchID, refusal error) {
-	h.complete(Completion{Batch: id, Status: FailedDefinite, Class: ClassOf(refusal), Detail: "Post refused: " + refusal.Error()})
+	h.complete(Completion{Batch: id, Status: FailedDefinite, Class: errdefs.ClassOf(refusal), Detail: "Post refused: " + refusal.Error()})
 }
 
 func (h *hostRings) postedSeq() uint64 {
@@ -342,13 +342,13 @@ func (h *hostRings) release() { _ = h.shm.Close() }
 // refusalClass is the class of a plugin's refusal as the host will
 // report it: a class outside the vocabulary (or none) is a plugin bug,
 // reported as Internal like an unclassified gRPC error.
-func refusalClass(wire uint32) Class {
+func refusalClass(wire uint32) errdefs.Class {
 	for _, c := range errdefs.Classes {
-		if uint32(c) == wire && c != ClassUnknown {
+		if uint32(c) == wire && c != errdefs.Unknown {
 			return c
 		}
 	}
-	return ClassInternal
+	return errdefs.Internal
 }
 
 // DataPath says whether Post and Completion cross the boundary on the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/kvfence/kvfence/errdefs"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -47,16 +48,16 @@ var ringsServiceDesc = grpc.ServiceDesc{
 // its end still tells the host that this plugin is gone.
 func (s *grpcServer) attach(ctx context.Context, req *pb.Endpoint) (*pb.Endpoint, error) {
 	if req.GetTransport() != ringsDataPath || len(req.GetOpaque()) != 8 {
-		return nil, fail(ctx, Errorf(ClassInvalidArgument, "rings: unknown data path %q", req.GetTransport()))
+		return nil, fail(ctx, errdefs.Errorf(errdefs.InvalidArgument, "rings: unknown data path %q", req.GetTransport()))
 	}
 	capacity := binary.LittleEndian.Uint64(req.GetOpaque())
 	if !validRingCapacity(capacity) {
-		return nil, fail(ctx, Errorf(ClassInvalidArgument, "rings: capacity %d", capacity))
+		return nil, fail(ctx, errdefs.Errorf(errdefs.InvalidArgument, "rings: capacity %d", capacity))
 	}
 	s.streamMu.Lock()
 	defer s.streamMu.Unlock()
 	if s.rings != nil || s.streamOn {
-		return nil, fail(ctx, Errorf(ClassFailedPrecondition, "rings: already attached or stream open"))
+		return nil, fail(ctx, errdefs.Errorf(errdefs.FailedPrecondition, "rings: already attached or stream open"))
 	}
 	m, err := MapMemory(MemoryDesc{Kind: MemoryHostShared, Path: req.GetAddress(), Size: ringLayoutSize(capacity)})
 	if err != nil {
@@ -147,7 +148,7 @@ func (p *pluginRings) flush() {
 func (p *pluginRings) post(payload []byte) error {
 	var req pb.PostRequest
 	if err := proto.Unmarshal(payload, &req); err != nil {
-		return Errorf(ClassInvalidArgument, "Post: undecodable submission: %v", err)
+		return errdefs.Errorf(errdefs.InvalidArgument, "Post: undecodable submission: %v", err)
 	}
 	return p.impl.Post(context.Background(), batchFromPB(&req))
 }
@@ -159,9 +160,9 @@ func (p *pluginRings) verdict(seq uint64, err error, ring bool) {
 		p.put(recPostOK, seq, nil, ring)
 		return
 	}
-	var e *Error
+	var e *errdefs.Error
 	if !errors.As(err, &e) {
-		e = Errorf(ClassInternal, "%v", err)
+		e = errdefs.Errorf(errdefs.Internal, "%v", err)
 	}
 	b, _ := proto.Marshal(&pb.Completion{ErrorClass: uint32(e.Class), Detail: truncateDetail(e.Msg)})
 	p.put(recPostErr, seq, b, ring)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-plugin"
+	"github.com/kvfence/kvfence/errdefs"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 	"google.golang.org/grpc"
 )
@@ -36,7 +37,7 @@ func (h *heldTransport) Connect(context.Context, Endpoint) (PeerID, error)      
 func (h *heldTransport) Disconnect(context.Context, PeerID) error                     { return nil }
 func (h *heldTransport) Completions() <-chan Completion                               { return h.out }
 func (h *heldTransport) Quiesce(context.Context, PeerID, []BatchID) (QuiesceResult, error) {
-	return QuiesceResult{}, Errorf(ClassUnavailable, "no evidence")
+	return QuiesceResult{}, errdefs.Errorf(errdefs.Unavailable, "no evidence")
 }
 
 func (h *heldTransport) Post(_ context.Context, b Batch) error {
@@ -44,11 +45,11 @@ func (h *heldTransport) Post(_ context.Context, b Batch) error {
 	defer h.mu.Unlock()
 	switch {
 	case h.closed:
-		return Errorf(ClassUnavailable, "closed")
+		return errdefs.Errorf(errdefs.Unavailable, "closed")
 	case len(b.Ops) == 0:
-		return Errorf(ClassInvalidArgument, "empty batch")
+		return errdefs.Errorf(errdefs.InvalidArgument, "empty batch")
 	case h.seen[b.ID]:
-		return Errorf(ClassAlreadyExists, "batch %d reused", b.ID)
+		return errdefs.Errorf(errdefs.AlreadyExists, "batch %d reused", b.ID)
 	}
 	h.seen[b.ID], h.pending[b.ID] = true, true
 	return nil
@@ -59,7 +60,7 @@ func (h *heldTransport) complete(id BatchID, s Status) {
 	defer h.mu.Unlock()
 	if h.pending[id] {
 		delete(h.pending, id)
-		h.out <- Completion{Batch: id, Status: s, Class: ClassUnknown}
+		h.out <- Completion{Batch: id, Status: s, Class: errdefs.Unknown}
 	}
 }
 
@@ -69,7 +70,7 @@ func (h *heldTransport) Close() error {
 	if !h.closed {
 		h.closed = true
 		for id := range h.pending {
-			h.out <- Completion{Batch: id, Status: InDoubt, Class: ClassUnavailable, Detail: "closed"}
+			h.out <- Completion{Batch: id, Status: InDoubt, Class: errdefs.Unavailable, Detail: "closed"}
 		}
 		close(h.out)
 	}
@@ -142,7 +143,7 @@ func TestDataPathNegotiation(t *testing.T) {
 				t.Fatalf("data path %s, want %s", got, tc.wantP)
 			}
 			ctx := context.Background()
-			if err := r.Post(ctx, Batch{ID: 1}); !IsClass(err, ClassInvalidArgument) {
+			if err := r.Post(ctx, Batch{ID: 1}); !errdefs.Is(err, errdefs.InvalidArgument) {
 				t.Fatalf("empty batch: %v, want invalid argument", err)
 			}
 			for id := BatchID(2); id <= 4; id++ {
@@ -245,7 +246,7 @@ func TestRingsCorruptPluginIsDropped(t *testing.T) {
 			if r.violations.Load() == 0 {
 				t.Fatal("no protocol violation counted")
 			}
-			if err := r.Post(ctx, Batch{ID: 9, Ops: oneOp()}); !IsClass(err, ClassUnavailable) {
+			if err := r.Post(ctx, Batch{ID: 9, Ops: oneOp()}); !errdefs.Is(err, errdefs.Unavailable) {
 				t.Fatalf("Post after the drop: %v, want unavailable", err)
 			}
 		})

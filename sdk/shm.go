@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // How memory gets from host to plugin without a copy: the host creates a
@@ -31,20 +33,20 @@ type SharedMemory struct {
 // NewSharedMemory creates size bytes of shared memory, zero-filled.
 func NewSharedMemory(name string, size uint64) (*SharedMemory, error) {
 	if size == 0 {
-		return nil, Errorf(ClassInvalidArgument, "shared memory %q: zero size", name)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "shared memory %q: zero size", name)
 	}
 	fd, err := unix.MemfdCreate("kvfence-"+name, unix.MFD_CLOEXEC)
 	if err != nil {
-		return nil, Errorf(ClassResourceExhausted, "memfd_create: %v", err)
+		return nil, errdefs.Errorf(errdefs.ResourceExhausted, "memfd_create: %v", err)
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
-		return nil, Errorf(ClassResourceExhausted, "ftruncate memfd to %d: %v", size, err)
+		return nil, errdefs.Errorf(errdefs.ResourceExhausted, "ftruncate memfd to %d: %v", size, err)
 	}
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		unix.Close(fd)
-		return nil, Errorf(ClassResourceExhausted, "mmap memfd: %v", err)
+		return nil, errdefs.Errorf(errdefs.ResourceExhausted, "mmap memfd: %v", err)
 	}
 	return &SharedMemory{fd: fd, mem: mem, name: name}, nil
 }
@@ -88,32 +90,32 @@ type Mapping struct {
 // (MAP_SHARED, read-write). Plugins call it from RegisterMemory.
 func MapMemory(desc MemoryDesc) (*Mapping, error) {
 	if desc.Kind != MemoryHostShared {
-		return nil, Errorf(ClassUnimplemented, "MapMemory: %v memory is not CPU-mappable", desc.Kind)
+		return nil, errdefs.Errorf(errdefs.Unimplemented, "MapMemory: %v memory is not CPU-mappable", desc.Kind)
 	}
 	if desc.Size == 0 {
-		return nil, Errorf(ClassInvalidArgument, "MapMemory: zero size")
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "MapMemory: zero size")
 	}
 	if desc.Path == "" {
-		return nil, Errorf(ClassInvalidArgument, "MapMemory: empty path")
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "MapMemory: empty path")
 	}
 	f, err := os.OpenFile(desc.Path, os.O_RDWR, 0)
 	if err != nil {
-		return nil, Errorf(ClassNotFound, "MapMemory: open %s: %v", desc.Path, err)
+		return nil, errdefs.Errorf(errdefs.NotFound, "MapMemory: open %s: %v", desc.Path, err)
 	}
 	defer f.Close() // the mapping outlives the descriptor
 	st, err := f.Stat()
 	if err != nil {
-		return nil, Errorf(ClassInternal, "MapMemory: stat: %v", err)
+		return nil, errdefs.Errorf(errdefs.Internal, "MapMemory: stat: %v", err)
 	}
 	if desc.Offset+desc.Size < desc.Offset || uint64(st.Size()) < desc.Offset+desc.Size {
-		return nil, Errorf(ClassInvalidArgument, "MapMemory: [%d,+%d) beyond file size %d", desc.Offset, desc.Size, st.Size())
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "MapMemory: [%d,+%d) beyond file size %d", desc.Offset, desc.Size, st.Size())
 	}
 	page := uint64(os.Getpagesize())
 	base := desc.Offset &^ (page - 1)
 	skip := desc.Offset - base
 	full, err := unix.Mmap(int(f.Fd()), int64(base), int(skip+desc.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, Errorf(ClassResourceExhausted, "MapMemory: mmap: %v", err)
+		return nil, errdefs.Errorf(errdefs.ResourceExhausted, "MapMemory: mmap: %v", err)
 	}
 	return &Mapping{full: full, view: full[skip : skip+desc.Size]}, nil
 }
@@ -141,11 +143,11 @@ func (m *Mapping) Close() error {
 // never maps a dma-buf into CPU memory.
 func OpenDMABuf(desc MemoryDesc) (*os.File, error) {
 	if desc.Kind != MemoryDMABuf {
-		return nil, Errorf(ClassInvalidArgument, "OpenDMABuf: %v is not a dma-buf", desc.Kind)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "OpenDMABuf: %v is not a dma-buf", desc.Kind)
 	}
 	f, err := os.OpenFile(desc.Path, os.O_RDWR, 0)
 	if err != nil {
-		return nil, Errorf(ClassNotFound, "OpenDMABuf: open %s: %v", desc.Path, err)
+		return nil, errdefs.Errorf(errdefs.NotFound, "OpenDMABuf: open %s: %v", desc.Path, err)
 	}
 	return f, nil
 }

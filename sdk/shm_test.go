@@ -2,6 +2,8 @@ package sdk
 
 import (
 	"testing"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // Bytes written through a plugin's mapping are in the host's buffer: no copy.
@@ -38,20 +40,20 @@ func TestMapMemoryRejectsBadDescriptions(t *testing.T) {
 	big.Size = 8192
 	cases := []struct {
 		d    MemoryDesc
-		want Class
+		want errdefs.Class
 	}{
-		{big, ClassInvalidArgument},
-		{MemoryDesc{Kind: MemoryHostShared, Path: "/nonexistent", Size: 1}, ClassNotFound},
-		{MemoryDesc{Kind: MemoryHostShared, Size: 1}, ClassInvalidArgument},
-		{MemoryDesc{Kind: MemoryHostShared, Path: host.Desc().Path}, ClassInvalidArgument},
-		{DescribeDMABuf(3, 0, 4096, "0000:01:00.0"), ClassUnimplemented},
+		{big, errdefs.InvalidArgument},
+		{MemoryDesc{Kind: MemoryHostShared, Path: "/nonexistent", Size: 1}, errdefs.NotFound},
+		{MemoryDesc{Kind: MemoryHostShared, Size: 1}, errdefs.InvalidArgument},
+		{MemoryDesc{Kind: MemoryHostShared, Path: host.Desc().Path}, errdefs.InvalidArgument},
+		{DescribeDMABuf(3, 0, 4096, "0000:01:00.0"), errdefs.Unimplemented},
 	}
 	for _, c := range cases {
-		if _, err := MapMemory(c.d); ClassOf(err) != c.want {
+		if _, err := MapMemory(c.d); errdefs.ClassOf(err) != c.want {
 			t.Errorf("MapMemory(%+v): %v, want %v", c.d, err, c.want)
 		}
 	}
-	if _, err := NewSharedMemory("z", 0); ClassOf(err) != ClassInvalidArgument {
+	if _, err := NewSharedMemory("z", 0); errdefs.ClassOf(err) != errdefs.InvalidArgument {
 		t.Errorf("zero-size shared memory: %v", err)
 	}
 }

@@ -3,6 +3,8 @@ package sdk
 import (
 	"fmt"
 	"time"
+
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // RegionID names memory registered with a transport (local to one plugin).
@@ -127,9 +129,9 @@ func (s Status) String() string {
 type Completion struct {
 	Batch       BatchID
 	Status      Status
-	BytesLanded uint64 // bytes known (acknowledged) to have landed; a lower bound unless Succeeded
-	Class       Class  // why, when not Succeeded
-	Detail      string // human detail, never parsed
+	BytesLanded uint64        // bytes known (acknowledged) to have landed; a lower bound unless Succeeded
+	Class       errdefs.Class // why, when not Succeeded
+	Detail      string        // human detail, never parsed
 }
 
 // Evidence names why a Quiesce result holds: how the transport knows that

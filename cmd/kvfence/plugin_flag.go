@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/internal/demo"
 	"github.com/kvfence/kvfence/plugins/catalog"
 	"github.com/kvfence/kvfence/sdk"
@@ -32,7 +33,7 @@ func resolvePluginFlag(value string) (string, error) {
 	}
 	path, err := catalog.Resolve(value, catalog.DefaultDirs()...)
 	if err != nil {
-		if value == "verbs" && sdk.IsClass(err, sdk.ClassNotFound) {
+		if value == "verbs" && errdefs.Is(err, errdefs.NotFound) {
 			// make plugins leaves verbs out: it needs cgo and rdma-core.
 			err = fmt.Errorf("--plugin verbs: kvfence-plugin-verbs not found in %s; build it with CGO_ENABLED=1 go build -tags rdma -o bin/kvfence-plugin-verbs ./plugins/verbs/cmd/kvfence-plugin-verbs (needs libibverbs-dev)",
 				strings.Join(catalog.DefaultDirs(), ", "))

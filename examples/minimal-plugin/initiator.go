@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -29,15 +30,15 @@ type batch struct {
 
 func (t *transport) Connect(_ context.Context, ep sdk.Endpoint) (sdk.PeerID, error) {
 	if ep.Transport != "example" {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: not an example endpoint (%q)", ep.Transport)
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "Connect: not an example endpoint (%q)", ep.Transport)
 	}
 	if _, _, err := net.SplitHostPort(ep.Address); err != nil {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: address %q: %v", ep.Address, err)
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "Connect: address %q: %v", ep.Address, err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return "", sdk.Errorf(sdk.ClassFailedPrecondition, "Connect: transport closed")
+		return "", errdefs.Errorf(errdefs.FailedPrecondition, "Connect: transport closed")
 	}
 	t.nextPeer++
 	p := &peer{id: sdk.PeerID(fmt.Sprintf("peer-%d", t.nextPeer)), addr: ep.Address, queue: make(chan *batch, 4096), quit: make(chan struct{})}
@@ -53,7 +54,7 @@ func (t *transport) Disconnect(_ context.Context, id sdk.PeerID) error {
 	delete(t.peers, id)
 	t.mu.Unlock()
 	if p == nil {
-		return sdk.Errorf(sdk.ClassNotFound, "Disconnect: peer %q", id)
+		return errdefs.Errorf(errdefs.NotFound, "Disconnect: peer %q", id)
 	}
 	p.stop()
 	return nil
@@ -65,36 +66,36 @@ func (p *peer) stop() { close(p.quit) }
 // batch; the target checks keys and windows.
 func (t *transport) Post(_ context.Context, b sdk.Batch) error {
 	if len(b.Ops) == 0 || len(b.Ops) > maxBatch {
-		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: %d ops (1 to %d)", len(b.Ops), maxBatch)
+		return errdefs.Errorf(errdefs.InvalidArgument, "Post: %d ops (1 to %d)", len(b.Ops), maxBatch)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return sdk.Errorf(sdk.ClassFailedPrecondition, "Post: transport closed")
+		return errdefs.Errorf(errdefs.FailedPrecondition, "Post: transport closed")
 	}
 	if t.posted[b.ID] != nil {
-		return sdk.Errorf(sdk.ClassAlreadyExists, "Post: batch %d", b.ID)
+		return errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d", b.ID)
 	}
 	p := t.peers[b.Peer]
 	if p == nil {
-		return sdk.Errorf(sdk.ClassNotFound, "Post: peer %q", b.Peer)
+		return errdefs.Errorf(errdefs.NotFound, "Post: peer %q", b.Peer)
 	}
 	bt := &batch{b: b, done: make(chan struct{})}
 	for i, op := range b.Ops {
 		switch {
 		case op.Kind == sdk.OpRead:
-			return sdk.Errorf(sdk.ClassUnimplemented, "Post: op %d: reads are not supported", i)
+			return errdefs.Errorf(errdefs.Unimplemented, "Post: op %d: reads are not supported", i)
 		case op.Kind != sdk.OpWrite:
-			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: unknown kind %d", i, op.Kind)
+			return errdefs.Errorf(errdefs.InvalidArgument, "Post: op %d: unknown kind %d", i, op.Kind)
 		case op.Length == 0 || op.Length > maxOpBytes:
-			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: length %d (1 to %d)", i, op.Length, maxOpBytes)
+			return errdefs.Errorf(errdefs.InvalidArgument, "Post: op %d: length %d (1 to %d)", i, op.Length, maxOpBytes)
 		}
 		r := t.regions[op.LocalRegion]
 		if r == nil {
-			return sdk.Errorf(sdk.ClassNotFound, "Post: op %d: region %d", i, op.LocalRegion)
+			return errdefs.Errorf(errdefs.NotFound, "Post: op %d: region %d", i, op.LocalRegion)
 		}
 		if op.Length > uint64(len(r.mem)) || op.LocalOffset > uint64(len(r.mem))-op.Length {
-			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: outside region %d", i, op.LocalRegion)
+			return errdefs.Errorf(errdefs.InvalidArgument, "Post: op %d: outside region %d", i, op.LocalRegion)
 		}
 		bt.srcs = append(bt.srcs, r)
 	}
@@ -110,7 +111,7 @@ func (t *transport) Post(_ context.Context, b sdk.Batch) error {
 			r.users--
 		}
 		delete(t.posted, b.ID)
-		return sdk.Errorf(sdk.ClassResourceExhausted, "Post: peer %q has 4096 batches queued", b.Peer)
+		return errdefs.Errorf(errdefs.ResourceExhausted, "Post: peer %q has 4096 batches queued", b.Peer)
 	}
 }
 
@@ -127,7 +128,7 @@ func (t *transport) send(p *peer) {
 			for {
 				select {
 				case bt := <-p.queue:
-					t.finish(bt, sdk.Completion{Status: sdk.InDoubt, Class: sdk.ClassUnavailable, Detail: "peer disconnected"})
+					t.finish(bt, sdk.Completion{Status: sdk.InDoubt, Class: errdefs.Unavailable, Detail: "peer disconnected"})
 				default:
 					return
 				}
@@ -145,7 +146,7 @@ func (t *transport) run(p *peer, bt *batch) sdk.Completion {
 		c, err := net.DialTimeout("tcp", p.addr, t.ttl)
 		if err != nil {
 			// Nothing of the batch was sent: it can never land.
-			return sdk.Completion{Status: sdk.FailedDefinite, Class: sdk.ClassUnavailable, Detail: "dial: " + err.Error()}
+			return sdk.Completion{Status: sdk.FailedDefinite, Class: errdefs.Unavailable, Detail: "dial: " + err.Error()}
 		}
 		p.conn = c
 	}
@@ -168,7 +169,7 @@ func (t *transport) run(p *peer, bt *batch) sdk.Completion {
 			// until its deadline (MaxTail covers that).
 			p.conn.Close()
 			p.conn = nil
-			return sdk.Completion{Status: sdk.InDoubt, BytesLanded: landed, Class: sdk.ClassUnavailable, Detail: fmt.Sprintf("op %d: %v", i, err)}
+			return sdk.Completion{Status: sdk.InDoubt, BytesLanded: landed, Class: errdefs.Unavailable, Detail: fmt.Sprintf("op %d: %v", i, err)}
 		}
 		switch reply[0] {
 		case replyApplied:
@@ -180,7 +181,7 @@ func (t *transport) run(p *peer, bt *batch) sdk.Completion {
 		default:
 			p.conn.Close()
 			p.conn = nil
-			return sdk.Completion{Status: sdk.InDoubt, BytesLanded: landed, Class: sdk.ClassInternal, Detail: "bad reply"}
+			return sdk.Completion{Status: sdk.InDoubt, BytesLanded: landed, Class: errdefs.Internal, Detail: "bad reply"}
 		}
 	}
 	return sdk.Completion{Status: sdk.Succeeded, BytesLanded: landed}
@@ -211,23 +212,23 @@ func (t *transport) Quiesce(ctx context.Context, id sdk.PeerID, ids []sdk.BatchI
 		bt := t.posted[bid]
 		t.mu.Unlock()
 		if bt == nil {
-			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassNotFound, "Quiesce: batch %d", bid)
+			return sdk.QuiesceResult{}, errdefs.Errorf(errdefs.NotFound, "Quiesce: batch %d", bid)
 		}
 		if bt.b.Peer != id {
-			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassInvalidArgument, "Quiesce: batch %d was not posted to %q", bid, id)
+			return sdk.QuiesceResult{}, errdefs.Errorf(errdefs.InvalidArgument, "Quiesce: batch %d was not posted to %q", bid, id)
 		}
 		select {
 		case <-bt.done:
 		case <-wait.C:
-			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassUnavailable, "Quiesce: batch %d still in flight", bid)
+			return sdk.QuiesceResult{}, errdefs.Errorf(errdefs.Unavailable, "Quiesce: batch %d still in flight", bid)
 		case <-ctx.Done():
-			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassUnavailable, "Quiesce: %v", ctx.Err())
+			return sdk.QuiesceResult{}, errdefs.Errorf(errdefs.Unavailable, "Quiesce: %v", ctx.Err())
 		}
 		t.mu.Lock()
 		st := bt.status
 		t.mu.Unlock()
 		if st == sdk.InDoubt {
-			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassUnavailable, "Quiesce: batch %d is in doubt and this plugin has no evidence (its bytes may land until their deadline)", bid)
+			return sdk.QuiesceResult{}, errdefs.Errorf(errdefs.Unavailable, "Quiesce: batch %d is in doubt and this plugin has no evidence (its bytes may land until their deadline)", bid)
 		}
 	}
 	return sdk.QuiesceResult{Evidence: sdk.EvidenceCompletionsHarvested, Batches: ids}, nil

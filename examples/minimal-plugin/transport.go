@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -50,7 +51,7 @@ type region struct {
 func newTransport(listen string, ttl time.Duration, log hclog.Logger) (*transport, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "listen %s: %v", listen, err)
+		return nil, errdefs.Errorf(errdefs.Unavailable, "listen %s: %v", listen, err)
 	}
 	t := &transport{log: log, ln: ln, ttl: ttl, out: make(chan sdk.Completion, 4096),
 		regions: map[sdk.RegionID]*region{}, keys: map[sdk.Key]*exposure{}, peers: map[sdk.PeerID]*peer{},
@@ -69,7 +70,7 @@ func (t *transport) Info(context.Context) (sdk.Info, error) {
 
 func (t *transport) RegisterMemory(_ context.Context, d sdk.MemoryDesc) (sdk.RegionID, error) {
 	if d.Kind != sdk.MemoryHostShared {
-		return 0, sdk.Errorf(sdk.ClassUnimplemented, "RegisterMemory: %v memory is not supported", d.Kind)
+		return 0, errdefs.Errorf(errdefs.Unimplemented, "RegisterMemory: %v memory is not supported", d.Kind)
 	}
 	m, err := sdk.MapMemory(d)
 	if err != nil {
@@ -90,10 +91,10 @@ func (t *transport) DeregisterMemory(_ context.Context, id sdk.RegionID) error {
 	switch {
 	case r == nil:
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassNotFound, "DeregisterMemory: region %d", id)
+		return errdefs.Errorf(errdefs.NotFound, "DeregisterMemory: region %d", id)
 	case r.users > 0:
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassFailedPrecondition, "DeregisterMemory: region %d is read by %d queued writes", id, r.users)
+		return errdefs.Errorf(errdefs.FailedPrecondition, "DeregisterMemory: region %d is read by %d queued writes", id, r.users)
 	}
 	delete(t.regions, id)
 	keys := r.keys
@@ -109,10 +110,10 @@ func (t *transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 	defer t.mu.Unlock()
 	r := t.regions[w.Region]
 	if r == nil {
-		return 0, sdk.Errorf(sdk.ClassNotFound, "Grant: region %d", w.Region)
+		return 0, errdefs.Errorf(errdefs.NotFound, "Grant: region %d", w.Region)
 	}
 	if w.Length == 0 || w.Length > uint64(len(r.mem)) || w.Offset > uint64(len(r.mem))-w.Length {
-		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "Grant: window [%d,+%d) outside region %d", w.Offset, w.Length, w.Region)
+		return 0, errdefs.Errorf(errdefs.InvalidArgument, "Grant: window [%d,+%d) outside region %d", w.Offset, w.Length, w.Region)
 	}
 	for {
 		var b [8]byte
@@ -136,7 +137,7 @@ func (t *transport) Revoke(_ context.Context, k sdk.Key) (sdk.RevokeResult, erro
 	}
 	t.mu.Unlock()
 	if e == nil {
-		return sdk.RevokeResult{}, sdk.Errorf(sdk.ClassNotFound, "Revoke: key %#x", uint64(k))
+		return sdk.RevokeResult{}, errdefs.Errorf(errdefs.NotFound, "Revoke: key %#x", uint64(k))
 	}
 	e.revoke()
 	return sdk.RevokeResult{WritesApplied: e.applied.Load(), WritesDropped: e.refused.Load()}, nil

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 
-	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // A frame header: magic, key, offset in the window, length, deadline (Unix
@@ -24,11 +24,11 @@ const (
 
 // refusalClass is the class a refusal carries to the initiator: the
 // conformance suite checks it (remote-refusals).
-var refusalClass = map[byte]sdk.Class{
-	replyRevoked:   sdk.ClassFailedPrecondition,
-	replyExpired:   sdk.ClassUnavailable,
-	replyUnknown:   sdk.ClassNotFound,
-	replyOutWindow: sdk.ClassInvalidArgument,
+var refusalClass = map[byte]errdefs.Class{
+	replyRevoked:   errdefs.FailedPrecondition,
+	replyExpired:   errdefs.Unavailable,
+	replyUnknown:   errdefs.NotFound,
+	replyOutWindow: errdefs.InvalidArgument,
 }
 
 type header struct {

@@ -13,7 +13,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // Plugin describes one of this project's plugins.
@@ -56,14 +56,14 @@ func Lookup(name string) (Plugin, bool) {
 // there, is a classified error that says what to do.
 func Resolve(value string, dirs ...string) (string, error) {
 	if value == "" {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "--plugin: empty; want one of %s or a path", strings.Join(Names(), "|"))
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "--plugin: empty; want one of %s or a path", strings.Join(Names(), "|"))
 	}
 	if strings.ContainsRune(value, '/') {
 		return existing(value)
 	}
 	p, ok := known[value]
 	if !ok {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "--plugin %q: not one of %s, and not a path (a path contains a slash: ./%s)", value, strings.Join(Names(), "|"), value)
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "--plugin %q: not one of %s, and not a path (a path contains a slash: ./%s)", value, strings.Join(Names(), "|"), value)
 	}
 	for _, d := range dirs {
 		path := filepath.Join(d, p.Binary)
@@ -71,16 +71,16 @@ func Resolve(value string, dirs ...string) (string, error) {
 			return path, nil
 		}
 	}
-	return "", sdk.Errorf(sdk.ClassNotFound, "--plugin %s: %s not found in %s; run make plugins", value, p.Binary, strings.Join(dirs, ", "))
+	return "", errdefs.Errorf(errdefs.NotFound, "--plugin %s: %s not found in %s; run make plugins", value, p.Binary, strings.Join(dirs, ", "))
 }
 
 func existing(path string) (string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return "", sdk.Errorf(sdk.ClassNotFound, "--plugin %s: %v", path, err)
+		return "", errdefs.Errorf(errdefs.NotFound, "--plugin %s: %v", path, err)
 	}
 	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "--plugin %s: not an executable file", path)
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "--plugin %s: not an executable file", path)
 	}
 	return path, nil
 }

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 func TestResolve(t *testing.T) {
@@ -22,9 +22,9 @@ func TestResolve(t *testing.T) {
 	}
 	for _, c := range []struct {
 		value string
-		class sdk.Class
-	}{{"", sdk.ClassInvalidArgument}, {"nosuch", sdk.ClassInvalidArgument}, {"mooncake", sdk.ClassNotFound}, {"./nope", sdk.ClassNotFound}, {dir + "/", sdk.ClassInvalidArgument}} {
-		if _, err := Resolve(c.value, dir); !sdk.IsClass(err, c.class) {
+		class errdefs.Class
+	}{{"", errdefs.InvalidArgument}, {"nosuch", errdefs.InvalidArgument}, {"mooncake", errdefs.NotFound}, {"./nope", errdefs.NotFound}, {dir + "/", errdefs.InvalidArgument}} {
+		if _, err := Resolve(c.value, dir); !errdefs.Is(err, c.class) {
 			t.Errorf("Resolve(%q): %v, want %v", c.value, err, c.class)
 		}
 	}

@@ -70,9 +70,9 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/dl"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 // invalidBatch is the API's "no batch" id (UINT64_MAX).
@@ -136,14 +136,14 @@ func Load(cfg Config, getenv func(string) string, _ hclog.Logger) (nocancel.Back
 	}
 	g.e = C.kvf_mc_create(lib.Sym("createTransferEngine"), meta, host, host, 0, discover)
 	if g.e == nil {
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "mooncake: createTransferEngine(%q, %q) failed (metadata server reachable? see the library's log)", cfg.Metadata, cfg.Host)
+		return nil, errdefs.Errorf(errdefs.Unavailable, "mooncake: createTransferEngine(%q, %q) failed (metadata server reachable? see the library's log)", cfg.Metadata, cfg.Host)
 	}
 	if C.kvf_mc_install(lib.Sym("installTransport"), g.e, proto) == nil {
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "mooncake: installTransport(%q) failed", cfg.Protocol)
+		return nil, errdefs.Errorf(errdefs.Unavailable, "mooncake: installTransport(%q) failed", cfg.Protocol)
 	}
 	buf := make([]byte, 256)
 	if rc := C.kvf_mc_local(g.fn.local, g.e, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf))); rc != 0 {
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "mooncake: getLocalIpAndPort: rc %d", int(rc))
+		return nil, errdefs.Errorf(errdefs.Unavailable, "mooncake: getLocalIpAndPort: rc %d", int(rc))
 	}
 	g.local = C.GoString((*C.char)(unsafe.Pointer(&buf[0])))
 	return g, nil
@@ -183,14 +183,14 @@ func (g *engine) Register(addr uintptr, n uint64) error {
 	loc := C.CString(g.cfg.Location)
 	defer C.free(unsafe.Pointer(loc))
 	if rc := C.kvf_mc_reg(g.fn.reg, g.e, C.uintptr_t(addr), C.size_t(n), loc); rc != 0 {
-		return sdk.Errorf(classOf(int(rc)), "mooncake: registerLocalMemory: %s", rcName(int(rc)))
+		return errdefs.Errorf(classOf(int(rc)), "mooncake: registerLocalMemory: %s", rcName(int(rc)))
 	}
 	return nil
 }
 
 func (g *engine) Unregister(addr uintptr) error {
 	if rc := C.kvf_mc_unreg(g.fn.unreg, g.e, C.uintptr_t(addr)); rc != 0 {
-		return sdk.Errorf(classOf(int(rc)), "mooncake: unregisterLocalMemory: %s", rcName(int(rc)))
+		return errdefs.Errorf(classOf(int(rc)), "mooncake: unregisterLocalMemory: %s", rcName(int(rc)))
 	}
 	return nil
 }
@@ -204,7 +204,7 @@ func (g *engine) Open(name string, _ []byte) (nocancel.Segment, error) {
 	defer C.free(unsafe.Pointer(cs))
 	id := C.kvf_mc_open(g.fn.open, g.e, cs)
 	if id < 0 {
-		return 0, sdk.Errorf(sdk.ClassUnavailable, "mooncake: openSegment(%q) failed", name)
+		return 0, errdefs.Errorf(errdefs.Unavailable, "mooncake: openSegment(%q) failed", name)
 	}
 	return nocancel.Segment(id), nil
 }
@@ -219,7 +219,7 @@ func (g *engine) Open(name string, _ []byte) (nocancel.Segment, error) {
 func (g *engine) Submit(seg nocancel.Segment, ws []nocancel.Write) (nocancel.Job, error) {
 	b := uint64(C.kvf_mc_alloc(g.fn.alloc, g.e, C.size_t(len(ws))))
 	if b == invalidBatch {
-		return 0, sdk.Errorf(sdk.ClassResourceExhausted, "mooncake: allocateBatchID(%d) failed", len(ws))
+		return 0, errdefs.Errorf(errdefs.ResourceExhausted, "mooncake: allocateBatchID(%d) failed", len(ws))
 	}
 	reqs := (*C.kvf_mc_request)(C.calloc(C.size_t(len(ws)), C.size_t(unsafe.Sizeof(C.kvf_mc_request{}))))
 	defer C.free(unsafe.Pointer(reqs))
@@ -228,7 +228,7 @@ func (g *engine) Submit(seg nocancel.Segment, ws []nocancel.Write) (nocancel.Job
 	}
 	if rc := C.kvf_mc_submit(g.fn.submit, g.e, C.uint64_t(b), reqs, C.size_t(len(ws))); rc != 0 {
 		return nocancel.Job(b), &nocancel.SubmitRefused{Job: nocancel.Job(b),
-			Err: sdk.Errorf(classOf(int(rc)), "mooncake: submitTransfer: %s", rcName(int(rc)))}
+			Err: errdefs.Errorf(classOf(int(rc)), "mooncake: submitTransfer: %s", rcName(int(rc)))}
 	}
 	return nocancel.Job(b), nil
 }
@@ -245,7 +245,7 @@ func (g *engine) Poll(j nocancel.Job, task int) (nocancel.Task, error) {
 // Free returns an error while the library answers BatchBusy.
 func (g *engine) Free(j nocancel.Job) error {
 	if rc := C.kvf_mc_free(g.fn.free, g.e, C.uint64_t(j)); rc != 0 {
-		return sdk.Errorf(sdk.ClassUnavailable, "mooncake: freeBatchID: %s", rcName(int(rc)))
+		return errdefs.Errorf(errdefs.Unavailable, "mooncake: freeBatchID: %s", rcName(int(rc)))
 	}
 	return nil
 }

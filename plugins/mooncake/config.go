@@ -7,8 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 // The environment a host passes to the plugin (sdk.OpenOptions.Env).
@@ -64,10 +64,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c.DirListen = net.JoinHostPort(c.Host, "0")
 	set(&c.DirListen, EnvDirListen)
 	if c.Protocol != "tcp" && c.Protocol != "rdma" {
-		return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want tcp or rdma", EnvProtocol, c.Protocol)
+		return c, errdefs.Errorf(errdefs.InvalidArgument, "%s=%q: want tcp or rdma", EnvProtocol, c.Protocol)
 	}
 	if c.Framing != "v2" && c.Framing != "legacy" {
-		return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want v2 or legacy", EnvFraming, c.Framing)
+		return c, errdefs.Errorf(errdefs.InvalidArgument, "%s=%q: want v2 or legacy", EnvFraming, c.Framing)
 	}
 	if strings.TrimSpace(getenv("MC_TCP_PROTO")) == "1" {
 		c.Framing = "legacy"

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 	"github.com/kvfence/kvfence/plugins/mooncake"
 	"github.com/kvfence/kvfence/sdk"
@@ -135,14 +136,14 @@ func TestLegacyFraming(t *testing.T) {
 func TestTargetMemoryStaysExposed(t *testing.T) {
 	p := newPair(t, pluginBin, fakeEnv(), nil)
 	ctx := context.Background()
-	if err := p.Tgt.Transport().DeregisterMemory(ctx, p.DstID); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if err := p.Tgt.Transport().DeregisterMemory(ctx, p.DstID); !errdefs.Is(err, errdefs.FailedPrecondition) {
 		t.Fatalf("DeregisterMemory with an unrevocable key: %v", err)
 	}
 	info, err := p.Tgt.Transport().Info(ctx)
 	if err != nil || info.Capabilities.Revoke || info.Capabilities.MaxTail < 24*time.Hour {
 		t.Fatalf("capabilities: %+v %v", info.Capabilities, err)
 	}
-	if _, err := p.Tgt.Transport().(sdk.Granter).Revoke(ctx, p.Key); !sdk.IsClass(err, sdk.ClassUnimplemented) {
+	if _, err := p.Tgt.Transport().(sdk.Granter).Revoke(ctx, p.Key); !errdefs.Is(err, errdefs.Unimplemented) {
 		t.Fatalf("Revoke: %v", err)
 	}
 }

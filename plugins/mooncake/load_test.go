@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/mooncake"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -32,7 +33,7 @@ func TestHandshakeRefusals(t *testing.T) {
 			err := cmd.Run()
 			line := strings.TrimRight(stderr.String(), "\n")
 			if err == nil || strings.Contains(line, "\n") || !strings.Contains(line, c.want) ||
-				!strings.Contains(line, mooncake.EnvLib) || !strings.HasPrefix(line, sdk.ClassFailedPrecondition.String()+":") {
+				!strings.Contains(line, mooncake.EnvLib) || !strings.HasPrefix(line, errdefs.FailedPrecondition.String()+":") {
 				t.Fatalf("exit %v, stderr %q: want one failed-precondition line with %q naming %s", err, stderr.String(), c.want, mooncake.EnvLib)
 			}
 			t.Log(line)
@@ -75,7 +76,7 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Errorf("MC_TCP_PROTO=1 must force legacy framing, got %q", c.Framing)
 	}
 	for _, bad := range [][]string{{mooncake.EnvProtocol, "udp"}, {mooncake.EnvFraming, "v3"}, {mooncake.EnvReportAfter, "-1s"}} {
-		if _, err := mooncake.ConfigFromEnv(env(bad...)); !sdk.IsClass(err, sdk.ClassInvalidArgument) {
+		if _, err := mooncake.ConfigFromEnv(env(bad...)); !errdefs.Is(err, errdefs.InvalidArgument) {
 			t.Errorf("%v: %v, want invalid-argument", bad, err)
 		}
 	}

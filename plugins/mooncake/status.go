@@ -3,8 +3,8 @@ package mooncake
 import (
 	"fmt"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 // Mooncake's task status codes (transfer_engine_c.h).
@@ -68,14 +68,14 @@ func rcName(rc int) string {
 }
 
 // classOf classifies a refused call by either code set.
-func classOf(rc int) sdk.Class {
+func classOf(rc int) errdefs.Class {
 	switch rc {
 	case 1, -1, 3, -3, 7, -7, 103, -103:
-		return sdk.ClassInvalidArgument
+		return errdefs.InvalidArgument
 	case 2, -2, 302, -302:
-		return sdk.ClassResourceExhausted
+		return errdefs.ResourceExhausted
 	case 8, 999, -303:
-		return sdk.ClassUnimplemented
+		return errdefs.Unimplemented
 	}
-	return sdk.ClassUnavailable
+	return errdefs.Unavailable
 }

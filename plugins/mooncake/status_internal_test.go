@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // The C API returns Status::Code (positive) from submitTransfer and
@@ -13,17 +13,17 @@ func TestReturnCodes(t *testing.T) {
 	cases := []struct {
 		rc    int
 		name  string
-		class sdk.Class
+		class errdefs.Class
 	}{
-		{3, "AddressNotRegistered", sdk.ClassInvalidArgument},
-		{-3, "ERR_ADDRESS_NOT_REGISTERED", sdk.ClassInvalidArgument},
-		{999, "NotImplemented", sdk.ClassUnimplemented},
-		{-303, "ERR_NOT_IMPLEMENTED", sdk.ClassUnimplemented},
-		{-302, "ERR_MEMORY", sdk.ClassResourceExhausted},
-		{-103, "ERR_MALFORMED_JSON", sdk.ClassInvalidArgument},
-		{-202, "ERR_CONTEXT", sdk.ClassUnavailable},
-		{-999, "rc -999", sdk.ClassUnavailable},
-		{4, "BatchBusy", sdk.ClassUnavailable},
+		{3, "AddressNotRegistered", errdefs.InvalidArgument},
+		{-3, "ERR_ADDRESS_NOT_REGISTERED", errdefs.InvalidArgument},
+		{999, "NotImplemented", errdefs.Unimplemented},
+		{-303, "ERR_NOT_IMPLEMENTED", errdefs.Unimplemented},
+		{-302, "ERR_MEMORY", errdefs.ResourceExhausted},
+		{-103, "ERR_MALFORMED_JSON", errdefs.InvalidArgument},
+		{-202, "ERR_CONTEXT", errdefs.Unavailable},
+		{-999, "rc -999", errdefs.Unavailable},
+		{4, "BatchBusy", errdefs.Unavailable},
 	}
 	for _, c := range cases {
 		if got := rcName(c.rc); !strings.Contains(got, c.name) {

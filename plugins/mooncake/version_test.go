@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 	"github.com/kvfence/kvfence/plugins/mooncake"
 	"github.com/kvfence/kvfence/sdk"
@@ -67,7 +68,7 @@ func TestSubmitFailsPartWay(t *testing.T) {
 	if st["submit_refused_after_call"] != 1 {
 		t.Fatalf("stats %v: want one submit refused after the call", st)
 	}
-	if err := p.Ini.Transport().DeregisterMemory(context.Background(), p.SrcID); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if err := p.Ini.Transport().DeregisterMemory(context.Background(), p.SrcID); !errdefs.Is(err, errdefs.FailedPrecondition) {
 		t.Fatalf("DeregisterMemory of the refused batch's source: %v (the library may still read it)", err)
 	}
 	q, err := p.Ini.Transport().Quiesce(context.Background(), p.Peer, []sdk.BatchID{b.ID})

@@ -40,9 +40,9 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/dl"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 // shimABI is the shim interface version this plugin drives.
@@ -87,11 +87,11 @@ func Load(cfg Config, getenv func(string) string, _ hclog.Logger) (nocancel.Back
 	msg := make([]byte, 256)
 	g.e = C.kvf_mo_open(g.sym("kvf_mori_open"), host, C.int(cfg.Port), be, (*C.char)(unsafe.Pointer(&msg[0])), C.size_t(len(msg)))
 	if g.e == nil {
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "mori: starting the IO engine failed: %s", C.GoString((*C.char)(unsafe.Pointer(&msg[0]))))
+		return nil, errdefs.Errorf(errdefs.Unavailable, "mori: starting the IO engine failed: %s", C.GoString((*C.char)(unsafe.Pointer(&msg[0]))))
 	}
 	buf := make([]byte, 256)
 	if C.kvf_mo_name(g.sym("kvf_mori_name"), g.e, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf))) != 0 {
-		return nil, sdk.Errorf(sdk.ClassInternal, "mori: engine name")
+		return nil, errdefs.Errorf(errdefs.Internal, "mori: engine name")
 	}
 	g.name = C.GoString((*C.char)(unsafe.Pointer(&buf[0])))
 	return g, nil
@@ -107,14 +107,14 @@ func (g *engine) Confirms(p string) bool { return p == "rdma-acked" }
 
 func (g *engine) Register(addr uintptr, n uint64) error {
 	if rc := C.kvf_mo_reg(g.sym("kvf_mori_register"), g.e, C.uintptr_t(addr), C.size_t(n)); rc != 0 {
-		return sdk.Errorf(sdk.ClassUnavailable, "mori: RegisterMemory failed (%d)", int(rc))
+		return errdefs.Errorf(errdefs.Unavailable, "mori: RegisterMemory failed (%d)", int(rc))
 	}
 	return nil
 }
 
 func (g *engine) Unregister(addr uintptr) error {
 	if rc := C.kvf_mo_dereg(g.sym("kvf_mori_deregister"), g.e, C.uintptr_t(addr)); rc != 0 {
-		return sdk.Errorf(sdk.ClassNotFound, "mori: DeregisterMemory failed (%d)", int(rc))
+		return errdefs.Errorf(errdefs.NotFound, "mori: DeregisterMemory failed (%d)", int(rc))
 	}
 	return nil
 }
@@ -141,16 +141,16 @@ func (g *engine) Metadata() []byte {
 
 func (g *engine) Open(name string, md []byte) (nocancel.Segment, error) {
 	if len(md) == 0 {
-		return 0, sdk.Errorf(sdk.ClassUnavailable, "mori: peer %q published no metadata", name)
+		return 0, errdefs.Errorf(errdefs.Unavailable, "mori: peer %q published no metadata", name)
 	}
 	cmd := C.CBytes(md)
 	defer C.free(cmd)
 	buf := make([]byte, 256)
 	if rc := C.kvf_mo_load(g.sym("kvf_mori_load_peer"), g.e, cmd, C.size_t(len(md)), (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf))); rc != 0 {
-		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "mori: loading peer %q's metadata failed (%d)", name, int(rc))
+		return 0, errdefs.Errorf(errdefs.InvalidArgument, "mori: loading peer %q's metadata failed (%d)", name, int(rc))
 	}
 	if got := C.GoString((*C.char)(unsafe.Pointer(&buf[0]))); got != name {
-		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "mori: endpoint names engine %q, its metadata %q", name, got)
+		return 0, errdefs.Errorf(errdefs.InvalidArgument, "mori: endpoint names engine %q, its metadata %q", name, got)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -168,7 +168,7 @@ func (g *engine) Submit(seg nocancel.Segment, ws []nocancel.Write) (nocancel.Job
 	g.mu.Lock()
 	if int(seg) < 1 || int(seg) > len(g.names) {
 		g.mu.Unlock()
-		return 0, sdk.Errorf(sdk.ClassNotFound, "mori: segment %d", seg)
+		return 0, errdefs.Errorf(errdefs.NotFound, "mori: segment %d", seg)
 	}
 	peer := C.CString(g.names[seg-1])
 	g.mu.Unlock()
@@ -187,11 +187,11 @@ func (g *engine) Submit(seg nocancel.Segment, ws []nocancel.Write) (nocancel.Job
 	var errc C.int
 	b := C.kvf_mo_submit(g.sym("kvf_mori_submit"), g.e, peer, src, dst, lens, n, &errc)
 	if b == nil {
-		class := sdk.ClassInvalidArgument
+		class := errdefs.InvalidArgument
 		if errc == -2 {
-			class = sdk.ClassNotFound
+			class = errdefs.NotFound
 		}
-		return 0, sdk.Errorf(class, "mori: writes refused before any started (%d)", int(errc))
+		return 0, errdefs.Errorf(class, "mori: writes refused before any started (%d)", int(errc))
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -209,7 +209,7 @@ func (g *engine) batch(j nocancel.Job) unsafe.Pointer {
 func (g *engine) Poll(j nocancel.Job, i int) (nocancel.Task, error) {
 	b := g.batch(j)
 	if b == nil {
-		return nocancel.Task{State: nocancel.Unknown}, sdk.Errorf(sdk.ClassNotFound, "mori: job %d", j)
+		return nocancel.Task{State: nocancel.Unknown}, errdefs.Errorf(errdefs.NotFound, "mori: job %d", j)
 	}
 	return nocancel.Task{State: StateOf(int(C.kvf_mo_status(g.sym("kvf_mori_status"), b, C.size_t(i))))}, nil
 }
@@ -220,7 +220,7 @@ func (g *engine) Free(j nocancel.Job) error {
 		return nil
 	}
 	if rc := C.kvf_mo_free(g.sym("kvf_mori_free"), b); rc != 0 {
-		return sdk.Errorf(sdk.ClassUnavailable, "mori: batch busy")
+		return errdefs.Errorf(errdefs.Unavailable, "mori: batch busy")
 	}
 	g.mu.Lock()
 	delete(g.batches, j)

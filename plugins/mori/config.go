@@ -6,8 +6,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 // The environment a host passes to the plugin.
@@ -36,7 +36,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if v := getenv(EnvPort); v != "" {
 		p, err := strconv.Atoi(v)
 		if err != nil || p < 0 || p > 65535 {
-			return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a port", EnvPort, v)
+			return c, errdefs.Errorf(errdefs.InvalidArgument, "%s=%q: want a port", EnvPort, v)
 		}
 		c.Port = p
 	}

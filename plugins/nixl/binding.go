@@ -70,9 +70,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/dl"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 // Spec is what the plugin needs from libnixl_capi.so; a library lacking
@@ -196,27 +196,27 @@ func Load(cfg Config, getenv func(string) string, log hclog.Logger) (nocancel.Ba
 			v01 = 1
 		}
 		if rc := C.kvf_nx_create_configured(g.sym("nixl_capi_create_configured_agent"), v01, cname, delay, &g.a); rc != 0 {
-			return nil, sdk.Errorf(sdk.ClassUnavailable, "nixl: create_configured_agent: %s", statusName(int(rc)))
+			return nil, errdefs.Errorf(errdefs.Unavailable, "nixl: create_configured_agent: %s", statusName(int(rc)))
 		}
 	} else if rc := C.kvf_nx_create_agent(g.sym("nixl_capi_create_agent"), cname, &g.a); rc != 0 {
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "nixl: create_agent: %s", statusName(int(rc)))
+		return nil, errdefs.Errorf(errdefs.Unavailable, "nixl: create_agent: %s", statusName(int(rc)))
 	}
 	var mems, params unsafe.Pointer
 	if rc := C.kvf_nx_plugin_params(g.sym("nixl_capi_get_plugin_params"), g.a, cplug, &mems, &params); rc != 0 {
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "nixl: no %s backend plugin (get_plugin_params: %s); is NIXL_PLUGIN_DIR set?", cfg.Backend, statusName(int(rc)))
+		return nil, errdefs.Errorf(errdefs.Unavailable, "nixl: no %s backend plugin (get_plugin_params: %s); is NIXL_PLUGIN_DIR set?", cfg.Backend, statusName(int(rc)))
 	}
 	var be unsafe.Pointer
 	rc := C.kvf_nx_create_backend(g.sym("nixl_capi_create_backend"), g.a, cplug, params, &be)
 	C.kvf_nx_destroy(g.sym("nixl_capi_destroy_mem_list"), mems)
 	C.kvf_nx_destroy(g.sym("nixl_capi_destroy_params"), params)
 	if rc != 0 {
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "nixl: create_backend(%s): %s (UCX must be >= 1.19 and built with multi-threading)", cfg.Backend, statusName(int(rc)))
+		return nil, errdefs.Errorf(errdefs.Unavailable, "nixl: create_backend(%s): %s (UCX must be >= 1.19 and built with multi-threading)", cfg.Backend, statusName(int(rc)))
 	}
 	if rc := C.kvf_nx_create_opt(g.sym("nixl_capi_create_opt_args"), &g.opt); rc != 0 {
-		return nil, sdk.Errorf(sdk.ClassInternal, "nixl: create_opt_args: %s", statusName(int(rc)))
+		return nil, errdefs.Errorf(errdefs.Internal, "nixl: create_opt_args: %s", statusName(int(rc)))
 	}
 	if rc := C.kvf_nx_opt_add_backend(g.sym("nixl_capi_opt_args_add_backend"), g.opt, be); rc != 0 {
-		return nil, sdk.Errorf(sdk.ClassInternal, "nixl: opt_args_add_backend: %s", statusName(int(rc)))
+		return nil, errdefs.Errorf(errdefs.Internal, "nixl: opt_args_add_backend: %s", statusName(int(rc)))
 	}
 	return g, nil
 }
@@ -247,14 +247,14 @@ func (g *agent) regList(addr uintptr, n uint64, fn string) error {
 	defer g.call.Unlock()
 	var d unsafe.Pointer
 	if rc := C.kvf_nx_create_dlist(g.sym("nixl_capi_create_reg_dlist"), &d); rc != 0 {
-		return sdk.Errorf(sdk.ClassInternal, "nixl: create_reg_dlist: %s", statusName(int(rc)))
+		return errdefs.Errorf(errdefs.Internal, "nixl: create_reg_dlist: %s", statusName(int(rc)))
 	}
 	defer C.kvf_nx_destroy(g.sym("nixl_capi_destroy_reg_dlist"), d)
 	if rc := C.kvf_nx_reg_add(g.sym("nixl_capi_reg_dlist_add_desc"), d, C.uintptr_t(addr), C.size_t(n)); rc != 0 {
-		return sdk.Errorf(classOf(int(rc)), "nixl: reg_dlist_add_desc: %s", statusName(int(rc)))
+		return errdefs.Errorf(classOf(int(rc)), "nixl: reg_dlist_add_desc: %s", statusName(int(rc)))
 	}
 	if rc := C.kvf_nx_reg(g.sym(fn), g.a, d, g.opt); rc != 0 {
-		return sdk.Errorf(classOf(int(rc)), "nixl: %s: %s", fn, statusName(int(rc)))
+		return errdefs.Errorf(classOf(int(rc)), "nixl: %s: %s", fn, statusName(int(rc)))
 	}
 	return nil
 }
@@ -293,7 +293,7 @@ func (g *agent) Metadata() []byte {
 // Open loads the peer's metadata (again: it grows as the peer registers).
 func (g *agent) Open(name string, md []byte) (nocancel.Segment, error) {
 	if len(md) == 0 {
-		return 0, sdk.Errorf(sdk.ClassUnavailable, "nixl: peer %q published no metadata", name)
+		return 0, errdefs.Errorf(errdefs.Unavailable, "nixl: peer %q published no metadata", name)
 	}
 	var got *C.char
 	cmd := C.CBytes(md)
@@ -302,12 +302,12 @@ func (g *agent) Open(name string, md []byte) (nocancel.Segment, error) {
 	rc := C.kvf_nx_load_md(g.sym("nixl_capi_load_remote_md"), g.a, cmd, C.size_t(len(md)), &got)
 	g.call.Unlock()
 	if rc != 0 {
-		return 0, sdk.Errorf(classOf(int(rc)), "nixl: load_remote_md(%s): %s", name, statusName(int(rc)))
+		return 0, errdefs.Errorf(classOf(int(rc)), "nixl: load_remote_md(%s): %s", name, statusName(int(rc)))
 	}
 	remote := C.GoString(got)
 	g.memFree(unsafe.Pointer(got))
 	if remote != name {
-		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "nixl: endpoint names agent %q, its metadata agent %q", name, remote)
+		return 0, errdefs.Errorf(errdefs.InvalidArgument, "nixl: endpoint names agent %q, its metadata agent %q", name, remote)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -322,12 +322,12 @@ func (g *agent) Open(name string, md []byte) (nocancel.Segment, error) {
 func (g *agent) xferList(addrs []uintptr, lens []uint64) (unsafe.Pointer, error) {
 	var d unsafe.Pointer
 	if rc := C.kvf_nx_create_dlist(g.sym("nixl_capi_create_xfer_dlist"), &d); rc != 0 {
-		return nil, sdk.Errorf(sdk.ClassInternal, "nixl: create_xfer_dlist: %s", statusName(int(rc)))
+		return nil, errdefs.Errorf(errdefs.Internal, "nixl: create_xfer_dlist: %s", statusName(int(rc)))
 	}
 	for i := range addrs {
 		if rc := C.kvf_nx_xfer_add(g.sym("nixl_capi_xfer_dlist_add_desc"), d, C.uintptr_t(addrs[i]), C.size_t(lens[i])); rc != 0 {
 			C.kvf_nx_destroy(g.sym("nixl_capi_destroy_xfer_dlist"), d)
-			return nil, sdk.Errorf(classOf(int(rc)), "nixl: xfer_dlist_add_desc: %s", statusName(int(rc)))
+			return nil, errdefs.Errorf(classOf(int(rc)), "nixl: xfer_dlist_add_desc: %s", statusName(int(rc)))
 		}
 	}
 	return d, nil
@@ -341,7 +341,7 @@ func (g *agent) Submit(seg nocancel.Segment, ws []nocancel.Write) (nocancel.Job,
 	g.mu.Lock()
 	if int(seg) < 1 || int(seg) > len(g.names) {
 		g.mu.Unlock()
-		return 0, sdk.Errorf(sdk.ClassNotFound, "nixl: segment %d", seg)
+		return 0, errdefs.Errorf(errdefs.NotFound, "nixl: segment %d", seg)
 	}
 	peer := g.names[seg-1]
 	g.mu.Unlock()
@@ -377,7 +377,7 @@ func (g *agent) makeAndPost(j *job, peer string, src, dst []uintptr, lens []uint
 	defer C.free(unsafe.Pointer(cpeer))
 	if rc := C.kvf_nx_create_req(g.sym("nixl_capi_create_xfer_req"), g.a, j.local, j.remote, cpeer, &j.req, g.opt); rc != 0 {
 		g.dropLists(j)
-		return sdk.Errorf(classOf(int(rc)), "nixl: create_xfer_req: %s", statusName(int(rc)))
+		return errdefs.Errorf(classOf(int(rc)), "nixl: create_xfer_req: %s", statusName(int(rc)))
 	}
 	// A failed post is still a job: the C API folds "not posted" into the
 	// same BACKEND error as a failure after bytes left, so the request is
@@ -405,7 +405,7 @@ func (g *agent) Poll(id nocancel.Job, _ int) (nocancel.Task, error) {
 	j := g.jobs[id]
 	g.mu.Unlock()
 	if j == nil {
-		return nocancel.Task{State: nocancel.Unknown}, sdk.Errorf(sdk.ClassNotFound, "nixl: job %d", id)
+		return nocancel.Task{State: nocancel.Unknown}, errdefs.Errorf(errdefs.NotFound, "nixl: job %d", id)
 	}
 	g.call.Lock()
 	st := C.kvf_nx_status(g.sym("nixl_capi_get_xfer_status"), g.a, j.req)
@@ -433,7 +433,7 @@ func (g *agent) Free(id nocancel.Job) error {
 		g.mu.Lock()
 		g.jobs[id] = j
 		g.mu.Unlock()
-		return sdk.Errorf(sdk.ClassUnavailable, "nixl: release_xfer_req: %s", statusName(int(rc)))
+		return errdefs.Errorf(errdefs.Unavailable, "nixl: release_xfer_req: %s", statusName(int(rc)))
 	}
 	if g.lib.Has("nixl_capi_destroy_xfer_req") {
 		C.kvf_nx_destroy(g.sym("nixl_capi_destroy_xfer_req"), j.req)

@@ -6,8 +6,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 // The environment a host passes to the plugin.
@@ -40,16 +40,16 @@ var sharedMemoryTLS = []string{"all", "sm", "shm", "posix", "sysv", "mm", "xpmem
 // dc and their variants for RDMA).
 func CheckUCXTransports(tls string) error {
 	if strings.TrimSpace(tls) == "" {
-		return sdk.Errorf(sdk.ClassFailedPrecondition, "nixl: UCX_TLS is not set, so UCX may use shared memory between processes on one host (the initiator then writes target memory directly and ending the target process does not fence it); set UCX_TLS=tcp (or rc,tcp on RDMA)")
+		return errdefs.Errorf(errdefs.FailedPrecondition, "nixl: UCX_TLS is not set, so UCX may use shared memory between processes on one host (the initiator then writes target memory directly and ending the target process does not fence it); set UCX_TLS=tcp (or rc,tcp on RDMA)")
 	}
 	if strings.HasPrefix(strings.TrimSpace(tls), "^") {
-		return sdk.Errorf(sdk.ClassFailedPrecondition, "nixl: UCX_TLS=%s excludes transports instead of naming them; name them (UCX_TLS=tcp or rc,tcp)", tls)
+		return errdefs.Errorf(errdefs.FailedPrecondition, "nixl: UCX_TLS=%s excludes transports instead of naming them; name them (UCX_TLS=tcp or rc,tcp)", tls)
 	}
 	for _, t := range strings.Split(tls, ",") {
 		t = strings.ToLower(strings.TrimSpace(t))
 		for _, bad := range sharedMemoryTLS {
 			if t == bad || strings.HasPrefix(t, bad+"_") {
-				return sdk.Errorf(sdk.ClassFailedPrecondition, "nixl: UCX_TLS=%s allows %s, a transport by which the initiator writes target memory directly (not fenced by ending the target process); remove it", tls, t)
+				return errdefs.Errorf(errdefs.FailedPrecondition, "nixl: UCX_TLS=%s allows %s, a transport by which the initiator writes target memory directly (not fenced by ending the target process); remove it", tls, t)
 			}
 		}
 	}
@@ -67,13 +67,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		c.Backend = v
 	}
 	if c.Backend != "UCX" {
-		return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: only UCX is supported", EnvBackend, c.Backend)
+		return c, errdefs.Errorf(errdefs.InvalidArgument, "%s=%q: only UCX is supported", EnvBackend, c.Backend)
 	}
 	c.ProgressDelay = time.Millisecond
 	if v := getenv(EnvProgress); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < time.Microsecond {
-			return c, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a duration of at least 1us (0 makes the progress thread spin)", EnvProgress, v)
+			return c, errdefs.Errorf(errdefs.InvalidArgument, "%s=%q: want a duration of at least 1us (0 makes the progress thread spin)", EnvProgress, v)
 		}
 		c.ProgressDelay = d
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel/nocanceltest"
 	"github.com/kvfence/kvfence/plugins/nixl"
 	"github.com/kvfence/kvfence/sdk"
@@ -53,7 +54,7 @@ func TestUCXTransports(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "all", "sm", "tcp,shm", "posix", "sysv", "cma", "xpmem", "knem", "cuda_ipc,tcp", "^cma", "rc,TCP,Cma"} {
-		if err := nixl.CheckUCXTransports(bad); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+		if err := nixl.CheckUCXTransports(bad); !errdefs.Is(err, errdefs.FailedPrecondition) {
 			t.Errorf("UCX_TLS=%q accepted: %v", bad, err)
 		}
 	}
@@ -137,7 +138,7 @@ func TestProgressDelay(t *testing.T) {
 		t.Fatalf("default: %v %v", c.ProgressDelay, err)
 	}
 	for _, bad := range []string{"0", "0s", "-1ms", "soon"} {
-		if _, err := nixl.ConfigFromEnv(env(map[string]string{nixl.EnvProgress: bad})); !sdk.IsClass(err, sdk.ClassInvalidArgument) {
+		if _, err := nixl.ConfigFromEnv(env(map[string]string{nixl.EnvProgress: bad})); !errdefs.Is(err, errdefs.InvalidArgument) {
 			t.Errorf("%s=%q: %v, want invalid-argument", nixl.EnvProgress, bad, err)
 		}
 	}

@@ -3,8 +3,8 @@ package nixl
 import (
 	"fmt"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 // NIXL C API statuses. The C API folds NIXL's own codes (REMOTE_DISCONNECT,
@@ -67,16 +67,16 @@ func statusName(rc int) string {
 	return fmt.Sprintf("status %d", rc)
 }
 
-func classOf(rc int) sdk.Class {
+func classOf(rc int) errdefs.Class {
 	switch rc {
 	case capiInvalidParam:
-		return sdk.ClassInvalidArgument
+		return errdefs.InvalidArgument
 	case capiInvalidState:
-		return sdk.ClassFailedPrecondition
+		return errdefs.FailedPrecondition
 	case capiNotFound:
-		return sdk.ClassNotFound
+		return errdefs.NotFound
 	case -12:
-		return sdk.ClassUnimplemented
+		return errdefs.Unimplemented
 	}
-	return sdk.ClassUnavailable
+	return errdefs.Unavailable
 }

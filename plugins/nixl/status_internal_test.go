@@ -3,8 +3,8 @@ package nixl
 import (
 	"testing"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/nocancel"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 // The real C API (nixl 8770b655) has two codes past EXCEPTION: NO_TELEMETRY
@@ -18,7 +18,7 @@ func TestNewerErrorCodes(t *testing.T) {
 	if got := statusName(-5); got != "ERROR_NO_TELEMETRY (-5)" {
 		t.Errorf("statusName(-5) = %q", got)
 	}
-	if got := classOf(-6); got != sdk.ClassNotFound {
+	if got := classOf(-6); got != errdefs.NotFound {
 		t.Errorf("classOf(-6) = %v, want not-found", got)
 	}
 	for _, c := range []int{-5, -6, -7} {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
@@ -52,7 +53,7 @@ func TestContractOutOfProcess(t *testing.T) {
 
 func TestOpenRefusesWrongChecksum(t *testing.T) {
 	_, err := sdk.Open(pluginBin, sdk.OpenOptions{SHA256: make([]byte, 32)})
-	if !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if !errdefs.Is(err, errdefs.FailedPrecondition) {
 		t.Fatalf("Open with a wrong sha256: %v, want failed-precondition", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
@@ -29,7 +30,7 @@ func TestKillPluginMidTransferAsyncPost(t *testing.T) {
 	}
 	select {
 	case c := <-tr.Completions():
-		if c.Batch != 100 || c.Status != sdk.FailedDefinite || c.Class != sdk.ClassNotFound {
+		if c.Batch != 100 || c.Status != sdk.FailedDefinite || c.Class != errdefs.NotFound {
 			t.Fatalf("refused batch: %+v, want FailedDefinite not-found", c)
 		}
 	case <-ctx.Done():

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 	"github.com/kvfence/kvfence/sdk/sdktest"
 	"golang.org/x/sys/unix"
@@ -106,7 +107,7 @@ func TestKillPluginMidTransfer(t *testing.T) {
 	if err != nil || res.Evidence != sdk.EvidenceProcessExited {
 		t.Fatalf("Quiesce after exit: %+v, %v", res, err)
 	}
-	if err := tr.Post(ctx, sdk.Batch{ID: 99, Peer: peer, Ops: []sdk.Op{{Kind: sdk.OpWrite, LocalRegion: region, RemoteKey: 7, Length: 1}}}); !sdk.IsClass(err, sdk.ClassUnavailable) {
+	if err := tr.Post(ctx, sdk.Batch{ID: 99, Peer: peer, Ops: []sdk.Op{{Kind: sdk.OpWrite, LocalRegion: region, RemoteKey: 7, Length: 1}}}); !errdefs.Is(err, errdefs.Unavailable) {
 		t.Fatalf("Post to a dead plugin: %v, want unavailable", err)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // ConfigFromEnv reads a Config from KVFENCE_TCP_* variables (getenv is
@@ -22,7 +22,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d < 0 {
-				return Config{}, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: not a duration", name, v)
+				return Config{}, errdefs.Errorf(errdefs.InvalidArgument, "%s=%q: not a duration", name, v)
 			}
 			*dst = d
 		}
@@ -30,7 +30,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if v := getenv("KVFENCE_TCP_MAX_CONNS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			return Config{}, sdk.Errorf(sdk.ClassInvalidArgument, "KVFENCE_TCP_MAX_CONNS=%q: not a positive integer", v)
+			return Config{}, errdefs.Errorf(errdefs.InvalidArgument, "KVFENCE_TCP_MAX_CONNS=%q: not a positive integer", v)
 		}
 		cfg.MaxConns = n
 	}

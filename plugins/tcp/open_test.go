@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -52,7 +53,7 @@ func TestOpenCarriesThePluginsReason(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `KVFENCE_TCP_MAX_CONNS="lots": not a positive integer`) {
 		t.Fatalf("Open of a plugin that exits with a reason: %v", err)
 	}
-	if !sdk.IsClass(err, sdk.ClassUnavailable) {
-		t.Fatalf("class %v, want unavailable", sdk.ClassOf(err))
+	if !errdefs.Is(err, errdefs.Unavailable) {
+		t.Fatalf("class %v, want unavailable", errdefs.ClassOf(err))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
@@ -333,7 +334,7 @@ func TestImpostorReceiverGetsNothing(t *testing.T) {
 	if n := <-got; n > 0 {
 		t.Fatalf("the impostor read %d bytes of a frame", n)
 	}
-	if _, err := s.Connect(ctx, sdk.Endpoint{Transport: Name, Address: hostPort}); !sdk.IsClass(err, sdk.ClassInvalidArgument) {
+	if _, err := s.Connect(ctx, sdk.Endpoint{Transport: Name, Address: hostPort}); !errdefs.Is(err, errdefs.InvalidArgument) {
 		t.Fatalf("Connect to an address without a pin: %v, want InvalidArgument", err)
 	}
 }
@@ -344,7 +345,7 @@ func TestWriterBoundKeyRefusesStranger(t *testing.T) {
 	e, s, r := newPair(t, Config{})
 	ctx := context.Background()
 	sep, _ := s.LocalEndpoint(ctx)
-	if _, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: 4096, Writer: sep.Address}); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if _, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: 4096, Writer: sep.Address}); !errdefs.Is(err, errdefs.FailedPrecondition) {
 		t.Fatalf("Grant to a writer not connected: %v, want FailedPrecondition", err)
 	}
 	open := grantAll(t, e)
@@ -395,7 +396,7 @@ func TestWriterBoundKeyRefusesStranger(t *testing.T) {
 	if c := post(t, e, later, bound, 0, 8192, 4096); c.Status != sdk.FailedDefinite {
 		t.Fatalf("the writer's write after it reconnected: %+v, want FailedDefinite", c)
 	}
-	if _, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: 4096, Writer: "127.0.0.1:1"}); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if _, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Length: 4096, Writer: "127.0.0.1:1"}); !errdefs.Is(err, errdefs.FailedPrecondition) {
 		t.Fatalf("Grant to a writer without a pin: %v, want FailedPrecondition", err)
 	}
 }

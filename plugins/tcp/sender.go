@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -52,7 +53,7 @@ type batchState struct {
 
 // deferredSettle is a settle that waits for the writer to unpin the source.
 type deferredSettle struct {
-	class  sdk.Class
+	class  errdefs.Class
 	detail string
 }
 
@@ -148,7 +149,7 @@ func (s *sendSession) run() {
 		// Nothing ever left this process on this session: every batch on it
 		// fails definitely (the receiver has no connection of ours).
 		s.halt()
-		class := sdk.ClassUnavailable
+		class := errdefs.Unavailable
 		if errors.Is(err, errHelloRefused) {
 			class = classOfAck(ackRevoked) // the receiver's one answer
 		}
@@ -159,7 +160,7 @@ func (s *sendSession) run() {
 	for s.writeNext() {
 	}
 	// Stopped or broken: whatever is still queued was never sent.
-	s.drainQueue(sdk.ClassUnavailable, "never sent: session ended")
+	s.drainQueue(errdefs.Unavailable, "never sent: session ended")
 }
 
 func (s *sendSession) writeNext() bool {
@@ -288,7 +289,7 @@ func (s *sendSession) finishWrite(b *batchState, sent int) {
 	b.writing = false
 	if why := b.doubtDeferred; why != "" && !b.completed {
 		b.completed = true
-		s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: sdk.ClassUnavailable, Detail: why})
+		s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: errdefs.Unavailable, Detail: why})
 	}
 	if d := b.deferred; d != nil {
 		b.deferred = nil
@@ -307,10 +308,10 @@ func (s *sendSession) unpinFrom(b *batchState, i int) {
 // resolveUnsent counts n ops of b as provably not applied (never sent).
 // Caller holds s.mu.
 func (s *sendSession) resolveUnsent(b *batchState, n int, why string) {
-	s.resolveUnsentClass(b, n, sdk.ClassUnavailable, why)
+	s.resolveUnsentClass(b, n, errdefs.Unavailable, why)
 }
 
-func (s *sendSession) resolveUnsentClass(b *batchState, n int, class sdk.Class, why string) {
+func (s *sendSession) resolveUnsentClass(b *batchState, n int, class errdefs.Class, why string) {
 	if n <= 0 {
 		return
 	}
@@ -320,7 +321,7 @@ func (s *sendSession) resolveUnsentClass(b *batchState, n int, class sdk.Class, 
 }
 
 // drainQueue resolves every queued batch as never sent.
-func (s *sendSession) drainQueue(class sdk.Class, why string) {
+func (s *sendSession) drainQueue(class errdefs.Class, why string) {
 	for {
 		select {
 		case b := <-s.queue:
@@ -376,7 +377,7 @@ func (s *sendSession) readAcks() {
 // settle completes b once every op is resolved: Succeeded if every op was
 // acknowledged, else FailedDefinite (every unacknowledged op was refused by
 // the receiver or never sent: none of it can apply). Caller holds s.mu.
-func (s *sendSession) settle(b *batchState, class sdk.Class, detail string) {
+func (s *sendSession) settle(b *batchState, class errdefs.Class, detail string) {
 	if b.unresolved > 0 {
 		return
 	}
@@ -415,7 +416,7 @@ func (s *sendSession) timeout(b *batchState) {
 	if s.t.cfg.unsafe == unsafeFailedOnTimeout {
 		status = sdk.FailedDefinite // KNOWN-UNSAFE: a timeout proves nothing
 	}
-	s.t.complete(sdk.Completion{Batch: b.id, Status: status, BytesLanded: b.landed, Class: sdk.ClassUnavailable,
+	s.t.complete(sdk.Completion{Batch: b.id, Status: status, BytesLanded: b.landed, Class: errdefs.Unavailable,
 		Detail: "no acknowledgement within the ack timeout"})
 }
 
@@ -452,7 +453,7 @@ func (s *sendSession) doubtWritten(err error) {
 		}
 		if !b.completed && b.pendingN > 0 {
 			b.completed = true
-			s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: sdk.ClassUnavailable,
+			s.t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: errdefs.Unavailable,
 				Detail: "connection lost: " + err.Error()})
 		}
 	}
@@ -473,7 +474,7 @@ func (s *sendSession) quiesce(ctx context.Context) (sdk.Evidence, error) {
 	select {
 	case <-s.dialled:
 	case <-ctx.Done():
-		return "", sdk.Errorf(sdk.ClassUnavailable, "Quiesce: dial still in progress: %v", ctx.Err())
+		return "", errdefs.Errorf(errdefs.Unavailable, "Quiesce: dial still in progress: %v", ctx.Err())
 	}
 	s.mu.Lock()
 	conn, token := s.conn, s.token
@@ -485,7 +486,7 @@ func (s *sendSession) quiesce(ctx context.Context) (sdk.Evidence, error) {
 			// KNOWN-UNSAFE: the sender closes its own side and takes the
 			// end of its reader for the receiver's close, while the
 			// receiver may still be reading what sits in its socket buffer.
-			err = sdk.Errorf(sdk.ClassUnavailable, "Quiesce: not asking the receiver")
+			err = errdefs.Errorf(errdefs.Unavailable, "Quiesce: not asking the receiver")
 			s.fail(fmt.Errorf("closed by the sender to quiesce"))
 		} else {
 			err = s.askReceiver(ctx, token)
@@ -523,21 +524,21 @@ func (s *sendSession) quiesce(ctx context.Context) (sdk.Evidence, error) {
 		why = "quiesced: the receiver closed the connection; it applies nothing more of it"
 	}
 	for _, b := range s.batches {
-		s.settle(b, sdk.ClassUnavailable, why)
+		s.settle(b, errdefs.Unavailable, why)
 	}
 	return ev, nil
 }
 
-func classOfAck(c ackCode) sdk.Class {
+func classOfAck(c ackCode) errdefs.Class {
 	switch c {
 	case ackUnknownKey:
-		return sdk.ClassNotFound
+		return errdefs.NotFound
 	case ackRevoked, ackExpired, ackNotWriter:
-		return sdk.ClassFailedPrecondition
+		return errdefs.FailedPrecondition
 	case ackOutOfBounds:
-		return sdk.ClassInvalidArgument
+		return errdefs.InvalidArgument
 	}
-	return sdk.ClassUnknown
+	return errdefs.Unknown
 }
 
 func ackDetail(c ackCode) string {

@@ -9,7 +9,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // errHelloRefused: the receiver opens no session for the key our HELLO
@@ -89,7 +89,7 @@ func (s *sendSession) dial(ctx context.Context) (net.Conn, net.Conn, *corkedConn
 func (s *sendSession) askReceiver(ctx context.Context, token sessionToken) error {
 	c, raw, _, err := s.open(ctx)
 	if err != nil {
-		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: receiver unreachable or not the pinned one: %v", err)
+		return errdefs.Errorf(errdefs.Unavailable, "Quiesce: receiver unreachable or not the pinned one: %v", err)
 	}
 	defer raw.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -102,17 +102,17 @@ func (s *sendSession) askReceiver(ctx context.Context, token sessionToken) error
 	q.setToken(token)
 	q.encode(hb[:])
 	if _, err := c.Write(hb[:]); err != nil {
-		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: %v", err)
+		return errdefs.Errorf(errdefs.Unavailable, "Quiesce: %v", err)
 	}
 	if _, err := io.ReadFull(c, hb[:]); err != nil {
-		return sdk.Errorf(sdk.ClassUnavailable, "Quiesce: no confirmation: %v", err)
+		return errdefs.Errorf(errdefs.Unavailable, "Quiesce: no confirmation: %v", err)
 	}
 	h, err := decodeHeader(hb[:], 0)
 	if err != nil || h.Type != frameQuiesced {
-		return sdk.Errorf(sdk.ClassInternal, "Quiesce: bad confirmation: %v", err)
+		return errdefs.Errorf(errdefs.Internal, "Quiesce: bad confirmation: %v", err)
 	}
 	if h.Code != quiescedOK {
-		return sdk.Errorf(sdk.ClassInternal, "Quiesce: the receiver says the session is not ours")
+		return errdefs.Errorf(errdefs.Internal, "Quiesce: the receiver says the session is not ours")
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -68,7 +69,7 @@ func New(cfg Config, log hclog.Logger) (*Transport, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "listen %s: %v", cfg.ListenAddr, err)
+		return nil, errdefs.Errorf(errdefs.Unavailable, "listen %s: %v", cfg.ListenAddr, err)
 	}
 	t := &Transport{
 		cfg:      cfg,
@@ -86,7 +87,7 @@ func New(cfg Config, log hclog.Logger) (*Transport, error) {
 	if cfg.unsafe != unsafeCleartext {
 		if t.id, err = newIdentity(); err != nil {
 			_ = ln.Close()
-			return nil, sdk.Errorf(sdk.ClassInternal, "tcp: make an identity: %v", err)
+			return nil, errdefs.Errorf(errdefs.Internal, "tcp: make an identity: %v", err)
 		}
 		t.recv.id, t.recv.tls = t.id, t.id.serverTLS()
 	}
@@ -133,8 +134,8 @@ func (t *Transport) complete(c sdk.Completion) {
 	case t.cfg.unsafe == unsafeLoseCompletion && t.compSent%5 == 0:
 		t.compMu.Unlock() // KNOWN-UNSAFE: the completion is never sent
 		return
-	case t.cfg.unsafe == unsafeWrongRefusalClass && c.Status == sdk.FailedDefinite && c.Class != sdk.ClassUnavailable:
-		c.Class = sdk.ClassInternal // KNOWN-UNSAFE: the receiver's reason is lost
+	case t.cfg.unsafe == unsafeWrongRefusalClass && c.Status == sdk.FailedDefinite && c.Class != errdefs.Unavailable:
+		c.Class = errdefs.Internal // KNOWN-UNSAFE: the receiver's reason is lost
 	}
 	if len(t.compQ) == 0 && !t.pumping && !t.compDone {
 		// Nothing ahead of it: hand it over directly if the channel has
@@ -195,7 +196,7 @@ func (t *Transport) Info(context.Context) (sdk.Info, error) {
 
 func (t *Transport) RegisterMemory(_ context.Context, desc sdk.MemoryDesc) (sdk.RegionID, error) {
 	if desc.Kind != sdk.MemoryHostShared {
-		return 0, sdk.Errorf(sdk.ClassUnimplemented, "RegisterMemory: %v memory is not supported by tcp", desc.Kind)
+		return 0, errdefs.Errorf(errdefs.Unimplemented, "RegisterMemory: %v memory is not supported by tcp", desc.Kind)
 	}
 	m, err := sdk.MapMemory(desc)
 	if err != nil {
@@ -205,7 +206,7 @@ func (t *Transport) RegisterMemory(_ context.Context, desc sdk.MemoryDesc) (sdk.
 	defer t.mu.Unlock()
 	if t.closed {
 		_ = m.Close()
-		return 0, sdk.Errorf(sdk.ClassFailedPrecondition, "RegisterMemory: transport closed")
+		return 0, errdefs.Errorf(errdefs.FailedPrecondition, "RegisterMemory: transport closed")
 	}
 	t.nextRegion++
 	r := &region{id: t.nextRegion, mapping: m, mem: m.Bytes(), keys: map[sdk.Key]*exposure{}}
@@ -221,7 +222,7 @@ func (t *Transport) DeregisterMemory(ctx context.Context, id sdk.RegionID) error
 	r := t.regions[id]
 	if r == nil {
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassNotFound, "DeregisterMemory: region %d", id)
+		return errdefs.Errorf(errdefs.NotFound, "DeregisterMemory: region %d", id)
 	}
 	r.mu.Lock()
 	users := r.users
@@ -232,7 +233,7 @@ func (t *Transport) DeregisterMemory(ctx context.Context, id sdk.RegionID) error
 	r.mu.Unlock()
 	if users > 0 {
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassFailedPrecondition, "DeregisterMemory: region %d is the source of %d unsent operations", id, users)
+		return errdefs.Errorf(errdefs.FailedPrecondition, "DeregisterMemory: region %d is the source of %d unsent operations", id, users)
 	}
 	delete(t.regions, id)
 	for _, e := range keys {
@@ -259,22 +260,22 @@ func (t *Transport) LocalEndpoint(context.Context) (sdk.Endpoint, error) {
 // connection goes only to the holder of that certificate's key.
 func (t *Transport) Connect(_ context.Context, ep sdk.Endpoint) (sdk.PeerID, error) {
 	if ep.Transport != "" && ep.Transport != Name {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: endpoint is for transport %q", ep.Transport)
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "Connect: endpoint is for transport %q", ep.Transport)
 	}
 	hostPort, pin, pinned, err := splitPin(ep.Address)
 	if err != nil {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: %v", err)
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "Connect: %v", err)
 	}
 	if _, _, err := net.SplitHostPort(hostPort); err != nil {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: address %q: %v", ep.Address, err)
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "Connect: address %q: %v", ep.Address, err)
 	}
 	if !pinned && t.id != nil {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: address %q names no receiver certificate (%s<hex>): the data plane talks only to a pinned receiver", ep.Address, pinPrefix)
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "Connect: address %q names no receiver certificate (%s<hex>): the data plane talks only to a pinned receiver", ep.Address, pinPrefix)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return "", sdk.Errorf(sdk.ClassFailedPrecondition, "Connect: transport closed")
+		return "", errdefs.Errorf(errdefs.FailedPrecondition, "Connect: transport closed")
 	}
 	t.nextPeer++
 	id := sdk.PeerID(fmt.Sprintf("tcp-%d@%s", t.nextPeer, hostPort))
@@ -290,7 +291,7 @@ func (t *Transport) Disconnect(_ context.Context, id sdk.PeerID) error {
 	delete(t.peers, id)
 	t.mu.Unlock()
 	if p == nil {
-		return sdk.Errorf(sdk.ClassNotFound, "Disconnect: peer %q", id)
+		return errdefs.Errorf(errdefs.NotFound, "Disconnect: peer %q", id)
 	}
 	p.mu.Lock()
 	s := p.sess
@@ -316,50 +317,50 @@ func (t *Transport) Post(ctx context.Context, b sdk.Batch) error {
 
 func (t *Transport) post(_ context.Context, b sdk.Batch) error {
 	if b.ID == 0 {
-		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: batch id 0")
+		return errdefs.Errorf(errdefs.InvalidArgument, "Post: batch id 0")
 	}
 	if len(b.Ops) == 0 {
-		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: batch %d has no operations", b.ID)
+		return errdefs.Errorf(errdefs.InvalidArgument, "Post: batch %d has no operations", b.ID)
 	}
 	if len(b.Ops) > t.cfg.MaxBatch {
-		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: batch %d has %d operations, MaxBatch is %d", b.ID, len(b.Ops), t.cfg.MaxBatch)
+		return errdefs.Errorf(errdefs.InvalidArgument, "Post: batch %d has %d operations, MaxBatch is %d", b.ID, len(b.Ops), t.cfg.MaxBatch)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return sdk.Errorf(sdk.ClassFailedPrecondition, "Post: transport closed")
+		return errdefs.Errorf(errdefs.FailedPrecondition, "Post: transport closed")
 	}
 	if _, dup := t.batchIDs[b.ID]; dup {
-		return sdk.Errorf(sdk.ClassAlreadyExists, "Post: batch id %d was used before", b.ID)
+		return errdefs.Errorf(errdefs.AlreadyExists, "Post: batch id %d was used before", b.ID)
 	}
 	p := t.peers[b.Peer]
 	if p == nil {
-		return sdk.Errorf(sdk.ClassNotFound, "Post: peer %q", b.Peer)
+		return errdefs.Errorf(errdefs.NotFound, "Post: peer %q", b.Peer)
 	}
 	regs := make([]*region, len(b.Ops))
 	for i, op := range b.Ops {
 		switch op.Kind {
 		case sdk.OpWrite:
 		case sdk.OpRead:
-			return sdk.Errorf(sdk.ClassUnimplemented, "Post: op %d: tcp does not read", i)
+			return errdefs.Errorf(errdefs.Unimplemented, "Post: op %d: tcp does not read", i)
 		default:
-			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: unknown kind %d", i, op.Kind)
+			return errdefs.Errorf(errdefs.InvalidArgument, "Post: op %d: unknown kind %d", i, op.Kind)
 		}
 		if op.Length == 0 {
-			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: zero length", i)
+			return errdefs.Errorf(errdefs.InvalidArgument, "Post: op %d: zero length", i)
 		}
 		if op.Length > t.cfg.MaxOpBytes {
-			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: %d bytes exceeds MaxOpBytes %d", i, op.Length, t.cfg.MaxOpBytes)
+			return errdefs.Errorf(errdefs.InvalidArgument, "Post: op %d: %d bytes exceeds MaxOpBytes %d", i, op.Length, t.cfg.MaxOpBytes)
 		}
 		if op.RemoteKey == 0 {
-			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: key 0", i)
+			return errdefs.Errorf(errdefs.InvalidArgument, "Post: op %d: key 0", i)
 		}
 		r := t.regions[op.LocalRegion]
 		if r == nil {
-			return sdk.Errorf(sdk.ClassNotFound, "Post: op %d: local region %d is not registered", i, op.LocalRegion)
+			return errdefs.Errorf(errdefs.NotFound, "Post: op %d: local region %d is not registered", i, op.LocalRegion)
 		}
 		if !inBounds(op.LocalOffset, op.Length, uint64(len(r.mem))) {
-			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: [%d,+%d) outside local region of %d bytes", i, op.LocalOffset, op.Length, len(r.mem))
+			return errdefs.Errorf(errdefs.InvalidArgument, "Post: op %d: [%d,+%d) outside local region of %d bytes", i, op.LocalOffset, op.Length, len(r.mem))
 		}
 		regs[i] = r
 	}
@@ -393,7 +394,7 @@ func (t *Transport) enqueue(p *peer, bs *batchState) error {
 	select {
 	case s.queue <- bs:
 	default:
-		return sdk.Errorf(sdk.ClassResourceExhausted, "Post: %d batches already queued for %s", cap(s.queue), p.id)
+		return errdefs.Errorf(errdefs.ResourceExhausted, "Post: %d batches already queued for %s", cap(s.queue), p.id)
 	}
 	for _, r := range bs.regs {
 		r.use()
@@ -434,7 +435,7 @@ func (t *Transport) Quiesce(ctx context.Context, peerID sdk.PeerID, ids []sdk.Ba
 			continue
 		}
 		if p != nil && b.sess.peer != p {
-			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassInvalidArgument, "Quiesce: batch %d was not posted to %s", id, peerID)
+			return sdk.QuiesceResult{}, errdefs.Errorf(errdefs.InvalidArgument, "Quiesce: batch %d was not posted to %s", id, peerID)
 		}
 		b.sess.mu.Lock()
 		open := b.unresolved > 0
@@ -445,7 +446,7 @@ func (t *Transport) Quiesce(ctx context.Context, peerID sdk.PeerID, ids []sdk.Ba
 		}
 	}
 	if p == nil && len(sessions) > 0 {
-		return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassNotFound, "Quiesce: peer %q", peerID)
+		return sdk.QuiesceResult{}, errdefs.Errorf(errdefs.NotFound, "Quiesce: peer %q", peerID)
 	}
 	if len(sessions) == 0 {
 		return sdk.QuiesceResult{Evidence: sdk.EvidenceCompletionsHarvested, Batches: ids}, nil
@@ -481,7 +482,7 @@ func (t *Transport) Quiesce(ctx context.Context, peerID sdk.PeerID, ids []sdk.Ba
 // with w.Stride, only the window's pieces (pieces.go).
 func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 	if w.Length == 0 {
-		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "Grant: zero-length window")
+		return 0, errdefs.Errorf(errdefs.InvalidArgument, "Grant: zero-length window")
 	}
 	if err := w.Check(); err != nil {
 		return 0, err
@@ -497,10 +498,10 @@ func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 	defer t.mu.Unlock()
 	r := t.regions[w.Region]
 	if r == nil {
-		return 0, sdk.Errorf(sdk.ClassNotFound, "Grant: region %d is not registered", w.Region)
+		return 0, errdefs.Errorf(errdefs.NotFound, "Grant: region %d is not registered", w.Region)
 	}
 	if !inBounds(w.Offset, w.Length, uint64(len(r.mem))) {
-		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "Grant: [%d,+%d) outside region of %d bytes", w.Offset, w.Length, len(r.mem))
+		return 0, errdefs.Errorf(errdefs.InvalidArgument, "Grant: [%d,+%d) outside region of %d bytes", w.Offset, w.Length, len(r.mem))
 	}
 	var k sdk.Key
 	for k == 0 || t.keys[k] != nil {
@@ -525,13 +526,13 @@ func (t *Transport) writerPresence(writer string) (*presence, error) {
 	_, fp, pinned, err := splitPin(writer)
 	switch {
 	case err != nil:
-		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "Grant: writer: %v", err)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "Grant: writer: %v", err)
 	case !pinned:
-		return nil, sdk.Errorf(sdk.ClassFailedPrecondition, "Grant: writer %q names no certificate (%s<hex>), so no connection can be authenticated as it", writer, pinPrefix)
+		return nil, errdefs.Errorf(errdefs.FailedPrecondition, "Grant: writer %q names no certificate (%s<hex>), so no connection can be authenticated as it", writer, pinPrefix)
 	}
 	p := t.recv.presenceOf(fp)
 	if p == nil {
-		return nil, sdk.Errorf(sdk.ClassFailedPrecondition, "Grant: writer %q is not connected", writer)
+		return nil, errdefs.Errorf(errdefs.FailedPrecondition, "Grant: writer %q is not connected", writer)
 	}
 	return p, nil
 }
@@ -544,7 +545,7 @@ func (t *Transport) Revoke(_ context.Context, k sdk.Key) (sdk.RevokeResult, erro
 	e := t.keys[k]
 	t.mu.Unlock()
 	if e == nil {
-		return sdk.RevokeResult{}, sdk.Errorf(sdk.ClassNotFound, "Revoke: unknown key")
+		return sdk.RevokeResult{}, errdefs.Errorf(errdefs.NotFound, "Revoke: unknown key")
 	}
 	if t.cfg.unsafe == unsafeApplyAfterRevoke {
 		// KNOWN-UNSAFE: claims revocation without enforcing it.
@@ -600,7 +601,7 @@ func (t *Transport) Close() error {
 			}
 			if !b.completed {
 				b.completed = true
-				t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: sdk.ClassUnavailable, Detail: "transport closed"})
+				t.complete(sdk.Completion{Batch: b.id, Status: sdk.InDoubt, BytesLanded: b.landed, Class: errdefs.Unavailable, Detail: "transport closed"})
 			}
 		}
 		s.mu.Unlock()

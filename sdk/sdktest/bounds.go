@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -59,8 +60,8 @@ func (e *Env) fillBounds() []byte {
 func (e *Env) refusedWrite(ctx context.Context, k sdk.Key, srcOff, off, n uint64, what string) error {
 	c, err := e.postWait(ctx, e.Write(e.NewBatchID(), k, srcOff, off, n))
 	switch {
-	case err != nil && sdk.ClassOf(err) != sdk.ClassInvalidArgument:
-		return fmt.Errorf("%s refused at Post with class %v, want invalid-argument", what, sdk.ClassOf(err))
+	case err != nil && errdefs.ClassOf(err) != errdefs.InvalidArgument:
+		return fmt.Errorf("%s refused at Post with class %v, want invalid-argument", what, errdefs.ClassOf(err))
 	case err == nil && c.Status == sdk.Succeeded:
 		return fmt.Errorf("%s reported Succeeded", what)
 	}
@@ -112,7 +113,7 @@ func checkWindowBounds(ctx context.Context, e *Env) error {
 	if k, err := e.Granter.Grant(ctx, pieced); err == nil {
 		_, _ = e.Granter.Revoke(ctx, k)
 		return fmt.Errorf("a transport declaring bounds window granted a pieced window (it would expose the whole span)")
-	} else if !sdk.IsClass(err, sdk.ClassUnimplemented) {
+	} else if !errdefs.Is(err, errdefs.Unimplemented) {
 		return fmt.Errorf("pieced Grant to a window-bounded transport: %v, want unimplemented", err)
 	}
 	// A rank's key over its own shard, its neighbour's shard right after.

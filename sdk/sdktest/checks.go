@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -95,7 +96,7 @@ func checkInfo(ctx context.Context, e *Env) error {
 	if !i.Capabilities.Revoke {
 		// Grant without Revoke: a receiver whose backend cannot stop a
 		// peer's writes still hands out keys, and must say it cannot revoke.
-		if _, err := e.Granter.Revoke(ctx, sdk.Key(0x0bad0bad0bad0bad)); !sdk.IsClass(err, sdk.ClassUnimplemented) {
+		if _, err := e.Granter.Revoke(ctx, sdk.Key(0x0bad0bad0bad0bad)); !errdefs.Is(err, errdefs.Unimplemented) {
 			return fmt.Errorf("Info: Revoke not declared, but Revoke answers %v (want unimplemented)", err)
 		}
 	}
@@ -138,8 +139,8 @@ func (e *Env) verdict(ctx context.Context, b sdk.Batch) error {
 		return err
 	case c.Status == sdk.Succeeded:
 		return nil // accepted
-	case c.Status == sdk.FailedDefinite && c.Class != sdk.ClassUnknown:
-		return sdk.Errorf(c.Class, "refused as the batch's completion: %s", c.Detail)
+	case c.Status == sdk.FailedDefinite && c.Class != errdefs.Unknown:
+		return errdefs.Errorf(c.Class, "refused as the batch's completion: %s", c.Detail)
 	}
 	return fmt.Errorf("batch %d completed %v (%s), not a classified refusal", b.ID, c.Status, c.Detail)
 }
@@ -199,7 +200,7 @@ func checkUnknownKey(ctx context.Context, e *Env) error {
 	}
 	c, err := e.postWait(ctx, e.Write(e.NewBatchID(), sdk.Key(0x5eed5eed5eed5eed), 0, 0, 4096))
 	if err != nil {
-		if sdk.ClassOf(err) == sdk.ClassNotFound || sdk.ClassOf(err) == sdk.ClassInvalidArgument {
+		if errdefs.ClassOf(err) == errdefs.NotFound || errdefs.ClassOf(err) == errdefs.InvalidArgument {
 			return nil // refused at Post: also fine
 		}
 		return err
@@ -225,8 +226,8 @@ func checkOutOfWindow(ctx context.Context, e *Env) error {
 	if err == nil && c.Status == sdk.Succeeded {
 		return fmt.Errorf("write past the granted window reported Succeeded")
 	}
-	if err != nil && sdk.ClassOf(err) != sdk.ClassInvalidArgument {
-		return fmt.Errorf("out-of-window write refused with class %v, want invalid-argument", sdk.ClassOf(err))
+	if err != nil && errdefs.ClassOf(err) != errdefs.InvalidArgument {
+		return fmt.Errorf("out-of-window write refused with class %v, want invalid-argument", errdefs.ClassOf(err))
 	}
 	return untouched(guard, fill)
 }
@@ -304,33 +305,33 @@ func checkBadInput(ctx context.Context, e *Env) error {
 	}
 	cases := []struct {
 		name string
-		want sdk.Class
+		want errdefs.Class
 		call func() error
 	}{
-		{"zero length", sdk.ClassInvalidArgument, func() error { return e.verdict(ctx, e.Write(e.NewBatchID(), k, 0, 0, 0)) }},
-		{"empty batch", sdk.ClassInvalidArgument, func() error {
+		{"zero length", errdefs.InvalidArgument, func() error { return e.verdict(ctx, e.Write(e.NewBatchID(), k, 0, 0, 0)) }},
+		{"empty batch", errdefs.InvalidArgument, func() error {
 			return e.verdict(ctx, sdk.Batch{ID: e.NewBatchID(), Peer: e.Peer})
 		}},
-		{"duplicate batch id", sdk.ClassAlreadyExists, func() error { return e.verdict(ctx, e.Write(dup, k, 0, 0, 4096)) }},
-		{"oversized batch", sdk.ClassInvalidArgument, func() error { return e.verdict(ctx, tooMany) }},
-		{"unregistered local memory", sdk.ClassNotFound, func() error {
+		{"duplicate batch id", errdefs.AlreadyExists, func() error { return e.verdict(ctx, e.Write(dup, k, 0, 0, 4096)) }},
+		{"oversized batch", errdefs.InvalidArgument, func() error { return e.verdict(ctx, tooMany) }},
+		{"unregistered local memory", errdefs.NotFound, func() error {
 			b := e.Write(e.NewBatchID(), k, 0, 0, 4096)
 			b.Ops[0].LocalRegion = e.SrcID + 1000
 			return e.verdict(ctx, b)
 		}},
-		{"local out of bounds", sdk.ClassInvalidArgument, func() error {
+		{"local out of bounds", errdefs.InvalidArgument, func() error {
 			return e.verdict(ctx, e.Write(e.NewBatchID(), k, EnvSize-1, 0, 4096))
 		}},
-		{"unknown peer", sdk.ClassNotFound, func() error {
+		{"unknown peer", errdefs.NotFound, func() error {
 			b := e.Write(e.NewBatchID(), k, 0, 0, 4096)
 			b.Peer = "no-such-peer"
 			return e.verdict(ctx, b)
 		}},
-		{"grant on unregistered memory", sdk.ClassNotFound, func() error {
+		{"grant on unregistered memory", errdefs.NotFound, func() error {
 			_, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID + 1000, Length: 1})
 			return err
 		}},
-		{"grant out of bounds", sdk.ClassInvalidArgument, func() error {
+		{"grant out of bounds", errdefs.InvalidArgument, func() error {
 			_, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID, Offset: EnvSize, Length: 1})
 			return err
 		}},
@@ -338,8 +339,8 @@ func checkBadInput(ctx context.Context, e *Env) error {
 			_, err := e.Granter.Revoke(ctx, sdk.Key(0x0bad0bad0bad0bad))
 			return err
 		}},
-		{"deregister unknown region", sdk.ClassNotFound, func() error { return e.Sender.DeregisterMemory(ctx, e.SrcID+1000) }},
-		{"register bad memory", sdk.ClassNotFound, func() error {
+		{"deregister unknown region", errdefs.NotFound, func() error { return e.Sender.DeregisterMemory(ctx, e.SrcID+1000) }},
+		{"register bad memory", errdefs.NotFound, func() error {
 			_, err := e.Sender.RegisterMemory(ctx, sdk.MemoryDesc{Kind: sdk.MemoryHostShared, Path: "/nonexistent/kvfence", Size: 4096})
 			return err
 		}},
@@ -349,7 +350,7 @@ func checkBadInput(ctx context.Context, e *Env) error {
 		if err == nil {
 			return fmt.Errorf("%s: accepted, want %v", c.name, c.want)
 		}
-		if got := sdk.ClassOf(err); got != c.want {
+		if got := errdefs.ClassOf(err); got != c.want {
 			return fmt.Errorf("%s: class %v (%v), want %v", c.name, got, err, c.want)
 		}
 	}
@@ -445,9 +446,9 @@ func checkQuiesce(ctx context.Context, e *Env) error {
 
 // revokeRefusal is the class of a Revoke of an unknown key: not found where
 // the transport can revoke, unimplemented where it declares it cannot.
-func revokeRefusal(i sdk.Info) sdk.Class {
+func revokeRefusal(i sdk.Info) errdefs.Class {
 	if i.Capabilities.Revoke {
-		return sdk.ClassNotFound
+		return errdefs.NotFound
 	}
-	return sdk.ClassUnimplemented
+	return errdefs.Unimplemented
 }

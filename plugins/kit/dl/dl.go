@@ -19,7 +19,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // Spec says which library to load and what it must export.
@@ -128,7 +128,7 @@ func open(path string) (unsafe.Pointer, error) {
 }
 
 func fail(format string, args ...any) error {
-	return sdk.Errorf(sdk.ClassFailedPrecondition, "%s", oneLine(fmt.Sprintf(format, args...)))
+	return errdefs.Errorf(errdefs.FailedPrecondition, "%s", oneLine(fmt.Sprintf(format, args...)))
 }
 
 // oneLine folds a message onto one line: the host logs the plugin's stderr

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/kit/dl"
 	"github.com/kvfence/kvfence/plugins/kit/dl/dltest"
-	"github.com/kvfence/kvfence/sdk"
 )
 
 var spec = dl.Spec{
@@ -41,8 +41,8 @@ func oneClassifiedLine(t *testing.T, err error, want string) {
 	if err == nil {
 		t.Fatal("loaded, want a refusal")
 	}
-	if !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
-		t.Errorf("class %v, want failed-precondition: %v", sdk.ClassOf(err), err)
+	if !errdefs.Is(err, errdefs.FailedPrecondition) {
+		t.Errorf("class %v, want failed-precondition: %v", errdefs.ClassOf(err), err)
 	}
 	if strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "KVFENCE_FAKE_LIB") || !strings.Contains(err.Error(), want) {
 		t.Errorf("want one line naming KVFENCE_FAKE_LIB and %q, got %q", want, err)

@@ -6,7 +6,7 @@
 //
 // It owns finding the library (an environment variable naming its path,
 // else the dynamic linker's search path), resolving required and optional
-// symbols, and turning every failure into an *sdk.Error of class
+// symbols, and turning every failure into an *errdefs.Error of class
 // FailedPrecondition whose message is a single line naming the variable;
 // and keeping the library's writes to stdout off the plugin protocol
 // (ProtectStdout).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -33,28 +34,28 @@ type batch struct {
 // submits it. An error means the backend refused before anything left.
 func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 	if len(b.Ops) == 0 {
-		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: empty batch")
+		return errdefs.Errorf(errdefs.InvalidArgument, "Post: empty batch")
 	}
 	if len(b.Ops) > t.cfg.MaxBatch {
-		return sdk.Errorf(sdk.ClassInvalidArgument, "Post: %d ops, at most %d", len(b.Ops), t.cfg.MaxBatch)
+		return errdefs.Errorf(errdefs.InvalidArgument, "Post: %d ops, at most %d", len(b.Ops), t.cfg.MaxBatch)
 	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassFailedPrecondition, "Post: transport closed")
+		return errdefs.Errorf(errdefs.FailedPrecondition, "Post: transport closed")
 	}
 	if _, dup := t.live[b.ID]; dup {
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassAlreadyExists, "Post: batch %d already posted", b.ID)
+		return errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d already posted", b.ID)
 	}
 	if _, dup := t.finished[b.ID]; dup {
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassAlreadyExists, "Post: batch %d already posted", b.ID)
+		return errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d already posted", b.ID)
 	}
 	p := t.peers[b.Peer]
 	if p == nil {
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassNotFound, "Post: peer %q", b.Peer)
+		return errdefs.Errorf(errdefs.NotFound, "Post: peer %q", b.Peer)
 	}
 	ws := make([]Write, len(b.Ops))
 	srcs := make([]*region, len(b.Ops))
@@ -76,18 +77,18 @@ func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 			return fmt.Errorf("Post: op %d: %w", i, err)
 		}
 		if !inBounds(op.RemoteOffset, op.Length, w.n) {
-			return sdk.Errorf(sdk.ClassInvalidArgument, "Post: op %d: [%d,+%d) outside the %d-byte window of key %#x", i, op.RemoteOffset, op.Length, w.n, uint64(op.RemoteKey))
+			return errdefs.Errorf(errdefs.InvalidArgument, "Post: op %d: [%d,+%d) outside the %d-byte window of key %#x", i, op.RemoteOffset, op.Length, w.n, uint64(op.RemoteKey))
 		}
 		ws[i].Dst = w.addr + uintptr(op.RemoteOffset)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, dup := t.live[b.ID]; dup || t.closed {
-		return sdk.Errorf(sdk.ClassAlreadyExists, "Post: batch %d posted concurrently (or transport closed)", b.ID)
+		return errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d posted concurrently (or transport closed)", b.ID)
 	}
 	for _, r := range srcs {
 		if t.regions[r.id] != r {
-			return sdk.Errorf(sdk.ClassNotFound, "Post: region %d deregistered meanwhile", r.id)
+			return errdefs.Errorf(errdefs.NotFound, "Post: region %d deregistered meanwhile", r.id)
 		}
 	}
 	if t.lieEarly(&batch{id: b.ID, peer: p, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}, ws) {
@@ -128,20 +129,20 @@ func newTasks(ws []Write) []Task {
 func (t *Transport) checkOp(op sdk.Op) (*region, error) {
 	switch {
 	case op.Kind == sdk.OpRead:
-		return nil, sdk.Errorf(sdk.ClassUnimplemented, "reads are not supported by this plugin")
+		return nil, errdefs.Errorf(errdefs.Unimplemented, "reads are not supported by this plugin")
 	case op.Kind != sdk.OpWrite:
-		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "unknown op kind %d", op.Kind)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "unknown op kind %d", op.Kind)
 	case op.Length == 0:
-		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "zero-length op")
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "zero-length op")
 	case op.Length > t.cfg.MaxOpBytes:
-		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "op of %d bytes, at most %d", op.Length, t.cfg.MaxOpBytes)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "op of %d bytes, at most %d", op.Length, t.cfg.MaxOpBytes)
 	}
 	r := t.regions[op.LocalRegion]
 	if r == nil {
-		return nil, sdk.Errorf(sdk.ClassNotFound, "local region %d", op.LocalRegion)
+		return nil, errdefs.Errorf(errdefs.NotFound, "local region %d", op.LocalRegion)
 	}
 	if !inBounds(op.LocalOffset, op.Length, r.size) {
-		return nil, sdk.Errorf(sdk.ClassInvalidArgument, "[%d,+%d) outside local region %d of %d bytes", op.LocalOffset, op.Length, r.id, r.size)
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "[%d,+%d) outside local region %d of %d bytes", op.LocalOffset, op.Length, r.id, r.size)
 	}
 	return r, nil
 }
@@ -271,7 +272,7 @@ func (t *Transport) verdict(b *batch, expired bool) (sdk.Completion, bool) {
 	if c.Status != sdk.Succeeded {
 		return c, true
 	}
-	c.Status, c.Class = sdk.InDoubt, sdk.ClassUnavailable
+	c.Status, c.Class = sdk.InDoubt, errdefs.Unavailable
 	c.Detail = fmt.Sprintf("%s refused the submit part-way (%v); every task reads COMPLETED, which an older library also says of tasks it never posted", t.be.Name(), b.refused)
 	return c, true
 }
@@ -299,7 +300,7 @@ func (t *Transport) Quiesce(ctx context.Context, id sdk.PeerID, ids []sdk.BatchI
 			return sdk.QuiesceResult{Evidence: sdk.EvidenceCompletionsHarvested, Batches: ids, Detail: "every task confirmed applied by the target"}, nil
 		}
 		if live == 0 || time.Now().After(end) {
-			return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassUnavailable, "Quiesce: %s cannot cancel or revoke, and batches %v did not confirm every task; only ending the target's plugin process stops their bytes", t.be.Name(), doubt)
+			return sdk.QuiesceResult{}, errdefs.Errorf(errdefs.Unavailable, "Quiesce: %s cannot cancel or revoke, and batches %v did not confirm every task; only ending the target's plugin process stops their bytes", t.be.Name(), doubt)
 		}
 		time.Sleep(t.cfg.PollEvery * 10)
 	}
@@ -312,7 +313,7 @@ func (t *Transport) judge(id sdk.PeerID, ids []sdk.BatchID) (doubt []sdk.BatchID
 	for _, bid := range ids {
 		if b, ok := t.live[bid]; ok {
 			if b.peer.id != id {
-				return nil, 0, sdk.Errorf(sdk.ClassInvalidArgument, "Quiesce: batch %d was not posted to %q", bid, id)
+				return nil, 0, errdefs.Errorf(errdefs.InvalidArgument, "Quiesce: batch %d was not posted to %q", bid, id)
 			}
 			doubt = append(doubt, bid)
 			live++
@@ -320,7 +321,7 @@ func (t *Transport) judge(id sdk.PeerID, ids []sdk.BatchID) (doubt []sdk.BatchID
 		}
 		clean, ok := t.finished[bid]
 		if !ok {
-			return nil, 0, sdk.Errorf(sdk.ClassNotFound, "Quiesce: batch %d unknown", bid)
+			return nil, 0, errdefs.Errorf(errdefs.NotFound, "Quiesce: batch %d unknown", bid)
 		}
 		if !clean {
 			doubt = append(doubt, bid)

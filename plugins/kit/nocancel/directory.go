@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -47,7 +48,7 @@ type hello struct {
 func listenDirectory(addr, framing string, metadata func() []byte, lookup func(sdk.Key) (window, bool)) (*directory, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, sdk.Errorf(sdk.ClassUnavailable, "directory listen %s: %v", addr, err)
+		return nil, errdefs.Errorf(errdefs.Unavailable, "directory listen %s: %v", addr, err)
 	}
 	d := &directory{ln: ln, framing: framing, metadata: metadata, lookup: lookup}
 	d.wg.Add(1)
@@ -113,7 +114,7 @@ const maxMetadata = 16 << 20
 func dialDirectory(addr string) (*dirClient, hello, error) {
 	c, err := net.DialTimeout("tcp", addr, dirTimeout)
 	if err != nil {
-		return nil, hello{}, sdk.Errorf(sdk.ClassUnavailable, "peer directory %s: %v", addr, err)
+		return nil, hello{}, errdefs.Errorf(errdefs.Unavailable, "peer directory %s: %v", addr, err)
 	}
 	dc := &dirClient{c: c}
 	h, err := dc.hello()
@@ -129,11 +130,11 @@ func (dc *dirClient) hello() (hello, error) {
 	defer dc.mu.Unlock()
 	found, f, m, err := dc.ask(0)
 	if err != nil || !found || f > 64 || m > maxMetadata {
-		return hello{}, sdk.Errorf(sdk.ClassUnavailable, "peer directory: bad hello (%v)", err)
+		return hello{}, errdefs.Errorf(errdefs.Unavailable, "peer directory: bad hello (%v)", err)
 	}
 	buf := make([]byte, uint64(f)+m)
 	if _, err := io.ReadFull(dc.c, buf); err != nil {
-		return hello{}, sdk.Errorf(sdk.ClassUnavailable, "peer directory: %v", err)
+		return hello{}, errdefs.Errorf(errdefs.Unavailable, "peer directory: %v", err)
 	}
 	return hello{framing: string(buf[:f]), metadata: buf[f:]}, nil
 }
@@ -158,10 +159,10 @@ func (dc *dirClient) resolve(key sdk.Key) (window, error) {
 	defer dc.mu.Unlock()
 	found, addr, n, err := dc.ask(key)
 	if err != nil {
-		return window{}, sdk.Errorf(sdk.ClassUnavailable, "peer directory: %v", err)
+		return window{}, errdefs.Errorf(errdefs.Unavailable, "peer directory: %v", err)
 	}
 	if !found {
-		return window{}, sdk.Errorf(sdk.ClassNotFound, "key %#x unknown at the peer", uint64(key))
+		return window{}, errdefs.Errorf(errdefs.NotFound, "key %#x unknown at the peer", uint64(key))
 	}
 	return window{addr, n}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -63,12 +64,12 @@ func (s *scripted) Free(j Job) error {
 	for _, p := range s.polledEnd[j] {
 		if !p {
 			s.early++
-			return sdk.Errorf(sdk.ClassUnavailable, "BatchBusy")
+			return errdefs.Errorf(errdefs.Unavailable, "BatchBusy")
 		}
 	}
 	if s.busyOnce {
 		s.busyOnce = false
-		return sdk.Errorf(sdk.ClassUnavailable, "BatchBusy")
+		return errdefs.Errorf(errdefs.Unavailable, "BatchBusy")
 	}
 	s.freed[j] = true
 	return nil
@@ -177,15 +178,15 @@ func TestFailedIsInDoubtAndHoldsTheSource(t *testing.T) {
 	if p.be.isFreed(j) {
 		t.Fatal("job freed while a task was still WAITING")
 	}
-	if err := p.ini.DeregisterMemory(ctx, p.src); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if err := p.ini.DeregisterMemory(ctx, p.src); !errdefs.Is(err, errdefs.FailedPrecondition) {
 		t.Fatalf("source deregistered while a task still reads it: %v", err)
 	}
 	p.be.set(j, 1, Completed)
 	eventually(t, "job freed once every task is terminal", func() bool { return p.be.isFreed(j) })
-	if err := p.ini.DeregisterMemory(ctx, p.src); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if err := p.ini.DeregisterMemory(ctx, p.src); !errdefs.Is(err, errdefs.FailedPrecondition) {
 		t.Fatalf("source released after a FAILED task (the backend may still read it): %v", err)
 	}
-	if _, err := p.ini.Quiesce(ctx, p.peer, []sdk.BatchID{1}); !sdk.IsClass(err, sdk.ClassUnavailable) {
+	if _, err := p.ini.Quiesce(ctx, p.peer, []sdk.BatchID{1}); !errdefs.Is(err, errdefs.Unavailable) {
 		t.Fatalf("Quiesce gave evidence for a FAILED batch: %v", err)
 	}
 	if _, ok := p.completion(t, 50*time.Millisecond); ok {
@@ -256,10 +257,10 @@ func TestLegacyFramingCompletedIsInDoubt(t *testing.T) {
 // Deregistration is not revocation: target memory with keys is refused.
 func TestTargetDeregisterWithKeysRefused(t *testing.T) {
 	p := newPair(t, "v2", time.Hour)
-	if err := p.tgt.DeregisterMemory(context.Background(), p.dst); !sdk.IsClass(err, sdk.ClassFailedPrecondition) {
+	if err := p.tgt.DeregisterMemory(context.Background(), p.dst); !errdefs.Is(err, errdefs.FailedPrecondition) {
 		t.Fatalf("DeregisterMemory with an unrevocable key: %v", err)
 	}
-	if _, err := p.tgt.Revoke(context.Background(), p.key); !sdk.IsClass(err, sdk.ClassUnimplemented) {
+	if _, err := p.tgt.Revoke(context.Background(), p.key); !errdefs.Is(err, errdefs.Unimplemented) {
 		t.Fatalf("Revoke: %v", err)
 	}
 	if info, _ := p.tgt.Info(context.Background()); info.Capabilities.Revoke {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -137,7 +138,7 @@ func (t *Transport) Info(context.Context) (sdk.Info, error) {
 // pointer) and registers it with the backend.
 func (t *Transport) RegisterMemory(_ context.Context, desc sdk.MemoryDesc) (sdk.RegionID, error) {
 	if desc.Kind != sdk.MemoryHostShared {
-		return 0, sdk.Errorf(sdk.ClassUnimplemented, "RegisterMemory: %v memory is not supported by %s", desc.Kind, t.be.Name())
+		return 0, errdefs.Errorf(errdefs.Unimplemented, "RegisterMemory: %v memory is not supported by %s", desc.Kind, t.be.Name())
 	}
 	m, err := sdk.MapMemory(desc)
 	if err != nil {
@@ -154,7 +155,7 @@ func (t *Transport) RegisterMemory(_ context.Context, desc sdk.MemoryDesc) (sdk.
 	if t.closed {
 		_ = t.be.Unregister(addr)
 		_ = m.Close()
-		return 0, sdk.Errorf(sdk.ClassFailedPrecondition, "RegisterMemory: transport closed")
+		return 0, errdefs.Errorf(errdefs.FailedPrecondition, "RegisterMemory: transport closed")
 	}
 	t.nextRegion++
 	t.regions[t.nextRegion] = &region{id: t.nextRegion, mapping: m, addr: addr, size: uint64(len(b))}
@@ -171,16 +172,16 @@ func (t *Transport) DeregisterMemory(_ context.Context, id sdk.RegionID) error {
 	switch {
 	case r == nil:
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassNotFound, "DeregisterMemory: region %d", id)
+		return errdefs.Errorf(errdefs.NotFound, "DeregisterMemory: region %d", id)
 	case r.grants > 0:
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassFailedPrecondition, "DeregisterMemory: region %d has %d keys, which %s cannot revoke; end this plugin process to stop writes into it", id, r.grants, t.be.Name())
+		return errdefs.Errorf(errdefs.FailedPrecondition, "DeregisterMemory: region %d has %d keys, which %s cannot revoke; end this plugin process to stop writes into it", id, r.grants, t.be.Name())
 	case r.pins > 0:
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassFailedPrecondition, "DeregisterMemory: region %d is the source of %d tasks still in flight", id, r.pins)
+		return errdefs.Errorf(errdefs.FailedPrecondition, "DeregisterMemory: region %d is the source of %d tasks still in flight", id, r.pins)
 	case r.tainted > 0:
 		t.mu.Unlock()
-		return sdk.Errorf(sdk.ClassFailedPrecondition, "DeregisterMemory: region %d is the source of %d tasks that ended unconfirmed; %s may still read it", id, r.tainted, t.be.Name())
+		return errdefs.Errorf(errdefs.FailedPrecondition, "DeregisterMemory: region %d is the source of %d tasks that ended unconfirmed; %s may still read it", id, r.tainted, t.be.Name())
 	}
 	delete(t.regions, id)
 	t.mu.Unlock()
@@ -198,10 +199,10 @@ func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 	defer t.mu.Unlock()
 	r := t.regions[w.Region]
 	if r == nil {
-		return 0, sdk.Errorf(sdk.ClassNotFound, "Grant: region %d", w.Region)
+		return 0, errdefs.Errorf(errdefs.NotFound, "Grant: region %d", w.Region)
 	}
 	if w.Length == 0 || !inBounds(w.Offset, w.Length, r.size) {
-		return 0, sdk.Errorf(sdk.ClassInvalidArgument, "Grant: window [%d,+%d) outside region %d of %d bytes", w.Offset, w.Length, w.Region, r.size)
+		return 0, errdefs.Errorf(errdefs.InvalidArgument, "Grant: window [%d,+%d) outside region %d of %d bytes", w.Offset, w.Length, w.Region, r.size)
 	}
 	for {
 		var b [8]byte
@@ -217,7 +218,7 @@ func (t *Transport) Grant(_ context.Context, w sdk.Window) (sdk.Key, error) {
 
 // Revoke is not offered: the backend cannot stop a peer's writes.
 func (t *Transport) Revoke(context.Context, sdk.Key) (sdk.RevokeResult, error) {
-	return sdk.RevokeResult{}, sdk.Errorf(sdk.ClassUnimplemented, "Revoke: %s cannot revoke a peer's access", t.be.Name())
+	return sdk.RevokeResult{}, errdefs.Errorf(errdefs.Unimplemented, "Revoke: %s cannot revoke a peer's access", t.be.Name())
 }
 
 func (t *Transport) lookup(k sdk.Key) (window, bool) {
@@ -240,7 +241,7 @@ func (t *Transport) LocalEndpoint(context.Context) (sdk.Endpoint, error) {
 // framing.
 func (t *Transport) Connect(_ context.Context, ep sdk.Endpoint) (sdk.PeerID, error) {
 	if ep.Transport != t.be.Name() || ep.Address == "" || len(ep.Opaque) == 0 {
-		return "", sdk.Errorf(sdk.ClassInvalidArgument, "Connect: not a %s endpoint: %q %q", t.be.Name(), ep.Transport, ep.Address)
+		return "", errdefs.Errorf(errdefs.InvalidArgument, "Connect: not a %s endpoint: %q %q", t.be.Name(), ep.Transport, ep.Address)
 	}
 	dc, h, err := dialDirectory(string(ep.Opaque))
 	if err != nil {
@@ -270,7 +271,7 @@ func (t *Transport) Disconnect(_ context.Context, id sdk.PeerID) error {
 	delete(t.peers, id)
 	t.mu.Unlock()
 	if p == nil {
-		return sdk.Errorf(sdk.ClassNotFound, "Disconnect: peer %q", id)
+		return errdefs.Errorf(errdefs.NotFound, "Disconnect: peer %q", id)
 	}
 	p.dir.Close()
 	return nil
@@ -312,7 +313,7 @@ func (t *Transport) Close() error {
 	t.mu.Lock()
 	for id, b := range t.live {
 		if !b.reported {
-			t.out <- sdk.Completion{Batch: id, Status: sdk.InDoubt, Class: sdk.ClassUnavailable, Detail: "transport closed with the batch in flight"}
+			t.out <- sdk.Completion{Batch: id, Status: sdk.InDoubt, Class: errdefs.Unavailable, Detail: "transport closed with the batch in flight"}
 		}
 	}
 	t.mu.Unlock()

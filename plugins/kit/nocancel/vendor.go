@@ -6,7 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/errdefs"
 )
 
 // What the vendor plugins (mooncake, nixl, mori) share around this
@@ -53,7 +53,7 @@ func PositiveDurationEnv(getenv func(string) string, key string, def time.Durati
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		return def, sdk.Errorf(sdk.ClassInvalidArgument, "%s=%q: want a positive duration", key, v)
+		return def, errdefs.Errorf(errdefs.InvalidArgument, "%s=%q: want a positive duration", key, v)
 	}
 	return d, nil
 }

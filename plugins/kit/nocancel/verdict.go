@@ -3,6 +3,7 @@ package nocancel
 import (
 	"fmt"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -84,17 +85,17 @@ func Verdict(tasks []Task, confirms, expired bool) (c sdk.Completion, ok bool) {
 	case failed > 0:
 		// One task failed: the batch cannot succeed; the others may still
 		// move, and so may the failed one.
-		c.Status, c.Class = sdk.InDoubt, sdk.ClassUnavailable
+		c.Status, c.Class = sdk.InDoubt, errdefs.Unavailable
 		c.Detail = fmt.Sprintf("%d of %d tasks %v (the backend cannot cancel: bytes may still land); %d still running", failed, len(tasks), first, running)
 		return c, true
 	case running > 0 && !expired:
 		return c, false
 	case running > 0:
-		c.Status, c.Class = sdk.InDoubt, sdk.ClassUnavailable
+		c.Status, c.Class = sdk.InDoubt, errdefs.Unavailable
 		c.Detail = fmt.Sprintf("%d of %d tasks still WAITING/PENDING past the report deadline (the backend has no timeout for them and cannot cancel)", running, len(tasks))
 		return c, true
 	case unconfirmed > 0:
-		c.Status, c.Class = sdk.InDoubt, sdk.ClassUnavailable
+		c.Status, c.Class = sdk.InDoubt, errdefs.Unavailable
 		c.Detail = fmt.Sprintf("%d of %d tasks COMPLETED on a link where that means queued, not applied (legacy framing)", unconfirmed, len(tasks))
 		return c, true
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/plugins/tcp"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -84,7 +85,7 @@ func (d *decoyTransport) relay() {
 	for c := range d.Transport.Completions() {
 		d.mu.Lock()
 		if d.marked[c.Batch] && c.Status == sdk.Succeeded {
-			c.Status, c.Class, c.Detail = sdk.InDoubt, sdk.ClassUnavailable, "decoy-indoubt: reported in doubt"
+			c.Status, c.Class, c.Detail = sdk.InDoubt, errdefs.Unavailable, "decoy-indoubt: reported in doubt"
 		}
 		d.mu.Unlock()
 		d.out <- c
@@ -102,7 +103,7 @@ func (d *decoyTransport) Quiesce(ctx context.Context, peer sdk.PeerID, batches [
 	}
 	d.mu.Unlock()
 	if refuse {
-		return sdk.QuiesceResult{}, sdk.Errorf(sdk.ClassUnavailable, "decoy-indoubt: no evidence")
+		return sdk.QuiesceResult{}, errdefs.Errorf(errdefs.Unavailable, "decoy-indoubt: no evidence")
 	}
 	if all {
 		return sdk.QuiesceResult{Evidence: sdk.EvidenceReceiverConfirmed, Batches: batches, Detail: "decoy-indoubt"}, nil

@@ -1121,7 +1121,7 @@ type Completion struct {
 	Batch       uint64                 `protobuf:"varint,1,opt,name=batch,proto3" json:"batch,omitempty"`
 	Status      Status                 `protobuf:"varint,2,opt,name=status,proto3,enum=kvfence.transport.v1.Status" json:"status,omitempty"`
 	BytesLanded uint64                 `protobuf:"varint,3,opt,name=bytes_landed,json=bytesLanded,proto3" json:"bytes_landed,omitempty"`
-	// Error class (sdk.Class) and message for non-success, for humans and metrics.
+	// Error class (errdefs.Class) and message for non-success, for humans and metrics.
 	ErrorClass    uint32 `protobuf:"varint,4,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"`
 	Detail        string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
