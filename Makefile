@@ -55,6 +55,7 @@ deps:
 vet:
 	$(GO) vet ./...
 	./.ci/check-links.sh
+	./.ci/check-links-test.sh
 	./.ci/long-tests.sh >/dev/null
 
 unit:
