@@ -119,29 +119,37 @@ def test_rendezvous_refuses_open_address_without_secret():
         srv.close()
 
 
-class _HandedOffReceiver:
-    """A receiver whose hand-off won the race with vLLM's abort: abort is a
-    no-op on it (as kvfence's agent makes it once the state is Success)."""
+class _RacedReceiver:
+    """A receiver whose hand-off won (or lost) the race with vLLM's abort:
+    abort is a no-op on a handed-off one (as kvfence's agent makes it once
+    the state is Success)."""
 
-    def __init__(self):
-        self.calls = []
+    def __init__(self, handed):
+        self.calls, self.handed = [], handed
 
     def abort(self):
         self.calls.append("abort")
 
     def poll(self):
         from kvfence.api import KVPoll
-        return KVPoll.Success
+        return KVPoll.Success if self.handed else KVPoll.Failed
 
     def finish(self):
         self.calls.append("finish")
 
 
 def test_an_abort_that_loses_the_race_with_the_hand_off_gives_the_slots_back():
-    # Without the finish the slots stay held for good, so the load is never
-    # reported and vLLM never gets its blocks back.
-    from kvfence.vllm.connector import _Load
-    ld = _Load.__new__(_Load)
-    ld.rv = _HandedOffReceiver()
-    ld._let_go()
-    assert ld.rv.calls == ["abort", "finish"]
+    # The connector lets a load go with Receiver.abandon. Without the finish
+    # the slots stay held for good, so the load is never reported and vLLM
+    # never gets its blocks back; an abort that won needs no finish.
+    import inspect
+    from kvfence import api
+    from kvfence.vllm import connector
+    rv = _RacedReceiver(handed=True)
+    api.Receiver.abandon(rv)
+    assert rv.calls == ["abort", "finish"]
+    rv = _RacedReceiver(handed=False)
+    api.Receiver.abandon(rv)
+    assert rv.calls == ["abort"]
+    src = inspect.getsource(connector._Load)
+    assert "rv.abandon()" in src and "rv.abort()" not in src, "the load must let go with abandon, never a bare abort"
