@@ -31,6 +31,10 @@ type ackWriter struct {
 	done   chan struct{} // closed when the goroutine returned
 }
 
+// beforeAckWrite runs before the ack writer hands acknowledgements to the
+// connection; tests hold them back with it.
+var beforeAckWrite = func(*recvSession) {}
+
 func startAckWriter(s *recvSession) *ackWriter {
 	a := &ackWriter{s: s, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	a.room = sync.NewCond(&a.mu)
@@ -80,6 +84,7 @@ func (a *ackWriter) run() {
 		a.room.Broadcast()
 		a.mu.Unlock()
 		if len(out) > 0 {
+			beforeAckWrite(a.s)
 			if err := a.s.write(out); err != nil {
 				a.mu.Lock()
 				a.failed = err

@@ -339,18 +339,7 @@ func TestReceiverAppliesNothingAfterItsClose(t *testing.T) {
 // sure none is: the rest of a record already decrypted is never applied.
 func TestAbortHandsOutNoBufferedRecord(t *testing.T) {
 	srvID := newTestIdentity(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
+	ln, accepted := listenOnce(t)
 	go func() {
 		c := connectAs(t, pinnedAddress(ln.Addr().String(), srvID.fp), newTestIdentity(t))
 		_, _ = c.Write(bytes.Repeat([]byte{0xAB}, 12<<10)) // one record

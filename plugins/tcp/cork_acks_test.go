@@ -109,10 +109,7 @@ func TestAckBacklogIsBounded(t *testing.T) {
 		t.Fatal("push still blocked after the connection broke")
 	}
 	a.end()
-	s.readMu.Lock()
-	dead := s.dead
-	s.readMu.Unlock()
-	if !dead {
+	if !s.dead.Load() {
 		t.Fatal("a failed acknowledgement write did not abort the session")
 	}
 }

@@ -70,7 +70,9 @@
 // FailedDefinite on a timeout or a broken connection, take its own close of
 // a connection (or a timeout, or an unreachable peer) for the receiver's
 // close, send a frame to a receiver whose certificate is not the pinned
-// one, obey a Quiesce from another identity, or copy payload bytes through
+// one, obey a Quiesce from another identity, let a read that starts as its
+// session is aborted wait for its own deadline (the receiver's Quiesce
+// confirmation waits for the abort), or copy payload bytes through
 // gRPC or an intermediate buffer (the TLS record layer's ciphertext, the
 // cork's copy of small sealed records, and the one decrypted record are the
 // only copies).

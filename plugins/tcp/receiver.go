@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -75,8 +76,8 @@ type recvSession struct {
 	// the socket; abort takes readMu before closing the socket so that no
 	// such byte is applied after the close is visible to the sender.
 	readMu sync.Mutex
-	dead   bool      // under readMu: abort has begun; no read starts
-	rdl    time.Time // under readMu: the read deadline last set here
+	dead   atomic.Bool // abort has begun; no read starts
+	rdl    time.Time   // under readMu: the read deadline last set here
 	once   sync.Once
 	done   chan struct{} // closed when its goroutine will apply nothing more
 
@@ -89,14 +90,27 @@ var (
 	aLongTimeAgo    = time.Unix(1, 0)
 )
 
+// Test hooks on the race between abort and a read about to start:
+// beforeReadDeadline runs in readFull with readMu held, past its check that
+// the session is not aborted, before it sets its read deadline;
+// afterAbortDeadline runs in abort after the past deadline is set, before
+// abort takes readMu.
+var (
+	beforeReadDeadline = func(*recvSession, time.Time) {}
+	afterAbortDeadline = func(*recvSession) {}
+)
+
 // abort ends the session: a read in progress is woken by a past deadline
 // (not by a close, which would send FIN before the read's last copy), no
-// read starts after, and only then is the socket closed.
+// read starts after, and only then is the socket closed. dead is set before
+// the past deadline: a read about to start may set its own deadline over
+// ours (readFull), and then sees dead instead of blocking until its own.
 func (s *recvSession) abort() {
 	s.once.Do(func() {
+		s.dead.Store(true)
 		_ = s.raw.SetReadDeadline(aLongTimeAgo)
+		afterAbortDeadline(s)
 		s.readMu.Lock()
-		s.dead = true
 		_ = s.raw.Close()
 		s.readMu.Unlock()
 	})
@@ -106,16 +120,23 @@ func (s *recvSession) abort() {
 func (s *recvSession) readFull(p []byte, deadline time.Time) error {
 	for len(p) > 0 {
 		s.readMu.Lock()
-		if s.dead {
+		if s.dead.Load() {
 			s.readMu.Unlock()
 			return errSessionEnded
 		}
-		// Set under readMu after the dead check, so abort's past deadline
-		// (set before it takes readMu) is never overwritten by ours. The
-		// records of one payload share a deadline: set it once.
+		// The records of one payload share a deadline: set it once. An
+		// abort that began since the check above may have set its past
+		// deadline before ours replaced it; it set dead first, so look
+		// again, or this read would wait for our deadline (IdleTimeout
+		// between frames), with abort — and a Quiesce — waiting on readMu.
+		beforeReadDeadline(s, deadline)
 		if !deadline.Equal(s.rdl) {
 			_ = s.raw.SetReadDeadline(deadline)
 			s.rdl = deadline
+			if s.dead.Load() {
+				s.readMu.Unlock()
+				return errSessionEnded
+			}
 		}
 		n, err := s.conn.Read(p)
 		s.readMu.Unlock()
