@@ -30,10 +30,10 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
   over, equal to or under decode TP, SGLang's contiguous head split, MLA).
   Mamba state buffers (state_indices) travel as extra pages after the aux
   row (kvfence.sglang_state; equal TP, host memory). DP attention, PP,
-  context parallelism, SWA/DSA state buffers and token_position_offset
-  are refused
-  with one Unimplemented error (at start-up where SGLang's arguments show
-  them, else per request).
+  context parallelism and SWA/DSA state buffers are refused with one
+  Unimplemented error at start-up. send()'s token_position_offset is
+  checked (non-negative, never decreasing) and moves no page, as in
+  SGLang's in-tree backends for these models.
 - The aux metadata row (incl. bootstrap_room), of any size, travels as
   extra pages of the same request and is written into decode's aux buffer
   after the KV pages, so SGLang's metadata gate opens only for a complete
@@ -82,6 +82,7 @@ object of --disaggregation-transfer-backend-extra-config (the fork's flag):
 """
 import ctypes
 import json
+import operator
 import os
 import socket
 import threading
@@ -630,8 +631,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             m = self.mgr  # read now: SGLang may reuse the state slot once the request left prefill
             self.state_row = sglang_state.read_row(m.kv_args, state_indices, m.state_items,
                                                    max(m.state_pages, 1) * m.shard_bytes)
-        if token_position_offset:
-            self._fail(errors.Unimplemented("kvfence: token_position_offset is not supported"))
+        if not self._position_in_order(token_position_offset):
             return
         if not self.inited:
             self._try_init()
@@ -639,6 +639,31 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             self.backlog.append(staging.as_indices(kv_indices))  # SGLang may reuse its array
             return
         self._stage(kv_indices)
+
+    position = None  # the last chunk's token_position_offset
+
+    def _position_in_order(self, offset):
+        """SGLang's token_position_offset is the request-local position of
+        the chunk's first entry. Its in-tree backends place KV pages by the
+        chunk's order alone (the running page count) and use the offset
+        only for compressed state buckets (DSA/SWA, refused at start-up),
+        so here it moves no page; it is checked, not trusted: a negative
+        or decreasing offset means chunks out of order, and the request
+        fails InvalidArgument rather than land pages where decode does not
+        expect them."""
+        try:
+            offset = operator.index(offset)  # int or numpy integer; never a float
+        except TypeError:
+            self._fail(errors.InvalidArgument("kvfence: room %d: token_position_offset %r is not an integer"
+                                              % (self.room, offset)))
+            return False
+        if offset < 0 or (self.position is not None and offset < self.position):
+            self._fail(errors.InvalidArgument(
+                "kvfence: room %d: token_position_offset %d after %s: chunks out of order"
+                % (self.room, offset, "nothing" if self.position is None else self.position)))
+            return False
+        self.position = offset
+        return True
 
     def _stage(self, kv_indices):
         n = len(kv_indices)

@@ -201,9 +201,11 @@ class Deployment:
                     lines.append("decode %d rank %d: held rooms %s core %s" % (i, r, m.held_rooms(), json.dumps(c)))
         return "\n".join(lines)
 
-    def prefill(self, inst, snds, room, gen, p_idx, aux_index, chunks=2, salt=1, prefix=0):
+    def prefill(self, inst, snds, room, gen, p_idx, aux_index, chunks=2, salt=1, prefix=0, position=None):
         """finalize_bootstrap (pop_decode_prefix_len, init), then the chunks
-        of send_kv_chunk, the aux row set before the last."""
+        of send_kv_chunk, the aux row set before the last. position: pass
+        newest SGLang's token_position_offset, position + the chunk's first
+        token (tokens already held, then page_size per page sent)."""
         for s in snds:
             assert s.pop_decode_prefix_len() == prefix
             s.init(len(p_idx), aux_index)
@@ -217,8 +219,12 @@ class Deployment:
             for e, s in zip(engs, snds):
                 if last:
                     e.set_aux(aux_index, room, salt)
-                if s.should_send_kv_chunk(hi - lo, last):
+                if not s.should_send_kv_chunk(hi - lo, last):
+                    continue
+                if position is None:
                     s.send(p_idx[lo:hi], [] if last else None)
+                else:
+                    s.send(p_idx[lo:hi], [] if last else None, token_position_offset=position + lo * PAGE_SIZE)
 
     def decode_state(self, rvs, aux_index, room):
         """Each rank's poll with the metadata gate, MIN-reduced."""
@@ -244,12 +250,12 @@ class Deployment:
     def corrupt(self, room, gen, d_idx):
         return sum(e.corrupt_heads(room, gen, d_idx, self.mla) for e in self.d_eng)
 
-    def request(self, room, n_pages, d_idx, p_idx, aux_index, inst=0, chunks=2, gen=1):
+    def request(self, room, n_pages, d_idx, p_idx, aux_index, inst=0, chunks=2, gen=1, position=None):
         rvs = self.receivers(inst, room)
         for rv in rvs:
             rv.send_metadata(d_idx, aux_index, None, decode_prefix_len=0)
         snds = self.senders(inst, room)
-        self.prefill(inst, snds, room, gen, p_idx, aux_index, chunks)
+        self.prefill(inst, snds, room, gen, p_idx, aux_index, chunks, position=position)
         d, p = self.run(rvs, snds, aux_index, room)
         return rvs, snds, d, p
 

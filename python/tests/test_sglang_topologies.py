@@ -202,12 +202,48 @@ def test_unsupported_features_fail_one_request_not_the_engine(dep):
     assert rvs2[0].poll() == 0
     with pytest.raises(errors.InvalidArgument, match="radix"):
         rvs2[0].failure_exception()
-    snds = dep.senders(0, 73)
+    finish(rvs + rvs2, [])
+    settle(dep, base)
+
+
+@pytest.mark.parametrize("ptp,dtp", [(2, 1), (1, 2)])
+def test_token_position_offset_moves_no_page(ptp, dtp):
+    """Newest SGLang passes each chunk's first token position; its in-tree
+    backends place pages by chunk order alone. Three chunks whose offsets
+    start past a 6-token prefix deliver every head of every page where
+    decode asked (the previous code failed every such request)."""
+    dep = Deployment(P, prefill_tp=(ptp,), decode_tp=dtp)
+    try:
+        base = staging.handles_live()
+        d_idx, p_idx = [9, 3, 12, 4, 7], [1, 2, 5, 6, 8]
+        rvs, snds, d, p = dep.request(74, 5, d_idx, p_idx, aux_index=2, chunks=3, position=6)
+        assert [s.position for s in snds] == [6 + 4 * 2] * ptp  # the last chunk's: 6 + 4 pages of 2 tokens
+        assert (d, p) == (4, 4) and dep.corrupt(74, 1, d_idx) == 0
+        assert dep.d_eng[0].aux_row(2) == dep.instances[0]["engs"][0].aux_row(2)
+        finish(rvs, snds)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+@pytest.mark.parametrize("offsets", [(-1,), (8, 4), (2.0,)])
+def test_token_position_offset_out_of_order_fails_the_request(dep, offsets):
+    """A negative, decreasing or non-integer offset means chunks out of
+    order: the request fails InvalidArgument, the engine stays up, nothing
+    is held afterwards."""
+    base = staging.handles_live()
+    rvs = dep.receivers(0, 75)
+    rvs[0].send_metadata([1, 2], 1, None, decode_prefix_len=0)
+    snds = dep.senders(0, 75)
     for s in snds:
-        s.init(1, 1)
-        s.send([1], None, token_position_offset=3)
+        s.init(2, 1)
+        for i, off in enumerate(offsets):
+            s.send([3 + i] if len(offsets) > 1 else [3, 4], [] if i == len(offsets) - 1 else None,
+                   token_position_offset=off)
         assert s.poll() == 0
-    finish(rvs + rvs2, snds)
+        with pytest.raises(errors.InvalidArgument, match="token_position_offset"):
+            s.failure_exception()
+    finish(rvs, snds)
     settle(dep, base)
 
 
