@@ -9,6 +9,8 @@ _resolve_prefill_dp_rank / _update_handshake_waiters, SGLang's
 poll_and_all_reduce (a MIN over the TP ranks' threads), and
 CommonKVReceiver.query_prefill_dp_ranks against kvfence's bootstrap server.
 Prints one line per scenario and OK at the end."""
+import ctypes
+import hashlib
 import importlib.abc
 import importlib.machinery
 import json
@@ -179,7 +181,8 @@ class _EnvVar:
 def _environ(m):
     class Envs:
         def __getattr__(self, name):
-            return _EnvVar({"SGLANG_DISAGGREGATION_BOOTSTRAP_ENTRY_CLEANUP_INTERVAL": 120}.get(name))
+            return _EnvVar({"SGLANG_DISAGGREGATION_BOOTSTRAP_ENTRY_CLEANUP_INTERVAL": 120,
+                            "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION": 4096}.get(name))
     m.envs = Envs()
 
 
@@ -187,11 +190,28 @@ def _server_args(m):
     m.ServerArgs = type("ServerArgs", (), {})
 
 
+def _mem_cache_common(m):
+    """mem_cache/common.py pulls torch kernels: only SGLang's own page
+    arithmetic (kv_to_page_indices, kv_to_page_num, page_align_floor) is
+    taken from it, compiled from the checkout's source."""
+    import ast
+    path = os.path.join(SRC, "sglang", "srt", "mem_cache", "common.py")
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    want = {"kv_to_page_indices", "kv_to_page_num", "page_align_floor"}
+    tree.body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in want]
+    for n in tree.body:  # annotations may name types the stubs lack
+        n.returns = None
+        for a in n.args.args:
+            a.annotation = None
+    assert {n.name for n in tree.body} == want, "SGLang's mem_cache/common.py changed"
+    exec(compile(tree, path, "exec"), m.__dict__)
+
+
 STUBS = {"requests": _requests, "torch": _torch, "torch.distributed": _dist, "sglang.srt.utils.network": _network,
          "sglang.srt.environ": _environ, "sglang.srt.server_args": _server_args,
          "sglang.srt.utils": lambda m: setattr(m, "is_npu", lambda: False),
-         # mem_cache/common.py pulls torch kernels; its page count is SGLang's ceiling division
-         "sglang.srt.mem_cache.common": lambda m: setattr(m, "kv_to_page_num", lambda n, ps: (n + ps - 1) // ps)}
+         "sglang.srt.mem_cache.common": _mem_cache_common}
 
 sys.meta_path.insert(0, Finder())
 sys.path.insert(0, SRC)
@@ -201,9 +221,11 @@ from sglang.srt.disaggregation import decode as sg_decode  # noqa: E402  (SGLang
 from sglang.srt.disaggregation import prefill as sg_prefill  # noqa: E402,F401
 from sglang.srt.disaggregation import utils as sg_utils  # noqa: E402
 from sglang.srt.disaggregation.common.conn import CommonKVReceiver  # noqa: E402
-from sglang.srt.disaggregation.base.conn import BaseKVReceiver, BaseKVSender, KVPoll  # noqa: E402
+from sglang.srt.disaggregation.base.conn import BaseKVReceiver, BaseKVSender, KVPoll, StateType  # noqa: E402
 
 from kvfence import sglang as kv  # noqa: E402
+import numpy as np  # noqa: E402
+import sglang_topo  # noqa: E402
 from sglang_topo import Deployment  # noqa: E402
 
 assert issubclass(kv.KVFenceKVReceiver, BaseKVReceiver) and issubclass(kv.KVFenceKVSender, BaseKVSender)
@@ -468,6 +490,187 @@ def scenario_prefill_queue():
         dep.close()
 
 
+class TArr:
+    """What SGLang's queues do with a torch index tensor: index, slice,
+    .cpu().numpy()."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __getitem__(self, key):
+        return TArr(self.a[key])
+
+    def __setitem__(self, key, value):
+        self.a[key] = value
+
+    def __len__(self):
+        return len(self.a)
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self.a
+
+
+STATE_ITEMS = (24, 40)  # a Mamba conv and temporal state: bytes per slot
+STATE_SLOTS = 6
+
+
+class StateEngine(sglang_topo.Engine):
+    """sglang_topo's engine with Mamba state buffers (SGLang's StateType)."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.state = [(ctypes.c_char * (STATE_SLOTS * n))() for n in STATE_ITEMS]
+
+    def kv_args(self, cls, rank):
+        a = super().kv_args(cls, rank)
+        a.state_types = [StateType.MAMBA]
+        a.state_data_ptrs = [[ctypes.addressof(b) for b in self.state]]
+        a.state_data_lens = [[len(b) for b in self.state]]
+        a.state_item_lens = [list(STATE_ITEMS)]
+        return a
+
+    def slot(self, idx):
+        return b"".join(bytes(b[idx * n:(idx + 1) * n]) for b, n in zip(self.state, STATE_ITEMS))
+
+    def set_slot(self, idx, data):
+        for b, n in zip(self.state, STATE_ITEMS):
+            b[idx * n:(idx + 1) * n], data = data[:n], data[n:]
+
+
+def state_row(room, rank):
+    return hashlib.shake_128(b"mamba/%d/%d" % (room, rank)).digest(sum(STATE_ITEMS))
+
+
+def token_row(prefix_pages, pages, first_prefix_page=20):
+    """A req_to_token row: the prefix on pages from first_prefix_page on,
+    then pages, PAGE_SIZE tokens each."""
+    ps = sglang_topo.PAGE_SIZE
+    locs = [p * ps + t for p in list(range(first_prefix_page, first_prefix_page + prefix_pages)) + list(pages)
+            for t in range(ps)]
+    return np.array(locs, dtype=np.int32)
+
+
+def decode_state_queues(dep, prefix_tokens, d_pages, d_slot, pool_idx=3):
+    """prealloc_queues plus what pop_preallocated reads: SGLang's own
+    pop_preallocated computes the delta page indices past the radix
+    prefix, the Mamba payload and decode_prefix_len, and calls
+    send_metadata. Only its memory accounting is replaced (a pool with
+    room) and the radix match returns prefix_tokens held."""
+    ps = sglang_topo.PAGE_SIZE
+    qs = prealloc_queues(dep)
+    row = token_row(prefix_tokens // ps, d_pages)
+    for q in qs:
+        q.scheduler = types.SimpleNamespace(
+            metrics_reporter=types.SimpleNamespace(enable_metrics=False), running_batch=types.SimpleNamespace(reqs=[]),
+            enable_priority_scheduling=False, enable_hisparse=False, enable_decode_hicache=False,
+            server_args=types.SimpleNamespace(disaggregation_decode_enable_radix_cache=True))
+        table = np.zeros((8, len(row)), dtype=np.int32)
+        mamba = np.zeros(8, dtype=np.int64)
+        q.req_to_token_pool = types.SimpleNamespace(available_size=lambda: 8, req_to_token=TArr(table),
+                                                    req_index_to_mamba_index_mapping=TArr(mamba))
+        q.req_to_metadata_buffer_idx_allocator = Allocator(8)
+        q.token_to_kv_pool_allocator = types.SimpleNamespace(page_size=ps)
+        q.transfer_queue, q.tree_cache = types.SimpleNamespace(enable_staging=False), Dummy()
+        q.num_reserved_decode_tokens = 0
+        q._uses_swa_tail_prealloc = lambda: False
+        q._allocatable_token_budgets = lambda **k: 1 << 20
+        q._hicache_pending_restore_tokens = lambda: 0
+        q._required_alloc_tokens = lambda fill_len, prefix_len: fill_len - prefix_len
+        q._match_prefix_and_lock = lambda req, n=prefix_tokens: types.SimpleNamespace(
+            prefix_indices=list(range(n)), l1_prefix_len=n, decode_prefix_len=n, restore_token_count=0)
+
+        def pre_alloc(req, prefix_indices, prefix_len, total_prefix_len, table=table, mamba=mamba):
+            req.req_pool_idx = pool_idx
+            table[pool_idx, :] = row
+            mamba[pool_idx] = d_slot
+            return TArr(row[prefix_len:])
+        q._pre_alloc = pre_alloc
+    return qs
+
+
+def send_kv_chunks(dep, reqs, snds, room, p_prefix, p_pages, p_slot, aux):
+    """SGLang's own send_kv_chunk (the prefill scheduler mixin) on each
+    prefill rank: two chunks from start_send_idx (decode's prefix), the
+    last with the aux row and the Mamba payload; prefill reuses its state
+    slot at once afterwards."""
+    ps = sglang_topo.PAGE_SIZE
+    row = token_row(p_prefix // ps, p_pages, first_prefix_page=24)
+    mid = p_prefix + ps * (len(p_pages) // 2)
+    for r, (req, snd, eng, mgr) in enumerate(zip(reqs, snds, dep.instances[0]["engs"], dep.instances[0]["mgrs"])):
+        eng.fill(room, 1, p_pages, dep.mla)
+        eng.set_slot(p_slot, state_row(room, r))
+        table, mamba = np.zeros((8, len(row)), dtype=np.int32), np.zeros(8, dtype=np.int64)
+        table[5, :], mamba[5] = row, p_slot
+        req.req_pool_idx, req.fill_len = 5, len(row)
+        sched = types.SimpleNamespace(
+            token_to_kv_pool_allocator=types.SimpleNamespace(page_size=ps),
+            req_to_token_pool=types.SimpleNamespace(req_to_token=TArr(table), req_index_to_mamba_index_mapping=TArr(mamba)),
+            disagg_metadata_buffers=types.SimpleNamespace(set_buf=lambda q, e=eng: e.set_aux(aux, room, 1)),
+            disagg_prefill_bootstrap_queue=types.SimpleNamespace(kv_manager=mgr))
+        sg_prefill.SchedulerDisaggregationPrefillMixin.send_kv_chunk(sched, req, False, mid)
+        sg_prefill.SchedulerDisaggregationPrefillMixin.send_kv_chunk(sched, req, True)
+        eng.set_slot(p_slot, b"\0" * sum(STATE_ITEMS))
+
+
+def scenario_state_and_prefix(tp):
+    """Mamba state_indices and decode_prefix_len through SGLang's own
+    DecodePreallocQueue.pop_preallocated, PrefillBootstrapQueue
+    add/pop_bootstrapped/finalize_bootstrap and send_kv_chunk (M:N, decode
+    radix cache on, prefill TP = decode TP = tp): only the pages past the
+    prefix travel, every head of them and each rank's state row land,
+    decode's prefix pages and other state slots are never written."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(tp,), decode_tp=tp, on_demand=True, engine=StateEngine,
+                     decode_extra=dict(decode_radix_cache=True))
+    try:
+        room, prefix, d_pages, p_pages, d_slot, p_slot = 801, 2 * sglang_topo.PAGE_SIZE, [7, 3, 9, 12], [2, 5, 6, 11], 4, 1
+        before = [(bytes(b), e.item) for e in dep.d_eng for b in e.kv]
+        qs = decode_state_queues(dep, prefix, d_pages, d_slot)
+        drs = handshake(dep, qs, 0, room)
+        for dr in drs:
+            dr.req.origin_input_ids = list(range(prefix + sglang_topo.PAGE_SIZE * len(d_pages)))
+            dr.req.output_ids, dr.req.priority = [], 0
+            dr.req.sampling_params = types.SimpleNamespace(max_new_tokens=16)
+        popped = tp_run(tp, lambda d: qs[d].pop_preallocated()[0])
+        assert all(len(p) == 1 for p in popped), popped
+        aux = drs[0].metadata_buffer_index
+        assert all(dr.kv_receiver.error is None for dr in drs), [dr.kv_receiver.error for dr in drs]
+        assert all(list(dr.kv_receiver.kv_indices) == d_pages for dr in drs)  # SGLang's delta pages
+        failures = []
+        pq = bootstrap_queues(dep, 0, failures)
+        host, port = dep.instances[0]["addr"].rsplit(":", 1)
+        reqs = [PReq(room, host, port, prefix + sglang_topo.PAGE_SIZE * len(p_pages)) for _ in pq]
+        for q, req in zip(pq, reqs):
+            q.add(req, num_kv_heads=2)
+        got = []
+        Deployment.until(lambda: got.extend(sum(tp_run(tp, lambda r: pq[r].pop_bootstrapped()), [])) or
+                         len(got) == tp, "SGLang's pop_bootstrapped after decode's prefix")
+        assert all(r.start_send_idx == prefix for r in reqs), [r.start_send_idx for r in reqs]
+        snds = [r.disagg_kv_sender for r in reqs]
+        send_kv_chunks(dep, reqs, snds, room, prefix, p_pages, p_slot, reqs[0].metadata_buffer_index)
+        d, p = transfer(dep, drs, snds, room, aux)
+        assert (d, p) == (4, 4), (d, p, failures)
+        assert dep.corrupt(room, 1, d_pages) == 0
+        for r, e in enumerate(dep.d_eng):
+            assert e.slot(d_slot) == state_row(room, r), "rank %d's state row" % r
+            assert all(e.slot(i) == b"\0" * sum(STATE_ITEMS) for i in range(STATE_SLOTS) if i != d_slot)
+        after = [bytes(b) for e in dep.d_eng for b in e.kv]
+        for (b0, item), b1 in zip(before, after):
+            for page in range(len(b0) // item):
+                if page not in d_pages:
+                    assert b0[page * item:(page + 1) * item] == b1[page * item:(page + 1) * item], "page %d" % page
+        for x in [dr.kv_receiver for dr in drs] + snds:
+            x.clear()
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("Mamba state_indices + decode_prefix_len %d via SGLang's pop_preallocated, finalize_bootstrap and "
+              "send_kv_chunk, TP%d -> TP%d: Success, 0 corrupt heads, state rows in place, prefix pages untouched"
+              % (prefix, tp, tp))
+    finally:
+        dep.close()
+
+
 from kvfence import staging  # noqa: E402
 
 live = staging.handles_live()
@@ -475,5 +678,7 @@ for ptp, dtp, mla in ((1, 1, False), (2, 1, False), (1, 2, False), (4, 2, False)
     scenario_topology(ptp, dtp, mla)
 scenario_aborts_and_instances()
 scenario_prefill_queue()
+for tp in (1, 2):
+    scenario_state_and_prefix(tp)
 assert staging.handles_live() == live, "handles leaked: %d" % (staging.handles_live() - live)
 print("OK")

@@ -99,10 +99,12 @@ def _min(states):
 
 class Deployment:
     def __init__(self, provider, prefill_tp=(2,), decode_tp=1, mla=False, aux_items=(16, 8), extra=None,
-                 decode_extra=None, decode_instances=1, on_demand=False):
+                 decode_extra=None, decode_instances=1, on_demand=False, engine=None):
         """on_demand: prefill gets no decode_addrs (M:N, links on demand);
         decode_instances > 1 needs it. self.dec/self.d_eng are the decode
-        instance requests use (self.use(i) picks another)."""
+        instance requests use (self.use(i) picks another). engine: an
+        Engine subclass (e.g. one with state buffers)."""
+        Eng = engine or Engine
         from kvfence.sglang import KVFenceBootstrapServer
         self.mla, self.dtp = mla, decode_tp
         kvargs, manager = provider.get_kv_class("kvargs"), provider.get_kv_class("manager")
@@ -120,7 +122,7 @@ class Deployment:
                 sizing = {} if on_demand else dict(prefill_tp=ptp0)
                 cfg = dict(base, decode_addrs=["127.0.0.1:0"] * decode_tp, **sizing, **(decode_extra or {}))
                 os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(cfg)
-                eng = Engine(heads_d, 0 if mla else d * heads_d, aux_items)
+                eng = Eng(heads_d, 0 if mla else d * heads_d, aux_items)
                 engs.append(eng)
                 mgrs.append(manager(eng.kv_args(kvargs, d), "decode", None, mla))
             self.decodes.append((engs, mgrs))
@@ -134,7 +136,7 @@ class Deployment:
             os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, prefill_tp=ptp, bootstrap_addr=addr,
                                                                   rank_base=10000 + 1000 * i, **where))
             heads_p = 1 if mla else HEADS // ptp
-            engs = [Engine(heads_p, 0 if mla else r * heads_p, aux_items) for r in range(ptp)]
+            engs = [Eng(heads_p, 0 if mla else r * heads_p, aux_items) for r in range(ptp)]
             mgrs = [manager(engs[r].kv_args(kvargs, r), "prefill", None, mla) for r in range(ptp)]
             for m in mgrs:
                 m.register_to_bootstrap()

@@ -12,8 +12,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("SGLANG_SRC")
 
 
-@pytest.mark.skipif(not SRC, reason="SGLANG_SRC is not set: SGLang's own DecodePreallocQueue, poll_and_all_reduce "
-                                    "and query_prefill_dp_ranks were not run against kvfence")
+@pytest.mark.skipif(not SRC, reason="SGLANG_SRC is not set: SGLang's own DecodePreallocQueue (incl. "
+                                    "pop_preallocated), send_kv_chunk, poll_and_all_reduce and "
+                                    "query_prefill_dp_ranks were not run against kvfence")
 def test_sglang_queue_methods_drive_kvfence():
     assert os.path.isfile(os.path.join(SRC, "sglang", "srt", "disaggregation", "decode.py")), \
         "SGLANG_SRC=%s is not SGLang's python/ directory" % SRC
