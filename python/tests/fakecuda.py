@@ -5,8 +5,8 @@ by path to allocate "device memory" and move the test's bytes through it.
 
 Its device memory is mapped PROT_NONE to the host: a host read of it kills
 the process. kvfence's Go side reads $KVFENCE_CUDA_LIB when the library
-loads, hence the child process. (test_sglang_gpu.py predates this module
-and keeps its own copy of the same steps.)"""
+loads, hence the child process. test_vllm_gpu.py and test_sglang_gpu.py
+use it."""
 import ctypes
 import os
 import shutil
@@ -66,10 +66,19 @@ class Cuda:
         return p.value
 
     def upload(self, dst, arr):
-        """A C-contiguous numpy array's bytes to device address dst."""
-        assert arr.flags.c_contiguous
-        assert self.lib.cuMemcpyHtoD_v2(dst, arr.ctypes.data, arr.nbytes) == 0
+        """The bytes of arr (a C-contiguous numpy array or a ctypes array)
+        to device address dst."""
+        ptr, n = _host(arr)
+        assert self.lib.cuMemcpyHtoD_v2(dst, ptr, n) == 0
 
     def download(self, arr, src):
-        assert arr.flags.c_contiguous
-        assert self.lib.cuMemcpyDtoH_v2(arr.ctypes.data, src, arr.nbytes) == 0
+        ptr, n = _host(arr)
+        assert self.lib.cuMemcpyDtoH_v2(ptr, src, n) == 0
+
+
+def _host(arr):
+    """(address, bytes) of a host buffer the tests hand the driver."""
+    if isinstance(arr, ctypes.Array):
+        return ctypes.addressof(arr), ctypes.sizeof(arr)
+    assert arr.flags.c_contiguous
+    return arr.ctypes.data, arr.nbytes

@@ -1,7 +1,7 @@
 """The SGLang scheduler-order scenarios of test_sglang_topologies.py with
 every KV buffer in (fake) GPU memory: kvfence's staged mode.
 
-The fake CUDA driver (gpumem/testdata/fakecuda.c, built here with gcc) maps
+The fake CUDA driver (gpumem/testdata/fakecuda.c, built by fakecuda.py with gcc) maps
 its device memory PROT_NONE to the host, so any host touch of a KV page -
 by kvfence or by the test - crashes the process: the scenarios passing
 proves every KV byte moved through the driver. Every page is written and
@@ -14,70 +14,24 @@ parent test only builds the fake and runs the child. Skipped with a reason
 when gcc or the fake cannot be built."""
 import ctypes
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
+import fakecuda
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 CHILD = os.environ.get("KVFENCE_GPU_TEST_CHILD") == "1"
-
-
-def _build_fake(dirname):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc not found: the fake CUDA driver cannot be built")
-    lib = os.path.join(dirname, "libfakecuda.so")
-    r = subprocess.run(["gcc", "-Wall", "-shared", "-fPIC", "-O1", "-pthread", "-o", lib,
-                        os.path.join(ROOT, "gpumem", "testdata", "fakecuda.c")], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip("the fake CUDA driver does not build: %s" % r.stderr.strip()[-300:])
-    return lib
-
 
 if not CHILD:
     def test_sglang_scenarios_with_kv_in_fake_gpu_memory():
-        with tempfile.TemporaryDirectory(prefix="kvfence-gpu-") as d:
-            env = dict(os.environ, KVFENCE_GPU_TEST_CHILD="1", KVFENCE_CUDA_LIB=_build_fake(d))
-            env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), HERE, env.get("PYTHONPATH", "")])
-            r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__],
-                               env=env, capture_output=True, text=True, timeout=1500)
-            tail = (r.stdout + r.stderr)[-6000:]
-            assert r.returncode == 0, "the GPU scenarios failed (exit %d; a negative one is a signal):\n%s" % (
-                r.returncode, tail)
-            print(tail.strip().splitlines()[-1])
+        fakecuda.run_child(__file__, 1500)
 else:
     from kvfence import checks, errors
     import sglang_topo
 
-    class _Cuda:
-        """The fake driver, loaded by path: the same library (and device
-        memory) kvfence's Go side opened."""
-
-        def __init__(self, path):
-            self.lib = ctypes.CDLL(path)
-            for name, args in (("cuInit", [ctypes.c_uint]),
-                               ("cuMemAlloc_v2", [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]),
-                               ("cuMemcpyHtoD_v2", [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]),
-                               ("cuMemcpyDtoH_v2", [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t])):
-                fn = getattr(self.lib, name)
-                fn.restype, fn.argtypes = ctypes.c_int, args
-            assert self.lib.cuInit(0) == 0
-
-        def alloc(self, n):
-            p = ctypes.c_uint64(0)
-            assert self.lib.cuMemAlloc_v2(ctypes.byref(p), n) == 0
-            return p.value
-
-        def upload(self, dst, src):
-            assert self.lib.cuMemcpyHtoD_v2(dst, ctypes.addressof(src), len(src)) == 0
-
-        def download(self, dst, src):
-            assert self.lib.cuMemcpyDtoH_v2(ctypes.addressof(dst), src, len(dst)) == 0
-
-    CUDA = _Cuda(os.environ["KVFENCE_CUDA_LIB"])
+    CUDA = fakecuda.Cuda(os.environ["KVFENCE_CUDA_LIB"])
     HostEngine = sglang_topo.Engine
 
     class GPUEngine(HostEngine):
