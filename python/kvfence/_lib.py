@@ -112,6 +112,13 @@ def ret(name, *args):
     return fn(*args)
 
 
+def ret_handle(name, handle):
+    """ret() for a function whose one argument is a handle this package got
+    from the library (never caller input): the range check is skipped, so
+    a scheduler's per-iteration poll pays only the call."""
+    return getattr(lib(), name)(handle)
+
+
 def check_state(value):
     """A poll-style result: a state (>= 0) or a negated error code."""
     if value < 0:

@@ -143,7 +143,7 @@ class _Request(_Handle):
 
     def poll(self):
         """KVPoll state."""
-        return _lib.check_state(_lib.ret("kvfence_poll", self._handle()))
+        return _lib.check_state(_lib.ret_handle("kvfence_poll", self._handle()))
 
     def wait(self, timeout=10.0):
         """Waits up to timeout seconds for Success or Failed; the state.

@@ -1,0 +1,131 @@
+"""The staging gather through the C ABI against a plain copy of the same
+bytes (issue 20: gather >= 0.8 of plain memcpy). One 512-token
+Llama-3-8B-shaped request (32 layers x K,V = 64 buffers, 2 KiB per token:
+64 MiB) is copied from the engine's KV pool into a kvfence sender's source
+pages with staging.gather (queued, copied on Go threads in 256 KiB pieces,
+each checked against the request's pages; timed until gather_wait says
+done), and, interleaved in the same run, as one ctypes.memmove of 64 MiB
+between two host buffers. Arms: page size 1 with the pages at random pool
+indices and at consecutive ones, and page size 16 at random indices.
+Prints plain-copy time / gather time per repetition and the median
+(1 = as fast as the plain copy). The bytes staged are checked by the
+scenario tests, not here.
+
+  PYTHONPATH=python:python/tests KVFENCE_LIB=bin/libkvfence.so \\
+    KVFENCE_PLUGIN=bin/kvfence-plugin-tcp python3 python/tests/bench_sglang_gather.py
+"""
+import ctypes
+import json
+import os
+import random
+import statistics
+import sys
+import time
+
+from kvfence import staging
+from kvfence.sglang import KVFenceBackendProvider, KVFenceBootstrapServer
+
+BUFS, TOKEN_BYTES, TOKENS, REPS = 64, 2048, 512, 9
+
+
+class Engine:
+    """64 KV buffers of pool pages, page_size tokens per page, random bytes."""
+
+    def __init__(self, page_size, pool, seed):
+        self.ps, self.item = page_size, TOKEN_BYTES * page_size
+        rnd = random.Random(seed)
+        self.kv = [(ctypes.c_char * (pool * self.item))() for _ in range(BUFS)]
+        for b in self.kv:
+            ctypes.memmove(b, rnd.randbytes(len(b)), len(b))
+        self.aux = [(ctypes.c_char * 64)()]
+
+    def kv_args(self, cls):
+        a = cls()
+        a.engine_rank, a.page_size, a.pp_rank, a.system_dp_rank = 0, self.ps, 0, 0
+        a.kv_data_ptrs = [ctypes.addressof(b) for b in self.kv]
+        a.kv_data_lens = [len(b) for b in self.kv]
+        a.kv_item_lens = [self.item] * BUFS
+        a.aux_data_ptrs, a.aux_data_lens, a.aux_item_lens = [ctypes.addressof(self.aux[0])], [64], [8]
+        a.state_types = []
+        return a
+
+
+def pair(page_size, pool):
+    """A decode and a prefill manager (TP1, static pairing) and the
+    prefill engine; the caller closes what it gets."""
+    P = KVFenceBackendProvider()
+    kvargs, manager = P.get_kv_class("kvargs"), P.get_kv_class("manager")
+    boot = KVFenceBootstrapServer("127.0.0.1", 0)
+    addr = "127.0.0.1:%d" % boot.port
+    pages = TOKENS // page_size
+    base = dict(slots=pages + 8, source_pages=pages + 8, log_level="error", prefill_tp=1)
+    os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=["127.0.0.1:0"]))
+    d_eng = Engine(page_size, pool, 1)
+    dec = manager(d_eng.kv_args(kvargs), "decode", None, False)
+    dec.engine = d_eng  # its buffers live as long as the manager that points at them
+    os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=[dec.agent.addr], bootstrap_addr=addr,
+                                                          rank_base=7000))
+    eng = Engine(page_size, pool, 2)
+    pre = manager(eng.kv_args(kvargs), "prefill", None, False)
+    del os.environ["KVFENCE_SGLANG_CONFIG"]
+    return P, boot, addr, dec, pre, eng
+
+
+def timed_gather(snd, layout, idx):
+    t0 = time.perf_counter()
+    staging.gather(snd, layout, idx, 0)
+    while not staging.gather_wait(snd, 5.0):
+        pass
+    return time.perf_counter() - t0
+
+
+def timed_copy(dst, src):
+    t0 = time.perf_counter()
+    ctypes.memmove(dst, src, len(dst))
+    return time.perf_counter() - t0
+
+
+def arm(name, page_size, pool, contiguous):
+    import numpy as np
+    P, boot, addr, dec, pre, eng = pair(page_size, pool)
+    pages = TOKENS // page_size
+    rnd = random.Random(7)
+    idx = np.arange(3, 3 + pages, dtype=np.int32) if contiguous else np.array(rnd.sample(range(pool), pages), np.int32)
+    src = (ctypes.c_char * (TOKENS * TOKEN_BYTES * BUFS))()
+    ctypes.memmove(src, random.Random(9).randbytes(len(src)), len(src))  # touched: never the shared zero page
+    dst = (ctypes.c_char * len(src))()
+    try:
+        snd = P.get_kv_class("sender")(pre, addr, 1, [0], 0)
+        while snd.poll() != 2:
+            time.sleep(0.005)
+        snd.init(pages, 0)
+        ks = snd.snds[0][0]  # the kvfence sender of the one decode rank
+        timed_gather(ks, pre.layout, idx), timed_copy(dst, src)  # warm both
+        gs, ratios = [], []
+        for _ in range(REPS):
+            gs.append(timed_gather(ks, pre.layout, idx))
+            ratios.append(timed_copy(dst, src) / gs[-1])
+        print("%-24s gather/copy median %.2f (per rep %s); gather median %.1f ms" % (
+            name, statistics.median(ratios), " ".join("%.2f" % r for r in ratios), statistics.median(gs) * 1e3))
+        snd.abort()
+        snd.clear()
+    finally:
+        pre.close()
+        dec.close()
+        boot.close()
+    return statistics.median(ratios)
+
+
+def main():
+    arms = [("page 1, random indices", 1, 1024, False), ("page 1, consecutive", 1, 1024, True),
+            ("page 16, random indices", 16, 64, False)]
+    if len(sys.argv) > 1:
+        arms = [a for a in arms if sys.argv[1] in a[0]]
+    with open("/proc/loadavg") as f:
+        print("load average %s" % " ".join(f.read().split()[:3]))
+    for a in arms:
+        arm(*a)
+
+
+if __name__ == "__main__":
+    main()
