@@ -252,6 +252,8 @@ def test_start_up_refusals():
     from kvfence.sglang import refuse_unsupported
     a = types.SimpleNamespace(state_types=[])
     for sa, word in ((types.SimpleNamespace(enable_dp_attention=True), "DP attention"),
+                     (types.SimpleNamespace(dp_size=2), "dp-size"),
+                     (types.SimpleNamespace(attn_cp_size=2), "context parallelism"),
                      (types.SimpleNamespace(pp_size=2), "pipeline")):
         with pytest.raises(errors.Unimplemented, match=word):
             refuse_unsupported(sa, a)
