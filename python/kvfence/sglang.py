@@ -29,7 +29,12 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
 - Topologies: kvfence.sglang_layout pairs ranks as SGLang does (prefill TP
   over, equal to or under decode TP, SGLang's contiguous head split, MLA).
   Mamba state buffers (state_indices) travel as extra pages after the aux
-  row (kvfence.sglang_state; equal TP, host memory). DP attention, PP,
+  row (kvfence.sglang_state; equal TP, host memory). DP attention on
+  prefill: kvfence rank ids follow the global TP rank (unique over DP
+  groups), pairing and head split the attention TP group; decode reads the
+  writers of the group init(prefill_dp_rank) names, and a prefill sender
+  registers its room (/register_dp_rank) unless rooms follow
+  bootstrap_room. DP attention on decode, dp-size > 1 without it, PP,
   context parallelism and SWA/DSA state buffers are refused with one
   Unimplemented error at start-up. send()'s token_position_offset is
   checked (non-negative, never decreasing) and moves no page, as in
@@ -145,13 +150,20 @@ def _check_memory(args):
                 "(README: GPU memory)" % int(p))
 
 
-def refuse_unsupported(server_args, kv_args):
-    """One Unimplemented error at start-up for what kvfence cannot carry."""
+def refuse_unsupported(server_args, kv_args, mode=None):
+    """One Unimplemented error at start-up for what kvfence cannot carry.
+    DP attention is carried on prefill only (mode "prefill")."""
     sa = server_args
     why = []
     if sa is not None:
-        if getattr(sa, "enable_dp_attention", False) or int(getattr(sa, "dp_size", 1) or 1) > 1:
-            why.append("DP attention / dp-size > 1")
+        dp, tp = int(getattr(sa, "dp_size", 1) or 1), int(getattr(sa, "tp_size", 0) or 0)
+        if getattr(sa, "enable_dp_attention", False):
+            if mode != "prefill":
+                why.append("DP attention on decode")
+            elif dp < 1 or tp < dp or tp % dp:
+                why.append("DP attention with tp-size %d over dp-size %d" % (tp, dp))
+        elif dp > 1:
+            why.append("dp-size > 1 without DP attention")
         if int(getattr(sa, "pp_size", 1) or 1) > 1:
             why.append("pipeline parallelism (pp-size > 1)")
         if int(getattr(sa, "attn_cp_size", 1) or 1) > 1:
@@ -255,7 +267,7 @@ class KVFenceKVManager(BaseKVManager):
         self.kv_args, self.mode, self.server_args = args, _mode(disaggregation_mode), server_args
         self.is_mla_backend = bool(is_mla_backend)
         self.cfg = cfg = _config(server_args)
-        refuse_unsupported(server_args, args)
+        refuse_unsupported(server_args, args, self.mode)
         _check_memory(args)
         # What SGLang's scheduler reads from a manager (Common* attributes).
         self.is_dummy_cp_rank = False
@@ -280,6 +292,14 @@ class KVFenceKVManager(BaseKVManager):
             raise errors.InvalidArgument("kvfence: decode TP is %d but decode_addrs names %d ranks" % (sa_tp, self.decode_tp))
         if self.mode != "decode" and sa_tp:
             self.prefill_tp = sa_tp
+        self.dp_size, self.dp_rank = 1, 0
+        if self.mode != "decode" and getattr(server_args, "enable_dp_attention", False):
+            # SGLang's DP attention: prefill_tp is the attention TP group's
+            # size; engine_rank is the global TP rank, DP group major.
+            self.dp_size = int(server_args.dp_size)
+            self.prefill_tp = sa_tp // self.dp_size
+            self.dp_rank, self.rank = divmod(self.rank, self.prefill_tp)
+        self.follow_room = getattr(server_args, "load_balance_method", "follow_bootstrap_room") == "follow_bootstrap_room"
         self.layout = _layout(args)
         passthrough = {k: v for k, v in cfg.items() if k in _SHARED_KEYS}
         passthrough.update(cfg.get("decode" if self.mode == "decode" else "prefill", {}))
@@ -313,7 +333,7 @@ class KVFenceKVManager(BaseKVManager):
 
     def _init_prefill(self, cfg, passthrough):
         self.rank_base = _rank_base(cfg, self.server_args)
-        self.kv_rank = self.rank_base + self.rank
+        self.kv_rank = self.rank_base + self.dp_rank * self.prefill_tp + self.rank  # unique over DP groups
         self.targets = sglang_layout.prefill_targets(self.rank, self.prefill_tp, self.decode_tp, self.is_mla_backend)
         self.shard_bytes = sglang_layout.shard_bytes(self.page_bytes, self.prefill_tp, self.decode_tp,
                                                      self.is_mla_backend, "prefill")
@@ -375,7 +395,7 @@ class KVFenceKVManager(BaseKVManager):
             return
         sa = self.server_args
         payload = {"attn_tp_size": self.prefill_tp, "attn_tp_rank": self.rank, "attn_cp_size": 1, "attn_cp_rank": 0,
-                   "attn_dp_size": 1, "attn_dp_rank": 0, "pp_size": 1, "pp_rank": 0, "system_dp_size": 1,
+                   "attn_dp_size": self.dp_size, "attn_dp_rank": self.dp_rank, "pp_size": 1, "pp_rank": 0, "system_dp_size": 1,
                    "system_dp_rank": 0, "rank_ip": socket.gethostname(), "rank_port": 0,
                    "page_size": int(self.kv_args.page_size), "kv_cache_dtype": getattr(sa, "kv_cache_dtype", None),
                    "load_balance_method": getattr(sa, "load_balance_method", "follow_bootstrap_room"),
@@ -413,8 +433,8 @@ class KVFenceKVManager(BaseKVManager):
     def _admit(self, addr, info):
         import types
         why = None
-        if info.get("kvfence_dp_size", 1) != 1 or info.get("kvfence_pp_size", 1) != 1 or info.get("kvfence_attn_cp_size", 1) != 1:
-            why = errors.Unimplemented("kvfence: prefill %s uses DP attention, PP or CP: not supported" % addr)
+        if info.get("kvfence_pp_size", 1) != 1 or info.get("kvfence_attn_cp_size", 1) != 1:
+            why = errors.Unimplemented("kvfence: prefill %s uses PP or CP: not supported" % addr)
         elif self.agent is None and self._size_quietly(info) is not None:
             why = self._size_quietly(info)
         elif int(info["attn_tp_size"]) != self.prefill_tp:
@@ -436,7 +456,7 @@ class KVFenceKVManager(BaseKVManager):
         self.prefill_info_table[addr] = types.SimpleNamespace(
             **fields, target_tp_ranks=list(self.writers), target_tp_rank=self.writers[0], target_cp_ranks=[0],
             target_pp_ranks=[0], required_dst_info_num=1, required_prefill_response_num=len(self.writers),
-            kvfence_ranks=[base + w for w in self.writers])
+            kvfence_ranks=[base + w for w in self.writers], kvfence_base=base)
 
     def _size_quietly(self, info):
         """Sizes decode from the first prefill instance (M:N, no
@@ -451,12 +471,22 @@ class KVFenceKVManager(BaseKVManager):
                 return exc
         return None
 
-    def instance(self, addr):
-        """(prefill kvfence rank ids, None) or (None, refusal) or (None, None)."""
+    def instance(self, addr, dp=0):
+        """(kvfence rank ids of the instance's DP group dp, None) or (None,
+        refusal) or (None, None) while the instance is not known yet."""
         if addr in self._bad:
             return None, self._bad[addr]
         info = self.prefill_info_table.get(addr)
-        return (info.kvfence_ranks if info else None), None
+        if info is None:
+            return None, None
+        groups = int(info.dp_size or 1)
+        if dp is None and groups > 1:
+            return None, errors.FailedPrecondition(
+                "kvfence: prefill %s uses DP attention (%d groups) and SGLang gave no prefill_dp_rank" % (addr, groups))
+        if not 0 <= int(dp or 0) < groups:
+            return None, errors.InvalidArgument("kvfence: prefill_dp_rank %s outside prefill %s's %d DP groups"
+                                                % (dp, addr, groups))
+        return [info.kvfence_base + int(dp or 0) * self.prefill_tp + w for w in self.writers], None
 
     # ---- holds and deferred release (newest upstream's names) ----
 
@@ -534,7 +564,8 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
     """Prefill's side of one request (SGLang's sender): one kvfence sender
     per decode rank this prefill rank serves."""
 
-    def __init__(self, mgr, bootstrap_addr, bootstrap_room, dest_tp_ranks=None, pp_rank=0, *args, **kwargs):
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room, dest_tp_ranks=None, pp_rank=0,
+                 req_has_disagg_prefill_dp_rank=False, *args, **kwargs):
         self.mgr, self.room = mgr, int(bootstrap_room or 0)
         self.gen = mgr.next_gen(self.room)
         self.snds = []
@@ -545,6 +576,8 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         self.state_row = None  # the Mamba state row, read at the send() that carried state_indices
         self.inited = self.aborted = self.closed = False
         self.links_used = []  # M:N: the agents this request acquired from mgr.links
+        if mgr.dp_size > 1 and not self._route_dp(bootstrap_addr, req_has_disagg_prefill_dp_rank):
+            return
         if mgr.links is not None:
             mgr.links.sweep()
             return  # the senders are made once decode announced itself (poll)
@@ -555,6 +588,27 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
                 self.snds.append((snd, part, parts))
         except errors.KVFenceError as exc:
             self._fail(exc)
+
+    def _route_dp(self, bootstrap_addr, routed):
+        """DP attention, as SGLang's senders do: with rooms following
+        bootstrap_room, a request on another DP group than room % dp_size
+        fails at once (decode expects that group's writers); otherwise
+        this group registers the room (POST /register_dp_rank, off the
+        scheduler thread) for decode's query_prefill_dp_ranks."""
+        m = self.mgr
+        if routed:
+            return True
+        if m.follow_room:
+            if self.room % m.dp_size == m.dp_rank:
+                return True
+            self._fail(errors.FailedPrecondition(
+                "kvfence: room %d is on prefill DP group %d; with follow_bootstrap_room decode expects group %d"
+                % (self.room, m.dp_rank, self.room % m.dp_size)))
+            return False
+        threading.Thread(target=sglang_bootstrap.request, daemon=True,
+                         args=("POST", "http://%s/register_dp_rank" % bootstrap_addr,
+                               {"bootstrap_room": self.room, "dp_rank": m.dp_rank})).start()
+        return True
 
     def _fail(self, err):
         super()._fail(err)
@@ -814,10 +868,16 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
 
     @_never_raises
     def init(self, *args, **kwargs):
-        """main-2606 on: init(prefill_dp_rank); older: init(kv_indices,
-        aux_index, state_indices), which also sends the metadata."""
+        """main-2606 on: init(prefill_dp_rank), the prefill DP group
+        that has the request; older: init(kv_indices, aux_index,
+        state_indices), which also sends the metadata (no DP group)."""
+        dp = kwargs.pop("prefill_dp_rank", args[0] if args else None)
+        try:
+            self.dp = operator.index(dp)
+        except TypeError:
+            self.dp = None  # the older call order: kv_indices first
         self._resolve()
-        if args and not isinstance(args[0], int):
+        if args and self.dp is None:
             self.send_metadata(*args, **kwargs)
 
     def _resolve(self):
@@ -825,7 +885,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         if self.ranks is not None or self.conclude_state is not None:
             return
         self.mgr.try_ensure_parallel_info(self.bootstrap_addr)
-        ranks, why = self.mgr.instance(self.bootstrap_addr)
+        ranks, why = self.mgr.instance(self.bootstrap_addr, self.dp)
         if why is not None:
             self._fail(why)
         elif ranks is not None:
@@ -848,6 +908,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
                                self.created + m.link_timeout_s), kwargs=extra).start()
 
     prefix = None  # decode_prefix_len (tokens) once send_metadata gave it, radix cache on
+    dp = None  # the prefill DP group init(prefill_dp_rank) named
 
     @_never_raises
     def send_metadata(self, kv_indices, aux_index=None, state_indices=None, decode_prefix_len=None):

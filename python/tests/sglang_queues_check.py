@@ -671,6 +671,31 @@ def scenario_state_and_prefix(tp):
         dep.close()
 
 
+def scenario_dp_attention():
+    """Prefill with DP attention (2 groups, round robin): the request on
+    group 1 registers its room; SGLang's own _resolve_pending_reqs finds
+    no DP rank locally, asks query_prefill_dp_ranks and calls
+    init(prefill_dp_rank=1); decode reads group 1's writers only."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2,), decode_tp=1, prefill_dp=2, balance="round_robin")
+    try:
+        room = 901
+        snds = dep.senders(0, room, dp=1)
+        drs = handshake(dep, prealloc_queues(dep), 0, room)
+        rv = drs[0].kv_receiver
+        assert rv.dp == 1 and set(rv.ranks) == {m.kv_rank for m in dep.group(0, 1)[1]}, (rv.dp, rv.ranks)
+        rv.send_metadata([4, 9], 2, [], decode_prefix_len=0)
+        dep.prefill(0, snds, room, 1, [3, 5], 2, dp=1)
+        d, p = transfer(dep, drs, snds, room, 2)
+        assert (d, p) == (4, 4) and dep.corrupt(room, 1, [4, 9]) == 0, (d, p)
+        for x in [rv] + snds:
+            x.clear()
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("prefill DP attention (2 groups of TP2, round robin) -> decode TP1 via SGLang's query_prefill_dp_ranks "
+              "and init(prefill_dp_rank): Success, 0 corrupt heads")
+    finally:
+        dep.close()
+
+
 from kvfence import staging  # noqa: E402
 
 live = staging.handles_live()
@@ -680,5 +705,6 @@ scenario_aborts_and_instances()
 scenario_prefill_queue()
 for tp in (1, 2):
     scenario_state_and_prefix(tp)
+scenario_dp_attention()
 assert staging.handles_live() == live, "handles leaked: %d" % (staging.handles_live() - live)
 print("OK")

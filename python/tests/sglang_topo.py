@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+import types
 
 HEADS = 4         # KV heads in all (divides every TP size used)
 HEAD_BYTES = 8
@@ -99,14 +100,18 @@ def _min(states):
 
 class Deployment:
     def __init__(self, provider, prefill_tp=(2,), decode_tp=1, mla=False, aux_items=(16, 8), extra=None,
-                 decode_extra=None, decode_instances=1, on_demand=False, engine=None):
+                 decode_extra=None, decode_instances=1, on_demand=False, engine=None, prefill_dp=1,
+                 balance="follow_bootstrap_room"):
         """on_demand: prefill gets no decode_addrs (M:N, links on demand);
         decode_instances > 1 needs it. self.dec/self.d_eng are the decode
         instance requests use (self.use(i) picks another). engine: an
-        Engine subclass (e.g. one with state buffers)."""
+        Engine subclass (e.g. one with state buffers). prefill_dp: SGLang's
+        DP attention on every prefill instance, prefill_dp groups of
+        prefill_tp ranks (engine_rank the global TP rank, group major);
+        balance: their load_balance_method."""
         Eng = engine or Engine
         from kvfence.sglang import KVFenceBootstrapServer
-        self.mla, self.dtp = mla, decode_tp
+        self.mla, self.dtp, self.pdp = mla, decode_tp, prefill_dp
         kvargs, manager = provider.get_kv_class("kvargs"), provider.get_kv_class("manager")
         self.Sender, self.Receiver = provider.get_kv_class("sender"), provider.get_kv_class("receiver")
         base = dict(slots=64, source_pages=64, log_level="error", decode=dict(lease_ms=5000, max_hold_ms=10000),
@@ -136,11 +141,14 @@ class Deployment:
             os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, prefill_tp=ptp, bootstrap_addr=addr,
                                                                   rank_base=10000 + 1000 * i, **where))
             heads_p = 1 if mla else HEADS // ptp
-            engs = [Eng(heads_p, 0 if mla else r * heads_p, aux_items) for r in range(ptp)]
-            mgrs = [manager(engs[r].kv_args(kvargs, r), "prefill", None, mla) for r in range(ptp)]
+            engs = [Eng(heads_p, 0 if mla else (r % ptp) * heads_p, aux_items) for r in range(ptp * prefill_dp)]
+            sa = None if prefill_dp == 1 else types.SimpleNamespace(
+                enable_dp_attention=True, dp_size=prefill_dp, tp_size=ptp * prefill_dp, host="127.0.0.1",
+                disaggregation_bootstrap_port=boot.port, load_balance_method=balance)
+            mgrs = [manager(engs[r].kv_args(kvargs, r), "prefill", sa, mla) for r in range(ptp * prefill_dp)]
             for m in mgrs:
                 m.register_to_bootstrap()
-            self.instances.append(dict(boot=boot, addr=addr, engs=engs, mgrs=mgrs))
+            self.instances.append(dict(boot=boot, addr=addr, engs=engs, mgrs=mgrs, tp=ptp))
         del os.environ["KVFENCE_SGLANG_CONFIG"]
 
     def close(self):
@@ -158,17 +166,22 @@ class Deployment:
 
     # ---- one request in SGLang's order ----
 
-    def receivers(self, inst, room):
-        """DecodePreallocQueue.add + init + _update_handshake_waiters until
-        WaitingForInput (MIN over decode TP)."""
+    def group(self, inst, dp):
+        """(engines, managers) of prefill instance inst's DP group dp."""
+        i = self.instances[inst]
+        return i["engs"][dp * i["tp"]:(dp + 1) * i["tp"]], i["mgrs"][dp * i["tp"]:(dp + 1) * i["tp"]]
+
+    def receivers(self, inst, room, dp=0):
+        """DecodePreallocQueue.add + init(prefill_dp_rank) +
+        _update_handshake_waiters until WaitingForInput (MIN over decode TP)."""
         rvs = [self.Receiver(m, self.instances[inst]["addr"], room) for m in self.dec]
         for rv in rvs:
-            rv.init(0)
+            rv.init(dp)
         self.until(lambda: _min(rv.poll() for rv in rvs) >= 2, "decode handshake", show=lambda: self.describe((), rvs))
         return rvs
 
-    def senders(self, inst, room):
-        snds = [self.Sender(m, self.instances[inst]["addr"], room, [r], 0) for r, m in enumerate(self.instances[inst]["mgrs"])]
+    def senders(self, inst, room, dp=0):
+        snds = [self.Sender(m, self.instances[inst]["addr"], room, [r], 0) for r, m in enumerate(self.group(inst, dp)[1])]
         self.until(lambda: _min(s.poll() for s in snds) >= 2, "prefill bootstrap", show=lambda: self.describe(snds))
         return snds
 
@@ -203,7 +216,7 @@ class Deployment:
                     lines.append("decode %d rank %d: held rooms %s core %s" % (i, r, m.held_rooms(), json.dumps(c)))
         return "\n".join(lines)
 
-    def prefill(self, inst, snds, room, gen, p_idx, aux_index, chunks=2, salt=1, prefix=0, position=None):
+    def prefill(self, inst, snds, room, gen, p_idx, aux_index, chunks=2, salt=1, prefix=0, position=None, dp=0):
         """finalize_bootstrap (pop_decode_prefix_len, init), then the chunks
         of send_kv_chunk, the aux row set before the last. position: pass
         newest SGLang's token_position_offset, position + the chunk's first
@@ -211,7 +224,7 @@ class Deployment:
         for s in snds:
             assert s.pop_decode_prefix_len() == prefix
             s.init(len(p_idx), aux_index)
-        engs = self.instances[inst]["engs"]
+        engs = self.group(inst, dp)[0]
         for e in engs:
             e.fill(room, gen, p_idx, self.mla)
         step = max(1, -(-len(p_idx) // chunks))
@@ -252,12 +265,12 @@ class Deployment:
     def corrupt(self, room, gen, d_idx):
         return sum(e.corrupt_heads(room, gen, d_idx, self.mla) for e in self.d_eng)
 
-    def request(self, room, n_pages, d_idx, p_idx, aux_index, inst=0, chunks=2, gen=1, position=None):
-        rvs = self.receivers(inst, room)
+    def request(self, room, n_pages, d_idx, p_idx, aux_index, inst=0, chunks=2, gen=1, position=None, dp=0):
+        rvs = self.receivers(inst, room, dp)
         for rv in rvs:
             rv.send_metadata(d_idx, aux_index, None, decode_prefix_len=0)
-        snds = self.senders(inst, room)
-        self.prefill(inst, snds, room, gen, p_idx, aux_index, chunks, position=position)
+        snds = self.senders(inst, room, dp)
+        self.prefill(inst, snds, room, gen, p_idx, aux_index, chunks, position=position, dp=dp)
         d, p = self.run(rvs, snds, aux_index, room)
         return rvs, snds, d, p
 

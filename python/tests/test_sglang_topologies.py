@@ -247,6 +247,69 @@ def test_token_position_offset_out_of_order_fails_the_request(dep, offsets):
     settle(dep, base)
 
 
+@pytest.mark.parametrize("ptp,dtp,on_demand", [(1, 1, False), (2, 1, False), (1, 2, False), (2, 2, True)])
+def test_prefill_dp_attention_groups(ptp, dtp, on_demand):
+    """SGLang's DP attention on prefill: two DP groups of ptp ranks. A
+    request on either group (follow_bootstrap_room: room % 2) reaches
+    decode from that group's writers only (init(prefill_dp_rank)), every
+    head of every page; a request on the group the room does not follow
+    fails FailedPrecondition at once; a DP rank outside the instance fails
+    the receiver InvalidArgument."""
+    dep = Deployment(P, prefill_tp=(ptp,), decode_tp=dtp, prefill_dp=2, on_demand=on_demand,
+                     extra=dict(idle_close_s=0.5))
+    try:
+        base = staging.handles_live() + sum(m.agent is None for m in dep.dec)  # M:N: decode's agents come lazily
+        for room in (40, 41):
+            rvs, snds, d, p = dep.request(room, 2, [3, 8], [5, 1], aux_index=room % 8, dp=room % 2)
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, [3, 8]) == 0
+            group = {m.kv_rank for m in dep.group(0, room % 2)[1]}
+            assert set().union(*(rv.ranks for rv in rvs)) == group and len(group) == ptp
+            finish(rvs, snds)
+        addr = dep.instances[0]["addr"]
+        wrong = [dep.Sender(m, addr, 42, [r], 0) for r, m in enumerate(dep.group(0, 1)[1])]
+        for s in wrong:
+            assert s.poll() == 0
+            with pytest.raises(errors.FailedPrecondition, match="follow_bootstrap_room"):
+                s.failure_exception()
+        rv = dep.Receiver(dep.dec[0], addr, 43)
+        rv.init(2)
+        dep.until(lambda: rv.poll() == 0, "receiver of DP rank 2 refused")
+        with pytest.raises(errors.InvalidArgument, match="prefill_dp_rank"):
+            rv.failure_exception()
+        finish([rv], wrong)
+        dep.until(lambda: not any(m.links.count() for m in dep.instances[0]["mgrs"] if m.links is not None),
+                  "idle links closed", 60)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+def test_prefill_dp_attention_rooms_registered_for_decode():
+    """load_balance_method other than follow_bootstrap_room: a request on
+    DP group 1 whose room (44) would follow group 0 registers itself at
+    the bootstrap server; SGLang's query (POST /query_dp_ranks) names
+    group 1 and decode, initialised with it, gets every head."""
+    from kvfence import sglang_bootstrap
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1, prefill_dp=2, balance="round_robin")
+    try:
+        base = staging.handles_live()
+        addr = dep.instances[0]["addr"]
+        snds = dep.senders(0, 44, dp=1)
+        got = {}
+        dep.until(lambda: got.update(sglang_bootstrap.request("POST", "http://%s/query_dp_ranks" % addr,
+                                                              {"bootstrap_rooms": [44]})[1]) or got == {"44": 1},
+                  "room 44 registered on DP group 1")
+        rvs = dep.receivers(0, 44, dp=got["44"])
+        for rv in rvs:
+            rv.send_metadata([2, 6], 3, None, decode_prefix_len=0)
+        dep.prefill(0, snds, 44, 1, [7, 9], 3, dp=1)
+        assert dep.run(rvs, snds, 3, 44) == (4, 4) and dep.corrupt(44, 1, [2, 6]) == 0
+        finish(rvs, snds)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
 def test_start_up_refusals():
     import types
     from kvfence.sglang import refuse_unsupported
@@ -261,6 +324,12 @@ def test_start_up_refusals():
         refuse_unsupported(None, types.SimpleNamespace(state_types=["swa"], state_data_ptrs=[[16]],
                                                        state_data_lens=[[8]], state_item_lens=[[8]]))
     refuse_unsupported(types.SimpleNamespace(tp_size=4), a)
+    dpa = types.SimpleNamespace(enable_dp_attention=True, dp_size=2, tp_size=4)
+    refuse_unsupported(dpa, a, "prefill")  # carried on prefill
+    with pytest.raises(errors.Unimplemented, match="DP attention on decode"):
+        refuse_unsupported(dpa, a, "decode")
+    with pytest.raises(errors.Unimplemented, match="tp-size 3 over dp-size 2"):
+        refuse_unsupported(types.SimpleNamespace(enable_dp_attention=True, dp_size=2, tp_size=3), a, "prefill")
 
 
 def test_instance_of_another_tp_is_refused_per_request():
