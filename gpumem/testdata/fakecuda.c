@@ -275,13 +275,21 @@ CUresult cuEventSynchronize(void *ep) {
   return e->fail ? 719 /* CUDA_ERROR_LAUNCH_FAILED */ : OK;
 }
 
-/* dma-buf export (CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1): the memfd. */
+/* dma-buf export (CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1): the memfd.
+ * -DFAKECUDA_NO_DMABUF builds a driver without it (older than CUDA 11.7). */
+#ifndef FAKECUDA_NO_DMABUF
 CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t n, int type, unsigned long long flags) {
   (void)flags;
   if (type != 1 || !in_device(p, n)) return E_INVALID_VALUE;
   *(int *)handle = dup(memfd);
   return OK;
 }
+
+/* Where device address p lies in the dma-buf above (a real driver's buffer
+ * starts at the exported address; the fake's is the whole device memfd).
+ * Not part of any driver. */
+unsigned long fakecuda_dmabuf_offset(CUdeviceptr p) { return (unsigned long)(p - (CUdeviceptr)dev_base); }
+#endif
 
 /* Test counters: not part of any driver. */
 unsigned long fakecuda_async_copies(void) { pthread_mutex_lock(&mu); unsigned long v = n_async; pthread_mutex_unlock(&mu); return v; }
