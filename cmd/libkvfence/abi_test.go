@@ -413,3 +413,30 @@ func TestWriteAndReadFaultingMemoryAreInvalidArguments(t *testing.T) {
 	}
 	abi(kvfence_receiver_finish, rv, e.p())
 }
+
+// TestGPUModeDirectRefusedAtOpen: gpu_mode "direct" on the TCP plugin (a
+// real plugin process declaring only host-shared memory) is refused at
+// open with FAILED_PRECONDITION naming its memory kinds; a mistyped mode is
+// INVALID_ARGUMENT; "staged" opens.
+func TestGPUModeDirectRefusedAtOpen(t *testing.T) {
+	const codeFailedPrecondition = 6
+	for _, c := range []struct {
+		mode, want string
+		code       int64
+	}{
+		{"direct", "host-shared", codeFailedPrecondition},
+		{"dirct", "gpu_mode", codeInvalid},
+		{"staged", "", 0},
+	} {
+		var h uint64
+		var e errBuf
+		cfg := withPlugin(fmt.Sprintf(`{"slots": 8, "shard_bytes": 4096, "gpu_mode": %q}`, c.mode))
+		rc := abi(kvfence_decode_open, cstr(cfg), unsafe.Pointer(&h), e.p())
+		if rc == 0 {
+			abi(kvfence_close, h, nil)
+		}
+		if rc != c.code || !strings.Contains(string(e.Message[:]), c.want) {
+			t.Errorf("gpu_mode %q: %d %s; want %d naming %q", c.mode, rc, e.Message[:], c.code, c.want)
+		}
+	}
+}
