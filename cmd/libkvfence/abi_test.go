@@ -7,6 +7,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -19,6 +20,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/sdk"
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
 
@@ -438,5 +441,25 @@ func TestGPUModeDirectRefusedAtOpen(t *testing.T) {
 		if rc != c.code || !strings.Contains(string(e.Message[:]), c.want) {
 			t.Errorf("gpu_mode %q: %d %s; want %d naming %q", c.mode, rc, e.Message[:], c.code, c.want)
 		}
+	}
+}
+
+// dmabufTransport declares the dmabuf memory kind, as verbs does.
+type dmabufTransport struct{ sdk.Transport }
+
+func (dmabufTransport) Info(context.Context) (sdk.Info, error) {
+	return sdk.Info{Name: "verbs-like", Capabilities: sdk.Capabilities{MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared, sdk.MemoryDMABuf}}}, nil
+}
+
+// TestGPUModeDirectUnimplementedOnDMABufTransport: a transport that can
+// take dma-bufs is still refused, as Unimplemented and naming what is
+// missing, while the agent lands writes in its own pool.
+func TestGPUModeDirectUnimplementedOnDMABufTransport(t *testing.T) {
+	err := checkGPUMode("direct", dmabufTransport{})
+	if !errdefs.IsUnimplemented(err) || !strings.Contains(err.Error(), "engine's page index") {
+		t.Fatalf("direct on a dmabuf transport: %v", err)
+	}
+	if err := checkGPUMode("", dmabufTransport{}); err != nil {
+		t.Fatalf("default mode: %v", err)
 	}
 }

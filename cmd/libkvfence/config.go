@@ -162,7 +162,7 @@ func (c common) open(role agent.Role) (*agentObj, hclog.Logger, *tls.Config, err
 		a.close0()
 		return nil, nil, nil, err
 	}
-	if err := checkGPUMode(c.GPUMode, a.plug); err != nil {
+	if err := checkGPUMode(c.GPUMode, a.plug.Transport()); err != nil {
 		a.close()
 		return nil, nil, nil, err
 	}

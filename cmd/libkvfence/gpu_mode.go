@@ -16,7 +16,7 @@ import (
 // (verbs) as Unimplemented: the agent places writes in its own slot pool,
 // not yet at the engine's page index (docs/gpu-direct.md), so no request
 // may run in a mode that would not keep its promise.
-func checkGPUMode(mode string, plug *sdk.Plugin) error {
+func checkGPUMode(mode string, tr sdk.Transport) error {
 	switch mode {
 	case "", "staged":
 		return nil
@@ -24,7 +24,7 @@ func checkGPUMode(mode string, plug *sdk.Plugin) error {
 	default:
 		return invalid("config: gpu_mode %q is not staged or direct", mode)
 	}
-	info, err := plug.Transport().Info(context.Background())
+	info, err := tr.Info(context.Background())
 	if err != nil {
 		return err
 	}
