@@ -161,11 +161,17 @@ func (r *DirectReceiver) Poll() agent.PollState { return r.rv.Poll() }
 func (r *DirectReceiver) Err() error { return r.rv.Err() }
 
 // Abort stops the request; its engine pages stay held until PagesFree.
+// An abort that lost the race with success (the request was handed off:
+// every write landed) lets the exposure go at once, as Finish does;
+// otherwise the agent ends the hold when it is safe.
 func (r *DirectReceiver) Abort() {
 	r.mu.Lock()
 	r.aborted = true
 	r.mu.Unlock()
 	r.rv.Abort()
+	if r.rv.Poll() == agent.PollSuccess { // Abort ran in the agent's loop: no later success
+		r.rv.Finish()
+	}
 }
 
 // Finish ends a successful request: the engine keeps using its pages (they

@@ -125,3 +125,29 @@ func runDirect(t *testing.T, d *agent.Decode, p *agent.Prefill, pages *enginePag
 	rv.Finish() // the engine decodes from its pages, then lets the exposure go
 	return true
 }
+
+// TestDirectAbortAfterSuccessFreesPages: an abort that comes after the
+// request succeeded (an engine dropping a finished request) still lets the
+// exposure go, so the engine gets its pages back; before the fix the
+// exposure stayed open for ever.
+func TestDirectAbortAfterSuccessFreesPages(t *testing.T) {
+	d, p := stagedPairCheck(t, nil)
+	key := core.RequestKey{Room: 1, Gen: 1}
+	rv := NewDirectReceiver(d.NewReceiver(key))
+	waitUntil(t, "decode slots", func() bool { _, err := rv.Init([]int{3, 4}, []core.RankID{1}); return err == nil })
+	snd := p.NewSender(key)
+	defer snd.Close()
+	waitUntil(t, "prefill source pages", func() bool { return snd.Init(2) == nil })
+	if err := snd.Finish(2); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "request final", func() bool { return rv.Poll().Final() })
+	if st := rv.Poll(); st != agent.PollSuccess {
+		t.Fatalf("request: %v (%v)", st, rv.Err())
+	}
+	if rv.PagesFree() {
+		t.Fatal("engine pages free while the exposure is open")
+	}
+	rv.Abort()
+	waitUntil(t, "engine pages free after an abort that lost the race", rv.PagesFree)
+}
