@@ -52,11 +52,20 @@ func (d *Device) ExportBuffer(b Buffer, pages int) (*DirectBuffer, error) {
 		return nil, err
 	}
 	defer unix.Close(fd) // the share holds its own duplicate
-	share, err := sdk.ShareDMABuf(fd, off, uint64(size), fmt.Sprintf("cuda:%d", d.opts.Ordinal))
+	share, err := sdk.ShareDMABuf(fd, off, uint64(size), d.DeviceID())
 	if err != nil {
 		return nil, err
 	}
 	return &DirectBuffer{buf: b, pages: pages, share: share}, nil
+}
+
+// DeviceID names the GPU for a MemoryDesc and for topology: its PCI bus id
+// (cuDeviceGetPCIBusId), else "cuda:<ordinal>" where the driver cannot say.
+func (d *Device) DeviceID() string {
+	if id := d.drv.pciBusID(d.opts.Ordinal); id != "" {
+		return id
+	}
+	return fmt.Sprintf("cuda:%d", d.opts.Ordinal)
 }
 
 // Desc is what the plugin's RegisterMemory takes.

@@ -62,6 +62,9 @@ func TestDirectExportReachesPluginProcess(t *testing.T) {
 	}
 	defer x.Close()
 	desc := x.Desc()
+	if desc.Device != "0000:18:00.0" {
+		t.Fatalf("the descriptor names device %q, not the GPU's PCI bus id", desc.Device)
+	}
 	if off, err := x.PageOffset(engPages); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("PageOffset past the buffer: %d, %v", off, err)
 	}

@@ -93,6 +93,16 @@ static kvf_CUresult kvf_export_dmabuf(struct kvf_cuda *c, void *ctx, uintptr_t p
 	return 0;
 }
 
+// kvf_pci_bus_id writes device ordinal's PCI bus id ("0000:18:00.0") into
+// buf with the optional cuDeviceGetPCIBusId; -1 when the driver lacks it.
+static kvf_CUresult kvf_pci_bus_id(struct kvf_cuda *c, int ordinal, char *buf, int n) {
+	kvf_CUresult (*f)(char *, int, int) = (kvf_CUresult (*)(char *, int, int))dlsym(c->lib, "cuDeviceGetPCIBusId");
+	if (!f) return -1;
+	int dev = 0;
+	kvf_CUresult r = c->deviceGet(&dev, ordinal);
+	return r ? r : f(buf, n, dev);
+}
+
 // Every call on a context first makes it current on this OS thread: Go
 // moves goroutines between threads, and CUDA's current context is per thread.
 #define CTX(c, ctx) do { kvf_CUresult r_ = (c)->ctxSetCurrent(ctx); if (r_) return r_; } while (0)
@@ -264,6 +274,15 @@ func (d *driver) exportDMABuf(p uintptr, n int64) (int, uint64, error) {
 		return -1, 0, errdefs.Errorf(errdefs.FailedPrecondition, "cuMemGetHandleForAddressRange(%#x, %d): %s: this GPU, driver or allocation cannot export a dma-buf (needs the open kernel module), use staged mode", p, n, d.name(r))
 	}
 	return -1, 0, d.check(r, fmt.Sprintf("cuMemGetHandleForAddressRange(%#x, %d)", p, n))
+}
+
+// pciBusID is the device's PCI bus id, or "" when the driver cannot say.
+func (d *driver) pciBusID(ordinal int) string {
+	var buf [64]C.char
+	if C.kvf_pci_bus_id(d.c, C.int(ordinal), &buf[0], C.int(len(buf))) != 0 {
+		return ""
+	}
+	return C.GoString(&buf[0])
 }
 
 func (d *driver) free(p uintptr) error {

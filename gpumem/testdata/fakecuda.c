@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +291,13 @@ CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t n, in
  * Not part of any driver. */
 unsigned long fakecuda_dmabuf_offset(CUdeviceptr p) { return (unsigned long)(p - (CUdeviceptr)dev_base); }
 #endif
+
+/* The one fake device's PCI bus id. */
+CUresult cuDeviceGetPCIBusId(char *buf, int n, int dev) {
+  if (dev != 0 || n < 13) return E_INVALID_VALUE;
+  snprintf(buf, (size_t)n, "0000:18:00.0");
+  return OK;
+}
 
 /* Test counters: not part of any driver. */
 unsigned long fakecuda_async_copies(void) { pthread_mutex_lock(&mu); unsigned long v = n_async; pthread_mutex_unlock(&mu); return v; }

@@ -31,9 +31,11 @@ func skipDirect(why string, args ...any) int {
 	return exitSkipped
 }
 
-// nearestNIC is the RDMA device topo pairs with GPU ordinal 0 (same NUMA
-// node first, then the shortest PCI path), else the first one found.
-func nearestNIC() (string, string, error) {
+// nearestNIC is the RDMA device topo (NVML and sysfs) pairs with the GPU
+// whose PCI bus id is busID — same NUMA node first, then the shortest PCI
+// path; NVML's index and CUDA's ordinal need not agree, the bus id does —
+// else the first device found.
+func nearestNIC(busID string) (string, string, error) {
 	rep, err := topo.ScanHost("/", true)
 	if err != nil {
 		return "", "", err
@@ -41,16 +43,27 @@ func nearestNIC() (string, string, error) {
 	if len(rep.NICs) == 0 {
 		return "", "", nil
 	}
-	for _, p := range rep.Pairs {
-		if p.GPU == 0 {
-			return p.NIC, fmt.Sprintf("nearest GPU 0: same NUMA %v, %d PCI hops", p.SameNUMA, p.Hops), nil
+	for _, g := range rep.GPUs {
+		if topo.NormalizeBusID(g.PCI) != topo.NormalizeBusID(busID) {
+			continue
+		}
+		for _, p := range rep.Pairs {
+			if p.GPU == g.Index {
+				return p.NIC, fmt.Sprintf("nearest GPU %s: same NUMA %v, %d PCI hops", busID, p.SameNUMA, p.Hops), nil
+			}
 		}
 	}
-	return rep.NICs[0].Name, "no GPU pairing (" + rep.GPUNote + "): first device", nil
+	return rep.NICs[0].Name, fmt.Sprintf("GPU %s not paired by topo (%s): first device", busID, rep.GPUNote), nil
 }
 
 func direct(plugin string) int {
-	nic, why, err := nearestNIC()
+	d, err := gpumem.Open(gpumem.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpu-check:", err)
+		return 1
+	}
+	defer d.Close()
+	nic, why, err := nearestNIC(d.DeviceID())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpu-check: topology:", err)
 		return 1
@@ -61,12 +74,6 @@ func direct(plugin string) int {
 	if _, err := os.Stat(plugin); err != nil {
 		return skipDirect("no verbs plugin built with -tags rdma (%v; needs libibverbs-dev)", err)
 	}
-	d, err := gpumem.Open(gpumem.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gpu-check:", err)
-		return 1
-	}
-	defer d.Close()
 	if d.Counter("fakecuda_async_copies") >= 0 {
 		return skipDirect("%s is the fake CUDA driver, whose dma-buf is a memfd no NIC registers (the fake-driver tests cover direct mode's host side)", d.Library())
 	}
