@@ -17,6 +17,14 @@
 //     GPU pages into its source pages before Send; decode scatters landed
 //     pages into the engine's GPU pages only after the request succeeded,
 //     and reports Transferring until that copy is done.
+//   - Direct mode, opt-in (direct.go; docs/gpu-direct.md): Device.ExportBuffer
+//     exports an engine buffer as a dma-buf (cuMemGetHandleForAddressRange)
+//     offered over SCM_RIGHTS (sdk.ShareDMABuf); PageOffset addresses it by
+//     engine page index; CheckDirect / RegisterDirect refuse a transport
+//     without the dmabuf memory kind; DirectReceiver holds the engine's
+//     pages until the agent released the exposure. Not yet wired into the
+//     agent (it lands writes in its own slot pool), so the C ABI refuses
+//     gpu_mode "direct"; never run on a real GPU or NIC.
 //
 // Binding code (the C ABI's gather/scatter of an engine's buffer list)
 // routes a device buffer like this; the host destination is the agent's
@@ -40,7 +48,10 @@
 // a cancelled gather write host bytes after Cancel returns; copy into an
 // engine's GPU pages before the request's transfer succeeded (so a late
 // network write can land only in host memory the agent holds); or run a
-// copy on the caller's thread (Gather and Scatter return at once).
+// copy on the caller's thread (Gather and Scatter return at once); in
+// direct mode, give an engine page back while an exposure of it is open
+// (the NIC may still write it), or hand a dma-buf to a transport that did
+// not declare the dmabuf memory kind.
 // It does not order copies after the engine's compute stream: like
 // SGLang's own backends, the engine's KV must be computed before it hands
 // a request to kvfence.

@@ -76,6 +76,33 @@ static long kvf_counter(struct kvf_cuda *c, const char *name) {
 	return f ? (long)f() : -1;
 }
 
+// kvf_export_dmabuf exports [p, p+n) as a dma-buf fd with the optional
+// cuMemGetHandleForAddressRange (CUDA 11.7+; CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+// = 1, flags 0). -1 when the driver lacks it. *off is where p lies in the
+// buffer: 0 for a real driver; a test driver may say otherwise through
+// fakecuda_dmabuf_offset (the fake's dma-buf is its whole device memfd).
+static kvf_CUresult kvf_export_dmabuf(struct kvf_cuda *c, void *ctx, uintptr_t p, size_t n, int *fd, uint64_t *off) {
+	kvf_CUresult (*exp)(void *, kvf_devptr, size_t, int, unsigned long long) =
+		(kvf_CUresult (*)(void *, kvf_devptr, size_t, int, unsigned long long))dlsym(c->lib, "cuMemGetHandleForAddressRange");
+	if (!exp) return -1;
+	kvf_CUresult r = c->ctxSetCurrent(ctx);
+	if (r) return r;
+	if ((r = exp(fd, p, n, 1, 0))) return r;
+	unsigned long (*fo)(uintptr_t) = (unsigned long (*)(uintptr_t))dlsym(c->lib, "fakecuda_dmabuf_offset");
+	*off = fo ? fo(p) : 0;
+	return 0;
+}
+
+// kvf_pci_bus_id writes device ordinal's PCI bus id ("0000:18:00.0") into
+// buf with the optional cuDeviceGetPCIBusId; -1 when the driver lacks it.
+static kvf_CUresult kvf_pci_bus_id(struct kvf_cuda *c, int ordinal, char *buf, int n) {
+	kvf_CUresult (*f)(char *, int, int) = (kvf_CUresult (*)(char *, int, int))dlsym(c->lib, "cuDeviceGetPCIBusId");
+	if (!f) return -1;
+	int dev = 0;
+	kvf_CUresult r = c->deviceGet(&dev, ordinal);
+	return r ? r : f(buf, n, dev);
+}
+
 // Every call on a context first makes it current on this OS thread: Go
 // moves goroutines between threads, and CUDA's current context is per thread.
 #define CTX(c, ctx) do { kvf_CUresult r_ = (c)->ctxSetCurrent(ctx); if (r_) return r_; } while (0)
@@ -228,6 +255,34 @@ func (d *driver) alloc(n int64) (uintptr, error) {
 	var p C.uintptr_t
 	err := d.check(C.kvf_alloc(d.c, d.ctx, C.size_t(n), &p), fmt.Sprintf("cuMemAlloc(%d)", n))
 	return uintptr(p), err
+}
+
+// exportDMABuf is [p, p+n) as a dma-buf fd (the caller closes it) and the
+// offset of p within it. A driver without the call, or a device or
+// allocation that cannot export (CUDA_ERROR_NOT_SUPPORTED, 801), is
+// FailedPrecondition: direct mode is not possible here, staged mode is.
+func (d *driver) exportDMABuf(p uintptr, n int64) (int, uint64, error) {
+	var fd C.int
+	var off C.uint64_t
+	r := C.kvf_export_dmabuf(d.c, d.ctx, C.uintptr_t(p), C.size_t(n), &fd, &off)
+	switch r {
+	case 0:
+		return int(fd), uint64(off), nil
+	case -1:
+		return -1, 0, errdefs.Errorf(errdefs.FailedPrecondition, "CUDA driver %s lacks cuMemGetHandleForAddressRange (CUDA 11.7+): no dma-buf export, use staged mode", d.lib)
+	case 801:
+		return -1, 0, errdefs.Errorf(errdefs.FailedPrecondition, "cuMemGetHandleForAddressRange(%#x, %d): %s: this GPU, driver or allocation cannot export a dma-buf (needs the open kernel module), use staged mode", p, n, d.name(r))
+	}
+	return -1, 0, d.check(r, fmt.Sprintf("cuMemGetHandleForAddressRange(%#x, %d)", p, n))
+}
+
+// pciBusID is the device's PCI bus id, or "" when the driver cannot say.
+func (d *driver) pciBusID(ordinal int) string {
+	var buf [64]C.char
+	if C.kvf_pci_bus_id(d.c, C.int(ordinal), &buf[0], C.int(len(buf))) != 0 {
+		return ""
+	}
+	return C.GoString(&buf[0])
 }
 
 func (d *driver) free(p uintptr) error {

@@ -209,6 +209,19 @@ func (h *heldBytes) Released(shard []byte) {
 	clear(shard)
 }
 
+// seen is how many of the requests reqs had bytes in slots at release.
+func (h *heldBytes) seen(reqs map[int]bool) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for k := range reqs {
+		if h.reqs[k] > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 type outcome struct {
 	ok, decodeAborted, prefillAborted int
 }
@@ -268,14 +281,7 @@ func TestLateWriteNeverReachesGPUPage(t *testing.T) {
 		dec.check(pg)
 	}
 	s := d.Stats()
-	lateHeld := 0
-	held.mu.Lock()
-	for k := range abortedReqs {
-		if held.reqs[k] > 0 {
-			lateHeld++
-		}
-	}
-	held.mu.Unlock()
+	lateHeld := held.seen(abortedReqs)
 	t.Logf("requests: %d verified, %d aborted on decode with writes in flight (%d of them with bytes seen in held host slots), %d aborted on prefill; releases %v; free GPU pages written: %d (%d with a request's bytes); successful requests' GPU pages corrupt: %d",
 		out.ok, out.decodeAborted, lateHeld, out.prefillAborted, s.Released, dec.touched, dec.aborted, dec.corrupt)
 	if CopiesBeforeSuccess {

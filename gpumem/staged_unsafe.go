@@ -35,3 +35,9 @@ func startEarlyCopies(r *StagedReceiver) {
 		}
 	}()
 }
+
+// freesAtAbort: the known-unsafe control arm of direct mode. Its
+// DirectReceiver gives the engine pages back at Abort, while the exposure
+// (the NIC's permission to write them) is still open and writes may be in
+// flight; the hold test must catch it.
+const freesAtAbort = true

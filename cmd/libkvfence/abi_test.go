@@ -7,6 +7,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -19,6 +20,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/sdk"
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
 
@@ -412,4 +415,51 @@ func TestWriteAndReadFaultingMemoryAreInvalidArguments(t *testing.T) {
 		t.Errorf("a good read after the refusals: code %d, bytes equal %v", rc, bytes.Equal(dst, src))
 	}
 	abi(kvfence_receiver_finish, rv, e.p())
+}
+
+// TestGPUModeDirectRefusedAtOpen: gpu_mode "direct" on the TCP plugin (a
+// real plugin process declaring only host-shared memory) is refused at
+// open with FAILED_PRECONDITION naming its memory kinds; a mistyped mode is
+// INVALID_ARGUMENT; "staged" opens.
+func TestGPUModeDirectRefusedAtOpen(t *testing.T) {
+	const codeFailedPrecondition = 6
+	for _, c := range []struct {
+		mode, want string
+		code       int64
+	}{
+		{"direct", "host-shared", codeFailedPrecondition},
+		{"dirct", "gpu_mode", codeInvalid},
+		{"staged", "", 0},
+	} {
+		var h uint64
+		var e errBuf
+		cfg := withPlugin(fmt.Sprintf(`{"slots": 8, "shard_bytes": 4096, "gpu_mode": %q}`, c.mode))
+		rc := abi(kvfence_decode_open, cstr(cfg), unsafe.Pointer(&h), e.p())
+		if rc == 0 {
+			abi(kvfence_close, h, nil)
+		}
+		if rc != c.code || !strings.Contains(string(e.Message[:]), c.want) {
+			t.Errorf("gpu_mode %q: %d %s; want %d naming %q", c.mode, rc, e.Message[:], c.code, c.want)
+		}
+	}
+}
+
+// dmabufTransport declares the dmabuf memory kind, as verbs does.
+type dmabufTransport struct{ sdk.Transport }
+
+func (dmabufTransport) Info(context.Context) (sdk.Info, error) {
+	return sdk.Info{Name: "verbs-like", Capabilities: sdk.Capabilities{MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared, sdk.MemoryDMABuf}}}, nil
+}
+
+// TestGPUModeDirectUnimplementedOnDMABufTransport: a transport that can
+// take dma-bufs is still refused, as Unimplemented and naming what is
+// missing, while the agent lands writes in its own pool.
+func TestGPUModeDirectUnimplementedOnDMABufTransport(t *testing.T) {
+	err := checkGPUMode("direct", dmabufTransport{})
+	if !errdefs.IsUnimplemented(err) || !strings.Contains(err.Error(), "engine's page index") {
+		t.Fatalf("direct on a dmabuf transport: %v", err)
+	}
+	if err := checkGPUMode("", dmabufTransport{}); err != nil {
+		t.Fatalf("default mode: %v", err)
+	}
 }

@@ -37,6 +37,8 @@ type common struct {
 	// LogFile (default stderr), JSON lines.
 	LogLevel string `json:"log_level"`
 	LogFile  string `json:"log_file"`
+	// GPUMode: "staged" (default) or "direct" (gpu_mode.go).
+	GPUMode string `json:"gpu_mode"`
 }
 
 type decodeJSON struct {
@@ -158,6 +160,10 @@ func (c common) open(role agent.Role) (*agentObj, hclog.Logger, *tls.Config, err
 	}
 	if a.plug, err = sdk.Open(path, sdk.OpenOptions{Env: c.PluginEnv, Logger: log.Named("plugin")}); err != nil {
 		a.close0()
+		return nil, nil, nil, err
+	}
+	if err := checkGPUMode(c.GPUMode, a.plug.Transport()); err != nil {
+		a.close()
 		return nil, nil, nil, err
 	}
 	return a, log, tlsCfg, nil

@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,11 +276,26 @@ CUresult cuEventSynchronize(void *ep) {
   return e->fail ? 719 /* CUDA_ERROR_LAUNCH_FAILED */ : OK;
 }
 
-/* dma-buf export (CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1): the memfd. */
+/* dma-buf export (CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1): the memfd.
+ * -DFAKECUDA_NO_DMABUF builds a driver without it (older than CUDA 11.7). */
+#ifndef FAKECUDA_NO_DMABUF
 CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t n, int type, unsigned long long flags) {
   (void)flags;
   if (type != 1 || !in_device(p, n)) return E_INVALID_VALUE;
   *(int *)handle = dup(memfd);
+  return OK;
+}
+
+/* Where device address p lies in the dma-buf above (a real driver's buffer
+ * starts at the exported address; the fake's is the whole device memfd).
+ * Not part of any driver. */
+unsigned long fakecuda_dmabuf_offset(CUdeviceptr p) { return (unsigned long)(p - (CUdeviceptr)dev_base); }
+#endif
+
+/* The one fake device's PCI bus id. */
+CUresult cuDeviceGetPCIBusId(char *buf, int n, int dev) {
+  if (dev != 0 || n < 13) return E_INVALID_VALUE;
+  snprintf(buf, (size_t)n, "0000:18:00.0");
   return OK;
 }
 

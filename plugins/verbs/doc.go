@@ -5,7 +5,8 @@
 //
 // It owns: opening an RDMA device (by name or GID), the protection domain,
 // registration of shared host memory (sdk.MapMemory) and of dma-buf memory
-// (ibv_reg_dmabuf_mr), one RC queue pair per peer connected through a small
+// (received over SCM_RIGHTS by sdk.ImportDMABuf, kept open while registered;
+// ibv_reg_dmabuf_mr), one RC queue pair per peer connected through a small
 // TCP handshake (qpn, psn, gid) on the address LocalEndpoint returns, the
 // completion-polling loop, Quiesce, and Grant/Revoke of per-exposure keys.
 //

@@ -37,7 +37,7 @@ func (t *Transport) RegisterMemory(ctx context.Context, desc sdk.MemoryDesc) (sd
 		r.base = uintptr(unsafe.Pointer(unsafe.SliceData(r.mapping.Bytes())))
 		r.mr, err = t.d.regMR(r.base, desc.Size, uint64(r.base), accLocalWrite)
 	case sdk.MemoryDMABuf:
-		if r.dmabuf, err = sdk.OpenDMABuf(desc); err != nil {
+		if r.dmabuf, err = sdk.ImportDMABuf(desc); err != nil { // SCM_RIGHTS (sdk/fdpass.go); held until release
 			return 0, err
 		}
 		// iova = the offset into the dma-buf: SGEs address the buffer by offset.

@@ -81,8 +81,10 @@ object of --disaggregation-transfer-backend-extra-config (the fork's flag):
                  decode_addrs never asks)
   state_items    hybrid (Mamba) models: state indices per request and
                  state type, the same on both sides (default 1)
-  plugin, plugin_env, tls_cert, tls_key, tls_ca, log_level, log_file
-                 the library's config fields both sides take
+  plugin, plugin_env, tls_cert, tls_key, tls_ca, log_level, log_file,
+  gpu_mode       the library's config fields both sides take (gpu_mode:
+                 "staged", the default, or "direct", refused at start-up
+                 until the agent places writes at engine page indices)
   decode, prefill  objects of further library config fields for that side
 """
 import ctypes
@@ -113,7 +115,7 @@ except ImportError:
 
 # Library config fields both sides take; side-specific ones go in the
 # "decode" or "prefill" object of the config.
-_SHARED_KEYS = ("plugin", "plugin_env", "tls_cert", "tls_key", "tls_ca", "log_level", "log_file")
+_SHARED_KEYS = ("plugin", "plugin_env", "tls_cert", "tls_key", "tls_ca", "log_level", "log_file", "gpu_mode")
 PREFILL_RANK_BASE = 1000  # kvfence rank ids below this are decode ranks'
 _SCATTER_WAIT_S = 60.0  # an abort waits this long for a scatter in flight (a bounded memcpy)
 

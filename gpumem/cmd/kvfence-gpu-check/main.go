@@ -6,6 +6,12 @@
 //	kvfence-gpu-check bandwidth  device↔host bandwidth of the staged mode as a
 //	                             ratio of cuMemcpy of the same bytes, same run,
 //	                             arms interleaved (goal ≥ 0.9)
+//	kvfence-gpu-check direct PLUGIN
+//	                             direct mode (direct.go) through PLUGIN, a verbs
+//	                             plugin built with -tags rdma, on the RDMA NIC
+//	                             nearest GPU 0; one skip line (exit 10) where
+//	                             this host has no NIC, no dma-buf export or no
+//	                             dma-buf registration
 //
 // The driver is $KVFENCE_CUDA_LIB, else libcuda.so.1. Usage errors exit 2.
 package main
@@ -29,8 +35,15 @@ func main() {
 	page := fs.Int64("page", 64<<10, "bytes per KV page (bandwidth)")
 	rounds := fs.Int("rounds", 7, "interleaved rounds per arm (bandwidth)")
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kvfence-gpu-check probe|bandwidth [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kvfence-gpu-check probe|bandwidth [flags] | direct PLUGIN")
 		os.Exit(2)
+	}
+	if os.Args[1] == "direct" {
+		if len(os.Args) != 3 {
+			fmt.Fprintln(os.Stderr, "usage: kvfence-gpu-check direct PLUGIN")
+			os.Exit(2)
+		}
+		os.Exit(direct(os.Args[2]))
 	}
 	if err := fs.Parse(os.Args[2:]); err != nil || *size <= 0 || *page <= 0 || *size%*page != 0 || *rounds < 1 {
 		fmt.Fprintln(os.Stderr, "kvfence-gpu-check: --bytes must be a positive multiple of --page, --rounds ≥ 1")
@@ -45,7 +58,7 @@ func main() {
 			os.Exit(1)
 		}
 	default:
-		fmt.Fprintf(os.Stderr, "kvfence-gpu-check: unknown command %q (probe, bandwidth)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "kvfence-gpu-check: unknown command %q (probe, bandwidth, direct)\n", os.Args[1])
 		os.Exit(2)
 	}
 }
@@ -53,7 +66,7 @@ func main() {
 func probe() int {
 	d, err := gpumem.Open(gpumem.Options{})
 	if errdefs.IsFailedPrecondition(err) {
-		fmt.Printf("gpu-check: skipped staged-mode page integrity and copy bandwidth on a real GPU (and direct mode, not built): %v\n", err)
+		fmt.Printf("gpu-check: skipped staged-mode page integrity, copy bandwidth and direct mode on a real GPU: %v\n", err)
 		return exitSkipped
 	}
 	if err != nil {
