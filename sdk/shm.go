@@ -135,11 +135,11 @@ func (m *Mapping) Close() error {
 	return err
 }
 
-// OpenDMABuf is the typed hook for GPU memory: it opens the dma-buf described
-// by desc and returns its file, for the plugin to import into its backend
-// (ibv_reg_dmabuf_mr with desc.Offset and desc.Size). The host creates the
-// descriptor (cuMemGetHandleForAddressRange with the DMA_BUF_FD handle type)
-// and describes it with the same /proc/<pid>/fd/<fd> path scheme. The SDK
+// OpenDMABuf reopens a dma-buf described by its /proc/<pid>/fd/<fd> path.
+// That works only for a memfd-backed buffer (the fake driver's): the kernel
+// refuses to open a real dma-buf's inode by path (ENXIO). Plugins call
+// ImportDMABuf, which takes the descriptor over SCM_RIGHTS when the host
+// shared it (ShareDMABuf) and falls back to this path otherwise. The SDK
 // never maps a dma-buf into CPU memory.
 func OpenDMABuf(desc MemoryDesc) (*os.File, error) {
 	if desc.Kind != MemoryDMABuf {
@@ -153,7 +153,8 @@ func OpenDMABuf(desc MemoryDesc) (*os.File, error) {
 }
 
 // DescribeDMABuf describes a dma-buf file descriptor that this (host) process
-// holds, for RegisterMemory. The descriptor must stay open while registered.
+// holds by its /proc path; the descriptor must stay open while registered.
+// Real dma-bufs need ShareDMABuf instead (see OpenDMABuf).
 func DescribeDMABuf(fd int, offset, size uint64, device string) MemoryDesc {
 	return MemoryDesc{
 		Kind:   MemoryDMABuf,
