@@ -11,7 +11,8 @@
 // the guard that a pieced window (Window.Stride) reaches only a plugin
 // declaring Capabilities.Bounds pieces (bounds.go; checked on both sides),
 // the helpers that share memory between host and plugin without copies,
-// the shared-memory rings that carry Post and Completion (Post asynchronous
+// the shared-memory rings that carry Post and Completion (their records and
+// doorbells are package sdk/internal/ring, behind this surface; Post asynchronous
 // by default, a refusal then being the batch's FailedDefinite completion with
 // the refusal's class; OpenOptions.SyncPost or KVFENCE_ASYNC_POST=off for
 // the synchronous contract),

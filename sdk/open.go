@@ -111,36 +111,10 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 		}
 		dir, own = d, true
 	}
-	cmd := exec.Command(path, opts.Args...)
-	cmd.Env = pluginEnv(opts.Env, dir)
-	// SIGKILL the plugin if the host dies; the plugin's own parent watch
-	// covers the case where the kernel does not deliver it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var afterStart []*os.File
-	if len(opts.SHA256) > 0 || opts.CertificatePolicy != nil {
-		sealed, err := sealBinary(path)
-		if err != nil {
-			return nil, removeOwn(dir, own, err)
-		}
-		if err := sealed.verifyPins(path, opts); err != nil {
-			sealed.f.Close()
-			return nil, removeOwn(dir, own, err)
-		}
-		cmd.Path, cmd.Err, cmd.ExtraFiles = sealedExecPath, nil, []*os.File{sealed.f}
-		afterStart = cmd.ExtraFiles
-		if len(opts.ExecVia) > 0 {
-			wrapper, err := exec.LookPath(opts.ExecVia[0])
-			if err != nil {
-				sealed.f.Close()
-				return nil, removeOwn(dir, own, errdefs.Errorf(errdefs.NotFound, "Open: %v", err))
-			}
-			cmd.Path = wrapper
-			cmd.Args = append(append(append([]string(nil), opts.ExecVia...), sealedExecPath), opts.Args...)
-		}
-	} else if len(opts.ExecVia) > 0 {
-		return nil, removeOwn(dir, own, errdefs.Errorf(errdefs.InvalidArgument, "Open: ExecVia needs a pinned binary (SHA256 or CertificatePolicy)"))
+	cmd, afterStart, err := pluginCommand(path, opts, dir)
+	if err != nil {
+		return nil, removeOwn(dir, own, err)
 	}
-
 	tail, closing := &stderrTail{}, &atomic.Bool{}
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
@@ -156,21 +130,69 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 		GRPCDialOptions:  []grpc.DialOption{},
 		RunnerFunc:       runnerFunc(cmd, afterStart...),
 	}
-	client := plugin.NewClient(cfg)
-	p := &Plugin{client: client, socketDir: dir, ownDir: own, gone: make(chan struct{}), closing: closing}
-	fail := func(class errdefs.Class, format string, args ...any) (*Plugin, error) {
-		client.Kill() // after it, the plugin's stderr is read to its end
+	p := &Plugin{client: plugin.NewClient(cfg), socketDir: dir, ownDir: own, gone: make(chan struct{}), closing: closing}
+	if err := p.connect(path, cmd, tail, async); err != nil {
+		return nil, err
+	}
+	go p.watchExit()
+	return p, nil
+}
+
+// pluginCommand is how the plugin is started: the binary at path, or,
+// pinned (SHA256 or CertificatePolicy), the sealed copy whose pins it
+// verified, run through ExecVia's wrapper when asked. afterStart are the
+// files the runner closes once the plugin started.
+func pluginCommand(path string, opts OpenOptions, dir string) (cmd *exec.Cmd, afterStart []*os.File, err error) {
+	cmd = exec.Command(path, opts.Args...)
+	cmd.Env = pluginEnv(opts.Env, dir)
+	// SIGKILL the plugin if the host dies; the plugin's own parent watch
+	// covers the case where the kernel does not deliver it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if len(opts.SHA256) == 0 && opts.CertificatePolicy == nil {
+		if len(opts.ExecVia) > 0 {
+			return nil, nil, errdefs.Errorf(errdefs.InvalidArgument, "Open: ExecVia needs a pinned binary (SHA256 or CertificatePolicy)")
+		}
+		return cmd, nil, nil
+	}
+	sealed, err := sealBinary(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := sealed.verifyPins(path, opts); err != nil {
+		sealed.f.Close()
+		return nil, nil, err
+	}
+	cmd.Path, cmd.Err, cmd.ExtraFiles = sealedExecPath, nil, []*os.File{sealed.f}
+	if len(opts.ExecVia) > 0 {
+		wrapper, err := exec.LookPath(opts.ExecVia[0])
+		if err != nil {
+			sealed.f.Close()
+			return nil, nil, errdefs.Errorf(errdefs.NotFound, "Open: %v", err)
+		}
+		cmd.Path = wrapper
+		cmd.Args = append(append(append([]string(nil), opts.ExecVia...), sealedExecPath), opts.Args...)
+	}
+	return cmd, cmd.ExtraFiles, nil
+}
+
+// connect completes the handshake, dispenses the transport and sets up
+// the host's end (rings negotiated, Post contract chosen). On failure the
+// plugin is killed, Open's socket directory removed, and the error carries
+// the plugin's own last line on stderr.
+func (p *Plugin) connect(path string, cmd *exec.Cmd, tail *stderrTail, async bool) error {
+	fail := func(class errdefs.Class, format string, args ...any) error {
+		p.client.Kill() // after it, the plugin's stderr is read to its end
 		p.removeDir()
 		if why := tail.last(); why != "" {
 			format, args = format+" (the plugin's last line on stderr: %s)", append(args, why)
 		}
-		return nil, errdefs.Errorf(class, format, args...)
+		return errdefs.Errorf(class, format, args...)
 	}
-	proto, err := client.Client()
+	proto, err := p.client.Client()
 	if err != nil {
-		client.Kill()
+		p.client.Kill()
 		p.removeDir()
-		return nil, startFailure(path, err, tail.last())
+		return startFailure(path, err, tail.last())
 	}
 	raw, err := proto.Dispense(pluginName)
 	if err != nil {
@@ -190,8 +212,7 @@ func Open(path string, opts OpenOptions) (*Plugin, error) {
 	r.onLost = func() { go p.reap() }
 	r.setAsyncPost(async)
 	p.remote, p.transport, p.proto = r, r.asTransport(), proto
-	go p.watchExit()
-	return p, nil
+	return nil
 }
 
 // removeOwn removes a socket directory Open made before failing.

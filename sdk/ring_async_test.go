@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/sdk/internal/ring"
 )
 
 // With AsyncPost, Post returns once the batch is in the ring, and the
@@ -110,5 +111,44 @@ func TestAsyncPostFromEnv(t *testing.T) {
 	t.Setenv(envAsyncPost, "yes")
 	if _, err := Open("/nonexistent/plugin", OpenOptions{}); !errdefs.Is(err, errdefs.InvalidArgument) {
 		t.Fatalf("Open with %s=yes: %v, want invalid argument", envAsyncPost, err)
+	}
+}
+
+// With asynchronous Post nobody waits for an accepted Post's verdict, so
+// the plugin publishes it without waking the host; a refusal (the batch's
+// completion) still wakes it, and so does every verdict for a host that
+// waits (SyncPost). A plugin that rang for every accept would wake the
+// host once per batch for nothing.
+func TestAsyncAcceptsWakeNobody(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		flags             uint32
+		refused           bool
+		wantWake, wantRec bool
+	}{
+		{"async accept", ring.QuietAccepts, false, false, true},
+		{"async refusal", ring.QuietAccepts, true, true, true},
+		{"sync accept", 0, false, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const capacity = ring.MinCapacity
+			mem := make([]byte, ring.LayoutSize(capacity))
+			ring.InitLayout(mem, capacity)
+			ring.HostFlags(mem).Store(c.flags)
+			host := ring.Completion(mem, capacity)
+			p := &pluginRings{comp: ring.Completion(mem, capacity), flags: ring.HostFlags(mem), stop: make(chan struct{})}
+			var err error
+			if c.refused {
+				err = errdefs.Errorf(errdefs.InvalidArgument, "no")
+			}
+			host.AnnounceSleep()
+			p.verdict(7, err, true)
+			if woke := p.comp.Wakes() == 1; woke != c.wantWake {
+				t.Errorf("host woken: %v, want %v", woke, c.wantWake)
+			}
+			if _, seq, _, _, ok, _ := host.Next(nil); ok != c.wantRec || seq != 7 {
+				t.Errorf("verdict record: %v (seq %d), want it published", ok, seq)
+			}
+		})
 	}
 }

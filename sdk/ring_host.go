@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/sdk/internal/ring"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -66,8 +67,8 @@ const (
 // for its plugin's verdict on a channel the consumer fills.
 type hostRings struct {
 	shm  *SharedMemory
-	sub  *ring // host produces
-	comp *ring // host consumes
+	sub  *ring.Ring // host produces
+	comp *ring.Ring // host consumes
 
 	mu      sync.Mutex // the submission ring's one producer
 	closed  bool
@@ -98,12 +99,12 @@ func attachRings(ctx context.Context, conn grpc.ClientConnInterface, host *remot
 	if os.Getenv(envRings) == "off" {
 		return nil, nil
 	}
-	capacity := uint64(ringDefaultSize)
-	shm, err := NewSharedMemory("rings", ringLayoutSize(capacity))
+	capacity := uint64(ring.DefaultSize)
+	shm, err := NewSharedMemory("rings", ring.LayoutSize(capacity))
 	if err != nil {
 		return nil, err
 	}
-	initRingLayout(shm.Bytes(), capacity)
+	ring.InitLayout(shm.Bytes(), capacity)
 	desc := shm.Desc()
 	opaque := binary.LittleEndian.AppendUint64(nil, capacity)
 	var res pb.Endpoint
@@ -116,7 +117,7 @@ func attachRings(ctx context.Context, conn grpc.ClientConnInterface, host *remot
 		return nil, nil // an older plugin: gRPC Post
 	}
 	h := &hostRings{
-		shm: shm, sub: submissionRing(shm.Bytes(), capacity), comp: completionRing(shm.Bytes(), capacity),
+		shm: shm, sub: ring.Submission(shm.Bytes(), capacity), comp: ring.Completion(shm.Bytes(), capacity),
 		waiters: map[uint64]chan error{}, unanswered: map[uint64]BatchID{}, stop: make(chan struct{}), stopped: make(chan struct{}), dead: make(chan struct{}),
 		host: host, violation: violation,
 	}
@@ -138,7 +139,7 @@ var errRingNoVerdict = errors.New("no verdict from the plugin")
 // as b's completion (handle).
 func (h *hostRings) post(ctx context.Context, b Batch) error {
 	payload, err := proto.Marshal(batchToPB(b))
-	if err != nil || uint64(len(payload)) > h.sub.maxPayload() {
+	if err != nil || uint64(len(payload)) > h.sub.MaxPayload() {
 		return errRingUnsent
 	}
 	verdict := make(chan error, 1)
@@ -150,30 +151,30 @@ func (h *hostRings) post(ctx context.Context, b Batch) error {
 	h.seq++
 	seq := h.seq
 	for {
-		err = h.sub.put(recPost, seq, payload)
-		if !errors.Is(err, errRingFull) {
+		err = h.sub.Put(ring.RecPost, seq, payload)
+		if !errors.Is(err, ring.ErrFull) {
 			break
 		}
-		h.sub.publish()
-		if !waitRoom(h.dead) {
+		h.sub.Publish()
+		if !ring.WaitRoom(h.dead) {
 			break
 		}
 	}
 	if err != nil {
 		h.mu.Unlock()
-		if errors.Is(err, errRingCorrupt) {
+		if errors.Is(err, ring.ErrCorrupt) {
 			h.violation("submission ring head moved impossibly")
 		}
 		return errRingUnsent
 	}
 	if h.async {
 		h.unanswered[seq] = b.ID
-		h.sub.publish()
+		h.sub.Publish()
 		h.mu.Unlock()
 		return nil
 	}
 	h.waiters[seq] = verdict
-	h.sub.publish()
+	h.sub.Publish()
 	h.mu.Unlock()
 	select {
 	case err := <-verdict:
@@ -200,7 +201,7 @@ func (h *hostRings) consume() {
 			return
 		default:
 		}
-		h.comp.wait(h.stop)
+		h.comp.Wait(h.stop)
 		var ok bool
 		if buf, ok = h.drain(buf); !ok {
 			<-h.stop
@@ -212,7 +213,7 @@ func (h *hostRings) consume() {
 // drain handles every published record; false when the ring is corrupt.
 func (h *hostRings) drain(buf []byte) ([]byte, bool) {
 	for {
-		kind, seq, payload, b, ok, err := h.comp.next(buf)
+		kind, seq, payload, b, ok, err := h.comp.Next(buf)
 		buf = b
 		if err != nil {
 			h.violation("completion ring: " + err.Error())
@@ -269,15 +270,15 @@ func (h *hostRings) flush() {
 // handle dispatches one record; it returns why the record is invalid.
 func (h *hostRings) handle(kind uint16, seq uint64, payload []byte) string {
 	switch kind {
-	case recCompletion:
+	case ring.RecCompletion:
 		var c pb.Completion
 		if err := proto.Unmarshal(payload, &c); err != nil {
 			return "completion record: " + err.Error()
 		}
 		h.complete(completionFromPB(&c))
-	case recPostOK, recPostErr:
+	case ring.RecPostOK, ring.RecPostErr:
 		var verdict error
-		if kind == recPostErr {
+		if kind == ring.RecPostErr {
 			var c pb.Completion
 			if err := proto.Unmarshal(payload, &c); err != nil {
 				return "post verdict record: " + err.Error()
@@ -326,7 +327,7 @@ func (h *hostRings) postedSeq() uint64 {
 // come any more), and unmap.
 func (h *hostRings) shutdown() {
 	close(h.stop)
-	h.comp.interrupt()
+	h.comp.Interrupt()
 	<-h.stopped
 	h.flushing.Wait() // delivered before lose declares the rest InDoubt
 	h.mu.Lock()
@@ -372,6 +373,11 @@ func (r *remote) setAsyncPost(on bool) {
 	if r.rings != nil {
 		r.rings.mu.Lock()
 		r.rings.async = on
+		var flags uint32
+		if on {
+			flags = ring.QuietAccepts
+		}
+		ring.HostFlags(r.rings.shm.Bytes()).Store(flags)
 		r.rings.mu.Unlock()
 	}
 }

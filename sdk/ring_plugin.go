@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/sdk/internal/ring"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -51,7 +53,7 @@ func (s *grpcServer) attach(ctx context.Context, req *pb.Endpoint) (*pb.Endpoint
 		return nil, fail(ctx, errdefs.Errorf(errdefs.InvalidArgument, "rings: unknown data path %q", req.GetTransport()))
 	}
 	capacity := binary.LittleEndian.Uint64(req.GetOpaque())
-	if !validRingCapacity(capacity) {
+	if !ring.ValidCapacity(capacity) {
 		return nil, fail(ctx, errdefs.Errorf(errdefs.InvalidArgument, "rings: capacity %d", capacity))
 	}
 	s.streamMu.Lock()
@@ -59,16 +61,16 @@ func (s *grpcServer) attach(ctx context.Context, req *pb.Endpoint) (*pb.Endpoint
 	if s.rings != nil || s.streamOn {
 		return nil, fail(ctx, errdefs.Errorf(errdefs.FailedPrecondition, "rings: already attached or stream open"))
 	}
-	m, err := MapMemory(MemoryDesc{Kind: MemoryHostShared, Path: req.GetAddress(), Size: ringLayoutSize(capacity)})
+	m, err := MapMemory(MemoryDesc{Kind: MemoryHostShared, Path: req.GetAddress(), Size: ring.LayoutSize(capacity)})
 	if err != nil {
 		return nil, fail(ctx, err)
 	}
-	if err := checkRingLayout(m.Bytes(), capacity); err != nil {
+	if err := ring.CheckLayout(m.Bytes(), capacity); err != nil {
 		_ = m.Close()
 		return nil, fail(ctx, err)
 	}
-	pr := &pluginRings{m: m, impl: s.impl, sub: submissionRing(m.Bytes(), capacity), comp: completionRing(m.Bytes(), capacity),
-		stop: make(chan struct{}), stopped: make(chan struct{})}
+	pr := &pluginRings{m: m, impl: s.impl, sub: ring.Submission(m.Bytes(), capacity), comp: ring.Completion(m.Bytes(), capacity),
+		flags: ring.HostFlags(m.Bytes()), stop: make(chan struct{}), stopped: make(chan struct{})}
 	s.rings = pr
 	go pr.consume()
 	return &pb.Endpoint{Transport: ringsDataPath}, nil
@@ -88,10 +90,11 @@ func (s *grpcServer) takeRings() *pluginRings {
 type pluginRings struct {
 	m    *Mapping
 	impl Transport
-	sub  *ring // plugin consumes
+	sub  *ring.Ring // plugin consumes
 
 	compMu sync.Mutex // verdicts (consumer goroutine) and completions (stream goroutine) share it
-	comp   *ring
+	comp   *ring.Ring
+	flags  *atomic.Uint32 // the host's flags, in the shared control page
 
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -108,11 +111,11 @@ func (p *pluginRings) consume() {
 			return
 		default:
 		}
-		p.sub.wait(p.stop)
+		p.sub.Wait(p.stop)
 		for held := 0; ; held++ {
-			kind, seq, payload, b, ok, err := p.sub.next(buf)
+			kind, seq, payload, b, ok, err := p.sub.Next(buf)
 			buf = b
-			if err != nil || (ok && kind != recPost) {
+			if err != nil || (ok && kind != ring.RecPost) {
 				p.flush()
 				return // a host that breaks the format gets no more verdicts
 			}
@@ -122,7 +125,7 @@ func (p *pluginRings) consume() {
 			// While more submissions wait, verdicts are visible at once but
 			// ring the host's doorbell together (one wake-up), at most
 			// ringHoldMax of them.
-			hold := held < ringHoldMax && p.sub.available()
+			hold := held < ringHoldMax && p.sub.Available()
 			p.verdict(seq, p.post(payload), !hold)
 			if !hold {
 				held = -1
@@ -141,7 +144,7 @@ func (p *pluginRings) flush() {
 	p.compMu.Lock()
 	defer p.compMu.Unlock()
 	if !p.unmapped {
-		p.comp.ring()
+		p.comp.Doorbell()
 	}
 }
 
@@ -155,9 +158,9 @@ func (p *pluginRings) post(payload []byte) error {
 
 // verdict reports Post's outcome; errors keep their class (unclassified
 // ones become Internal, as over gRPC).
-func (p *pluginRings) verdict(seq uint64, err error, ring bool) {
+func (p *pluginRings) verdict(seq uint64, err error, wake bool) {
 	if err == nil {
-		p.put(recPostOK, seq, nil, ring)
+		p.put(ring.RecPostOK, seq, nil, wake && p.flags.Load()&ring.QuietAccepts == 0)
 		return
 	}
 	var e *errdefs.Error
@@ -165,7 +168,7 @@ func (p *pluginRings) verdict(seq uint64, err error, ring bool) {
 		e = errdefs.Errorf(errdefs.Internal, "%v", err)
 	}
 	b, _ := proto.Marshal(&pb.Completion{ErrorClass: uint32(e.Class), Detail: truncateDetail(e.Msg)})
-	p.put(recPostErr, seq, b, ring)
+	p.put(ring.RecPostErr, seq, b, wake)
 }
 
 // forward moves the transport's completions into the ring until the
@@ -191,14 +194,14 @@ func (p *pluginRings) forward(ctx context.Context, ch <-chan Completion) error {
 					select {
 					case next, open := <-ch:
 						if open {
-							p.put(recCompletion, 0, b, false)
+							p.put(ring.RecCompletion, 0, b, false)
 							c, more = next, true
 						}
 					default:
 					}
 				}
 				if !more {
-					p.put(recCompletion, 0, b, true)
+					p.put(ring.RecCompletion, 0, b, true)
 					break
 				}
 			}
@@ -209,28 +212,28 @@ func (p *pluginRings) forward(ctx context.Context, ch <-chan Completion) error {
 // put publishes one record, waiting for room (the host drains
 // continuously) unless stopping. Unless ring, a sleeping host is woken
 // only by a later put or flush that rings.
-func (p *pluginRings) put(kind uint16, seq uint64, payload []byte, ring bool) {
+func (p *pluginRings) put(kind uint16, seq uint64, payload []byte, wake bool) {
 	p.compMu.Lock()
 	defer p.compMu.Unlock()
 	for !p.unmapped {
-		err := p.comp.put(kind, seq, payload)
+		err := p.comp.Put(kind, seq, payload)
 		if err == nil {
-			p.comp.publishQuiet()
-			if ring {
-				p.comp.ring()
+			p.comp.PublishQuiet()
+			if wake {
+				p.comp.Doorbell()
 			}
 			return
 		}
-		if !errors.Is(err, errRingFull) || !waitRoom(p.stop) {
+		if !errors.Is(err, ring.ErrFull) || !ring.WaitRoom(p.stop) {
 			return
 		}
-		p.comp.publish()
+		p.comp.Publish()
 	}
 }
 
 func (p *pluginRings) close() {
 	close(p.stop)
-	p.sub.interrupt()
+	p.sub.Interrupt()
 	<-p.stopped
 	p.compMu.Lock()
 	p.unmapped = true

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/sdk/internal/ring"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 	"google.golang.org/grpc"
 )
@@ -176,24 +177,25 @@ func TestDataPathNegotiation(t *testing.T) {
 // protocol violation is reported, everything it owed completes InDoubt
 // exactly once, and the host stays up and refuses further Posts.
 func TestRingsCorruptPluginIsDropped(t *testing.T) {
-	for name, corrupt := range map[string]func(mem []byte, c *ring){
-		"tail-beyond-capacity": func(_ []byte, c *ring) { c.tail.Store(c.pos + c.capacity + 16) },
-		"huge-record": func(_ []byte, c *ring) {
-			putRecordHeader(c.data[c.pos&c.mask:], 0xfffffff0, recCompletion, 0)
-			c.tail.Store(c.pos + 64)
+	at := func(data []byte, pos, capacity uint64) []byte { return data[pos&(capacity-1):] }
+	for name, corrupt := range map[string]func(data []byte, pos, capacity uint64) (tail uint64){
+		"tail-beyond-capacity": func(_ []byte, pos, capacity uint64) uint64 { return pos + capacity + 16 },
+		"huge-record": func(data []byte, pos, capacity uint64) uint64 {
+			ring.PutRecordHeader(at(data, pos, capacity), 0xfffffff0, ring.RecCompletion, 0)
+			return pos + 64
 		},
-		"unknown-kind": func(_ []byte, c *ring) {
-			putRecordHeader(c.data[c.pos&c.mask:], 0, 77, 0)
-			c.tail.Store(c.pos + ringHeaderSize)
+		"unknown-kind": func(data []byte, pos, capacity uint64) uint64 {
+			ring.PutRecordHeader(at(data, pos, capacity), 0, 77, 0)
+			return pos + ring.HeaderSize
 		},
-		"garbage-completion": func(_ []byte, c *ring) {
-			putRecordHeader(c.data[c.pos&c.mask:], 8, recCompletion, 0)
-			copy(c.data[(c.pos&c.mask)+ringHeaderSize:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-			c.tail.Store(c.pos + 32)
+		"garbage-completion": func(data []byte, pos, capacity uint64) uint64 {
+			ring.PutRecordHeader(at(data, pos, capacity), 8, ring.RecCompletion, 0)
+			copy(at(data, pos, capacity)[ring.HeaderSize:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+			return pos + 32
 		},
-		"verdict-never-asked": func(_ []byte, c *ring) {
-			putRecordHeader(c.data[c.pos&c.mask:], 0, recPostOK, 1<<40)
-			c.tail.Store(c.pos + ringHeaderSize)
+		"verdict-never-asked": func(data []byte, pos, capacity uint64) uint64 {
+			ring.PutRecordHeader(at(data, pos, capacity), 0, ring.RecPostOK, 1<<40)
+			return pos + ring.HeaderSize
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -219,10 +221,9 @@ func TestRingsCorruptPluginIsDropped(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			plug := completionRing(m.Bytes(), h.comp.capacity)
-			plug.pos = plug.tail.Load()
-			corrupt(m.Bytes(), plug)
-			plug.interrupt()
+			plug := ring.Completion(m.Bytes(), h.comp.Capacity())
+			plug.Forge(corrupt)
+			plug.Interrupt()
 			got := map[BatchID]Status{}
 			timeout := time.After(10 * time.Second)
 			for done := false; !done; {

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"sort"
-	"strings"
+	"os/exec"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -27,35 +27,46 @@ var boundarySizes = []struct {
 // boundaryArm is one sender: the embedded TCP transport in this process,
 // or as its own plugin process over the rings or over gRPC.
 type boundaryArm struct {
-	name string
-	rig  *sdktest.BoundaryRig
-	us   map[string][]float64 // per size: µs per batch, one per rep
-	cpu  map[string][]float64 // per size: CPU µs per batch (both processes)
-	sw   map[string][]float64 // per size: context switches per batch (both processes)
+	name   string // JSON: <name>_us_per_batch_<size>
+	prefix string // JSON: <prefix>boundary_added_us_per_batch_<size>, against in_process
+	label  string // for a person
+	rig    *sdktest.BoundaryRig
+	us     map[string][]float64 // per size: µs per batch, one per rep
+	cpu    map[string][]float64 // per size: CPU µs per batch (both processes)
+	sw     map[string][]float64 // per size: context switches per batch (both processes)
+}
+
+// boundaryOptions are kvfence bench boundary's flags.
+type boundaryOptions struct {
+	reps, window, load int
+	asJSON             bool
+	report             string
 }
 
 // kvfence bench boundary: what crossing the plugin boundary costs per
 // batch, measured side by side in one run.
 func newBenchBoundaryCommand() *cobra.Command {
-	var reps, window int
-	var asJSON bool
+	var o boundaryOptions
 	cmd := &cobra.Command{
 		Use:   "boundary",
-		Short: "plugin boundary cost: TCP sender out of process (rings with the default asynchronous Post, rings with synchronous Post, gRPC) vs in process, 4 KiB/64 KiB/1 MiB, interleaved",
+		Short: "plugin boundary cost: TCP sender out of process (rings with the default asynchronous Post, rings with synchronous Post, gRPC) vs in process (and its twin, the noise floor), 4 KiB/64 KiB/1 MiB, interleaved",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBoundary(cmd.Context(), reps, window, asJSON)
+			return runBoundary(cmd.Context(), o)
 		},
 	}
 	fl := cmd.Flags()
-	fl.IntVar(&reps, "reps", 5, "interleaved repetitions per arm and size")
-	fl.IntVar(&window, "window", 64, "batches in flight")
-	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
+	fl.IntVar(&o.reps, "reps", 5, "interleaved repetitions per arm and size")
+	fl.IntVar(&o.window, "window", 64, "batches in flight")
+	fl.IntVar(&o.load, "load", 0, "busy-loop processes to run beside the measurement (machine load), 0..64")
+	fl.BoolVar(&o.asJSON, "json", false, "print one JSON object")
+	fl.StringVar(&o.report, "report", "", "write an HTML report (charts) to this path")
 	return cmd
 }
 
-// boundaryArms starts one in-process receiver and four senders: in
-// process, this executable as a plugin on the rings as every host opens it
+// boundaryArms starts one in-process receiver and five senders: in
+// process, its twin (in process again: their difference is the noise
+// floor), this executable as a plugin on the rings as every host opens it
 // (asynchronous Post, the default), again with synchronous Post
 // (OpenOptions.SyncPost), and with the rings off (KVFENCE_RINGS=off while
 // it is opened: the gRPC data path).
@@ -66,150 +77,125 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 			closers[i]()
 		}
 	}
-	newTCP := func() (*tcp.Transport, error) {
+	newTCP := func() (sdk.Transport, int, error) {
 		t, err := tcp.New(tcp.Config{}, hclog.NewNullLogger())
 		if err == nil {
 			closers = append(closers, func() { _ = t.Close() })
 		}
-		return t, err
+		return t, 0, err
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, closeAll, err
 	}
-	open := func(dataPath sdk.DataPath, async bool) (*sdk.Plugin, error) {
+	open := func(dataPath sdk.DataPath, async bool) (sdk.Transport, int, error) {
 		if dataPath == sdk.DataPathGRPC {
 			os.Setenv("KVFENCE_RINGS", "off")
 			defer os.Unsetenv("KVFENCE_RINGS")
 		}
 		p, err := sdk.Open(self, sdk.OpenOptions{Args: []string{"__plugin-tcp"}, SyncPost: !async})
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		closers = append(closers, func() { _ = p.Close() })
 		if p.DataPath() != dataPath || p.AsyncPost() != async {
-			return nil, fmt.Errorf("plugin data path %s (async %v), want %s (async %v)", p.DataPath(), p.AsyncPost(), dataPath, async)
+			return nil, 0, fmt.Errorf("plugin data path %s (async %v), want %s (async %v)", p.DataPath(), p.AsyncPost(), dataPath, async)
 		}
-		return p, nil
+		return p.Transport(), p.Pid(), nil
 	}
-	recv, err := newTCP()
-	if err != nil {
-		return nil, closeAll, err
-	}
-	in, err := newTCP()
-	if err != nil {
-		return nil, closeAll, err
-	}
-	rings, err := open(sdk.DataPathRings, true)
-	if err != nil {
-		return nil, closeAll, err
-	}
-	viaGRPC, err := open(sdk.DataPathGRPC, false)
-	if err != nil {
-		return nil, closeAll, err
-	}
-	syncPost, err := open(sdk.DataPathRings, false)
+	recv, _, err := newTCP()
 	if err != nil {
 		return nil, closeAll, err
 	}
 	var arms []*boundaryArm
 	for _, a := range []struct {
-		name string
-		s    sdk.Transport
-		pid  int
-	}{{"in_process", in, 0}, {"out_of_process", rings.Transport(), rings.Pid()}, {"grpc_out_of_process", viaGRPC.Transport(), viaGRPC.Pid()},
-		{"sync_out_of_process", syncPost.Transport(), syncPost.Pid()}} {
-		rig, err := sdktest.NewBoundaryRig(ctx, a.s, recv, a.pid, 64<<20)
+		name, prefix, label string
+		start               func() (sdk.Transport, int, error)
+	}{
+		{"in_process", "", "in-process", newTCP},
+		{"in_process_twin", "noise_floor_", "in-process twin (noise floor)", newTCP},
+		{"out_of_process", "", "rings, async Post (default)", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, true) }},
+		{"sync_out_of_process", "sync_", "rings, sync Post", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, false) }},
+		{"grpc_out_of_process", "grpc_", "gRPC", func() (sdk.Transport, int, error) { return open(sdk.DataPathGRPC, false) }},
+	} {
+		s, pid, err := a.start()
+		if err != nil {
+			return nil, closeAll, fmt.Errorf("%s: %w", a.name, err)
+		}
+		rig, err := sdktest.NewBoundaryRig(ctx, s, recv, pid, 64<<20)
 		if err != nil {
 			return nil, closeAll, fmt.Errorf("%s: %w", a.name, err)
 		}
 		closers = append(closers, rig.Close)
-		arms = append(arms, &boundaryArm{name: a.name, rig: rig, us: map[string][]float64{}, cpu: map[string][]float64{}, sw: map[string][]float64{}})
+		arms = append(arms, &boundaryArm{name: a.name, prefix: a.prefix, label: a.label, rig: rig,
+			us: map[string][]float64{}, cpu: map[string][]float64{}, sw: map[string][]float64{}})
 	}
 	return arms, closeAll, nil
 }
 
-// boundaryReport: medians per arm and size, and the boundary's cost as
-// differences and throughput ratios against the in-process arm.
-func boundaryReport(arms []*boundaryArm, reps, window int) map[string]any {
-	res := map[string]any{"reps": reps, "window": window, "ops_per_batch": 1, "transport": "tcp",
-		"data_path": string(sdk.DataPathRings), "default_post": "async",
-		"note": "median of interleaved reps; this machine is shared, so absolute numbers are noisy: read the ratios"}
-	in := arms[0]
-	for _, size := range boundarySizes {
-		n := size.name
-		base := median(in.us[n])
-		res["batches_"+n] = size.batches
-		for _, a := range arms {
-			us := median(a.us[n])
-			res[a.name+"_us_per_batch_"+n] = us
-			res[a.name+"_cpu_us_per_batch_"+n] = median(a.cpu[n])
-			res[a.name+"_context_switches_per_batch_"+n] = median(a.sw[n])
-			if a == in {
-				continue
-			}
-			prefix, _ := strings.CutSuffix(a.name, "out_of_process")
-			res[prefix+"boundary_added_us_per_batch_"+n] = us - base
-			lo, hi := pairedRange(a.us[n], in.us[n])
-			res[prefix+"boundary_added_us_per_batch_min_"+n] = lo
-			res[prefix+"boundary_added_us_per_batch_max_"+n] = hi
-			res[prefix+"throughput_ratio_"+n] = base / us
-		}
-	}
-	return res
-}
-
-// pairedRange is the spread of the added cost: each rep's arm minus the
-// same rep's in-process run (the two ran back to back, at the same load).
-func pairedRange(arm, base []float64) (lo, hi float64) {
-	for i := range min(len(arm), len(base)) {
-		d := arm[i] - base[i]
-		if i == 0 || d < lo {
-			lo = d
-		}
-		if i == 0 || d > hi {
-			hi = d
-		}
-	}
-	return lo, hi
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 // runBoundary is kvfence bench boundary: every arm and size, reps times,
 // interleaved, then the report.
-func runBoundary(ctx context.Context, reps, window int, asJSON bool) error {
-	if reps < 1 || reps > 1000 || window < 1 || window > 1024 {
-		return usagef("--reps must be 1..1000 and --window 1..1024")
+func runBoundary(ctx context.Context, o boundaryOptions) error {
+	if o.reps < 1 || o.reps > 1000 || o.window < 1 || o.window > 1024 || o.load < 0 || o.load > 64 {
+		return usagef("--reps must be 1..1000, --window 1..1024 and --load 0..64")
+	}
+	if o.report != "" {
+		if err := checkWritableFile(o.report); err != nil {
+			return usagef("--report: %v", err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
+	stopLoad, err := startLoad(o.load)
+	defer stopLoad()
+	if err != nil {
+		return err
+	}
 	arms, closeAll, err := boundaryArms(ctx)
 	defer closeAll()
 	if err != nil {
 		return err
 	}
-	if err := measureBoundary(ctx, arms, reps, window); err != nil {
+	load0 := loadAverage()
+	if err := measureBoundary(ctx, arms, o.reps, o.window); err != nil {
 		return err
 	}
-	res := boundaryReport(arms, reps, window)
-	if asJSON {
+	res := boundaryReport(arms, o.reps, o.window)
+	res["load_average_1m"] = []float64{load0, loadAverage()}
+	res["load_processes"] = o.load
+	if o.report != "" {
+		if err := writeBoundaryReport(o.report, arms, res); err != nil {
+			return err
+		}
+	}
+	if o.asJSON {
 		b, _ := json.Marshal(res)
 		fmt.Println(string(b))
 		return nil
 	}
-	printBoundary(res, reps, window)
+	printBoundary(os.Stdout, arms, res)
 	return nil
+}
+
+// startLoad starts n busy-loop processes (the machine load of --load);
+// the returned function kills and reaps each of them.
+func startLoad(n int) (func(), error) {
+	var procs []*exec.Cmd
+	stop := func() {
+		for _, c := range procs {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}
+	for range n {
+		c := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
+		if err := c.Start(); err != nil {
+			return stop, fmt.Errorf("--load: %w", err)
+		}
+		procs = append(procs, c)
+	}
+	return stop, nil
 }
 
 // measureBoundary runs each arm and size reps times, rotating which arm
@@ -238,19 +224,4 @@ func measureBoundary(ctx context.Context, arms []*boundaryArm, reps, window int)
 		fmt.Fprintf(os.Stderr, "rep %d/%d done\n", rep+1, reps)
 	}
 	return nil
-}
-
-// printBoundary prints the report for a person.
-func printBoundary(res map[string]any, reps, window int) {
-	fmt.Printf("plugin boundary, TCP sender, one write per batch, %d in flight, median [min, max] of %d interleaved reps, each paired with its own in-process run (noisy on a shared machine: read the ratios)\n", window, reps)
-	for _, size := range boundarySizes {
-		n := size.name
-		fmt.Printf("  %-4s in-process %7.1f µs/batch  rings (default, async Post) %7.1f (+%.1f [%.1f, %.1f], throughput %.3f)  rings+sync Post %7.1f (+%.1f [%.1f, %.1f], throughput %.3f)  gRPC %7.1f (+%.1f, throughput %.3f)\n", n,
-			res["in_process_us_per_batch_"+n], res["out_of_process_us_per_batch_"+n], res["boundary_added_us_per_batch_"+n],
-			res["boundary_added_us_per_batch_min_"+n], res["boundary_added_us_per_batch_max_"+n],
-			res["throughput_ratio_"+n], res["sync_out_of_process_us_per_batch_"+n], res["sync_boundary_added_us_per_batch_"+n],
-			res["sync_boundary_added_us_per_batch_min_"+n], res["sync_boundary_added_us_per_batch_max_"+n],
-			res["sync_throughput_ratio_"+n], res["grpc_out_of_process_us_per_batch_"+n], res["grpc_boundary_added_us_per_batch_"+n],
-			res["grpc_throughput_ratio_"+n])
-	}
 }

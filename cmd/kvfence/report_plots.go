@@ -197,28 +197,10 @@ func armThroughputPlot(arms []*benchArm) (*plot.Plot, error) {
 			names[i] = fmt.Sprintf("%s\n%d CORRUPT PAGES", a.Name, a.CorruptPages)
 			col = red
 		}
-		reps := make(plotter.XYs, len(a.ReqPerSec))
-		for j, r := range a.ReqPerSec {
-			reps[j] = plotter.XY{X: float64(i) - 0.15 + 0.3*float64(j)/float64(max(1, len(a.ReqPerSec)-1)), Y: r}
-		}
-		dots, err := plotter.NewScatter(reps)
+		dots, m, err := addArmPoints(p, i, a.ReqPerSec, a.MeanReqPerSec, a.CI95Low, a.CI95High, col)
 		if err != nil {
 			return nil, err
 		}
-		dots.Color, dots.Radius, dots.Shape = grey, vg.Points(2.5), draw.CircleGlyph{}
-		mean := errPoints{XYs: plotter.XYs{{X: float64(i), Y: a.MeanReqPerSec}},
-			YErrors: plotter.YErrors{{Low: a.MeanReqPerSec - a.CI95Low, High: a.CI95High - a.MeanReqPerSec}}}
-		bars, err := plotter.NewYErrorBars(mean)
-		if err != nil {
-			return nil, err
-		}
-		bars.Color, bars.Width, bars.CapWidth = col, vg.Points(2), vg.Points(14)
-		m, err := plotter.NewScatter(mean.XYs)
-		if err != nil {
-			return nil, err
-		}
-		m.Color, m.Radius, m.Shape = col, vg.Points(4), draw.BoxGlyph{}
-		p.Add(dots, bars, m)
 		if i == 0 {
 			p.Legend.Add("one rep", dots)
 			p.Legend.Add("mean, 95% CI", m)
@@ -229,6 +211,31 @@ func armThroughputPlot(arms []*benchArm) (*plot.Plot, error) {
 	p.Y.Tick.Marker = plainTicks{}
 	p.Legend.Top = true
 	return p, nil
+}
+
+// addArmPoints draws arm i's reps as grey dots around x = i and their
+// mean with its CI [lo, hi] as a bar in col.
+func addArmPoints(p *plot.Plot, i int, reps []float64, mean, lo, hi float64, col color.Color) (dots, m *plotter.Scatter, err error) {
+	xy := make(plotter.XYs, len(reps))
+	for j, r := range reps {
+		xy[j] = plotter.XY{X: float64(i) - 0.15 + 0.3*float64(j)/float64(max(1, len(reps)-1)), Y: r}
+	}
+	if dots, err = plotter.NewScatter(xy); err != nil {
+		return nil, nil, err
+	}
+	dots.Color, dots.Radius, dots.Shape = grey, vg.Points(2.5), draw.CircleGlyph{}
+	mp := errPoints{XYs: plotter.XYs{{X: float64(i), Y: mean}}, YErrors: plotter.YErrors{{Low: mean - lo, High: hi - mean}}}
+	bars, err := plotter.NewYErrorBars(mp)
+	if err != nil {
+		return nil, nil, err
+	}
+	bars.Color, bars.Width, bars.CapWidth = col, vg.Points(2), vg.Points(14)
+	if m, err = plotter.NewScatter(mp.XYs); err != nil {
+		return nil, nil, err
+	}
+	m.Color, m.Radius, m.Shape = col, vg.Points(4), draw.BoxGlyph{}
+	p.Add(dots, bars, m)
+	return dots, m, nil
 }
 
 // deltaPlot draws the paired per-rep deltas of d and their mean with its

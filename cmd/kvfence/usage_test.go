@@ -31,7 +31,7 @@ func TestEveryUsageErrorExits2WithOneLine(t *testing.T) {
 	cases := [][]string{
 		{"nosuch"}, {"demoo"}, {"--nosuch-flag"}, {"cert", "nosuch"}, {"cert"}, {"completion", "nosuch"},
 		{"demo", "extra"}, {"demo", "--concurrency", "0"},
-		{"bench", "extra"}, {"bench", "--reps", "0"}, {"bench", "boundary", "extra"}, {"bench", "boundary", "--reps", "0"},
+		{"bench", "extra"}, {"bench", "--reps", "0"}, {"bench", "boundary", "extra"}, {"bench", "boundary", "--reps", "0"}, {"bench", "boundary", "--load", "-1"}, {"bench", "boundary", "--report", "/nonexistent/b.html"},
 		{"sim", "--seeds", "0"}, {"sim", "--seeds", "-1"}, {"sim", "--variant", "nosuch"}, {"sim", "--replay", "5"},
 		{"sim", "extra"}, {"sim", "--seeds", "x"},
 		{"conformance"}, {"conformance", "extra"}, {"conformance", "--out", out, "--plugin", "/nonexistent"},
