@@ -39,7 +39,14 @@ def _unmapped():
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    addr = libc.mmap(None, 1 << 16, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
+    # Far from where the kernel (top-down from mmap_base) and Go's heap (from
+    # 0xc000000000 up) place other threads' mappings, so nothing else maps the
+    # hole between our munmap and the register call (it did once, with a hint
+    # of None).
+    hint = 0x3A5A00000000
+    addr = libc.mmap(hint, 1 << 16, 3, 0x22 | 0x100000, -1, 0)  # RW, PRIVATE|ANONYMOUS|FIXED_NOREPLACE
+    if addr in (None, ctypes.c_void_p(-1).value):
+        addr = libc.mmap(None, 1 << 16, 3, 0x22, -1, 0)
     libc.munmap(addr, 1 << 16)
     return addr
 
