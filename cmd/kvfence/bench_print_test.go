@@ -24,18 +24,19 @@ func TestBenchSummaryOneScreen(t *testing.T) {
 	}
 	var b bytes.Buffer
 	printBenchSummary(&b, results)
+	t.Log("\n" + b.String())
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 2+len(results) {
-		t.Fatalf("want a title, a header and one line per share, got:\n%s", b.String())
+	if len(lines) != 3+len(results) {
+		t.Fatalf("want a title (two lines), a header and one line per share, got:\n%s", b.String())
 	}
 	for i, want := range [][]string{
-		{"0%", "-0.40%", "[-2.50, +1.70]", "yes", "+0.30%", "not run"},
+		{"0%", "-0.40%", "[-2.50, +1.70]", "yes", "+0.30%", "add --fence-off"},
 		{"25%", "-5.80%", "no: CI excludes 0", "-0.20%", "-6.10% [-8.00, -4.00]", "3.700 | 0.000", "0 | 671"},
 		{"50%", "-1.60%", "no: mean below -1%"},
 	} {
 		for _, w := range want {
-			if !strings.Contains(lines[2+i], w) {
-				t.Errorf("share line %d lacks %q: %s", i, w, lines[2+i])
+			if !strings.Contains(lines[3+i], w) {
+				t.Errorf("share line %d lacks %q: %s", i, w, lines[3+i])
 			}
 		}
 	}
