@@ -16,12 +16,17 @@ var errClosed = errdefs.Errorf(errdefs.Unavailable, "agent closed")
 type loop struct {
 	deferred []func() // inputs the loop gives itself; never through the inbox, which could be full
 	inbox    chan func()
-	stop     chan struct{}
-	done     chan struct{}
+	// urgent: results of the agent's own plugin calls (key Grants and
+	// Revokes), taken before the inbox. Peers cannot fill it, and an
+	// Assign waiting for its keys must not queue behind a flood of peer
+	// messages while its lease runs.
+	urgent chan func()
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 func newLoop() *loop {
-	return &loop{inbox: make(chan func(), 1<<14), stop: make(chan struct{}), done: make(chan struct{})}
+	return &loop{inbox: make(chan func(), 1<<14), urgent: make(chan func(), 1<<10), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 func (l *loop) run(tick time.Duration, onTick func()) {
@@ -30,18 +35,30 @@ func (l *loop) run(tick time.Duration, onTick func()) {
 	defer t.Stop()
 	for {
 		select {
-		case f := <-l.inbox:
+		case f := <-l.urgent:
 			f()
-		case <-t.C:
-			onTick()
-		case <-l.stop:
-			return
+		default:
+			select {
+			case f := <-l.urgent:
+				f()
+			case f := <-l.inbox:
+				f()
+			case <-t.C:
+				onTick()
+			case <-l.stop:
+				return
+			}
 		}
-		for len(l.deferred) > 0 {
-			f := l.deferred[0]
-			l.deferred = l.deferred[1:]
-			f()
-		}
+		l.runDeferred()
+	}
+}
+
+// runDeferred runs the inputs the loop gave itself, in order.
+func (l *loop) runDeferred() {
+	for len(l.deferred) > 0 {
+		f := l.deferred[0]
+		l.deferred = l.deferred[1:]
+		f()
 	}
 }
 
@@ -55,6 +72,15 @@ func (l *loop) later(f func()) { l.deferred = append(l.deferred, f) }
 func (l *loop) post(f func()) {
 	select {
 	case l.inbox <- f:
+	case <-l.stop:
+	}
+}
+
+// postUrgent queues the result of the agent's own plugin call, which the
+// loop takes before anything in the inbox (dropped after shutdown).
+func (l *loop) postUrgent(f func()) {
+	select {
+	case l.urgent <- f:
 	case <-l.stop:
 	}
 }

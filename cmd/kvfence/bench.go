@@ -228,6 +228,8 @@ func runBench(ctx context.Context, o demo.Options, b benchOptions) error {
 			}
 			printBench(os.Stdout, res)
 		}
+		fmt.Println()
+		printBenchSummary(os.Stdout, run.Results)
 	}
 	if len(failures) > 0 {
 		return fmt.Errorf("a safe arm broke its promise in %d runs: %s", len(failures), strings.Join(failures, "; "))

@@ -68,3 +68,42 @@ func fmtPcts(v []float64) string {
 	}
 	return s
 }
+
+// printBenchSummary is the one screen a user needs: per abort share, the
+// shipped default against release-on-abort (paired delta, its CI, whether
+// it is within 1% and the CI spans 0) beside the noise floor (two
+// identical default arms), the fence's own share where measured, and
+// what the safety buys (held slot-seconds per abort, corrupt pages).
+func printBenchSummary(w io.Writer, results []*benchResult) {
+	fmt.Fprintf(w, "summary — req/s of the shipped default (safe, fence on) vs release-on-abort (unsafe), paired deltas with 95%% CIs; negative: safety costs\n")
+	fmt.Fprintf(w, "  noise: safe vs its identical twin; goal: within 1%% with the CI spanning 0; fence: safe vs safe-fence-off; held slot-s per abort and corrupt pages: lower is better\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "aborted\tsafe vs unsafe\t95% CI\tgoal met\tnoise\t95% CI\tfence\theld safe | unsafe\tcorrupt safe | unsafe\t")
+	for _, r := range results {
+		var fence string
+		if r.FenceCost != nil {
+			fence = fmt.Sprintf("%+.2f%% [%+.2f, %+.2f]\t", r.FenceCost.Pct, r.FenceCost.CI95Low, r.FenceCost.CI95High)
+		} else {
+			fence = "add --fence-off\t"
+		}
+		safe, unsafe := r.Arms[0], r.Arms[1]
+		fmt.Fprintf(tw, "%.0f%%\t%+.2f%%\t[%+.2f, %+.2f]\t%s\t%+.2f%%\t[%+.2f, %+.2f]\t%s%.3f | %.3f\t%d | %d\t\n",
+			r.AbortShare*100, r.Delta.Pct, r.Delta.CI95Low, r.Delta.CI95High, withinGoal(r.Delta),
+			r.NoiseFloor.Pct, r.NoiseFloor.CI95Low, r.NoiseFloor.CI95High, fence,
+			safe.HeldSlotSecPerAbort, unsafe.HeldSlotSecPerAbort, safe.CorruptPages, unsafe.CorruptPages)
+	}
+	tw.Flush()
+}
+
+// withinGoal says whether a delta meets issue 21's goal: the mean within
+// 1% of the baseline and the 95% CI spanning 0.
+func withinGoal(d benchDelta) string {
+	switch {
+	case d.SpansZero && d.Pct >= -1:
+		return "yes"
+	case d.SpansZero:
+		return "no: mean below -1%"
+	default:
+		return "no: CI excludes 0"
+	}
+}
