@@ -129,15 +129,7 @@ func TestHeldAcksAreBounded(t *testing.T) {
 	t.Cleanup(func() { markAckNow = mark })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e, err := sdktest.NewEnv(ctx, sdktest.Pair{Sender: newTCP(t, Config{}), Receiver: newTCP(t, Config{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	k, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, k := grantedEnv(ctx, t, sdktest.Pair{Sender: newTCP(t, Config{}), Receiver: newTCP(t, Config{})})
 	for _, run := range []struct {
 		count int
 		size  uint64
@@ -159,4 +151,20 @@ func TestHeldAcksAreBounded(t *testing.T) {
 			}
 		}
 	}
+}
+
+// grantedEnv is an sdktest environment over pair with a key granted over
+// the whole destination.
+func grantedEnv(ctx context.Context, t *testing.T, pair sdktest.Pair) (*sdktest.Env, sdk.Key) {
+	t.Helper()
+	e, err := sdktest.NewEnv(ctx, pair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	k, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, k
 }
