@@ -17,8 +17,8 @@ import (
 // known-unsafe variant beside them to show what encryption costs. Each
 // iteration is one round of the four arms, their order reversed every other
 // round so that neither gains from going first; every ratio is taken within
-// a round and reported as the median over rounds with its spread (min,
-// max). Run it with enough rounds for a spread to mean something:
+// a round and reported as the median over rounds with its spread (min and
+// max as metrics; the log adds the quartiles). Run it with enough rounds for a spread to mean something:
 //
 //	go test -run XXX -bench VsRawTLS -benchtime 15x ./plugins/tcp/
 //
@@ -26,7 +26,9 @@ import (
 // better), cpu-plugin/rawtls is CPU time per byte (less is better; the
 // process's user and system time, both ends: steadier than wall time on a
 // loaded machine), rawtls/rawtcp and plugin/cleartext are what encryption
-// leaves of cleartext bandwidth.
+// leaves of cleartext bandwidth. A fifth arm runs the plugin with every
+// write acknowledged on its own (ackingEach): held/ackeach and
+// cpu-held/ackeach are what holding acknowledgements (acks.go) gains.
 func BenchmarkVsRawTLS(b *testing.B) {
 	for _, c := range []struct {
 		name          string
@@ -61,12 +63,13 @@ func benchVsRawTLS(b *testing.B, opBytes uint64, ops, inflight int) {
 		func() armTime { return rawArm(b, src, dst, size, int(opBytes), srv, cli) },
 		func() armTime { return timed(func() { clear.run(b, batches, ops, opBytes, inflight) }) },
 		func() armTime { return rawArm(b, src, dst, size, int(opBytes), nil, nil) },
+		func() armTime { return ackingEach(func() { sec.run(b, batches, ops, opBytes, inflight) }) },
 	}
-	var plugin, rawTLS, clearText, rawTCP []armTime
+	var plugin, rawTLS, clearText, rawTCP, ackEach []armTime
 	b.SetBytes(size)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		var t [4]armTime
+		var t [5]armTime
 		for k := range arms {
 			j := k
 			if i%2 == 1 {
@@ -75,6 +78,7 @@ func benchVsRawTLS(b *testing.B, opBytes uint64, ops, inflight int) {
 			t[j] = arms[j]()
 		}
 		plugin, rawTLS, clearText, rawTCP = append(plugin, t[0]), append(rawTLS, t[1]), append(clearText, t[2]), append(rawTCP, t[3])
+		ackEach = append(ackEach, t[4])
 	}
 	b.StopTimer()
 	wall := func(num, den []armTime) []float64 {
@@ -93,16 +97,30 @@ func benchVsRawTLS(b *testing.B, opBytes uint64, ops, inflight int) {
 		{"cleartext/rawtcp", wall(rawTCP, clearText)},
 		{"rawtls/rawtcp", wall(rawTCP, rawTLS)},
 		{"plugin/cleartext", wall(clearText, plugin)},
+		{"held/ackeach", wall(ackEach, plugin)},
+		{"cpu-held/ackeach", cpu(plugin, ackEach)},
 	} {
-		med, lo, hi := spread(r.v)
-		b.ReportMetric(med, r.name)
-		b.ReportMetric(lo, r.name+"-min")
-		b.ReportMetric(hi, r.name+"-max")
-		fmt.Fprintf(&line, " %s %.2f [%.2f, %.2f]", r.name, med, lo, hi)
+		q := quartiles(r.v)
+		b.ReportMetric(q[2], r.name)
+		b.ReportMetric(q[0], r.name+"-min")
+		b.ReportMetric(q[4], r.name+"-max")
+		fmt.Fprintf(&line, "; %s %.2f [%.2f–%.2f] (%.2f–%.2f)", r.name, q[2], q[1], q[3], q[0], q[4])
 	}
 	b.ReportMetric(mibPerSec(size, plugin), "plugin-MiB/s")
 	b.ReportMetric(mibPerSec(size, rawTLS), "rawtls-MiB/s")
-	b.Logf("%d rounds, median [min, max]:%s", b.N, line.String())
+	b.Logf("%d rounds, median [quartiles] (min–max):%s", b.N, line.String())
+}
+
+// ackingEach is the plugin arm with every write asking for its
+// acknowledgement at once: the receiver then writes one per write, as
+// wire version 3 did (acks.go); the yardstick of what holding them saves.
+// The writer reads markAckNow after Post hands it the batch (a channel),
+// and the arm is over only once every batch completed.
+func ackingEach(f func()) armTime {
+	mark := markAckNow
+	markAckNow = func(bool, bool) bool { return true }
+	defer func() { markAckNow = mark }()
+	return timed(f)
 }
 
 // timed runs f and returns its wall and CPU time.
@@ -122,16 +140,13 @@ func ratios(num, den []armTime, of func(armTime) time.Duration) []float64 {
 	return r
 }
 
-// spread is the median, min and max of v.
-func spread(v []float64) (med, lo, hi float64) {
+// quartiles is the min, first quartile, median, third quartile and max of
+// v (nearest rank).
+func quartiles(v []float64) [5]float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
-	n := len(s)
-	med = s[n/2]
-	if n%2 == 0 {
-		med = (s[n/2-1] + s[n/2]) / 2
-	}
-	return med, s[0], s[n-1]
+	at := func(p float64) float64 { return s[int(p*float64(len(s)-1)+0.5)] }
+	return [5]float64{s[0], at(0.25), at(0.5), at(0.75), s[len(s)-1]}
 }
 
 func mibPerSec(size int, t []armTime) float64 {
