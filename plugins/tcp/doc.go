@@ -88,9 +88,9 @@
 // record: itself after a write of 32 KiB and more, else through a
 // per-session writer with a bounded backlog (acks.go). At 4 KiB operations this cut the CPU per byte from
 // about 2.2 to 1.4 times that of plain Go TLS 1.3 over loopback. From 64
-// KiB up what remains is TLS: the plugin spends 1.0 to 1.2 times the CPU
-// per byte of plain Go TLS, which spends 1.5 to 2 times what plain TCP
-// does (noisy figures from a loaded 2-core machine).
+// KiB up what remains is TLS: the plugin spends 0.96 to 1.07 times the CPU
+// per byte of plain Go TLS (BenchmarkVsRawTLS; figures and what encryption
+// costs in README.md, noisy: a loaded 2-core machine).
 //
 // The wire format (wire.go) is decoded from untrusted peers; it is fuzzed.
 package tcp
