@@ -88,7 +88,7 @@
 // record: itself after a write of 32 KiB and more, else through a
 // per-session writer with a bounded backlog (acks.go). At 4 KiB operations this cut the CPU per byte from
 // about 2.2 to 1.4 times that of plain Go TLS 1.3 over loopback. From 64
-// KiB up what remains is TLS: the plugin spends 0.96 to 1.07 times the CPU
+// KiB up what remains is TLS: the plugin spends 0.87 to 1.10 times the CPU
 // per byte of plain Go TLS (BenchmarkVsRawTLS; figures and what encryption
 // costs in README.md, noisy: a loaded 2-core machine).
 //
