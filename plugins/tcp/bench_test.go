@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -85,57 +84,10 @@ func rawCopy(b *testing.B, src, dst []byte, total int, chunk int) time.Duration 
 }
 
 // rawStream is rawCopy with the accepted and the dialled connection wrapped
-// (nil: used as they are); rawTLSCopy wraps them in TLS.
+// (nil: used as they are); rawTLSCopy wraps them in TLS. It is rawArm's
+// wall time (bench_rawtls_test.go).
 func rawStream(b *testing.B, src, dst []byte, total, chunk int, server, client func(net.Conn) net.Conn) time.Duration {
-	if server == nil {
-		server = func(c net.Conn) net.Conn { return c }
-	}
-	if client == nil {
-		client = func(c net.Conn) net.Conn { return c }
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	done := make(chan error, 1)
-	go func() {
-		raw, err := ln.Accept()
-		if err != nil {
-			done <- err
-			return
-		}
-		defer raw.Close()
-		c := server(raw)
-		for n := 0; n < total; n += chunk {
-			if _, err := io.ReadFull(c, dst[n%len(dst):n%len(dst)+chunk]); err != nil {
-				done <- err
-				return
-			}
-		}
-		_, err = c.Write([]byte{1})
-		done <- err
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer raw.Close()
-	c := client(raw)
-	start := time.Now()
-	for n := 0; n < total; n += chunk {
-		if _, err := c.Write(src[n%len(src) : n%len(src)+chunk]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var one [1]byte
-	if _, err := io.ReadFull(c, one[:]); err != nil {
-		b.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
-	return time.Since(start)
+	return rawArm(b, src, dst, total, chunk, server, client).wall
 }
 
 // BenchmarkBandwidthVsRawTCP: plugin write bandwidth (two plugin processes,

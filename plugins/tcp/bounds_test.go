@@ -154,7 +154,7 @@ func TestDataPortConnectionCap(t *testing.T) {
 func writeOne(t *testing.T, c *tls.Conn, key sdk.Key) {
 	t.Helper()
 	var hb [headerSize]byte
-	(&header{Type: frameWrite, Seq: 1, Key: uint64(key), Length: 1, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])
+	(&header{Type: frameWrite, Code: writeAckNow, Seq: 1, Key: uint64(key), Length: 1, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])
 	if _, err := c.Write(append(hb[:], 0xEE)); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestGuessingSessionIsClosed(t *testing.T) {
 	var hb [headerSize]byte
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	for i := 1; ; i++ {
-		(&header{Type: frameWrite, Seq: uint64(i), Key: randomNonZero(), Length: 1, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])
+		(&header{Type: frameWrite, Code: writeAckNow, Seq: uint64(i), Key: randomNonZero(), Length: 1, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])
 		if _, err := c.Write(append(hb[:], 0xEE)); err != nil {
 			break
 		}

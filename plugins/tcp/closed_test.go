@@ -40,15 +40,7 @@ func newStalledWrite(t *testing.T, cfg Config) *stalledWrite {
 	defer cancel()
 	s := newTCP(t, cfg)
 	rp := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{})
-	e, err := sdktest.NewEnv(ctx, sdktest.Pair{Sender: s, Receiver: rp.Transport()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	k, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, k := grantedEnv(ctx, t, sdktest.Pair{Sender: s, Receiver: rp.Transport()})
 	// The connection is up and the receiver applies writes.
 	warm := e.NewBatchID()
 	if err := s.Post(ctx, e.Write(warm, k, 0, 0, 4096)); err != nil {

@@ -2,9 +2,13 @@ package tcp
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/sdk/sdktest"
 )
 
 // recordingConn records what reaches the socket, one entry per write.
@@ -112,4 +116,55 @@ func TestAckBacklogIsBounded(t *testing.T) {
 	if !s.dead.Load() {
 		t.Fatal("a failed acknowledgement write did not abort the session")
 	}
+}
+
+// A sender that never asks for its acknowledgements (writeAckNow) still
+// gets them: the receiver holds at most ackHoldCount of them, and never
+// more than ackHoldBytes of writes' worth. Without either bound these
+// batches would wait for acknowledgements that never leave, and end
+// InDoubt at their ack timeout.
+func TestHeldAcksAreBounded(t *testing.T) {
+	mark := markAckNow
+	markAckNow = func(bool, bool) bool { return false }
+	t.Cleanup(func() { markAckNow = mark })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e, k := grantedEnv(ctx, t, sdktest.Pair{Sender: newTCP(t, Config{}), Receiver: newTCP(t, Config{})})
+	for _, run := range []struct {
+		count int
+		size  uint64
+	}{
+		{ackHoldCount, 4 << 10},               // fills the hold by count
+		{ackHoldBytes / (64 << 10), 64 << 10}, // by bytes
+	} {
+		ids := make([]sdk.BatchID, run.count)
+		for i := range ids {
+			ids[i] = e.NewBatchID()
+			off := uint64(i) * run.size % sdktest.EnvSize
+			if err := e.Sender.Post(ctx, e.Write(ids[i], k, off, off, run.size)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, id := range ids {
+			if c, err := e.Wait(id); err != nil || c.Status != sdk.Succeeded {
+				t.Fatalf("%d writes of %d bytes, none asking for its acknowledgement: %+v, %v", run.count, run.size, c, err)
+			}
+		}
+	}
+}
+
+// grantedEnv is an sdktest environment over pair with a key granted over
+// the whole destination.
+func grantedEnv(ctx context.Context, t *testing.T, pair sdktest.Pair) (*sdktest.Env, sdk.Key) {
+	t.Helper()
+	e, err := sdktest.NewEnv(ctx, pair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	k, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, k
 }

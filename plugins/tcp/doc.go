@@ -81,14 +81,17 @@
 // batches queued it gathers the small sealed records (frame headers, small
 // payloads) and sends them with the next large one in one vectored write
 // (cork.go), flushing before it waits; a batch's sources stay pinned until
-// it is handed to the socket. A receiver queues each acknowledgement after
-// the write is applied and a per-session writer sends what queued up in one
-// record (acks.go), with a bounded backlog; writes of 32 KiB and more are
-// acknowledged at once. At 4 KiB operations this cut the CPU per byte from
-// about 2.2 to 1.4 times that of plain Go TLS 1.3 over loopback. From 64
-// KiB up what remains is TLS: the plugin spends 1.0 to 1.2 times the CPU
-// per byte of plain Go TLS, which spends 1.5 to 2 times what plain TCP
-// does (noisy figures from a loaded 2-core machine).
+// it is handed to the socket. A receiver holds each acknowledgement after
+// the write is applied until the sender asks for them (writeAckNow: the
+// write that ends a batch with nothing queued behind it) or the hold is
+// full (64 acknowledgements, 1 MiB of writes), then sends them in one
+// record: itself after a write of 32 KiB and more, else through a
+// per-session writer with a bounded backlog (acks.go). At 4 KiB
+// operations gathering records and acknowledgements cut the CPU per byte
+// from about 2.2 to 1.4 times that of plain Go TLS 1.3 over loopback. From
+// 64 KiB up what remains is TLS: the plugin spends 0.87 to 1.10 times the CPU
+// per byte of plain Go TLS (BenchmarkVsRawTLS; figures and what encryption
+// costs in README.md, noisy: a loaded 2-core machine).
 //
 // The wire format (wire.go) is decoded from untrusted peers; it is fuzzed.
 package tcp

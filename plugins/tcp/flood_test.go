@@ -264,7 +264,7 @@ func (a *flood) hello(hostPort string, pin fingerprint, id *identity, key sdk.Ke
 	}
 	settled()
 	if live != nil {
-		(&header{Type: frameWrite, Seq: 1, Key: uint64(key), Offset: sdktest.EnvSize - 1, Length: 1, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])
+		(&header{Type: frameWrite, Code: writeAckNow, Seq: 1, Key: uint64(key), Offset: sdktest.EnvSize - 1, Length: 1, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])
 		if _, err := c.Write(append(hb[:], 0xEE)); err != nil {
 			return
 		}

@@ -326,7 +326,9 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 		return
 	}
 	acks := startAckWriter(s)
-	defer acks.end() // deferred last, runs first: queued acknowledgements leave before the abort
+	defer acks.end() // deferred after the abort, runs before it: queued acknowledgements leave first
+	var held heldAcks
+	defer func() { _ = held.release(s, acks, false) }() // runs first: held ones join the queue
 	for {
 		if err := s.readFull(hb[:], r.firstWriteDeadline(s)); err != nil {
 			if errors.Is(err, errDeadline) {
@@ -350,6 +352,10 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 			}
 			continue
 		}
+		large := h.Length >= ackAtOnceBytes
+		if !held.roomFor(h.Length) && held.release(s, acks, large) != nil {
+			return
+		}
 		code, err := r.apply(s, h)
 		if err != nil {
 			return
@@ -358,16 +364,13 @@ func (r *receiver) session(raw, conn net.Conn, peer fingerprint) {
 		if code == ackOK {
 			reply.Length = h.Length
 		}
-		// The acknowledgement goes out only after the bytes are in memory:
-		// a large write's at once (nothing to gain from waiting), a small
-		// one's with those that queue up meanwhile (acks.go).
-		if h.Length >= ackAtOnceBytes {
-			reply.encode(hb[:])
-			if err := s.write(hb[:]); err != nil {
+		// The acknowledgement goes out only after the bytes are in memory,
+		// and once the sender needs it (acks.go): after a write it has
+		// nothing queued behind, or when the hold is full.
+		if full := held.hold(reply, h.Length); full || h.Code&writeAckNow != 0 {
+			if held.release(s, acks, large) != nil {
 				return
 			}
-		} else if err := acks.push(reply); err != nil {
-			return
 		}
 		if code == ackUnknownKey {
 			if s.unknownKeys++; s.unknownKeys >= maxUnknownKeyWrites {

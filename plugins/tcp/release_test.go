@@ -17,15 +17,7 @@ import (
 func TestCompletionAfterSourceUnpinned(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := sdktest.NewEnv(ctx, sdktest.Pair{Sender: newTCP(t, Config{}), Receiver: newTCP(t, Config{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	k, err := e.Granter.Grant(ctx, sdk.Window{Region: e.DstID, Length: sdktest.EnvSize})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, k := grantedEnv(ctx, t, sdktest.Pair{Sender: newTCP(t, Config{}), Receiver: newTCP(t, Config{})})
 	afterSocketWrite = func() { time.Sleep(300 * time.Millisecond) }
 	t.Cleanup(func() { afterSocketWrite = func() {} })
 	id := e.NewBatchID()

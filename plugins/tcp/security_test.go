@@ -167,7 +167,7 @@ func inject(t *testing.T, addr string, id *identity, key sdk.Key) {
 	if _, err := io.ReadFull(c, hb[:]); err != nil {
 		return
 	}
-	(&header{Type: frameWrite, Seq: 1, Key: uint64(key), Length: 4096, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])
+	(&header{Type: frameWrite, Code: writeAckNow, Seq: 1, Key: uint64(key), Length: 4096, Deadline: time.Now().Add(time.Minute).UnixNano()}).encode(hb[:])
 	_, _ = c.Write(append(hb[:], bytes.Repeat([]byte{0xEE}, 4096)...))
 	_, _ = io.ReadFull(c, hb[:]) // the verdict
 }

@@ -61,6 +61,11 @@ type deferredSettle struct {
 // source; tests widen that window with it.
 var afterSocketWrite = func() {}
 
+// markAckNow says whether a write asks for its acknowledgement at once
+// (writeAckNow): when it ends its batch and nothing is queued behind it to
+// carry the acknowledgements back with (acks.go). Tests replace it.
+var markAckNow = func(lastOfBatch, queued bool) bool { return lastOfBatch && !queued }
+
 // pendingOp is a written operation awaiting its acknowledgement.
 type pendingOp struct {
 	b   *batchState
@@ -238,6 +243,9 @@ func (s *sendSession) write(b *batchState) bool {
 
 		h := header{Type: frameWrite, Seq: seq, Key: uint64(op.RemoteKey), Offset: op.RemoteOffset,
 			Length: op.Length, Deadline: time.Now().Add(s.t.cfg.WriteTTL).UnixNano()}
+		if markAckNow(i == len(b.ops)-1, len(s.queue) > 0) {
+			h.Code = writeAckNow
+		}
 		h.encode(hb[:])
 		src := b.regs[i].mem[op.LocalOffset : op.LocalOffset+op.Length]
 		sent = i + 1

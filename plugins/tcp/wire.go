@@ -12,7 +12,7 @@ import (
 //	0  magic    u32  "KVFT"
 //	4  version  u8   3
 //	5  type     u8   frameType
-//	6  code     u16  ACK / QUIESCED / HELLO_ACK result; zero otherwise
+//	6  code     u16  ACK / QUIESCED / HELLO_ACK result; WRITE: flags (writeAckNow); zero otherwise
 //	8  seq      u64  WRITE/ACK: per-connection operation number
 //	16 key      u64  WRITE, HELLO: exposure key; HELLO_ACK/QUIESCE: session token, first half
 //	24 offset   u64  WRITE: offset in the key's window; HELLO_ACK/QUIESCE: session token, second half
@@ -22,11 +22,13 @@ import (
 // Version 1 was the same frames in cleartext, with a receiver instance and
 // sequential session ids where the token is now. Version 2's HELLO named
 // no key: any client that completed a handshake got a session
-// (admission.go).
+// (admission.go). Version 3's receiver acknowledged each write of 32 KiB
+// and more in a record of its own; a version 4 sender says which writes
+// want their acknowledgements sent at once (writeAckNow, acks.go).
 const (
 	headerSize   = 48
 	wireMagic    = 0x5446564b // "KVFT" little-endian
-	wireVersion  = 3
+	wireVersion  = 4
 	maxWireBytes = 1 << 30 // hard cap on one write's payload, whatever the config says
 )
 
@@ -40,6 +42,11 @@ const (
 	frameQuiesce  frameType = 5 // sender → receiver on a second connection, same identity
 	frameQuiesced frameType = 6 // receiver → sender: the session applies nothing more
 )
+
+// writeAckNow, in a WRITE's code: the sender has nothing more queued
+// behind this write (it ends a batch), so the receiver sends the
+// acknowledgements it holds, this one's included, at once (acks.go).
+const writeAckNow = 1
 
 // ackCode is the receiver's verdict on one write. Every non-OK code means the
 // receiver applied none of the write's bytes.
@@ -140,7 +147,7 @@ func decodeHeader(b []byte, maxWrite uint64) (header, error) {
 	}
 	switch h.Type {
 	case frameWrite:
-		if h.Code != 0 {
+		if h.Code&^writeAckNow != 0 {
 			return h, wireErrorf("write with code %d", h.Code)
 		}
 		if h.Length == 0 {

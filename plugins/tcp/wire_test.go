@@ -12,7 +12,7 @@ import (
 )
 
 func TestHeaderRoundTrip(t *testing.T) {
-	h := header{Type: frameWrite, Seq: 7, Key: 9, Offset: 11, Length: 13, Deadline: 15}
+	h := header{Type: frameWrite, Code: writeAckNow, Seq: 7, Key: 9, Offset: 11, Length: 13, Deadline: 15}
 	var b [headerSize]byte
 	h.encode(b[:])
 	got, err := decodeHeader(b[:], 1<<20)
@@ -38,7 +38,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"zero length", func(b []byte) []byte { copy(b[32:40], make([]byte, 8)); return b }},
 		{"too long", func(b []byte) []byte { b[39] = 0x7f; return b }},
 		{"no deadline", func(b []byte) []byte { copy(b[40:48], make([]byte, 8)); return b }},
-		{"code on write", func(b []byte) []byte { b[6] = 1; return b }},
+		{"unknown flag on write", func(b []byte) []byte { b[6] = 2; return b }},
 	}
 	for _, m := range mut {
 		if _, err := decodeHeader(m.f(good()), 1<<20); err == nil {
