@@ -106,7 +106,7 @@ func runControlFlood(t *testing.T, old bool) controlResult {
 	lim := Limits{oldAdmission: old}
 	d, p := startPair(t, func(c *DecodeConfig) {
 		c.TLS = ca.config(t, "decode-0", 0)
-		c.Commands = echo
+		c.commands = echo
 		c.Limits = lim
 		// A flooded 2-core machine answers heartbeats seconds late: leases
 		// long enough that an honest request is judged on admission, not CPU.
@@ -467,7 +467,7 @@ func TestAgentRefusesItsOwnExpiredCertificate(t *testing.T) {
 func TestSilentRouterLinkIsDropped(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 4, ShardBytes: 4096, Shards: 1, Lease: time.Second,
-			MaxHold: 5 * time.Second, ControlAddr: "127.0.0.1:0", Commands: echo,
+			MaxHold: 5 * time.Second, ControlAddr: "127.0.0.1:0", commands: echo,
 			Limits: Limits{RouterIdleTimeout: 400 * time.Millisecond, oldAdmission: old}}, startDecodeTransport(t))
 		if err != nil {
 			t.Fatal(err)

@@ -50,11 +50,9 @@ type PrefillConfig struct {
 
 	ControlAddr string      // where the router connects ("": no listener)
 	TLS         *tls.Config // mutual TLS (server and client side); nil = plaintext
-	// Commands, when set, serves each router link until it ends: the
-	// demo's simulated engine takes its orders this way. Nil: routers are
-	// refused. Its type is module-internal (internal/routerlink): the router
-	// protocol is the demo's, not an engine's API.
-	Commands func(routerlink.Link)
+	// commands: as DecodeConfig's (set only through
+	// routerlink.ServeCommands).
+	commands func(routerlink.Link)
 	// Limits bound what one peer can cost this rank (limits.go).
 	Limits Limits
 	Logger hclog.Logger
@@ -166,7 +164,7 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	p.publish()
 	if cfg.ControlAddr != "" {
 		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, cfg.Limits, p.accept, func(l *link) {
-			cfg.Commands(agentLink(l))
+			cfg.commands(agentLink(l))
 		})
 		if err != nil {
 			return nil, err
