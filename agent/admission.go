@@ -42,10 +42,10 @@ import (
 //
 // Without TLS there are no identities: only the pool caps apply.
 //
-// Limits.oldAdmission is a test-only control arm: the port as it was (one
-// pool of MaxConns, further connections wait in the backlog; router links
-// capped in all only, never idle; commands unlimited), which the flood
-// test must catch.
+// Limits.oldAdmission is a test-only control arm: a port without
+// per-certificate shares (one pool of MaxConns, further connections wait in
+// the backlog; router links capped in all only, never idle; commands
+// unlimited), which the flood test must catch.
 
 // certID is the SHA-256 of a peer's leaf certificate.
 type certID [sha256.Size]byte

@@ -75,9 +75,17 @@ func counter(t testing.TB, m *Metrics, name, label string) float64 {
 	return v
 }
 
+// waitForBudget bounds one waitFor.
+const waitForBudget = 90 * time.Second
+
+// waitFor waits for one event, polling cond. The budget is per wait and
+// generous: an event that needs a process started (a helper rank, its
+// plugin) took over 10 s on a 2-core machine loaded by a parallel make test
+// (TestAdmissionNamingAKilledRankIsRefused: "timed out waiting for prefill
+// rank 1 linked"); only a failing run pays for it.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+	for deadline := time.Now().Add(waitForBudget); !cond(); {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}

@@ -37,7 +37,7 @@ func TestEngineAPIRoundTrip(t *testing.T) {
 	for name, done := range map[string]<-chan struct{}{"receiver": rv.Done(), "sender": snd.Done()} {
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(waitForBudget):
 			t.Fatalf("%s never reached a final state", name)
 		}
 	}

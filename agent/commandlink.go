@@ -12,8 +12,8 @@ import (
 // commandLink is a routerlink.Link: a control-plane link between a router
 // and an agent that carries the router protocol, commands one way, events
 // the other, as JSON payloads the runtime does not read. The agent side is
-// handed to DecodeConfig.Commands or PrefillConfig.Commands; the router
-// side comes from routerlink.Dial (dialCommands). Links keep the control
+// handed to the handler routerlink.ServeCommands put in a DecodeConfig or
+// PrefillConfig; the router side comes from routerlink.Dial (dialCommands). Links keep the control
 // plane's rules: Hello first, mutual TLS identity, sequence numbers that
 // refuse replays. None of it is public API: the router protocol is the
 // demo's (internal/routerlink says why).
@@ -31,6 +31,20 @@ func init() {
 		}
 		return c, nil
 	})
+	routerlink.SetCommandsHook(setCommands)
+}
+
+// setCommands sets cfg's router-link handler (routerlink.ServeCommands).
+func setCommands(cfg any, serve func(routerlink.Link)) error {
+	switch c := cfg.(type) {
+	case *DecodeConfig:
+		c.commands = serve
+	case *PrefillConfig:
+		c.commands = serve
+	default:
+		return errdefs.Errorf(errdefs.InvalidArgument, "router commands: %T is no *agent.DecodeConfig or *agent.PrefillConfig", cfg)
+	}
+	return nil
 }
 
 // agentLink is the agent's side of a router's link.

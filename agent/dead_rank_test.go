@@ -62,11 +62,15 @@ func TestAdmissionNamingAKilledRankIsRefused(t *testing.T) {
 	}
 	t.Cleanup(d.Close)
 	child := helperProcess(t, "TestHelperPrefillRankProcess", deadRankDecodeEnv+"="+d.Addr())
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	waitFor(t, "prefill rank 1 linked", func() bool { return gaugeWithRank(t, d.Metrics, "kvfence_writer_tail_seconds", "1") })
+	exited := startHelper(t, child)
+	waitFor(t, "prefill rank 1 linked", func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("helper prefill rank exited before it linked: %v", child.ProcessState)
+		default:
+		}
+		return gaugeWithRank(t, d.Metrics, "kvfence_writer_tail_seconds", "1")
+	})
 
 	// Linked and alive: an admission that names it is exposed.
 	live := d.NewReceiver(core.RequestKey{Room: 1, Gen: 1})
@@ -77,7 +81,7 @@ func TestAdmissionNamingAKilledRankIsRefused(t *testing.T) {
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = child.Wait()
+	<-exited
 	waitFor(t, "rank 1 declared dead", func() bool { return d.Stats().Core.PeerDeaths == 1 })
 	// Room 1's hold ends (fenced) on its own time: let it end first, so the
 	// counts below move only for the refused admission.
@@ -112,6 +116,21 @@ func helperProcess(t *testing.T, name, env string) *exec.Cmd {
 	child.Env = append(os.Environ(), env)
 	child.Stderr = os.Stderr
 	return child
+}
+
+// startHelper starts a helper process and reaps it: the channel closes
+// when it has ended (child.ProcessState is then set), so a wait for its
+// link fails at once if it died instead of spending the whole wait.
+// Cleanup kills it. Nothing else may call child.Wait.
+func startHelper(t *testing.T, child *exec.Cmd) <-chan struct{} {
+	t.Helper()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = child.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = child.Process.Kill(); <-exited })
+	return exited
 }
 
 // gaugeWithRank says whether a gauge has a sample labelled with rank.

@@ -61,11 +61,12 @@ type DecodeConfig struct {
 
 	ControlAddr string      // where prefill ranks and the router connect
 	TLS         *tls.Config // mutual TLS for the control plane; nil = plaintext
-	// Commands, when set, serves each router link until it ends: the
+	// commands, when set, serves each router link until it ends: the
 	// demo's simulated engine takes its orders this way. Nil: routers are
-	// refused. Its type is module-internal (internal/routerlink): the router
-	// protocol is the demo's, not an engine's API.
-	Commands func(routerlink.Link)
+	// refused. Unexported because the router protocol is the demo's, not
+	// an engine's API: only this module sets it, through
+	// routerlink.ServeCommands (commandlink.go).
+	commands func(routerlink.Link)
 	// AdvertiseData rewrites the data endpoint prefill ranks are told into
 	// one or more addresses, so proxies can sit on the data path (the
 	// demo's delaying proxy, one per lane).
@@ -349,7 +350,7 @@ func (d *Decode) accept(h peerHello) (peerHello, error) {
 	self := d.currentHello()
 	switch h.Role {
 	case RoleRouter:
-		if d.cfg.Commands == nil {
+		if d.cfg.commands == nil {
 			return peerHello{}, errdefs.Errorf(errdefs.FailedPrecondition, "decode rank %d takes no router commands", d.cfg.Rank)
 		}
 		if h.Version != ControlVersion {
@@ -374,7 +375,7 @@ func (d *Decode) serveLink(l *link) {
 	if l.peer.Role == RoleRouter {
 		d.lp.post(func() { d.routers[l] = true })
 		defer d.lp.post(func() { delete(d.routers, l) })
-		d.cfg.Commands(agentLink(l))
+		d.cfg.commands(agentLink(l))
 		return
 	}
 	rank := core.RankID(l.peer.Rank)

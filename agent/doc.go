@@ -16,7 +16,8 @@
 //   - Metrics (Prometheus, one registry per agent) and ServeMetrics; Stats.
 //   - The control plane: ranks link themselves (mutual TLS, Hello with
 //     ControlVersion and capabilities, sequence numbers); the demo's router
-//     may talk to an agent whose config has a Commands handler, over a link
+//     may talk to an agent whose config has a router-link handler (set only
+//     through internal/routerlink.ServeCommands), over a link
 //     that is not public API (internal/routerlink). Errors are classified
 //     (package errdefs).
 //
@@ -70,7 +71,7 @@
 // is reaped before TargetRestarted is fed back, never after), the hold log,
 // metrics and logs. The demo's router,
 // simulated engines and content oracle live in internal/demo, outside the
-// runtime; the runtime reaches them only through Commands (a module-internal
+// runtime; the runtime reaches them only through the router-link handler (a module-internal
 // link, internal/routerlink) and the optional ContentCheck hook.
 //
 // It must never release exposed memory, hand a request off, or tell a rank

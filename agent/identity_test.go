@@ -76,8 +76,14 @@ func TestPrefillRefusesImpostorDecode(t *testing.T) {
 // certificate against its Hello.
 func TestIdentityMismatchesAreRefused(t *testing.T) {
 	load := testPKI(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	// One budget per dial, never one for all: a loaded machine spends it
+	// on the first cases and the last is refused for want of time.
+	dialOnce := func(addr string, cliTLS *tls.Config, meant identity, hello peerHello) (*link, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, _, err := dial(ctx, addr, cliTLS, meant, hello)
+		return l, err
+	}
 	prefill1 := peerHello{Role: RolePrefill, Rank: 1, ShardBytes: 4096, Version: ControlVersion, Caps: peerCaps{Quiesce: true}}
 	for _, tc := range []struct {
 		what   string
@@ -102,13 +108,13 @@ func TestIdentityMismatchesAreRefused(t *testing.T) {
 			srvTLS, cliTLS = load(tc.server), load(tc.client)
 		}
 		addr, _ := impostor(t, srvTLS, tc.as)
-		if _, _, err := dial(ctx, addr, cliTLS, tc.meant, tc.hello); !errdefs.IsFailedPrecondition(err) {
+		if _, err := dialOnce(addr, cliTLS, tc.meant, tc.hello); !errdefs.IsFailedPrecondition(err) {
 			t.Errorf("%s: linked, or misclassified: %v", tc.what, err)
 		}
 	}
 	// And the matching identities link.
 	addr, _ := impostor(t, load("decode-0"), asDecode0)
-	l, _, err := dial(ctx, addr, load("prefill-1"), identity{RoleDecode, 0}, prefill1)
+	l, err := dialOnce(addr, load("prefill-1"), identity{RoleDecode, 0}, prefill1)
 	if err != nil {
 		t.Fatalf("the right peer: %v", err)
 	}

@@ -55,8 +55,8 @@ type Limits struct {
 	CommandRate  float64
 	CommandBurst int
 
-	// oldAdmission is the test-only control arm (admission.go): the
-	// control port as it was before per-certificate shares.
+	// oldAdmission is the test-only control arm (admission.go): a
+	// control port without per-certificate shares.
 	oldAdmission bool
 }
 

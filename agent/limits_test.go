@@ -28,7 +28,7 @@ func TestControlPortDropsSilentConnections(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = dp.Close() })
 	d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 4, ShardBytes: 4096, Shards: 1, Lease: time.Second,
-		MaxHold: 5 * time.Second, ControlAddr: "127.0.0.1:0", Commands: func(c routerlink.Link) { <-c.(*commandLink).l.closed() },
+		MaxHold: 5 * time.Second, ControlAddr: "127.0.0.1:0", commands: func(c routerlink.Link) { <-c.(*commandLink).l.closed() },
 		Limits: Limits{MaxConns: 5, HandshakeTimeout: 300 * time.Millisecond, IdleTimeout: time.Second, MaxRouters: 2}}, dp.Transport())
 	if err != nil {
 		t.Fatal(err)

@@ -244,7 +244,7 @@ func (s *server) acceptLink(st grpc.ServerStream) error {
 	l.send(&frame{Type: frameWelcome, Hello: &welcome})
 	if cmdRate != nil {
 		// A router's link ends when the agent drops it (admission.go),
-		// even while its Commands handler waits in Recv: returning ends
+		// even while its router-link handler waits in Recv: returning ends
 		// the stream, and that wait with it.
 		served := make(chan struct{})
 		go func() { s.serve(l); close(served) }()

@@ -50,11 +50,9 @@ type PrefillConfig struct {
 
 	ControlAddr string      // where the router connects ("": no listener)
 	TLS         *tls.Config // mutual TLS (server and client side); nil = plaintext
-	// Commands, when set, serves each router link until it ends: the
-	// demo's simulated engine takes its orders this way. Nil: routers are
-	// refused. Its type is module-internal (internal/routerlink): the router
-	// protocol is the demo's, not an engine's API.
-	Commands func(routerlink.Link)
+	// commands: as DecodeConfig's (set only through
+	// routerlink.ServeCommands).
+	commands func(routerlink.Link)
 	// Limits bound what one peer can cost this rank (limits.go).
 	Limits Limits
 	Logger hclog.Logger
@@ -166,7 +164,7 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	p.publish()
 	if cfg.ControlAddr != "" {
 		p.srv, err = newServer(cfg.ControlAddr, cfg.TLS, cfg.Limits, p.accept, func(l *link) {
-			cfg.Commands(agentLink(l))
+			cfg.commands(agentLink(l))
 		})
 		if err != nil {
 			return nil, err
@@ -370,7 +368,27 @@ func (p *Prefill) tick() {
 // (a refused post) are queued, never fed back while the output is read.
 func (p *Prefill) act() {
 	out := p.core.Ready()
-	for _, env := range out.Messages {
+	p.sendMessages(out.Messages)
+	for _, post := range out.Posts {
+		p.post(post)
+	}
+	for _, q := range out.Quiesces {
+		p.quiesce(q)
+	}
+	p.settleRequests(out)
+	// Source releases last: a request whose pages come back in the same
+	// round as its Sent or Failure must settle first, or its sender never
+	// learns how it ended.
+	for _, sr := range out.SourceReleases {
+		p.releaseSource(sr.Key)
+	}
+	p.publish()
+}
+
+// sendMessages sends the core's messages to decode, each Commit with its
+// checksum when Checksums is on; a message that cannot go is counted.
+func (p *Prefill) sendMessages(msgs []core.Envelope) {
+	for _, env := range msgs {
 		if env.Msg.Kind == core.KindCommit && p.cfg.Checksums {
 			env.Msg.Checksum = p.commitChecksum(env.Msg.Tag, int(env.Msg.Coverage))
 		}
@@ -378,12 +396,11 @@ func (p *Prefill) act() {
 			p.Metrics.failedSend("control")
 		}
 	}
-	for _, post := range out.Posts {
-		p.post(post)
-	}
-	for _, q := range out.Quiesces {
-		p.quiesce(q)
-	}
+}
+
+// settleRequests ends the senders of the requests the core failed or
+// finished sending in this output.
+func (p *Prefill) settleRequests(out *core.Output) {
 	for _, f := range out.Failures {
 		if r := p.reqs[f.Tag.Key()]; r != nil && r.state != PollFailed {
 			r.state = PollFailed
@@ -398,25 +415,26 @@ func (p *Prefill) act() {
 			r.snd.settle(PollSuccess, "")
 		}
 	}
-	// Source releases last: a request whose pages come back in the same
-	// round as its Sent or Failure must settle first, or its sender never
-	// learns how it ended.
-	for _, sr := range out.SourceReleases {
-		if r := p.reqs[sr.Key]; r != nil {
-			p.free = append(p.free, r.src...)
-			r.src = nil
-			delete(p.reqs, sr.Key)
-			if r.snd != nil && !r.snd.settled {
-				r.snd.publish(PollFailed) // closed or aborted before it ended
-			}
-			for tag := range p.keys {
-				if tag.Key() == sr.Key {
-					delete(p.keys, tag)
-				}
-			}
+}
+
+// releaseSource takes a request's source pages back into the free list
+// and forgets the request and its keys.
+func (p *Prefill) releaseSource(key core.RequestKey) {
+	r := p.reqs[key]
+	if r == nil {
+		return
+	}
+	p.free = append(p.free, r.src...)
+	r.src = nil
+	delete(p.reqs, key)
+	if r.snd != nil && !r.snd.settled {
+		r.snd.publish(PollFailed) // closed or aborted before it ended
+	}
+	for tag := range p.keys {
+		if tag.Key() == key {
+			delete(p.keys, tag)
 		}
 	}
-	p.publish()
 }
 
 // post maps a core Post to one sdk batch: page i of the request goes from

@@ -326,7 +326,7 @@ func transfer(t *testing.T, p *Prefill, rv *KVReceiver, key core.RequestKey, pag
 	}
 	select {
 	case <-rv.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(waitForBudget):
 		t.Fatalf("request %v never reached a final state", key)
 	}
 	if rv.Poll() != PollSuccess || rv.Err() != nil {

@@ -182,7 +182,7 @@ func (s *KVSender) close() {
 }
 
 func (p *Prefill) accept(h peerHello) (peerHello, error) {
-	if h.Role != RoleRouter || p.cfg.Commands == nil {
+	if h.Role != RoleRouter || p.cfg.commands == nil {
 		return peerHello{}, errdefs.Errorf(errdefs.FailedPrecondition, "prefill rank %d takes no links from %q", p.cfg.Rank, h.Role)
 	}
 	if h.Version != ControlVersion {

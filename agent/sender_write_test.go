@@ -2,7 +2,6 @@ package agent
 
 import (
 	"testing"
-	"time"
 
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/errdefs"
@@ -30,18 +29,11 @@ func TestWriteRefusedOnceSourcePagesReturn(t *testing.T) {
 		t.Fatalf("a partial page: want InvalidArgument, got %v", err)
 	}
 	rv.Abort()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitFor(t, "Write to refuse the source pages of a request whose pages went back", func() bool {
 		err := s.Write(1, page)
-		if errdefs.IsFailedPrecondition(err) {
-			return
-		}
-		if err != nil {
+		if err != nil && !errdefs.IsFailedPrecondition(err) {
 			t.Fatalf("want FailedPrecondition, got %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("Write still copies into the source pages of a request whose pages went back")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err != nil
+	})
 }

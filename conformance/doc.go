@@ -35,6 +35,13 @@
 // tbf, socket abort, nftables reject, netem where present), which reach
 // every connection the plugin opens. See docs/conformance-two-host.md.
 //
+// Layer 3 of the three plugin suites (contract → fault judge →
+// certification; docs/writing-a-plugin.md §6), and the only one that
+// certifies: it runs layer 1's contract checks (sdk/sdktest) as its
+// sdk-contract group on a fresh pair, and adds real faults on real links,
+// the tails, the soak and the certificate. Layer 2, the vendor kit's fault
+// judge (plugins/kit/nocancel/nocanceltest), calls it over fake libraries.
+//
 // It owns the checks, the fault injectors and the report formats. It must
 // never import the core, never reach into a plugin's internals (only the sdk
 // contract, signals and the link), never touch a network other than loopback

@@ -108,22 +108,22 @@ func DecodeMessage(data []byte) (Message, error) {
 	m.Tag = d.tag()
 	m.Rank = RankID(d.uvarint32())
 	m.Decode = RankID(d.uvarint32())
+	d.body(&m)
+	if d.err == nil && len(d.buf) != 0 {
+		d.fail("%d trailing bytes after %s", len(d.buf), m.Kind)
+	}
+	if d.err != nil {
+		return Message{}, d.err
+	}
+	return m, nil
+}
+
+// body parses the fields of m's kind, in the order AppendMessage writes
+// them.
+func (d *decoder) body(m *Message) {
 	switch m.Kind {
 	case KindAssign:
-		m.LeaseUntil = Time(d.varint())
-		m.HoldUntil = Time(d.varint())
-		if n := d.count(MaxWireRanks); n > 0 {
-			m.Ranks = make([]RankID, n)
-			for i := range m.Ranks {
-				m.Ranks[i] = RankID(d.uvarint32())
-			}
-		}
-		if n := d.count(MaxWireSlots); n > 0 {
-			m.Slots = make([]uint32, n)
-			for i := range m.Slots {
-				m.Slots[i] = d.uvarint32()
-			}
-		}
+		d.assign(m)
 	case KindGrant:
 		m.LeaseUntil = Time(d.varint())
 	case KindHeartbeat:
@@ -155,13 +155,24 @@ func DecodeMessage(data []byte) (Message, error) {
 			d.fail("unknown evidence %d", uint8(m.Evidence))
 		}
 	}
-	if d.err == nil && len(d.buf) != 0 {
-		d.fail("%d trailing bytes after %s", len(d.buf), m.Kind)
+}
+
+// assign parses an Assign's lease, hold bound, ranks and slots.
+func (d *decoder) assign(m *Message) {
+	m.LeaseUntil = Time(d.varint())
+	m.HoldUntil = Time(d.varint())
+	if n := d.count(MaxWireRanks); n > 0 {
+		m.Ranks = make([]RankID, n)
+		for i := range m.Ranks {
+			m.Ranks[i] = RankID(d.uvarint32())
+		}
 	}
-	if d.err != nil {
-		return Message{}, d.err
+	if n := d.count(MaxWireSlots); n > 0 {
+		m.Slots = make([]uint32, n)
+		for i := range m.Slots {
+			m.Slots[i] = d.uvarint32()
+		}
 	}
-	return m, nil
 }
 
 type decoder struct {

@@ -134,6 +134,20 @@ func (s *Sender) Tick(now Time) {
 	// (an entry may be early or stale) and visited in list order, as a walk
 	// of every stream and request would.
 	s.lapseTimers(now)
+	s.tickLeases(now)
+	s.tickBootstraps(now)
+	s.tickTombstones(now)
+	if !s.hbStarted || now.Sub(s.lastHB) >= s.cfg.Heartbeat {
+		s.hbStarted = true
+		s.lastHB = now
+		s.heartbeats(now)
+	}
+	s.pump(now)
+}
+
+// tickLeases stops the streams whose lease (less the skew margin) has
+// lapsed, in stream order.
+func (s *Sender) tickLeases(now Time) {
 	due := s.leaseTimers.popDue(now, s.dueStreams[:0])
 	slices.SortFunc(due, func(a, b *stream) int { return a.idx - b.idx })
 	for _, st := range due {
@@ -157,7 +171,11 @@ func (s *Sender) Tick(now Time) {
 	}
 	clear(due)
 	s.dueStreams = due[:0]
+}
 
+// tickBootstraps cancels the requests no decode assigned within
+// BootstrapTimeout, in request order.
+func (s *Sender) tickBootstraps(now Time) {
 	reqs := s.bootTimers.popDue(now, s.dueReqs[:0])
 	slices.SortFunc(reqs, func(a, b *request) int { return a.idx - b.idx })
 	for _, req := range reqs {
@@ -172,8 +190,11 @@ func (s *Sender) Tick(now Time) {
 	}
 	clear(reqs)
 	s.dueReqs = reqs[:0]
+}
 
-	// Deletes only: their order cannot change any output.
+// tickTombstones forgets the tag and request tombstones that expired.
+// Deletes only: their order cannot change any output.
+func (s *Sender) tickTombstones(now Time) {
 	for {
 		k, ok := s.tombTimers.popDue(now)
 		if !ok {
@@ -192,12 +213,6 @@ func (s *Sender) Tick(now Time) {
 			delete(s.reqTombs, k)
 		}
 	}
-	if !s.hbStarted || now.Sub(s.lastHB) >= s.cfg.Heartbeat {
-		s.hbStarted = true
-		s.lastHB = now
-		s.heartbeats(now)
-	}
-	s.pump(now)
 }
 
 // pump posts what may be posted: round robin over queued streams, one batch

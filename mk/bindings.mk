@@ -6,7 +6,7 @@
 #                      ~30 s; SGLang's base classes are checked only when
 #                      SGLANG_SRC names a checkout of sgl-project/sglang,
 #                      vLLM's base class and factory only when VLLM_SRC names
-#                      a copy of vLLM (README: Use from vLLM)
+#                      a copy of vLLM (docs/vllm.md)
 PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 .PHONY: bindings bindings-c bindings-py bindings-deps bindings-bench
 

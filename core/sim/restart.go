@@ -24,7 +24,8 @@ const unboundedDecl = int64(50 * 365 * 24 * time.Hour)
 const unboundedSpread = 8 * lease
 
 // drawRestart draws the restart-fence part of a profile from a stream of
-// its own, so that every other seed's run stays as it was.
+// its own, so that it leaves every other draw of a seed unchanged: a seed
+// reported before the fence was simulated still replays the same run.
 func (p *Profile) drawRestart(seed uint64) {
 	p.Unbounded = -1
 	rng := rand.New(rand.NewPCG(seed, 0x7265737461727421))

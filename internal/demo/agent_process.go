@@ -18,6 +18,7 @@ import (
 	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/internal/demo/delayproxy"
 	"github.com/kvfence/kvfence/internal/demo/oracle"
+	"github.com/kvfence/kvfence/internal/routerlink"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -83,7 +84,9 @@ func startDecodeRank(ctx context.Context, c AgentConfig) (*rankProcess, error) {
 		Fence: c.Fence, EagerRevoke: c.EagerRevoke, Check: oracle.Check{}, Checksums: c.Checksums,
 		ControlAddr: c.Control, TLS: c.TLS, Logger: c.Log}
 	eng := NewDecodeEngine()
-	cfg.Commands = eng.Serve
+	if err := routerlink.ServeCommands(&cfg, eng.Serve); err != nil {
+		return nil, err
+	}
 	if len(c.AdvertiseHosts) > 0 {
 		cfg.AdvertiseData = func(ep sdk.Endpoint) []sdk.Endpoint { return perHost(ep, c.AdvertiseHosts, c.Log) }
 	}
@@ -110,11 +113,15 @@ func startDecodeRank(ctx context.Context, c AgentConfig) (*rankProcess, error) {
 // engine behind it and waits (up to 30 s) for its link to decode.
 func startPrefillRank(ctx context.Context, c AgentConfig) (*rankProcess, error) {
 	eng := NewPrefillEngine(uint32(c.Rank))
-	p, err := agent.NewPrefill(ctx, agent.PrefillConfig{Commands: eng.Serve, Rank: core.RankID(c.Rank), DecodeAddr: c.DecodeAddr, DecodeRank: core.RankID(c.DecodeRank),
+	cfg := agent.PrefillConfig{Rank: core.RankID(c.Rank), DecodeAddr: c.DecodeAddr, DecodeRank: core.RankID(c.DecodeRank),
 		SourcePages: c.SourcePages, ShardBytes: c.ShardBytes, Lanes: c.Lanes,
 		MaxInflight: c.MaxInflight, MaxBatchPages: 4, QuiesceGrace: c.QuiesceGrace, Heartbeat: 200 * time.Millisecond, SkewMargin: 50 * time.Millisecond,
 		RequestTombstone: 15 * time.Second, BootstrapTimeout: 10 * time.Second, Checksums: c.Checksums,
-		ControlAddr: c.Control, TLS: c.TLS, Logger: c.Log, Events: c.Plugin.Events()}, c.Plugin.Transport())
+		ControlAddr: c.Control, TLS: c.TLS, Logger: c.Log, Events: c.Plugin.Events()}
+	if err := routerlink.ServeCommands(&cfg, eng.Serve); err != nil {
+		return nil, err
+	}
+	p, err := agent.NewPrefill(ctx, cfg, c.Plugin.Transport())
 	if err != nil {
 		return nil, err
 	}

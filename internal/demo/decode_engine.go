@@ -20,7 +20,7 @@ type DecodeEngine struct {
 	reqs  map[core.RequestKey]*agent.KVReceiver
 }
 
-// NewDecodeEngine makes an engine; give its Serve to DecodeConfig.Commands,
+// NewDecodeEngine makes an engine; give its Serve to routerlink.ServeCommands,
 // then Start it with the agent.
 func NewDecodeEngine() *DecodeEngine {
 	return &DecodeEngine{ready: make(chan struct{}), reqs: map[core.RequestKey]*agent.KVReceiver{}}

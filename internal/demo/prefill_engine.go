@@ -33,7 +33,7 @@ type prefillReq struct {
 }
 
 // NewPrefillEngine makes the engine of prefill rank; give its Serve to
-// PrefillConfig.Commands, then Start it with the agent.
+// routerlink.ServeCommands, then Start it with the agent.
 func NewPrefillEngine(rank uint32) *PrefillEngine {
 	return &PrefillEngine{rank: rank, ready: make(chan struct{}), quit: make(chan struct{}),
 		reqs: map[core.RequestKey]*prefillReq{}}

@@ -5,8 +5,9 @@
 // protocol is the demo's (internal/demo owns its Command and Event
 // payloads, which the runtime never reads).
 //
-// It owns the Link interface and the dial hook package agent fills in at
-// init (the link itself is the agent's control link: Hello first, mutual
+// It owns the Link interface and the two hooks package agent fills in at
+// init: the dialer (a router's side of a link) and ServeCommands (an
+// agent configuration's handler for router links, an unexported field) (the link itself is the agent's control link: Hello first, mutual
 // TLS identity, sequence numbers, admission limits). It must never carry a
 // link implementation of its own, and never be imported by anything
 // outside this module's runtime and demo.

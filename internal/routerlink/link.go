@@ -41,3 +41,22 @@ func Dial(ctx context.Context, addr string, tlsCfg *tls.Config, role string, ran
 	}
 	return dialer(ctx, addr, tlsCfg, role, rank)
 }
+
+// commandsHook sets an agent configuration's router-link handler; package
+// agent fills it in at init, because the field it sets is unexported: the
+// router protocol is not an engine's API, so no exported field may carry
+// a type that code outside this module cannot name.
+var commandsHook func(cfg any, serve func(Link)) error
+
+// SetCommandsHook is called once, by package agent's init.
+func SetCommandsHook(h func(cfg any, serve func(Link)) error) { commandsHook = h }
+
+// ServeCommands makes the agent built from cfg (a *agent.DecodeConfig or
+// *agent.PrefillConfig) serve each router link with serve until the link
+// ends; without it the agent refuses routers. Any other cfg is an error.
+func ServeCommands(cfg any, serve func(Link)) error {
+	if commandsHook == nil {
+		return errors.New("routerlink: no commands hook (package agent is not linked in)")
+	}
+	return commandsHook(cfg, serve)
+}

@@ -13,7 +13,8 @@
 //   - kit/nocancel/nocanceltest: the fault scenarios and the fault judge
 //     (two real plugin processes over a fake library, SIGSTOP/SIGCONT of
 //     the target, target memory watched after each promise), and
-//     CertifyOverFake.
+//     CertifyOverFake; layer 2 of the three plugin suites (contract in
+//     sdk/sdktest → fault judge → certification in conformance).
 //   - kit/dl/dltest: build a fake C library with the system compiler for
 //     tests.
 //   - kit/skeleton: the main of a vendor plugin binary.

@@ -39,38 +39,53 @@ func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 	if len(b.Ops) > t.cfg.MaxBatch {
 		return errdefs.Errorf(errdefs.InvalidArgument, "Post: %d ops, at most %d", len(b.Ops), t.cfg.MaxBatch)
 	}
+	p, ws, srcs, err := t.admit(b)
+	if err != nil {
+		return err
+	}
+	// Keys are resolved outside the lock (one directory round trip the first
+	// time a key is used; keys cannot be revoked, so the answer stays true).
+	if err := t.resolveDsts(p, b, ws); err != nil {
+		return err
+	}
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.submit(b.ID, p, ws, srcs)
+}
+
+// admit checks, under t.mu, that the batch is new, its peer known and
+// every op's source inside a registered region; it returns the writes
+// with their sources filled in, and those regions.
+func (t *Transport) admit(b sdk.Batch) (*peer, []Write, []*region, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.closed {
-		t.mu.Unlock()
-		return errdefs.Errorf(errdefs.FailedPrecondition, "Post: transport closed")
+		return nil, nil, nil, errdefs.Errorf(errdefs.FailedPrecondition, "Post: transport closed")
 	}
-	if _, dup := t.live[b.ID]; dup {
-		t.mu.Unlock()
-		return errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d already posted", b.ID)
-	}
-	if _, dup := t.finished[b.ID]; dup {
-		t.mu.Unlock()
-		return errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d already posted", b.ID)
+	_, live := t.live[b.ID]
+	if _, done := t.finished[b.ID]; live || done {
+		return nil, nil, nil, errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d already posted", b.ID)
 	}
 	p := t.peers[b.Peer]
 	if p == nil {
-		t.mu.Unlock()
-		return errdefs.Errorf(errdefs.NotFound, "Post: peer %q", b.Peer)
+		return nil, nil, nil, errdefs.Errorf(errdefs.NotFound, "Post: peer %q", b.Peer)
 	}
 	ws := make([]Write, len(b.Ops))
 	srcs := make([]*region, len(b.Ops))
 	for i, op := range b.Ops {
 		r, err := t.checkOp(op)
 		if err != nil {
-			t.mu.Unlock()
-			return fmt.Errorf("Post: op %d: %w", i, err)
+			return nil, nil, nil, fmt.Errorf("Post: op %d: %w", i, err)
 		}
 		srcs[i] = r
 		ws[i] = Write{Src: r.addr + uintptr(op.LocalOffset), Length: op.Length}
 	}
-	t.mu.Unlock()
-	// Keys are resolved outside the lock (one directory round trip the first
-	// time a key is used; keys cannot be revoked, so the answer stays true).
+	return p, ws, srcs, nil
+}
+
+// resolveDsts fills in each write's destination from its key's window,
+// refusing an op that does not fit the window.
+func (t *Transport) resolveDsts(p *peer, b sdk.Batch, ws []Write) error {
 	for i, op := range b.Ops {
 		w, err := t.resolve(p, op.RemoteKey)
 		if err != nil {
@@ -81,17 +96,22 @@ func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 		}
 		ws[i].Dst = w.addr + uintptr(op.RemoteOffset)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, dup := t.live[b.ID]; dup || t.closed {
-		return errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d posted concurrently (or transport closed)", b.ID)
+	return nil
+}
+
+// submit hands the batch to the backend and records it live with its
+// sources pinned. Called with t.mu held: the batch and its regions are
+// checked again, since the lock was let go while keys were resolved.
+func (t *Transport) submit(id sdk.BatchID, p *peer, ws []Write, srcs []*region) error {
+	if _, dup := t.live[id]; dup || t.closed {
+		return errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d posted concurrently (or transport closed)", id)
 	}
 	for _, r := range srcs {
 		if t.regions[r.id] != r {
 			return errdefs.Errorf(errdefs.NotFound, "Post: region %d deregistered meanwhile", r.id)
 		}
 	}
-	if t.lieEarly(&batch{id: b.ID, peer: p, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}, ws) {
+	if t.lieEarly(&batch{id: id, peer: p, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}, ws) {
 		for _, r := range srcs {
 			r.pins++
 		}
@@ -102,18 +122,18 @@ func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 	if errors.As(err, &refused) {
 		job = refused.Job
 		t.stats["submit_refused_after_call"]++
-		t.log.Warn("the library refused a submit it had begun: part of the batch may have left; keeping it, its sources pinned, until every task ends", "batch", b.ID, "err", refused.Err)
+		t.log.Warn("the library refused a submit it had begun: part of the batch may have left; keeping it, its sources pinned, until every task ends", "batch", id, "err", refused.Err)
 	} else if err != nil {
 		return fmt.Errorf("Post: %s refused the batch (nothing was sent): %w", t.be.Name(), err)
 	}
-	bt := &batch{id: b.ID, peer: p, job: job, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}
+	bt := &batch{id: id, peer: p, job: job, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}
 	if refused != nil {
 		bt.refused = refused.Err
 	}
 	for _, r := range srcs {
 		r.pins++
 	}
-	t.live[b.ID] = bt
+	t.live[id] = bt
 	t.stats["batches_posted"]++
 	return nil
 }

@@ -91,10 +91,10 @@ type peer struct {
 
 // DefaultReportAfter is how long a batch may stay WAITING/IN_PROG before it
 // is reported InDoubt. It must be well under the completion timeouts hosts
-// use (the conformance suite's default is 30 s): at 30 s, as it was, a
-// write to a stopped target raced the suite's deadline against the real
-// Mooncake and was reported late. The verdict is the same either way
-// (InDoubt); only its timing changes.
+// use (the conformance suite's default is 30 s): a report due at the
+// host's own deadline races it (measured against the real Mooncake, a
+// write to a stopped target reported at 30 s arrived late). The verdict
+// is the same either way (InDoubt); only its timing changes.
 const DefaultReportAfter = 20 * time.Second
 
 // New starts the directory and the poller.

@@ -4,11 +4,22 @@
 // fault (SIGSTOP/SIGCONT of the target), and a judge that watches target
 // memory after each promise.
 //
+// Layer 2 of the three plugin suites (contract → fault judge →
+// certification; docs/writing-a-plugin.md §6): the fault judge for plugins
+// built on kit/nocancel. Layer 1 (sdk/sdktest) checks the contract on a
+// healthy pair; this layer injects the faults a vendor library is known
+// for (a stopped target: SIGSTOP/SIGCONT) over the fake library and judges
+// each promise against target memory after the target resumes (a
+// FailedDefinite whose bytes land then is caught). It builds on
+// both neighbours: plugins are built with sdktest.BuildPlugin, and
+// CertifyOverFake runs layer 3 (package conformance, profile grant-only)
+// over the fake library, where the link faults cannot reach the fakes'
+// data, so the run is partial and certifies nothing; certification proper
+// is layer 3 on a real link.
+//
 // It owns the scenarios and the judge. It must never reach into a plugin
 // (only the sdk contract and signals), and never weaken a judgement to let
-// a plugin pass. The conformance suite is the certification (profile
-// grant-only, CertifyOverFake); these scenarios add the measured fault
-// behaviours of each backend on top of it.
+// a plugin pass.
 package nocanceltest
 
 import (
