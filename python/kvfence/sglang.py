@@ -149,7 +149,7 @@ def _check_memory(args):
         if checks.is_device(int(p)):
             raise errors.Unimplemented(
                 "kvfence: aux buffer at 0x%x is CUDA device memory; aux rows must be host memory "
-                "(README: GPU memory)" % int(p))
+                "(docs/bindings.md: GPU memory)" % int(p))
 
 
 def refuse_unsupported(server_args, kv_args, mode=None):
@@ -174,7 +174,7 @@ def refuse_unsupported(server_args, kv_args, mode=None):
     if state:
         why.append(state)
     if why:
-        raise errors.Unimplemented("kvfence does not support %s yet (README: Use from SGLang)" % ", ".join(why))
+        raise errors.Unimplemented("kvfence does not support %s yet (docs/sglang.md)" % ", ".join(why))
 
 
 def _rank_base(cfg, server_args):
@@ -370,7 +370,7 @@ class KVFenceKVManager(BaseKVManager):
         self.state_pages = sglang_layout.aux_pages(self.state_bytes, self.shard_bytes)
         if self.state_pages and self.prefill_tp != self.decode_tp:
             raise errors.Unimplemented("kvfence: Mamba state buffers with prefill TP %d != decode TP %d "
-                                       "(README: Use from SGLang)" % (self.prefill_tp, self.decode_tp))
+                                       "(docs/sglang.md)" % (self.prefill_tp, self.decode_tp))
         self.extra_pages = self.aux_pages + self.state_pages
 
     def next_gen(self, room):

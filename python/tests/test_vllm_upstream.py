@@ -15,7 +15,7 @@ import pytest
 
 SRC = os.environ.get("VLLM_SRC")
 pytestmark = pytest.mark.skipif(not SRC, reason="VLLM_SRC is not set (a copy of vLLM outside the repository; "
-                                               "see README: Use from vLLM)")
+                                               "see docs/vllm.md)")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
