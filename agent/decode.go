@@ -135,14 +135,11 @@ type decTag struct {
 	granting     bool
 	held         []heldFrame
 	revokeWanted bool
-	// keysReady closes when its Grants are done: Init waits on it off
-	// the loop, so admissions keep the pace the plugin can grant at.
-	keysReady chan struct{}
-	state     PollState
-	reason    string
-	corrupt   map[int]bool
-	recv      *KVReceiver
-	hold      holdTrack // the hold log (holdlog.go)
+	state        PollState
+	reason       string
+	corrupt      map[int]bool
+	recv         *KVReceiver
+	hold         holdTrack // the hold log (holdlog.go)
 }
 
 // NewDecode starts a decode agent on an opened transport: it maps the KV

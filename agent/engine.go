@@ -78,23 +78,8 @@ func (r *KVReceiver) settle() {
 // count), AlreadyExists for a live key, InvalidArgument for bad sizes.
 func (r *KVReceiver) Init(pages int, ranks []core.RankID) (core.Tag, error) {
 	var err error
-	var keys chan struct{}
-	if !r.d.lp.call(func() {
-		r.tag, err = r.d.admit(r.key, pages, ranks, r)
-		if dt := r.d.tags[r.key]; err == nil && dt != nil && dt.granting {
-			keys = dt.keysReady
-		}
-	}) {
+	if !r.d.lp.call(func() { r.tag, err = r.d.admit(r.key, pages, ranks, r) }) {
 		return core.Tag{}, errClosed
-	}
-	if keys != nil {
-		// Its Grants run off the loop; the Assigns go out once they are
-		// done. Waiting here keeps admissions at the plugin's pace.
-		select {
-		case <-keys:
-		case <-r.d.lp.done:
-			return core.Tag{}, errClosed
-		}
 	}
 	return r.tag, err
 }

@@ -74,20 +74,10 @@ func grantRace(t *testing.T) (releasedEarly bool, d *Decode, g *gatedGranter) {
 	t.Cleanup(open) // before Close, which waits for the Grants
 	key := core.RequestKey{Room: 1, Gen: 1}
 	rv := d.NewReceiver(key)
-	inited := make(chan error, 1)
-	go func() { // Init waits for the Grants (off the loop): held at the gate
-		_, err := rv.Init(skPages, []core.RankID{1})
-		inited <- err
-	}()
-	var tag core.Tag
-	waitFor(t, "the exposure, its Grants in flight", func() bool {
-		d.lp.call(func() {
-			if dt := d.tags[key]; dt != nil && dt.granting {
-				tag = dt.tag
-			}
-		})
-		return tag != core.Tag{}
-	})
+	tag, err := rv.Init(skPages, []core.RankID{1}) // returns with the Grants still at the gate
+	if err != nil {
+		t.Fatal(err)
+	}
 	rv.Abort()
 	waitFor(t, "the core's revoke taken up", func() bool {
 		asked := true
@@ -100,9 +90,6 @@ func grantRace(t *testing.T) (releasedEarly bool, d *Decode, g *gatedGranter) {
 	})
 	releasedEarly = rv.Released()
 	open()
-	if err := <-inited; err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, "the release", rv.Released)
 	return releasedEarly, d, g
 }

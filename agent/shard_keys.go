@@ -149,11 +149,7 @@ type grantResult struct {
 // once (a loop that waited on the plugin's round trips stalled every other
 // request and the engine's Init: most of the fence's cost, issue 21).
 // Until grantsDone the exposure's messages wait, in order, behind its
-// Assigns, and a revoke the core asks for waits for the Grants. The
-// engine's Init still returns only once they are done (off the loop): an
-// Init that returned at once let admissions outrun the plugin's Grants
-// until Assigns went out after their leases (requests failed lease-lapsed
-// under load).
+// Assigns, and a revoke the core asks for waits for the Grants.
 func (d *Decode) grantFenced(dt *decTag) error {
 	dt.rankKeys = map[core.RankID][]keyRef{}
 	var plans []rankPlan
@@ -176,7 +172,7 @@ func (d *Decode) grantFenced(dt *decTag) error {
 		ws, pages := d.rankWindows(dt.slots, pos)
 		plans = append(plans, rankPlan{rank: rank, pos: pos, writer: writer, ws: ws, pages: pages})
 	}
-	dt.granting, dt.keysReady = true, make(chan struct{})
+	dt.granting = true
 	slots, tag := dt.slots, dt.tag
 	d.revokes.Add(1)
 	go func() {
@@ -260,7 +256,6 @@ func (d *Decode) grantRank(tag core.Tag, p rankPlan) (refs []keyRef, granted []s
 // aborts the exposure; its Assigns go out without keys.
 func (d *Decode) grantsDone(dt *decTag, res grantResult) {
 	dt.granting = false
-	defer close(dt.keysReady)
 	dt.granted = append(dt.granted, res.granted...)
 	d.stats.BoundGrants += res.bound
 	d.stats.UnboundGrants += res.unbound
