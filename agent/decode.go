@@ -107,7 +107,6 @@ type Decode struct {
 	srv     *server
 	Metrics *Metrics
 	snap    atomic.Pointer[core.ReceiverMetrics]
-	// revokes: key Grants and Revokes in flight off the loop (Close waits).
 	revokes sync.WaitGroup
 	targets []*target // with a restart fence (restart.go); loop-owned after NewDecode
 
@@ -129,17 +128,11 @@ type decTag struct {
 	keys     []keyRef                 // shared (bounds none): every rank without its own, at its shard's offset
 	rankKeys map[core.RankID][]keyRef // one rank's own, over its shards (nil entry: refused keys)
 	granted  []sdk.Key                // per-exposure keys still to revoke
-	// granting: its Grants are in flight (grantFenced); held are its
-	// messages waiting for them, in order, and revokeWanted a revoke the
-	// core asked for meanwhile (it waits for every key to exist).
-	granting     bool
-	held         []heldFrame
-	revokeWanted bool
-	state        PollState
-	reason       string
-	corrupt      map[int]bool
-	recv         *KVReceiver
-	hold         holdTrack // the hold log (holdlog.go)
+	state    PollState
+	reason   string
+	corrupt  map[int]bool
+	recv     *KVReceiver
+	hold     holdTrack // the hold log (holdlog.go)
 }
 
 // NewDecode starts a decode agent on an opened transport: it maps the KV
@@ -554,7 +547,16 @@ func (d *Decode) act() {
 	out := d.core.Ready()
 	t := now()
 	for _, env := range out.Messages {
-		d.sendCore(env)
+		f := &frame{Type: frameCore, Core: core.AppendMessage(nil, &env.Msg)}
+		if env.Msg.Kind == core.KindAssign {
+			if dt := d.tags[env.Msg.Tag.Key()]; dt != nil && dt.tag == env.Msg.Tag {
+				f.Keys = dt.keysFor(d, env.To)
+			}
+		}
+		l := d.links[env.To]
+		if l == nil || !l.send(f) {
+			d.Metrics.failedSend("control")
+		}
 	}
 	// Copy what later inputs need: Output slices die with the next input.
 	revokes := append([]core.Revoke(nil), out.Revokes...)
@@ -591,38 +593,6 @@ func (d *Decode) act() {
 	d.publish()
 }
 
-// heldFrame is a message of an exposure whose keys are being granted.
-type heldFrame struct {
-	to     core.RankID
-	f      *frame
-	assign bool
-}
-
-// sendCore sends one core message (loop only), an Assign with the rank's
-// keys. While an exposure's Grants are in flight its messages wait behind
-// its Assigns, so a rank never hears of a tag out of order.
-func (d *Decode) sendCore(env core.Envelope) {
-	f := &frame{Type: frameCore, Core: core.AppendMessage(nil, &env.Msg)}
-	dt := d.tags[env.Msg.Tag.Key()]
-	if dt != nil && dt.tag == env.Msg.Tag {
-		if dt.granting {
-			dt.held = append(dt.held, heldFrame{to: env.To, f: f, assign: env.Msg.Kind == core.KindAssign})
-			return
-		}
-		if env.Msg.Kind == core.KindAssign {
-			f.Keys = dt.keysFor(d, env.To)
-		}
-	}
-	d.sendFrame(env.To, f)
-}
-
-func (d *Decode) sendFrame(to core.RankID, f *frame) {
-	l := d.links[to]
-	if l == nil || !l.send(f) {
-		d.Metrics.failedSend("control")
-	}
-}
-
 func (d *Decode) revoke(rv core.Revoke) {
 	if rv.All {
 		// Our pool is fresh memory of this process, registered under new
@@ -633,11 +603,6 @@ func (d *Decode) revoke(rv core.Revoke) {
 	}
 	dt := d.tags[rv.Tag.Key()]
 	if dt == nil || dt.tag != rv.Tag {
-		return
-	}
-	if dt.granting && revokeWaitsForGrants() {
-		// Revoked must cover every key: those in flight too.
-		dt.revokeWanted = true
 		return
 	}
 	keys := dt.granted
@@ -652,25 +617,13 @@ func (d *Decode) revoke(rv core.Revoke) {
 			return
 		}
 		d.Metrics.revoked(time.Since(start))
-		d.lp.postUrgent(func() {
+		d.lp.post(func() {
 			if dt := d.tags[tag.Key()]; dt != nil && dt.tag == tag {
 				d.logHoldFence(dt)
 			}
 			d.core.Revoked(tag, now())
 			d.act()
 		})
-	}()
-}
-
-// revokeQuietly revokes keys off the loop and tells the core nothing.
-func (d *Decode) revokeQuietly(keys []sdk.Key) {
-	if len(keys) == 0 {
-		return
-	}
-	d.revokes.Add(1)
-	go func() {
-		defer d.revokes.Done()
-		_ = d.revokeKeys(keys)
 	}()
 }
 
@@ -742,10 +695,17 @@ func (d *Decode) release(rel core.Release, t core.Time) {
 	}
 	d.logHoldRelease(dt, rel)
 	d.scrub(dt)
-	// Hygiene, and a second line of defence: nothing should still write
-	// under these keys (drained, or handed off), so revoking them only
-	// frees the plugin's state.
-	d.revokeQuietly(dt.granted)
+	if len(dt.granted) > 0 {
+		// Hygiene, and a second line of defence: nothing should still
+		// write under these keys (drained, or handed off), so revoking
+		// them only frees the plugin's state.
+		keys := dt.granted
+		d.revokes.Add(1)
+		go func() {
+			defer d.revokes.Done()
+			_ = d.revokeKeys(keys)
+		}()
+	}
 	if dt.recv != nil {
 		dt.recv.released.Store(true)
 	}

@@ -16,17 +16,12 @@ var errClosed = errdefs.Errorf(errdefs.Unavailable, "agent closed")
 type loop struct {
 	deferred []func() // inputs the loop gives itself; never through the inbox, which could be full
 	inbox    chan func()
-	// urgent: results of the agent's own plugin calls (key Grants and
-	// Revokes), taken before the inbox. Peers cannot fill it, and an
-	// Assign waiting for its keys must not queue behind a flood of peer
-	// messages while its lease runs.
-	urgent chan func()
-	stop   chan struct{}
-	done   chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 func newLoop() *loop {
-	return &loop{inbox: make(chan func(), 1<<14), urgent: make(chan func(), 1<<10), stop: make(chan struct{}), done: make(chan struct{})}
+	return &loop{inbox: make(chan func(), 1<<14), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 func (l *loop) run(tick time.Duration, onTick func()) {
@@ -35,30 +30,18 @@ func (l *loop) run(tick time.Duration, onTick func()) {
 	defer t.Stop()
 	for {
 		select {
-		case f := <-l.urgent:
+		case f := <-l.inbox:
 			f()
-		default:
-			select {
-			case f := <-l.urgent:
-				f()
-			case f := <-l.inbox:
-				f()
-			case <-t.C:
-				onTick()
-			case <-l.stop:
-				return
-			}
+		case <-t.C:
+			onTick()
+		case <-l.stop:
+			return
 		}
-		l.runDeferred()
-	}
-}
-
-// runDeferred runs the inputs the loop gave itself, in order.
-func (l *loop) runDeferred() {
-	for len(l.deferred) > 0 {
-		f := l.deferred[0]
-		l.deferred = l.deferred[1:]
-		f()
+		for len(l.deferred) > 0 {
+			f := l.deferred[0]
+			l.deferred = l.deferred[1:]
+			f()
+		}
 	}
 }
 
@@ -72,15 +55,6 @@ func (l *loop) later(f func()) { l.deferred = append(l.deferred, f) }
 func (l *loop) post(f func()) {
 	select {
 	case l.inbox <- f:
-	case <-l.stop:
-	}
-}
-
-// postUrgent queues the result of the agent's own plugin call, which the
-// loop takes before anything in the inbox (dropped after shutdown).
-func (l *loop) postUrgent(f func()) {
-	select {
-	case l.urgent <- f:
 	case <-l.stop:
 	}
 }

@@ -122,37 +122,12 @@ func (d *Decode) grantWindows(ws []sdk.Window, pages []pageKey, writer string) (
 	return refs, granted, errors.Join(errs...)
 }
 
-// rankPlan is one rank's keys of an exposure, as the loop decided them
-// before any Grant goes out: its windows and the writer they bind.
-type rankPlan struct {
-	rank   core.RankID
-	pos    int
-	writer string
-	ws     []sdk.Window
-	pages  []pageKey
-}
-
-// grantResult is what the Grants of one exposure made (off the loop),
-// applied by grantsDone in the loop.
-type grantResult struct {
-	rankKeys       map[core.RankID][]keyRef
-	keys           []keyRef  // shared keys (bounds none), nil if none
-	granted        []sdk.Key // every key granted, to revoke even on error
-	bound, unbound int
-	err            error
-}
-
-// grantFenced starts making an exposure's per-exposure keys (loop only):
-// each rank its own, over its shards, bound to its data identity where the
+// grantFenced makes an exposure's per-exposure keys (loop only): each rank
+// its own, over its shards, bound to its data identity where the
 // transport can; a rank that announces no identity to a transport that
-// binds writers gets none. The Grants run off the loop, every rank's at
-// once (a loop that waited on the plugin's round trips stalled every other
-// request and the engine's Init: most of the fence's cost, issue 21).
-// Until grantsDone the exposure's messages wait, in order, behind its
-// Assigns, and a revoke the core asks for waits for the Grants.
+// binds writers gets none.
 func (d *Decode) grantFenced(dt *decTag) error {
 	dt.rankKeys = map[core.RankID][]keyRef{}
-	var plans []rankPlan
 	shared := false
 	for pos, rank := range dt.ranks {
 		writer := ""
@@ -169,122 +144,59 @@ func (d *Decode) grantFenced(dt *decTag) error {
 			shared = true
 			continue
 		}
-		ws, pages := d.rankWindows(dt.slots, pos)
-		plans = append(plans, rankPlan{rank: rank, pos: pos, writer: writer, ws: ws, pages: pages})
-	}
-	dt.granting = true
-	slots, tag := dt.slots, dt.tag
-	d.revokes.Add(1)
-	go func() {
-		defer d.revokes.Done()
-		res := d.runGrants(tag, slots, plans, shared)
-		d.lp.postUrgent(func() { d.grantsDone(dt, res) })
-	}()
-	return nil
-}
-
-// runGrants grants every planned rank's keys at once, then the shared
-// keys if any rank needs them (off the loop: it reads only what NewDecode
-// fixed).
-func (d *Decode) runGrants(tag core.Tag, slots []uint32, plans []rankPlan, shared bool) grantResult {
-	res := grantResult{rankKeys: map[core.RankID][]keyRef{}}
-	refs := make([][]keyRef, len(plans))
-	granted := make([][]sdk.Key, len(plans))
-	bound := make([]bool, len(plans))
-	errs := make([]error, len(plans))
-	var wg sync.WaitGroup
-	for i, p := range plans {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			refs[i], granted[i], bound[i], errs[i] = d.grantRank(tag, p)
-		}()
-	}
-	wg.Wait()
-	for i, p := range plans {
-		res.granted = append(res.granted, granted[i]...)
+		refs, err := d.grantRank(dt, pos, writer)
 		switch {
-		case errs[i] != nil:
-		case refs[i] == nil:
+		case err != nil:
+			return err
+		case refs == nil:
 			shared = true
-		case bound[i]:
-			res.bound++
-			res.rankKeys[p.rank] = refs[i]
 		default:
-			res.unbound++
-			res.rankKeys[p.rank] = refs[i]
+			dt.rankKeys[rank] = refs
 		}
 	}
-	res.err = errors.Join(errs...)
-	if shared && res.err == nil {
-		ws, pages := d.rankWindows(slots, 0)
-		keys, g, err := d.grantWindows(ws, pages, "")
-		res.keys, res.granted, res.err = keys, append(res.granted, g...), err
-		res.unbound++
+	if !shared {
+		return nil
 	}
-	return res
+	d.stats.UnboundGrants++
+	ws, pages := d.rankWindows(dt.slots, 0)
+	refs, granted, err := d.grantWindows(ws, pages, "")
+	dt.keys = refs
+	dt.granted = append(dt.granted, granted...)
+	return err
 }
 
-// grantRank grants the rank of p keys of its own (bound reports whether
-// to its writer). A writer not connected to our transport yet (its first
-// request) gets them unbound to its identity — but still over its shards
-// only; with bounds none it gets nil (the shared keys).
-func (d *Decode) grantRank(tag core.Tag, p rankPlan) (refs []keyRef, granted []sdk.Key, bound bool, err error) {
-	pages := p.pages
+// grantRank grants the rank at pos keys of its own. A writer not connected
+// to our transport yet (its first request) gets them unbound to its
+// identity — but still over its shards only; with bounds none it gets nil
+// (the shared keys).
+func (d *Decode) grantRank(dt *decTag, pos int, writer string) ([]keyRef, error) {
+	ws, pages := d.rankWindows(dt.slots, pos)
 	if d.shardKeys == sdk.BoundsNone {
-		off, _ := d.shardRange(p.pos)
+		off, _ := d.shardRange(pos)
 		for i := range pages {
 			pages[i].base += uint64(off)
 		}
 	}
-	refs, granted, err = d.grantWindows(p.ws, pages, p.writer)
-	if p.writer == "" || !errdefs.Is(err, errdefs.FailedPrecondition) {
-		return refs, granted, err == nil && p.writer != "", err
-	}
-	d.log.Debug("writer not connected: keys not bound to its identity", "tag", tag, "rank", p.rank, "error", err)
-	if d.shardKeys == sdk.BoundsNone {
-		return nil, granted, false, nil
-	}
-	refs, more, err := d.grantWindows(p.ws, pages, "")
-	return refs, append(granted, more...), false, err
-}
-
-// grantsDone applies an exposure's Grants (loop only) and sends what
-// waited behind its Assigns, keys attached. An exposure released while
-// its keys were granted (its bound passed) sent them to no one: they are
-// revoked and its waiting messages dropped, as if lost. A failed Grant
-// aborts the exposure; its Assigns go out without keys.
-func (d *Decode) grantsDone(dt *decTag, res grantResult) {
-	dt.granting = false
-	dt.granted = append(dt.granted, res.granted...)
-	d.stats.BoundGrants += res.bound
-	d.stats.UnboundGrants += res.unbound
-	held := dt.held
-	dt.held = nil
-	if d.tags[dt.tag.Key()] != dt {
-		d.revokeQuietly(dt.granted)
-		dt.granted = nil
-		return
-	}
-	for r, k := range res.rankKeys {
-		dt.rankKeys[r] = k
-	}
-	dt.keys = res.keys
-	for _, h := range held {
-		if h.assign && res.err == nil {
-			h.f.Keys = dt.keysFor(d, h.to)
+	refs, granted, err := d.grantWindows(ws, pages, writer)
+	dt.granted = append(dt.granted, granted...)
+	if writer != "" && errdefs.Is(err, errdefs.FailedPrecondition) {
+		d.log.Debug("writer not connected: keys not bound to its identity", "tag", dt.tag, "rank", dt.ranks[pos], "error", err)
+		if d.shardKeys == sdk.BoundsNone {
+			return nil, nil
 		}
-		d.sendFrame(h.to, h.f)
+		refs, granted, err = d.grantWindows(ws, pages, "")
+		dt.granted = append(dt.granted, granted...)
+		if err == nil {
+			d.stats.UnboundGrants++
+		}
+		return refs, err
 	}
-	if res.err != nil {
-		d.log.Error("grant failed: aborting the exposure", "tag", dt.tag, "error", res.err)
-		_ = d.core.Abort(dt.tag, core.ReasonDecodeAbort, now())
+	if err == nil && writer != "" {
+		d.stats.BoundGrants++
+	} else if err == nil {
+		d.stats.UnboundGrants++
 	}
-	if dt.revokeWanted {
-		dt.revokeWanted = false
-		d.revoke(core.Revoke{Tag: dt.tag})
-	}
-	d.act()
+	return refs, err
 }
 
 // keysFor is what the Assign to rank carries: its own keys, or the shared
