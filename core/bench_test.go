@@ -211,6 +211,28 @@ func BenchmarkAbortCycle(b *testing.B) {
 	}
 }
 
+// benchCycleKinds are the cycles a comparison runs each of.
+var benchCycleKinds = []struct {
+	name  string
+	cycle func(*benchPair)
+}{{"abort", (*benchPair).abortCycle}, {"commit", (*benchPair).commitCycle}}
+
+// BenchmarkFlatCoreCost (issue 21 item 4): commit and abort cycles with
+// 100 and with 100,000 live exposures in the background, interleaved in
+// one run; the ratio big/small is the growth (goal: within 1.2).
+func BenchmarkFlatCoreCost(b *testing.B) {
+	for _, c := range benchCycleKinds {
+		b.Run(c.name, func(b *testing.B) {
+			small, big := newBenchPair(b, 100, knownunsafe.Safe), newBenchPair(b, 100_000, knownunsafe.Safe)
+			for i := 0; i < 64; i++ { // warm the pools and maps
+				c.cycle(small)
+				c.cycle(big)
+			}
+			interleaved(b, c.cycle, "live100k", big, "live100", small)
+		})
+	}
+}
+
 // BenchmarkSafeVsUnsafeAbort measures both arms interleaved in one run and
 // reports the safe path's cost as a ratio to the unsafe release-on-abort
 // path (noise of the machine hits both arms alike).
@@ -226,10 +248,7 @@ func BenchmarkSafeVsUnsafeAbort(b *testing.B) {
 // latency in a real transport shows in hold durations (the demo's drained
 // hold p50/p99), not in the core.
 func BenchmarkRevokeBeforeRelease(b *testing.B) {
-	for _, c := range []struct {
-		name  string
-		cycle func(*benchPair)
-	}{{"abort", (*benchPair).abortCycle}, {"commit", (*benchPair).commitCycle}} {
+	for _, c := range benchCycleKinds {
 		b.Run(c.name, func(b *testing.B) {
 			interleaved(b, c.cycle, "fence-first", newBenchPairFence(b, 256, knownunsafe.Safe, true),
 				"ack-trusting", newBenchPairFence(b, 256, knownunsafe.ReleaseOnDrainAck, true))
