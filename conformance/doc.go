@@ -26,14 +26,17 @@
 // a proxy that carried none of the plugin's data does not stand in for the
 // netem checks, which then stay required (profile.go).
 //
-// Two hosts (CertifyTwoHost, `kvfence conformance two-host`; the target
-// side is ServeTarget, `kvfence conformance target`): the target plugin
-// runs in its own process on a second host (here a second network
-// namespace) that owns the destination memory and reports what it observes
-// there over an HMAC-authenticated control channel on a management link;
-// the certifying side drives kernel faults on the data link (TCP blackhole,
-// tbf, socket abort, nftables reject, netem where present), which reach
-// every connection the plugin opens. See docs/conformance-two-host.md.
+// Two hosts (Config.TwoHost, `kvfence conformance --two-host`, the whole
+// suite; CertifyTwoHost, `kvfence conformance two-host`, the link-fault
+// checks alone; the target side is ServeTarget, `kvfence conformance
+// target`): the target plugin processes run on a second host (here a
+// second network namespace) that owns the destination memory and reports
+// what it observes there over an HMAC-authenticated control channel on a
+// management link; checks see target memory only through targetMem, which
+// is local memory on one host and that channel on two. The certifying side
+// drives kernel faults on the data link (TCP blackhole, tbf, socket abort,
+// nftables reject, netem where present), which reach every connection the
+// plugin opens. See docs/conformance-two-host.md.
 //
 // It owns the checks, the fault injectors and the report formats. It must
 // never import the core, never reach into a plugin's internals (only the sdk

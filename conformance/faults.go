@@ -45,6 +45,38 @@ func notThroughProxy(kind, what string) error {
 	return errSkip("proxy %s not applied: %s; the plugin's data does not pass through the in-path proxy (its endpoint is not its data address): run with --netns (or --netem-dev) to fault its real link", kind, what)
 }
 
+// linkFault is fault kind ("delay", "stall", "drop", "reset") on the
+// session's link: the in-path proxy's on one host; on two, the kernel's on
+// the data link between them, which reaches every connection the plugin
+// opens (twohost_link.go). during, when set, is called while the write is
+// on the faulted link (reset: the reset itself).
+func (se *session) linkFault(kind string) (f fault, during func(), err error) {
+	if se.s.hosts != nil {
+		return se.s.net.kernelFault(kind)
+	}
+	f = se.proxyFault(kind)
+	if kind != "reset" {
+		return f, nil, nil
+	}
+	// A reset that found no connection open is no evidence either way.
+	p, resetN := se.proxy, -1
+	during = func() { time.Sleep(20 * time.Millisecond); resetN = p.Reset() }
+	reached, carried := f.reached, f.carried
+	f.reached = func(n uint64) error {
+		if resetN == 0 {
+			return notThroughProxy(kind, "no connection was open to reset during the write")
+		}
+		return reached(n)
+	}
+	f.carried = func(n uint64) error {
+		if resetN == 0 {
+			return notThroughProxy(kind, "no connection was open to reset during the write")
+		}
+		return carried(n)
+	}
+	return f, during, nil
+}
+
 // proxyFault is one of the in-path proxy's faults on the session's link.
 func (se *session) proxyFault(kind string) fault {
 	p := se.proxy
@@ -92,12 +124,7 @@ func (se *session) proxyFault(kind string) fault {
 // /proc/PID/stat: kill(2) returns before the process is stopped).
 func stopFault(p *proc) fault {
 	return fault{name: "SIGSTOP " + p.role,
-		apply: func() error {
-			if err := p.signal(syscall.SIGSTOP); err != nil {
-				return err
-			}
-			return waitState(p.p.Pid(), 'T', 5*time.Second)
-		},
+		apply:   p.stop,
 		release: func() { _ = p.signal(syscall.SIGCONT) },
 	}
 }

@@ -22,10 +22,14 @@ import (
 func tailGroup() group {
 	return group{name: "tail", needs: needsGranter, checks: []check{
 		{"link-restored-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) {
-			if why := needsProxy(s); why != "" {
+			if why := needsLinkFaults(s); why != "" {
 				return fault{}, why
 			}
-			return s.main.proxyFault("stall"), ""
+			f, _, err := s.main.linkFault("stall")
+			if err != nil {
+				return fault{}, err.Error()
+			}
+			return f, ""
 		})},
 		{"target-resumed-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) { return stopFault(s.main.tgt), "" })},
 		{"netem-restored-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) {
@@ -95,7 +99,7 @@ func (se *session) lateBytes(ctx context.Context, r *Result, f fault, off time.D
 	if err := se.warm(ctx, k); err != nil {
 		return 0, false, err
 	}
-	fill(se.dst.Bytes()[dstOff:dstOff+n], 0xD7)
+	se.fillDst(dstOff, dstOff+n, 0xD7)
 	var once sync.Once
 	release := func() { once.Do(f.release) }
 	defer release()
@@ -112,11 +116,11 @@ func (se *session) lateBytes(ctx context.Context, r *Result, f fault, off time.D
 		return 0, false, err
 	}
 	// The snapshot is taken at the completion, before the fault is lifted.
-	w := snapshot(se.dst.Bytes())
+	w := se.dst.watch(0, se.size)
 	if c.Status == sdk.Succeeded {
 		release()
 		r.Notes = append(r.Notes, fmt.Sprintf("%s: Succeeded (no tail to measure)", f.name))
-		if err := mismatch(se.dst.Bytes()[dstOff:dstOff+n], se.src.Bytes()[4321:4321+n]); err != nil || f.carried == nil {
+		if err := mismatch(se.dstAt(dstOff, dstOff+n), se.src.Bytes()[4321:4321+n]); err != nil || f.carried == nil {
 			return 0, false, broke(PromiseSucceeded, err)
 		}
 		return 0, false, f.carried(n)

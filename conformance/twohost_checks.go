@@ -58,7 +58,8 @@ func (n *netnsPair) iniHost() HostInfo {
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
 		if len(f) >= 4 && f[1] != "lo" {
-			h.NICs = append(h.NICs, NICRef{Name: f[1], Addrs: []string{f[3]}})
+			run := func(args ...string) (string, error) { return nsCmd(n.ini, args...) }
+			h.NICs = append(h.NICs, NICRef{Name: f[1], Driver: nicDriver(run, f[1]), Addrs: []string{f[3]}})
 		}
 	}
 	return h

@@ -125,28 +125,37 @@ func (th *twoHost) judge(ctx context.Context, r *TwoHostCheck, f fault, c sdk.Co
 
 // close stops everything the run started, the namespaces last.
 func (th *twoHost) close() {
-	if th.cc != nil {
-		_, _ = th.cc.call(ctlRequest{Op: "bye"})
-		_ = th.cc.c.Close()
-	}
 	if th.se != nil {
 		th.se.close()
 	}
-	if th.target != nil && th.target.Process != nil {
+	th.hostPair.close()
+}
+
+// close says goodbye to the target host, waits for its process and removes
+// the links and namespaces.
+func (hp *hostPair) close() {
+	if hp == nil {
+		return
+	}
+	if hp.cc != nil {
+		_, _ = hp.cc.call(ctlRequest{Op: "bye"})
+		_ = hp.cc.c.Close()
+	}
+	if hp.target != nil && hp.target.Process != nil {
 		done := make(chan struct{})
-		go func() { _ = th.target.Wait(); close(done) }()
+		go func() { _ = hp.target.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(15 * time.Second):
-			_ = th.target.Process.Kill()
+			_ = hp.target.Process.Kill()
 			<-done
 		}
 	}
-	if th.mgmt != "" {
-		_ = runIP("link", "del", th.mgmt)
+	if hp.mgmt != "" {
+		_ = runIP("link", "del", hp.mgmt)
 	}
-	if th.net != nil {
-		th.net.close()
+	if hp.net != nil {
+		hp.net.close()
 	}
 }
 

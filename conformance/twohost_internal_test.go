@@ -1,14 +1,11 @@
 package conformance
 
 import (
-	"context"
 	"errors"
 	"net"
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/kvfence/kvfence/sdk/sdktest"
 )
 
 // The control channel: the right secret authenticates both ends and
@@ -122,25 +119,7 @@ func TestVethFaultsReachNothingWithoutTraffic(t *testing.T) {
 // The target host refuses a client with the wrong secret and keeps
 // waiting; the right secret then gets its answers (over loopback: no root).
 func TestTargetHostRefusesStrangers(t *testing.T) {
-	bin, err := sdktest.BuildPlugin(t.TempDir(), "github.com/kvfence/kvfence/plugins/tcp/cmd/kvfence-plugin-tcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret := []byte("0123456789abcdef0123456789abcdef")
-	ready := make(chan string, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- ServeTarget(ctx, TargetConfig{Plugin: bin, Listen: "127.0.0.1:0", Secret: secret, Size: 1 << 20,
-			Ready: func(a string) { ready <- a }})
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("target did not start: %v", err)
-	}
+	addr, secret, done := startTestTarget(t)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

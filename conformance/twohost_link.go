@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Link faults of a two-host run. They act in the kernel on the data link
@@ -126,12 +127,43 @@ func (n *netnsPair) dropFault() fault {
 			n.clearQdiscs()
 		},
 		reached: func(uint64) error {
+			if dropped == 0 { // still applied: read the counter live
+				dropped = blackholeDrops(n.ini, n.iniIf)
+			}
 			if dropped == 0 {
 				return errSkip("the veth blackhole dropped no TCP packet to %s during the write (the plugin sent nothing over %s)", nsTgtAddr, n.iniIf)
 			}
 			return nil
 		},
+		// Nothing crosses the blackhole: a write that completed Succeeded
+		// with its bytes in place went around it.
+		carried: func(sz uint64) error {
+			return errSkip("a %d-byte write completed Succeeded with its bytes in place while TCP on %s was blackholed: its data did not take the faulted link", sz, n.iniIf)
+		},
 	}
+}
+
+// kernelFault is the kernel's version of a link fault (faults.go,
+// linkFault): delay is the tbf rate limit, stall the TCP blackhole (the
+// plugin's control path, its gRPC to its own host, is untouched, so
+// Quiesce may be asked under it), drop the nftables reject, reset the
+// kernel's socket abort while the write is on the slowed link.
+func (n *netnsPair) kernelFault(kind string) (fault, func(), error) {
+	switch kind {
+	case "delay":
+		return n.slowFault(), nil, nil
+	case "stall":
+		f := n.dropFault()
+		f.underFault = true
+		return f, nil, nil
+	case "drop":
+		f, err := n.rejectFault()
+		return f, nil, err
+	case "reset":
+		f, abort := n.resetFault()
+		return f, func() { time.Sleep(50 * time.Millisecond); abort() }, nil
+	}
+	return fault{}, nil, fmt.Errorf("no kernel fault %q", kind)
 }
 
 // slowFault limits the link's rate; carried checks the write crossed it
