@@ -67,11 +67,12 @@ func (rp *remoteProc) alive(context.Context) error {
 	return err
 }
 
-// memfdMaps is -1 when the target host cannot say (the check then sees a
-// difference only if the count really moved on both reads).
+// memfdMaps is -1 when the target host cannot say, and the failure then
+// fails the check (as a failed memory operation does).
 func (rp *remoteProc) memfdMaps() int {
 	r, err := rp.call(ctlRequest{Op: "p.memfd"})
 	if err != nil {
+		rp.errs.set(err)
 		return -1
 	}
 	return r.Count

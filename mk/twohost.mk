@@ -11,7 +11,7 @@
 # it). About 5 minutes on the loaded shared 2-core machine, summed from
 # the tests' own times: whole suite 124 s, its broken variants 14 s,
 # link-fault checks 96 s, their broken variants 53 s.
-.PHONY: conformance-two-host conformance-two-host-cli
+.PHONY: conformance-two-host conformance-two-host-cli conformance-two-host-suite
 
 conformance-two-host:
 	@command -v nft >/dev/null 2>&1 || { \
@@ -24,5 +24,13 @@ conformance-two-host:
 conformance-two-host-cli: conformance-build
 	$(BIN)/kvfence conformance two-host --plugin $(BIN)/kvfence-plugin-$(PLUGIN) --partial $(CONFORMANCE_ENV) \
 	  --out $(CONFORMANCE_OUT)/$(PLUGIN)-two-host
+
+# The whole suite with every target process on the second host (kvfence
+# conformance --two-host), through the command line: the report and, for a
+# complete passing run, certificate.json (naming both hosts and their NICs)
+# under $(CONFORMANCE_OUT)/$(PLUGIN)-two-host-suite.
+conformance-two-host-suite: conformance-build
+	$(BIN)/kvfence conformance --two-host --plugin $(BIN)/kvfence-plugin-$(PLUGIN) $(CONFORMANCE_ENV) \
+	  --out $(CONFORMANCE_OUT)/$(PLUGIN)-two-host-suite $(CONFORMANCE_SOAK) $(CONFORMANCE_FLAGS)
 
 ROOT_STEPS += conformance-two-host
