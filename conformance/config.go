@@ -29,6 +29,13 @@ type Config struct {
 	// the authenticated control channel (docs/conformance-two-host.md). The
 	// initiators run in a namespace of their own; implies NetNS's link.
 	TwoHost bool
+	// RemoteTarget, instead, is the control address of a `kvfence
+	// conformance target` already running on another machine, which holds
+	// RemoteSecret (at least 16 bytes). The suite runs every group against
+	// it; the link-fault checks, which need TwoHost's namespaces, are NOT
+	// RUN, so such a run is partial.
+	RemoteTarget string
+	RemoteSecret []byte
 	// TargetCommand runs `kvfence conformance target` for TwoHost (the
 	// kvfence binary and "conformance", "target"); the run appends flags.
 	TargetCommand []string
@@ -194,6 +201,21 @@ func (c Config) validateLink() error {
 	}
 	if c.TwoHost && (len(c.NetemDevices) > 0 || c.TargetAddr != "") {
 		return fmt.Errorf("two hosts: the run builds its own link; netem devices and a target address do not apply")
+	}
+	return c.validateRemote()
+}
+
+// validateRemote: a remote target needs its secret, and excludes the links
+// the suite builds itself.
+func (c Config) validateRemote() error {
+	if c.RemoteTarget == "" {
+		return nil
+	}
+	if c.TwoHost || c.NetNS || c.Proxy == "on" {
+		return fmt.Errorf("remote target %s: not with two hosts of our own, netns or the proxy", c.RemoteTarget)
+	}
+	if len(c.RemoteSecret) < 16 {
+		return fmt.Errorf("remote target %s: the control channel's secret must be at least 16 bytes", c.RemoteTarget)
 	}
 	return nil
 }

@@ -40,8 +40,10 @@
 //
 // It owns the checks, the fault injectors and the report formats. It must
 // never import the core, never reach into a plugin's internals (only the sdk
-// contract, signals and the link), never touch a network other than loopback
-// and the namespaces it creates, never weaken a check to let a plugin pass,
-// never assert on speed (the performance group is information only), and
+// contract, signals and the link), never touch a network other than
+// loopback, the namespaces it creates and the way to a target host the
+// operator names (Config.RemoteTarget), never weaken a check to let a
+// plugin pass, never assert on speed (the performance group is information
+// only), and
 // never write a certificate for a run that skipped a required check.
 package conformance

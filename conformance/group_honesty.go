@@ -101,7 +101,7 @@ func (se *session) judgeUnderFault(ctx context.Context, r *Result, f fault, c sd
 		}
 		w := se.dst.watch(0, se.size)
 		release()
-		if ch := w.until(guard); ch != nil {
+		if ch := w.until(f.watchAfter(guard)); ch != nil {
 			r.Promise = PromiseSucceeded
 			return fmt.Errorf("target memory changed after Succeeded: %v", ch)
 		}
@@ -112,7 +112,7 @@ func (se *session) judgeUnderFault(ctx context.Context, r *Result, f fault, c sd
 	case sdk.FailedDefinite:
 		w := se.dst.watch(0, se.size)
 		release()
-		if ch := w.until(guard); ch != nil {
+		if ch := w.until(f.watchAfter(guard)); ch != nil {
 			r.Promise = PromiseFailed
 			return fmt.Errorf("reported FailedDefinite, but bytes kept landing: %v", ch)
 		}
@@ -139,7 +139,7 @@ func (se *session) judgeInDoubt(ctx context.Context, r *Result, f fault, id sdk.
 		return e
 	}
 	release()
-	if ch := w.until(se.s.guard); ch != nil {
+	if ch := w.until(f.watchAfter(se.s.guard)); ch != nil {
 		r.Promise = PromiseQuiesce
 		return fmt.Errorf("Quiesce returned %s evidence, but bytes kept landing: %v", q.Evidence, ch)
 	}
@@ -255,7 +255,7 @@ func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
 		return err
 	}
 	release()
-	if ch := w.until(s.guard); ch != nil {
+	if ch := w.until(stall.watchAfter(s.guard)); ch != nil {
 		return fmt.Errorf("Quiesce returned %s evidence, but bytes landed once the link came back: %v", q.Evidence, ch)
 	}
 	return nil

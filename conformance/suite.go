@@ -179,6 +179,10 @@ func setup(ctx context.Context, cfg Config) (*suite, error) {
 		if err := s.startHosts(); err != nil {
 			return s, fmt.Errorf("two hosts: %w", err)
 		}
+	case cfg.RemoteTarget != "":
+		if err := s.dialHosts(); err != nil {
+			return s, fmt.Errorf("target host %s: %w", cfg.RemoteTarget, err)
+		}
 	case cfg.NetNS:
 		if s.net, err = newNetnsPair(); err != nil {
 			return s, fmt.Errorf("netns: %w", err)
@@ -207,7 +211,7 @@ func setup(ctx context.Context, cfg Config) (*suite, error) {
 		}
 		s.proxyOK = true
 	case "auto":
-		s.proxyOK = splitErr == nil && s.net == nil && len(cfg.NetemDevices) == 0
+		s.proxyOK = splitErr == nil && s.net == nil && s.hosts == nil && len(cfg.NetemDevices) == 0
 	}
 	s.guard = cfg.GuardWindow
 	if s.guard <= 0 {
@@ -238,6 +242,10 @@ func (s *suite) describe() {
 	l.Device, l.TargetAddr = s.cfg.Device, s.cfg.TargetAddr
 	l.Faults = []string{"SIGSTOP/SIGCONT target", "SIGKILL initiator", "SIGKILL target", "target memory deregistered"}
 	switch {
+	case s.hosts != nil && s.net == nil:
+		l.Kind = "two-host"
+		l.Detail = "control: " + s.hosts.control + "; no link faults (a target host on another machine)"
+		l.Hosts = &HostsInfo{Initiator: localHost(""), Target: s.hosts.targetHost()}
 	case s.hosts != nil:
 		l.Kind = "two-host"
 		l.Detail = "data: " + s.net.describe() + "; control: " + s.hosts.control

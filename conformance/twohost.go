@@ -163,13 +163,19 @@ func startHosts(cfg hostsConfig) (*hostPair, error) {
 	if err := hp.startTarget(cfg, secret); err != nil {
 		return hp, err
 	}
+	return hp, hp.greet(cfg.sha256)
+}
+
+// greet asks the target host who it is, and refuses one that runs another
+// plugin binary than the one certified.
+func (hp *hostPair) greet(sha256 string) (err error) {
 	if hp.hello, err = hp.cc.call(ctlRequest{Op: "hello"}); err != nil {
-		return hp, err
+		return err
 	}
-	if hp.hello.SHA256 != cfg.sha256 {
-		return hp, fmt.Errorf("the target host runs plugin sha256 %s, not %s", hp.hello.SHA256, cfg.sha256)
+	if hp.hello.SHA256 != sha256 {
+		return fmt.Errorf("the target host runs plugin sha256 %s, not %s", hp.hello.SHA256, sha256)
 	}
-	return hp, nil
+	return nil
 }
 
 // targetHost is how the report names the target host.

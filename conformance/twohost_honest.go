@@ -43,7 +43,7 @@ func (th *twoHost) honest(ctx context.Context, r *TwoHostCheck, f fault, during 
 		if serr != nil {
 			return serr
 		}
-		if ch, cerr := th.unchanged(id); cerr != nil || ch != "" {
+		if ch, cerr := th.unchangedFor(id, f.watchAfter(th.guard)); cerr != nil || ch != "" {
 			r.Promise = PromiseErrorClass
 			return fmt.Errorf("Post refused (%v), yet target memory changed: %s%s", err, ch, errOrNil(cerr))
 		}
@@ -78,7 +78,7 @@ func (th *twoHost) judge(ctx context.Context, r *TwoHostCheck, f fault, c sdk.Co
 			return err
 		}
 		release()
-		if ch, err := th.unchanged(snapID); err != nil || ch != "" {
+		if ch, err := th.unchangedFor(snapID, f.watchAfter(th.guard)); err != nil || ch != "" {
 			r.Promise = promise
 			return fmt.Errorf("%s, but target memory changed: %s%s", what, ch, errOrNil(err))
 		}

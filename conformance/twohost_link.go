@@ -114,6 +114,7 @@ func blackholeDrops(ns, dev string) uint64 {
 // the qdisc loses it).
 func (n *netnsPair) dropFault() fault {
 	var dropped uint64
+	var rto time.Duration
 	return fault{name: "veth TCP blackhole (both ends)",
 		apply: func() error {
 			dropped = 0
@@ -124,8 +125,10 @@ func (n *netnsPair) dropFault() fault {
 		},
 		release: func() {
 			dropped = blackholeDrops(n.ini, n.iniIf)
+			rto = n.maxRTO()
 			n.clearQdiscs()
 		},
+		settle: func() time.Duration { return rto },
 		reached: func(uint64) error {
 			if dropped == 0 { // still applied: read the counter live
 				dropped = blackholeDrops(n.ini, n.iniIf)
@@ -164,6 +167,28 @@ func (n *netnsPair) kernelFault(kind string) (fault, func(), error) {
 		return f, func() { time.Sleep(50 * time.Millisecond); abort() }, nil
 	}
 	return fault{}, nil, fmt.Errorf("no kernel fault %q", kind)
+}
+
+var rtoRe = regexp.MustCompile(`\brto:(\d+(?:\.\d+)?)`)
+
+// maxRTO is the longest retransmission timeout of the initiator's TCP
+// sockets to the target: after a blackhole, what the sockets still hold
+// is sent again only when that timer fires.
+func (n *netnsPair) maxRTO() time.Duration {
+	out, _ := nsCmd(n.ini, "ss", "-tinH", "dst", nsTgtAddr)
+	return maxRTOIn(out)
+}
+
+// maxRTOIn is the longest "rto:MS" in ss -ti output (0: none).
+func maxRTOIn(out string) time.Duration {
+	var worst time.Duration
+	for _, m := range rtoRe.FindAllStringSubmatch(out, -1) {
+		ms, err := strconv.ParseFloat(m[1], 64)
+		if err == nil {
+			worst = max(worst, time.Duration(ms*float64(time.Millisecond)))
+		}
+	}
+	return worst
 }
 
 // slowFault limits the link's rate; carried checks the write crossed it

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"net"
 	"syscall"
 	"time"
 
@@ -205,6 +206,23 @@ func (w remoteWatch) until(d time.Duration) *change {
 
 func (w remoteWatch) latest(d time.Duration) *change {
 	return w.m.op(ctlRequest{Op: "m.latest", Snapshot: w.id, WaitMs: d.Milliseconds()}).Changed
+}
+
+// dialHosts connects to a target host already running on another machine
+// (Config.RemoteTarget): no namespaces, no management link of ours; the
+// link between the hosts is whatever the network is.
+func (s *suite) dialHosts() error {
+	c, err := net.DialTimeout("tcp", s.cfg.RemoteTarget, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	hp := &hostPair{control: "HMAC-SHA256-authenticated channel to " + s.cfg.RemoteTarget}
+	if hp.cc, err = ctlClient(c, s.cfg.RemoteSecret); err != nil {
+		_ = c.Close()
+		return err
+	}
+	s.hosts, s.remote = hp, hp.cc
+	return hp.greet(s.report.Plugin.SHA256)
 }
 
 // startHosts starts the target host for the full suite: the namespaces, the

@@ -8,9 +8,10 @@
 # host (TestTwoHostFullSuite: certified without sch_netem, the link checks
 # run with kernel faults), and show known-broken variants caught both ways.
 # nftables is installed when missing (the reject check is NOT RUN without
-# it). About 5 minutes on the loaded shared 2-core machine, summed from
-# the tests' own times: whole suite 124 s, its broken variants 14 s,
-# link-fault checks 96 s, their broken variants 53 s.
+# it). Measured on the shared 2-core machine under heavy load (other
+# helpers' runs): 6 min 6 s wall, of which the whole suite 213 s (124 s
+# less loaded), its broken variants 20 s, the link-fault checks 35 s and
+# their broken variants 36 s; about 3-4 minutes on a quiet machine.
 .PHONY: conformance-two-host conformance-two-host-cli conformance-two-host-suite
 
 conformance-two-host:
