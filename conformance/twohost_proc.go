@@ -230,7 +230,11 @@ func (s *suite) dialHosts() error {
 // namespace. Its data link is the suite's link (netem on it where the
 // kernel has sch_netem).
 func (s *suite) startHosts() error {
-	hp, err := startHosts(hostsConfig{plugin: s.cfg.Plugin, sha256: s.report.Plugin.SHA256,
+	// The target host opens a first plugin process at start: it needs the
+	// plugin's settings too (a library path, say), not only the ones the
+	// suite's own opens carry.
+	env := append(append([]string(nil), s.cfg.Env...), s.cfg.TargetEnv...)
+	hp, err := startHosts(hostsConfig{plugin: s.cfg.Plugin, sha256: s.report.Plugin.SHA256, env: env,
 		targetCommand: s.cfg.TargetCommand, log: s.cfg.Log})
 	if hp != nil {
 		s.hosts, s.net, s.shaper, s.remote = hp, hp.net, hp.net.shaper, hp.cc
