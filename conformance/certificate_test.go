@@ -19,12 +19,19 @@ import (
 // starts: the report has only the reason, and no certificate.
 func TestInvalidConfigurationRefusedUpFront(t *testing.T) {
 	for name, mut := range map[string]func(*conformance.Config){
-		"unknown group":        func(c *conformance.Config) { c.Groups = []string{"nosuch"} },
-		"bogus proxy":          func(c *conformance.Config) { c.Proxy = "bogus" },
-		"env without =":        func(c *conformance.Config) { c.Env = []string{"FOO"} },
-		"negative guard":       func(c *conformance.Config) { c.GuardWindow = -1 },
-		"write size too small": func(c *conformance.Config) { c.MaxWriteSize = 1 },
-		"no such plugin":       func(c *conformance.Config) { c.Plugin = "/nonexistent/plugin" },
+		"unknown group":                func(c *conformance.Config) { c.Groups = []string{"nosuch"} },
+		"bogus proxy":                  func(c *conformance.Config) { c.Proxy = "bogus" },
+		"env without =":                func(c *conformance.Config) { c.Env = []string{"FOO"} },
+		"negative guard":               func(c *conformance.Config) { c.GuardWindow = -1 },
+		"write size too small":         func(c *conformance.Config) { c.MaxWriteSize = 1 },
+		"no such plugin":               func(c *conformance.Config) { c.Plugin = "/nonexistent/plugin" },
+		"two hosts, no target command": func(c *conformance.Config) { c.TwoHost = true },
+		"two hosts with the proxy": func(c *conformance.Config) {
+			c.TwoHost, c.TargetCommand, c.Proxy = true, []string{"/bin/false"}, "on"
+		},
+		"two hosts with netem devices": func(c *conformance.Config) {
+			c.TwoHost, c.TargetCommand, c.NetemDevices = true, []string{"/bin/false"}, []string{"eth0"}
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := testConfig(pluginBin)

@@ -23,6 +23,22 @@ type Config struct {
 	// pair and injects tc netem faults (root only). TCP-specific: the
 	// processes get KVFENCE_TCP_LISTEN set to their namespace's address.
 	NetNS bool
+	// TwoHost runs the target plugin processes on a second host: here a
+	// network namespace with its own `kvfence conformance target` process
+	// (TargetCommand), which owns the destination memory and answers over
+	// the authenticated control channel (docs/conformance-two-host.md). The
+	// initiators run in a namespace of their own; implies NetNS's link.
+	TwoHost bool
+	// RemoteTarget, instead, is the control address of a `kvfence
+	// conformance target` already running on another machine, which holds
+	// RemoteSecret (at least 16 bytes). The suite runs every group against
+	// it; the link-fault checks, which need TwoHost's namespaces, are NOT
+	// RUN, so such a run is partial.
+	RemoteTarget string
+	RemoteSecret []byte
+	// TargetCommand runs `kvfence conformance target` for TwoHost (the
+	// kvfence binary and "conformance", "target"); the run appends flags.
+	TargetCommand []string
 	// NetemDevices, when set, are the devices the data path crosses in this
 	// namespace (the Soft-RoCE VM's veth pair under rxe0/rxe1): the netem
 	// checks shape them (root). The proxy is then off.
@@ -162,14 +178,50 @@ func (c Config) Validate() error {
 	case !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0:
 		return fmt.Errorf("plugin %s is not an executable file", c.Plugin)
 	}
+	for _, check := range []func() error{c.validateLink, c.validateNames, c.validateNumbers} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateLink: the proxy mode, and the link options that exclude it.
+func (c Config) validateLink() error {
 	switch c.Proxy {
 	case "", "auto", "on", "off":
 	default:
 		return fmt.Errorf("proxy %q: want auto, on or off", c.Proxy)
 	}
-	if c.Proxy == "on" && (c.NetNS || len(c.NetemDevices) > 0) {
-		return fmt.Errorf("proxy on with netns or netem devices: the faults are injected on those links")
+	if c.Proxy == "on" && (c.NetNS || c.TwoHost || len(c.NetemDevices) > 0) {
+		return fmt.Errorf("proxy on with netns, two hosts or netem devices: the faults are injected on those links")
 	}
+	if c.TwoHost && len(c.TargetCommand) == 0 {
+		return fmt.Errorf("two hosts: no command to run the target host (kvfence conformance target)")
+	}
+	if c.TwoHost && (len(c.NetemDevices) > 0 || c.TargetAddr != "") {
+		return fmt.Errorf("two hosts: the run builds its own link; netem devices and a target address do not apply")
+	}
+	return c.validateRemote()
+}
+
+// validateRemote: a remote target needs its secret, and excludes the links
+// the suite builds itself.
+func (c Config) validateRemote() error {
+	if c.RemoteTarget == "" {
+		return nil
+	}
+	if c.TwoHost || c.NetNS || c.Proxy == "on" {
+		return fmt.Errorf("remote target %s: not with two hosts of our own, netns or the proxy", c.RemoteTarget)
+	}
+	if len(c.RemoteSecret) < 16 {
+		return fmt.Errorf("remote target %s: the control channel's secret must be at least 16 bytes", c.RemoteTarget)
+	}
+	return nil
+}
+
+// validateNames: groups that exist, environment entries that are KEY=VALUE.
+func (c Config) validateNames() error {
 	names := GroupNames()
 	for _, g := range c.Groups {
 		if !slices.Contains(names, g) {
@@ -183,6 +235,11 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	return nil
+}
+
+// validateNumbers: no negative durations or counts, sizes in range.
+func (c Config) validateNumbers() error {
 	for name, d := range map[string]time.Duration{"guard window": c.GuardWindow, "guard floor": c.GuardFloor, "completion timeout": c.CompletionTimeout, "max watch": c.MaxWatch} {
 		if d < 0 {
 			return fmt.Errorf("%s %v is negative", name, d)

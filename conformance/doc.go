@@ -26,14 +26,17 @@
 // a proxy that carried none of the plugin's data does not stand in for the
 // netem checks, which then stay required (profile.go).
 //
-// Two hosts (CertifyTwoHost, `kvfence conformance two-host`; the target
-// side is ServeTarget, `kvfence conformance target`): the target plugin
-// runs in its own process on a second host (here a second network
-// namespace) that owns the destination memory and reports what it observes
-// there over an HMAC-authenticated control channel on a management link;
-// the certifying side drives kernel faults on the data link (TCP blackhole,
-// tbf, socket abort, nftables reject, netem where present), which reach
-// every connection the plugin opens. See docs/conformance-two-host.md.
+// Two hosts (Config.TwoHost, `kvfence conformance --two-host`, the whole
+// suite; CertifyTwoHost, `kvfence conformance two-host`, the link-fault
+// checks alone; the target side is ServeTarget, `kvfence conformance
+// target`): the target plugin processes run on a second host (here a
+// second network namespace) that owns the destination memory and reports
+// what it observes there over an HMAC-authenticated control channel on a
+// management link; checks see target memory only through targetMem, which
+// is local memory on one host and that channel on two. The certifying side
+// drives kernel faults on the data link (TCP blackhole, tbf, socket abort,
+// nftables reject, netem where present), which reach every connection the
+// plugin opens. See docs/conformance-two-host.md.
 //
 // Layer 3 of the three plugin suites (contract → fault judge →
 // certification; docs/writing-a-plugin.md §6), and the only one that
@@ -44,8 +47,10 @@
 //
 // It owns the checks, the fault injectors and the report formats. It must
 // never import the core, never reach into a plugin's internals (only the sdk
-// contract, signals and the link), never touch a network other than loopback
-// and the namespaces it creates, never weaken a check to let a plugin pass,
-// never assert on speed (the performance group is information only), and
+// contract, signals and the link), never touch a network other than
+// loopback, the namespaces it creates and the way to a target host the
+// operator names (Config.RemoteTarget), never weaken a check to let a
+// plugin pass, never assert on speed (the performance group is information
+// only), and
 // never write a certificate for a run that skipped a required check.
 package conformance

@@ -29,6 +29,19 @@ type fault struct {
 	underFault bool
 	carried    func(n uint64) error
 	reached    func(n uint64) error
+	// settle, when set, is asked after release: how much longer bytes the
+	// fault held back may still take to land. A kernel blackhole leaves
+	// them to TCP's retransmission timer (the sockets' RTO, read as it is
+	// released), where a proxy delivers them at once.
+	settle func() time.Duration
+}
+
+// watchAfter is the guard window after f is released.
+func (f fault) watchAfter(guard time.Duration) time.Duration {
+	if f.settle == nil {
+		return guard
+	}
+	return guard + f.settle()
 }
 
 // reachedFloor is how much of an n-byte write must have entered a fault
@@ -43,6 +56,41 @@ func reachedFloor(n uint64) uint64 { return min(n, 4096) }
 // notThroughProxy: the proxy fault touched nothing the plugin's data uses.
 func notThroughProxy(kind, what string) error {
 	return errSkip("proxy %s not applied: %s; the plugin's data does not pass through the in-path proxy (its endpoint is not its data address): run with --netns (or --netem-dev) to fault its real link", kind, what)
+}
+
+// linkFault is fault kind ("delay", "stall", "drop", "reset") on the
+// session's link: the in-path proxy's on one host; on two, the kernel's on
+// the data link between them, which reaches every connection the plugin
+// opens (twohost_link.go). during, when set, is called while the write is
+// on the faulted link (reset: the reset itself).
+func (se *session) linkFault(kind string) (f fault, during func(), err error) {
+	if se.s.hosts != nil && se.s.net == nil {
+		return fault{}, nil, errSkip("kernel faults on the link to a target host on another machine are not implemented: the link-fault checks need --two-host's namespaces (or the proxy, on one host)")
+	}
+	if se.s.hosts != nil {
+		return se.s.net.kernelFault(kind)
+	}
+	f = se.proxyFault(kind)
+	if kind != "reset" {
+		return f, nil, nil
+	}
+	// A reset that found no connection open is no evidence either way.
+	p, resetN := se.proxy, -1
+	during = func() { time.Sleep(20 * time.Millisecond); resetN = p.Reset() }
+	reached, carried := f.reached, f.carried
+	f.reached = func(n uint64) error {
+		if resetN == 0 {
+			return notThroughProxy(kind, "no connection was open to reset during the write")
+		}
+		return reached(n)
+	}
+	f.carried = func(n uint64) error {
+		if resetN == 0 {
+			return notThroughProxy(kind, "no connection was open to reset during the write")
+		}
+		return carried(n)
+	}
+	return f, during, nil
 }
 
 // proxyFault is one of the in-path proxy's faults on the session's link.
@@ -92,12 +140,7 @@ func (se *session) proxyFault(kind string) fault {
 // /proc/PID/stat: kill(2) returns before the process is stopped).
 func stopFault(p *proc) fault {
 	return fault{name: "SIGSTOP " + p.role,
-		apply: func() error {
-			if err := p.signal(syscall.SIGSTOP); err != nil {
-				return err
-			}
-			return waitState(p.p.Pid(), 'T', 5*time.Second)
-		},
+		apply:   p.stop,
 		release: func() { _ = p.signal(syscall.SIGCONT) },
 	}
 }

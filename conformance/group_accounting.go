@@ -87,7 +87,7 @@ func checkConcurrentPosters(ctx context.Context, s *suite, r *Result) error {
 		c, _ := se.wait(id, 0)
 		if c.Status == sdk.Succeeded {
 			ok++
-			if err := mismatch(se.dst.Bytes()[4096+off:4096+off+slot], se.src.Bytes()[off:off+slot]); err != nil {
+			if err := mismatch(se.dstAt(4096+off, 4096+off+slot), se.src.Bytes()[off:off+slot]); err != nil {
 				r.Promise = PromiseSucceeded
 				return fmt.Errorf("batch %d Succeeded but its slot %w", id, err)
 			}

@@ -48,7 +48,9 @@ func (s *suite) contractEnv(ctx context.Context) (*sdktest.Env, error) {
 	}
 	cp := &contractPair{}
 	s.contract = cp
-	if cp.tgt, cp.err = s.open(ctx, "target", s.cfg.TargetEnv); cp.err != nil {
+	// sdktest reads the receiver's memory in its own process, so on two
+	// hosts this pair's target runs here, in the target's namespace.
+	if cp.tgt, cp.err = s.openLocal(ctx, "target", s.cfg.TargetEnv); cp.err != nil {
 		return nil, cp.err
 	}
 	if cp.ini, cp.err = s.open(ctx, "initiator", s.cfg.InitiatorEnv); cp.err != nil {

@@ -15,23 +15,9 @@ func crashGroup() group {
 	}}
 }
 
-// checkInitiatorKilled: kill -9 of the initiator while it streams writes.
-// Every batch it accepted gets exactly one completion (the host completes
-// the outstanding ones InDoubt), the host reports process-exited evidence,
-// Quiesce answers with it, and after the reap the target memory settles:
-// bytes the dead process's kernel had already accepted may still arrive
-// within MaxTail (noted), but none after.
-func checkInitiatorKilled(ctx context.Context, s *suite, r *Result) error {
-	se, err := s.newSession(ctx, true)
-	if err != nil {
-		return err
-	}
-	defer se.close()
-	const off, n, op = 4096, 4 << 20, 256 << 10
-	k, err := se.grant(ctx, off, n, 0x2C)
-	if err != nil {
-		return err
-	}
+// streamThenKill streams op-byte writes under k into [0,n) and SIGKILLs
+// the initiator while they flow; it returns the batches Post accepted.
+func (se *session) streamThenKill(ctx context.Context, k sdk.Key, n, op uint64) ([]sdk.BatchID, error) {
 	var (
 		mu       sync.Mutex
 		accepted []sdk.BatchID
@@ -58,12 +44,35 @@ func checkInitiatorKilled(ctx context.Context, s *suite, r *Result) error {
 		}
 	}()
 	time.Sleep(150 * time.Millisecond)
-	if err := se.ini.kill(10 * time.Second); err != nil {
-		close(stop)
-		return err
-	}
+	err := se.ini.kill(10 * time.Second)
 	close(stop)
 	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	return append([]sdk.BatchID(nil), accepted...), err
+}
+
+// checkInitiatorKilled: kill -9 of the initiator while it streams writes.
+// Every batch it accepted gets exactly one completion (the host completes
+// the outstanding ones InDoubt), the host reports process-exited evidence,
+// Quiesce answers with it, and after the reap the target memory settles:
+// bytes the dead process's kernel had already accepted may still arrive
+// within MaxTail (noted), but none after.
+func checkInitiatorKilled(ctx context.Context, s *suite, r *Result) error {
+	se, err := s.newSession(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer se.close()
+	const off, n, op = 4096, 4 << 20, 256 << 10
+	k, err := se.grant(ctx, off, n, 0x2C)
+	if err != nil {
+		return err
+	}
+	ids, err := se.streamThenKill(ctx, k, n, op)
+	if err != nil {
+		return err
+	}
 	ev, ok := se.eventOf(sdk.EventPluginExited, 10*time.Second)
 	if !ok {
 		return fmt.Errorf("no plugin-exited event after the reap")
@@ -71,11 +80,8 @@ func checkInitiatorKilled(ctx context.Context, s *suite, r *Result) error {
 	if ev.Evidence != sdk.EvidenceProcessExited {
 		return fmt.Errorf("plugin-exited evidence %q", ev.Evidence)
 	}
-	mu.Lock()
-	ids := append([]sdk.BatchID(nil), accepted...)
-	mu.Unlock()
 	tail := s.watchedTail()
-	last := watchLast(se.dst.Bytes(), tail+s.guard)
+	last := se.dst.watch(0, se.size).latest(tail + s.guard)
 	deadline := time.Now().Add(s.cfg.CompletionTimeout)
 	for _, id := range ids {
 		if _, err := se.wait(id, max(time.Until(deadline), 0)); err != nil {

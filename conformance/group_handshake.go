@@ -89,7 +89,7 @@ func checkReadLands(ctx context.Context, se *session) error {
 		return err
 	}
 	defer se.tgt.g.Revoke(ctx, k)
-	pattern(se.dst.Bytes()[off:off+n], 0x5D)
+	se.dst.pattern(off, n, 0x5D)
 	local := se.src.Bytes()[srcOff : srcOff+n]
 	saved := append([]byte(nil), local...) // other checks rely on the source pattern
 	defer copy(local, saved)
@@ -99,7 +99,7 @@ func checkReadLands(ctx context.Context, se *session) error {
 	if err != nil || c.Status != sdk.Succeeded {
 		return healthy("read of a granted window", c, err)
 	}
-	if err := mismatch(local, se.dst.Bytes()[off:off+n]); err != nil {
+	if err := mismatch(local, se.dstAt(off, off+n)); err != nil {
 		return broke(PromiseSucceeded, fmt.Errorf("read reported Succeeded, but local memory does not hold the remote bytes: %w", err))
 	}
 	return nil
@@ -151,5 +151,5 @@ func checkMaxBatch(ctx context.Context, s *suite, _ *Result) error {
 	if c.Status != sdk.Succeeded {
 		return fmt.Errorf("batch of %d ops on a healthy link: %v (%s)", n, c.Status, c.Detail)
 	}
-	return broke(PromiseSucceeded, mismatch(se.dst.Bytes()[8192:8192+n*each], se.src.Bytes()[100:100+n*each]))
+	return broke(PromiseSucceeded, mismatch(se.dstAt(8192, uint64(8192+n*each)), se.src.Bytes()[100:100+n*each]))
 }

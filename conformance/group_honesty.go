@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kvfence/kvfence/sdk"
@@ -12,11 +13,11 @@ import (
 func honestyGroup() group {
 	return group{name: "failure-honesty", needs: needsGranter, checks: []check{
 		{"succeeded-is-final", PromiseSucceeded, checkSucceededFinal},
-		{"link-delayed", PromiseSucceeded, proxyFault("delay")},
-		{"link-stalled", PromiseFailed, proxyFault("stall")},
+		{"link-delayed", PromiseSucceeded, linkFaultCheck("delay")},
+		{"link-stalled", PromiseFailed, linkFaultCheck("stall")},
 		{"link-stalled-quiesce-at-once", PromiseQuiesce, checkStallQuiesceNow},
-		{"link-lossy", PromiseFailed, proxyFault("drop")},
-		{"link-reset", PromiseFailed, proxyFault("reset")},
+		{"link-lossy", PromiseFailed, linkFaultCheck("drop")},
+		{"link-reset", PromiseFailed, linkFaultCheck("reset")},
 		{"netem-delay-loss", PromiseFailed, checkNetem},
 		{"target-stopped", PromiseFailed, checkTargetStopped},
 		{"target-memory-deregistered", PromiseDeregister, checkDstDeregistered},
@@ -45,7 +46,7 @@ func (se *session) honest(ctx context.Context, r *Result, f fault, n uint64, dur
 	if err := se.warm(ctx, k); err != nil {
 		return err
 	}
-	fill(se.dst.Bytes()[off:off+n], 0xA7)
+	se.fillDst(off, off+n, 0xA7)
 	released := false
 	release := func() {
 		if !released {
@@ -61,7 +62,7 @@ func (se *session) honest(ctx context.Context, r *Result, f fault, n uint64, dur
 	b := se.split(k, 999, 0, n, 64<<10)
 	if err := se.ini.t.Post(ctx, b); err != nil {
 		release()
-		if ch := watch(se.dst.Bytes(), s.guard); ch != nil {
+		if ch := se.dst.watch(0, se.size).until(s.guard); ch != nil {
 			r.Promise = PromiseErrorClass
 			return fmt.Errorf("Post refused (%v), yet target memory changed: %v", err, ch)
 		}
@@ -77,63 +78,72 @@ func (se *session) honest(ctx context.Context, r *Result, f fault, n uint64, dur
 		return err
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("reported %v (%s)", c.Status, c.Detail))
-	want := se.src.Bytes()[999 : 999+n]
-	switch c.Status {
-	case sdk.Succeeded:
-		if err := mismatch(se.dst.Bytes()[off:off+n], want); err != nil {
-			r.Promise = PromiseSucceeded
-			return fmt.Errorf("reported Succeeded under the fault, but the target does not hold the bytes: %w", err)
-		}
-		w := snapshot(se.dst.Bytes())
-		release()
-		if ch := w.until(s.guard); ch != nil {
-			r.Promise = PromiseSucceeded
-			return fmt.Errorf("target memory changed after Succeeded: %v", ch)
-		}
-		if f.carried != nil {
-			if err := f.carried(n); err != nil {
-				return err
-			}
-		}
-	case sdk.FailedDefinite:
-		w := snapshot(se.dst.Bytes())
-		release()
-		if ch := w.until(s.guard); ch != nil {
-			r.Promise = PromiseFailed
-			return fmt.Errorf("reported FailedDefinite, but bytes kept landing: %v", ch)
-		}
-		if err := f.reachedBy(n); err != nil {
-			return err
-		}
-	default:
-		if !f.underFault {
-			release()
-		}
-		q, qerr := se.quiesce(ctx, b.ID)
-		if qerr != nil {
-			release()
-			r.Notes = append(r.Notes, fmt.Sprintf("Quiesce could not obtain evidence (%v): honest, the batch stays in doubt", qerr))
-			return f.reachedBy(n)
-		}
-		w := snapshot(se.dst.Bytes())
-		if e := quiesceCovers(q, b.ID); e != nil {
-			r.Promise = PromiseQuiesce
-			return e
-		}
-		release()
-		if ch := w.until(s.guard); ch != nil {
-			r.Promise = PromiseQuiesce
-			return fmt.Errorf("Quiesce returned %s evidence, but bytes kept landing: %v", q.Evidence, ch)
-		}
-		if err := f.reachedBy(n); err != nil {
-			return err
-		}
+	if err := se.judgeUnderFault(ctx, r, f, c, off, n, release); err != nil {
+		return err
 	}
 	if n := se.count(b.ID); n != 1 {
 		r.Promise = PromiseOneCompletion
 		return fmt.Errorf("batch %d: %d completions", b.ID, n)
 	}
 	return nil
+}
+
+// judgeUnderFault judges c, the completion of honest's batch (the bytes
+// from 999 of the source into [off,+n)), and releases the fault at the
+// moment each verdict's promise takes effect.
+func (se *session) judgeUnderFault(ctx context.Context, r *Result, f fault, c sdk.Completion, off, n uint64, release func()) error {
+	guard := se.s.guard
+	switch c.Status {
+	case sdk.Succeeded:
+		if err := mismatch(se.dstAt(off, off+n), se.src.Bytes()[999:999+n]); err != nil {
+			r.Promise = PromiseSucceeded
+			return fmt.Errorf("reported Succeeded under the fault, but the target does not hold the bytes: %w", err)
+		}
+		w := se.dst.watch(0, se.size)
+		release()
+		if ch := w.until(f.watchAfter(guard)); ch != nil {
+			r.Promise = PromiseSucceeded
+			return fmt.Errorf("target memory changed after Succeeded: %v", ch)
+		}
+		if f.carried != nil {
+			return f.carried(n)
+		}
+		return nil
+	case sdk.FailedDefinite:
+		w := se.dst.watch(0, se.size)
+		release()
+		if ch := w.until(f.watchAfter(guard)); ch != nil {
+			r.Promise = PromiseFailed
+			return fmt.Errorf("reported FailedDefinite, but bytes kept landing: %v", ch)
+		}
+		return f.reachedBy(n)
+	}
+	return se.judgeInDoubt(ctx, r, f, c.Batch, n, release)
+}
+
+// judgeInDoubt: an InDoubt batch is honest; Quiesce must then cover it, and
+// nothing may land after Quiesce returns.
+func (se *session) judgeInDoubt(ctx context.Context, r *Result, f fault, id sdk.BatchID, n uint64, release func()) error {
+	if !f.underFault {
+		release()
+	}
+	q, qerr := se.quiesce(ctx, id)
+	if qerr != nil {
+		release()
+		r.Notes = append(r.Notes, fmt.Sprintf("Quiesce could not obtain evidence (%v): honest, the batch stays in doubt", qerr))
+		return f.reachedBy(n)
+	}
+	w := se.dst.watch(0, se.size)
+	if e := quiesceCovers(q, id); e != nil {
+		r.Promise = PromiseQuiesce
+		return e
+	}
+	release()
+	if ch := w.until(f.watchAfter(se.s.guard)); ch != nil {
+		r.Promise = PromiseQuiesce
+		return fmt.Errorf("Quiesce returned %s evidence, but bytes kept landing: %v", q.Evidence, ch)
+	}
+	return f.reachedBy(n)
 }
 
 func quiesceCovers(q sdk.QuiesceResult, id sdk.BatchID) error {
@@ -163,34 +173,24 @@ func checkSucceededFinal(ctx context.Context, s *suite, r *Result) error {
 	if err := verifyWrite(se, c, 4096, 333, n, 0x5C); err != nil {
 		return err
 	}
-	if ch := watch(se.dst.Bytes(), s.guard); ch != nil {
+	if ch := se.dst.watch(0, se.size).until(s.guard); ch != nil {
 		return fmt.Errorf("target memory changed after Succeeded: %v", ch)
 	}
 	return nil
 }
 
-// proxyFault runs honest() under one proxy fault.
-func proxyFault(kind string) func(context.Context, *suite, *Result) error {
+// linkFaultCheck runs honest() under one link fault: the in-path proxy's
+// on one host, the kernel's on the data link of two (faults.go).
+func linkFaultCheck(kind string) func(context.Context, *suite, *Result) error {
 	return func(ctx context.Context, s *suite, r *Result) error {
-		var resetN int
-		if why := needsProxy(s); why != "" {
+		if why := needsLinkFaults(s); why != "" {
 			return errSkip("%s", why)
 		}
-		se := s.main
-		p := se.proxy
-		var during func()
-		f := se.proxyFault(kind)
-		if kind == "reset" {
-			during = func() { time.Sleep(20 * time.Millisecond); resetN = p.Reset() }
-		}
-		resetN = -1
-		if err := se.honest(ctx, r, f, honestyWin, during); err != nil {
+		f, during, err := s.main.linkFault(kind)
+		if err != nil {
 			return err
 		}
-		if resetN == 0 {
-			return notThroughProxy(kind, "no connection was open to reset during the write")
-		}
-		return nil
+		return s.main.honest(ctx, r, f, honestyWin, during)
 	}
 }
 
@@ -198,7 +198,7 @@ func proxyFault(kind string) func(context.Context, *suite, *Result) error {
 // waiting for any completion. When Quiesce returns, nothing may land, even
 // after the link comes back.
 func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
-	if why := needsProxy(s); why != "" {
+	if why := needsLinkFaults(s); why != "" {
 		return errSkip("%s", why)
 	}
 	se := s.main
@@ -211,18 +211,22 @@ func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
 	if err := se.warm(ctx, k); err != nil {
 		return err
 	}
-	fill(se.dst.Bytes()[off:off+n], 0xB3)
-	stall := se.proxyFault("stall")
+	se.fillDst(off, off+n, 0xB3)
+	stall, _, err := se.linkFault("stall")
+	if err != nil {
+		return err
+	}
 	if err := stall.apply(); err != nil {
 		return fmt.Errorf("fault %s not applied: %w", stall.name, err)
 	}
-	defer se.proxy.Release()
+	release := sync.OnceFunc(stall.release)
+	defer release()
 	b := se.split(k, 1234, 0, n, 64<<10)
 	if err := se.ini.t.Post(ctx, b); err != nil {
 		return fmt.Errorf("Post: %w", err)
 	}
 	q, err := se.quiesce(ctx, b.ID)
-	w := snapshot(se.dst.Bytes())
+	w := se.dst.watch(0, se.size)
 	if err != nil {
 		// Honest, but only an answer to the stall if the write met it.
 		r.Notes = append(r.Notes, fmt.Sprintf("Quiesce could not obtain evidence under a stall (%v)", err))
@@ -240,7 +244,7 @@ func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("Quiesce: %s; batch %v", q.Evidence, c.Status))
 	if c.Status == sdk.Succeeded {
-		if err := mismatch(se.dst.Bytes()[off:off+n], se.src.Bytes()[1234:1234+n]); err != nil {
+		if err := mismatch(se.dstAt(off, off+n), se.src.Bytes()[1234:1234+n]); err != nil {
 			r.Promise = PromiseSucceeded
 			return fmt.Errorf("Succeeded on a stalled link without the bytes: %w", err)
 		}
@@ -250,8 +254,8 @@ func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
 	} else if err := stall.reachedBy(n); err != nil {
 		return err
 	}
-	se.proxy.Release()
-	if ch := w.until(s.guard); ch != nil {
+	release()
+	if ch := w.until(stall.watchAfter(s.guard)); ch != nil {
 		return fmt.Errorf("Quiesce returned %s evidence, but bytes landed once the link came back: %v", q.Evidence, ch)
 	}
 	return nil
@@ -296,7 +300,7 @@ func checkDstDeregistered(ctx context.Context, s *suite, r *Result) error {
 	if err != nil {
 		return err
 	}
-	fill(se.dst.Bytes()[base:base+n], 0x9D)
+	se.fillDst(base, base+n, 0x9D)
 	k, err := se.tgt.g.Grant(ctx, sdk.Window{Region: id, Length: n})
 	if err != nil {
 		return err
@@ -313,7 +317,7 @@ func checkDstDeregistered(ctx context.Context, s *suite, r *Result) error {
 	if err := se.tgt.t.DeregisterMemory(ctx, id); err != nil {
 		return fmt.Errorf("DeregisterMemory during a transfer: %w", err)
 	}
-	if ch := watch(se.dst.Bytes()[base:base+n], s.guard); ch != nil {
+	if ch := se.dst.watch(base, n).until(s.guard); ch != nil {
 		return fmt.Errorf("bytes landed in deregistered memory after DeregisterMemory returned: %v", ch)
 	}
 	c, err := se.wait(b.ID, s.cfg.CompletionTimeout)
@@ -323,7 +327,7 @@ func checkDstDeregistered(ctx context.Context, s *suite, r *Result) error {
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("batch %v (%s)", c.Status, c.Detail))
 	if c.Status == sdk.Succeeded {
-		if err := mismatch(se.dst.Bytes()[base:base+n], se.src.Bytes()[:n]); err != nil {
+		if err := mismatch(se.dstAt(base, base+n), se.src.Bytes()[:n]); err != nil {
 			r.Promise = PromiseSucceeded
 			return fmt.Errorf("Succeeded although its memory was deregistered mid-transfer: %w", err)
 		}
@@ -352,7 +356,7 @@ func checkTargetKilled(ctx context.Context, s *suite, r *Result) error {
 	if err := se.warm(ctx, k); err != nil {
 		return err
 	}
-	fill(se.dst.Bytes()[off:off+n], 0x71)
+	se.fillDst(off, off+n, 0x71)
 	if se.proxy != nil {
 		se.proxy.SetDelay(time.Millisecond)
 	}
@@ -371,7 +375,7 @@ func checkTargetKilled(ctx context.Context, s *suite, r *Result) error {
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("batch %v (%s)", c.Status, c.Detail))
 	if c.Status == sdk.Succeeded {
-		if err := mismatch(se.dst.Bytes()[off:off+n], se.src.Bytes()[:n]); err != nil {
+		if err := mismatch(se.dstAt(off, off+n), se.src.Bytes()[:n]); err != nil {
 			return fmt.Errorf("reported Succeeded although the target died before applying it: %w", err)
 		}
 	}

@@ -38,7 +38,7 @@ const (
 // when its bytes did land: for a revoked key that is Revoke's promise (the
 // write was true to its bytes; the Revoke before it revoked nothing), not
 // Succeeded's.
-func (se *session) refused(ctx context.Context, r *Result, b sdk.Batch, want errdefs.Class, watched []byte, sentinel byte, landed string) error {
+func (se *session) refused(ctx context.Context, r *Result, b sdk.Batch, want errdefs.Class, lo, hi uint64, sentinel byte, landed string) error {
 	s := se.s
 	if err := se.ini.t.Post(ctx, b); err != nil {
 		if got := errdefs.ClassOf(err); !sameAnswer(got, want) {
@@ -53,7 +53,7 @@ func (se *session) refused(ctx context.Context, r *Result, b sdk.Batch, want err
 		r.Notes = append(r.Notes, fmt.Sprintf("completed %v, class %v (%s)", c.Status, c.Class, c.Detail))
 		switch c.Status {
 		case sdk.Succeeded:
-			if err := untouched(watched, sentinel); err != nil {
+			if err := untouched(se.dstAt(lo, hi), sentinel); err != nil {
 				return broke(landed, fmt.Errorf("a write the target must refuse landed and reported Succeeded: %w", err))
 			}
 			return broke(PromiseSucceeded, fmt.Errorf("a write the target must refuse reported Succeeded, and none of its bytes landed"))
@@ -67,10 +67,10 @@ func (se *session) refused(ctx context.Context, r *Result, b sdk.Batch, want err
 			}
 		}
 	}
-	if ch := watch(watched, s.guard); ch != nil {
+	if ch := se.dst.watch(lo, hi-lo).until(s.guard); ch != nil {
 		return broke(PromiseFailed, fmt.Errorf("a refused write changed target memory: %v", ch))
 	}
-	return broke(PromiseFailed, untouched(watched, sentinel))
+	return broke(PromiseFailed, untouched(se.dstAt(lo, hi), sentinel))
 }
 
 // sameAnswer: got is the refusal's class want, or — for an unknown key —
@@ -89,10 +89,9 @@ func checkRefusedUnknownKey(ctx context.Context, s *suite, r *Result) error {
 	if err := se.warm(ctx, k); err != nil {
 		return err
 	}
-	mem := se.dst.Bytes()
-	fill(mem, 0x3A)
+	se.fillDst(0, se.size, 0x3A)
 	unknown := k ^ 0x5a5a5a5a5a5a5a5a
-	return se.refused(ctx, r, se.write(unknown, 0, 0, 4096), classUnknownKey, mem, 0x3A, PromiseSucceeded)
+	return se.refused(ctx, r, se.write(unknown, 0, 0, 4096), classUnknownKey, 0, se.size, 0x3A, PromiseSucceeded)
 }
 
 func checkRefusedOutOfWindow(ctx context.Context, s *suite, r *Result) error {
@@ -106,9 +105,9 @@ func checkRefusedOutOfWindow(ctx context.Context, s *suite, r *Result) error {
 	if err := se.warm(ctx, k); err != nil {
 		return err
 	}
-	fill(se.dst.Bytes()[off:off+n], 0x3B)
+	se.fillDst(off, off+n, 0x3B)
 	// Starts inside the window, ends past it.
-	return se.refused(ctx, r, se.write(k, 0, n/2, n), classOutOfWindow, se.dst.Bytes()[off-4096:off+n+4096], 0x3B, PromiseSucceeded)
+	return se.refused(ctx, r, se.write(k, 0, n/2, n), classOutOfWindow, off-4096, off+n+4096, 0x3B, PromiseSucceeded)
 }
 
 func checkRefusedRevokedKey(ctx context.Context, s *suite, r *Result) error {
@@ -127,6 +126,6 @@ func checkRefusedRevokedKey(ctx context.Context, s *suite, r *Result) error {
 	if _, err := se.tgt.g.Revoke(ctx, k); err != nil {
 		return fmt.Errorf("Revoke: %w", err)
 	}
-	fill(se.dst.Bytes()[off-4096:off+n+4096], 0x3C)
-	return se.refused(ctx, r, se.write(k, 0, 0, n), classRevokedKey, se.dst.Bytes()[off-4096:off+n+4096], 0x3C, PromiseRevoke)
+	se.fillDst(off-4096, off+n+4096, 0x3C)
+	return se.refused(ctx, r, se.write(k, 0, 0, n), classRevokedKey, off-4096, off+n+4096, 0x3C, PromiseRevoke)
 }

@@ -80,7 +80,7 @@ func checkRegBounds(ctx context.Context, s *suite, r *Result) error {
 	if err != nil || c.Status != sdk.Succeeded {
 		return healthy("write to the last byte of the region", c, err)
 	}
-	if got := se.dst.Bytes()[se.size-1]; got != se.src.Bytes()[5] {
+	if got := se.dstAt(se.size-1, se.size-1+1)[0]; got != se.src.Bytes()[5] {
 		return broke(PromiseSucceeded, fmt.Errorf("last byte is %#x after Succeeded, want %#x", got, se.src.Bytes()[5]))
 	}
 	return nil
@@ -98,7 +98,7 @@ func checkRegOverlap(ctx context.Context, s *suite, _ *Result) error {
 		return fmt.Errorf("registering a second region over registered memory: %w", err)
 	}
 	defer se.tgt.t.DeregisterMemory(ctx, second)
-	fill(se.dst.Bytes()[base-4096:base+2*n+4096], 0x11)
+	se.fillDst(base-4096, base+2*n+4096, 0x11)
 	kA, err := se.tgt.g.Grant(ctx, sdk.Window{Region: se.dstID, Offset: base, Length: n})
 	if err != nil {
 		return err
@@ -118,7 +118,7 @@ func checkRegOverlap(ctx context.Context, s *suite, _ *Result) error {
 			return healthy("write through overlapping window", c, err)
 		}
 	}
-	mem, src := se.dst.Bytes(), se.src.Bytes()
+	mem, src := se.dstAt(0, se.size), se.src.Bytes()
 	if err := mismatch(mem[base:base+n/2], src[1000:1000+n/2]); err != nil {
 		return broke(PromiseSucceeded, fmt.Errorf("first window's own half: %w", err))
 	}
@@ -142,7 +142,7 @@ func checkDeregLive(ctx context.Context, s *suite, _ *Result) error {
 	if err != nil {
 		return err
 	}
-	fill(se.dst.Bytes()[base:base+n], 0x22)
+	se.fillDst(base, base+n, 0x22)
 	k, err := se.tgt.g.Grant(ctx, sdk.Window{Region: id, Length: n})
 	if err != nil {
 		return err
@@ -161,7 +161,7 @@ func checkDeregLive(ctx context.Context, s *suite, _ *Result) error {
 	if err := se.tgt.t.DeregisterMemory(ctx, id); err != nil {
 		return fmt.Errorf("DeregisterMemory with a live key: %w (it must revoke the key, not refuse)", err)
 	}
-	fill(se.dst.Bytes()[base:base+n], 0x23)
+	se.fillDst(base, base+n, 0x23)
 	b := se.write(k, 4096, 0, n)
 	if err := se.ini.t.Post(ctx, b); err == nil {
 		c, err := se.wait(b.ID, s.cfg.CompletionTimeout)
@@ -172,10 +172,10 @@ func checkDeregLive(ctx context.Context, s *suite, _ *Result) error {
 			return fmt.Errorf("write under a key of deregistered memory reported Succeeded")
 		}
 	}
-	if ch := watch(se.dst.Bytes()[base:base+n], s.guard/4); ch != nil {
+	if ch := se.dst.watch(base, n).until(s.guard / 4); ch != nil {
 		return fmt.Errorf("deregistered memory changed: %v", ch)
 	}
-	return untouched(se.dst.Bytes()[base:base+n], 0x23)
+	return untouched(se.dstAt(base, base+n), 0x23)
 }
 
 // checkRegRepeat: register, grant, write, revoke, deregister N times; the
@@ -186,7 +186,7 @@ func checkRegRepeat(ctx context.Context, s *suite, r *Result) error {
 		return err
 	}
 	se := s.main
-	before := [2]int{memfdMaps(se.ini.p.Pid()), memfdMaps(se.tgt.p.Pid())}
+	before := [2]int{se.ini.memfdMaps(), se.tgt.memfdMaps()}
 	for i := 0; i < s.cfg.Repeat; i++ {
 		sd, dd := se.src.Desc(), se.dst.Desc()
 		sd.Offset, sd.Size = uint64(i)*4096, 8192
@@ -208,7 +208,7 @@ func checkRegRepeat(ctx context.Context, s *suite, r *Result) error {
 		if err != nil || c.Status != sdk.Succeeded {
 			return healthy(fmt.Sprintf("cycle %d: write", i), c, err)
 		}
-		if err := mismatch(se.dst.Bytes()[dd.Offset:dd.Offset+8192], se.src.Bytes()[sd.Offset:sd.Offset+8192]); err != nil {
+		if err := mismatch(se.dstAt(dd.Offset, dd.Offset+8192), se.src.Bytes()[sd.Offset:sd.Offset+8192]); err != nil {
 			return broke(PromiseSucceeded, fmt.Errorf("cycle %d: Succeeded but %w", i, err))
 		}
 		for j := 0; j < 2; j++ {
@@ -227,7 +227,7 @@ func checkRegRepeat(ctx context.Context, s *suite, r *Result) error {
 			return fmt.Errorf("cycle %d: %w", i, err)
 		}
 	}
-	after := [2]int{memfdMaps(se.ini.p.Pid()), memfdMaps(se.tgt.p.Pid())}
+	after := [2]int{se.ini.memfdMaps(), se.tgt.memfdMaps()}
 	r.Notes = append(r.Notes, fmt.Sprintf("%d cycles; mappings of suite memory (initiator, target): before %v, after %v", s.cfg.Repeat, before, after))
 	if before[0] >= 0 && (after[0] > before[0] || after[1] > before[1]) {
 		return fmt.Errorf("after %d register/deregister cycles the plugins map more of our memory than before: %v -> %v (a leak)", s.cfg.Repeat, before, after)

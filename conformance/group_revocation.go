@@ -39,7 +39,7 @@ func checkRevokeThenWrite(ctx context.Context, s *suite, r *Result) error {
 		return fmt.Errorf("Revoke: %w", err)
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("revoke: applied %d, dropped %d", res.WritesApplied, res.WritesDropped))
-	fill(se.dst.Bytes()[off:off+n], 0x0F)
+	se.fillDst(off, off+n, 0x0F)
 	b := se.write(k, 8192, 0, n)
 	if err := se.ini.t.Post(ctx, b); err == nil {
 		c, err := se.wait(b.ID, s.cfg.CompletionTimeout)
@@ -48,7 +48,7 @@ func checkRevokeThenWrite(ctx context.Context, s *suite, r *Result) error {
 			return err
 		}
 		if c.Status == sdk.Succeeded {
-			if err := mismatch(se.dst.Bytes()[off:off+n], se.src.Bytes()[8192:8192+n]); err != nil {
+			if err := mismatch(se.dstAt(off, off+n), se.src.Bytes()[8192:8192+n]); err != nil {
 				return broke(PromiseSucceeded, fmt.Errorf("a write under a revoked key reported Succeeded without its bytes: %w", err))
 			}
 			return fmt.Errorf("a write under a revoked key landed and reported Succeeded: Revoke revoked nothing")
@@ -59,10 +59,10 @@ func checkRevokeThenWrite(ctx context.Context, s *suite, r *Result) error {
 			}
 		}
 	}
-	if ch := watch(se.dst.Bytes(), s.guard); ch != nil {
+	if ch := se.dst.watch(0, se.size).until(s.guard); ch != nil {
 		return fmt.Errorf("target memory changed after Revoke returned: %v", ch)
 	}
-	if err := untouched(se.dst.Bytes()[off:off+n], 0x0F); err != nil {
+	if err := untouched(se.dstAt(off, off+n), 0x0F); err != nil {
 		return fmt.Errorf("a write under a revoked key landed: %w", err)
 	}
 	if _, err := se.tgt.g.Revoke(ctx, k); err != nil {
@@ -90,14 +90,18 @@ func checkRevokeMidStream(ctx context.Context, s *suite, r *Result) error {
 	}
 	// Revoke once the first bytes landed (or after a moment).
 	for start := time.Now(); time.Since(start) < time.Second; time.Sleep(time.Millisecond) {
-		if se.dst.Bytes()[off] != 0x1E || se.dst.Bytes()[off+1] != 0x1E {
+		if se.dstAt(off, off+1)[0] != 0x1E || se.dstAt(off+1, off+1+1)[0] != 0x1E {
 			break
 		}
 	}
 	if _, err := se.tgt.g.Revoke(ctx, k); err != nil {
 		return fmt.Errorf("Revoke mid-stream: %w", err)
 	}
-	if ch := watch(se.dst.Bytes(), s.guard); ch != nil {
+	if ch := se.dst.watch(0, se.size).until(s.guard); ch != nil {
+		// The batch's completion is awaited first: arriving during the
+		// next check, after it refilled this memory, it would be judged
+		// there as a Succeeded without its bytes.
+		_, _ = se.wait(b.ID, s.cfg.CompletionTimeout)
 		return fmt.Errorf("target memory changed after Revoke returned: %v", ch)
 	}
 	c, err := se.wait(b.ID, s.cfg.CompletionTimeout)
@@ -107,7 +111,7 @@ func checkRevokeMidStream(ctx context.Context, s *suite, r *Result) error {
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("batch %v (%s)", c.Status, c.Detail))
 	if c.Status == sdk.Succeeded {
-		if err := mismatch(se.dst.Bytes()[off:off+n], se.src.Bytes()[:n]); err != nil {
+		if err := mismatch(se.dstAt(off, off+n), se.src.Bytes()[:n]); err != nil {
 			r.Promise = PromiseSucceeded
 			return fmt.Errorf("Succeeded though revoked mid-stream: %w", err)
 		}

@@ -131,7 +131,7 @@ func (run *soakRun) post(ctx context.Context) error {
 	for range 1 + run.rng.IntN(run.maxOps) {
 		n := soakMinOp + run.rng.Uint64N(run.maxOp-soakMinOp+1)
 		src := run.rng.Uint64N(se.size - n)
-		fill(se.dst.Bytes()[at:at+n], byte(0xA5^b.ID))
+		se.fillDst(at, at+n, byte(0xA5^b.ID))
 		b.Ops = append(b.Ops, sdk.Op{Kind: sdk.OpWrite, LocalRegion: se.srcID, LocalOffset: src,
 			RemoteKey: run.key, RemoteOffset: at, Length: n})
 		at += n

@@ -22,10 +22,14 @@ import (
 func tailGroup() group {
 	return group{name: "tail", needs: needsGranter, checks: []check{
 		{"link-restored-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) {
-			if why := needsProxy(s); why != "" {
+			if why := needsLinkFaults(s); why != "" {
 				return fault{}, why
 			}
-			return s.main.proxyFault("stall"), ""
+			f, _, err := s.main.linkFault("stall")
+			if err != nil {
+				return fault{}, err.Error()
+			}
+			return f, ""
 		})},
 		{"target-resumed-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) { return stopFault(s.main.tgt), "" })},
 		{"netem-restored-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) {
@@ -95,7 +99,7 @@ func (se *session) lateBytes(ctx context.Context, r *Result, f fault, off time.D
 	if err := se.warm(ctx, k); err != nil {
 		return 0, false, err
 	}
-	fill(se.dst.Bytes()[dstOff:dstOff+n], 0xD7)
+	se.fillDst(dstOff, dstOff+n, 0xD7)
 	var once sync.Once
 	release := func() { once.Do(f.release) }
 	defer release()
@@ -112,11 +116,11 @@ func (se *session) lateBytes(ctx context.Context, r *Result, f fault, off time.D
 		return 0, false, err
 	}
 	// The snapshot is taken at the completion, before the fault is lifted.
-	w := snapshot(se.dst.Bytes())
+	w, watched := se.dst.watch(0, se.size), time.Now()
 	if c.Status == sdk.Succeeded {
 		release()
 		r.Notes = append(r.Notes, fmt.Sprintf("%s: Succeeded (no tail to measure)", f.name))
-		if err := mismatch(se.dst.Bytes()[dstOff:dstOff+n], se.src.Bytes()[4321:4321+n]); err != nil || f.carried == nil {
+		if err := mismatch(se.dstAt(dstOff, dstOff+n), se.src.Bytes()[4321:4321+n]); err != nil || f.carried == nil {
 			return 0, false, broke(PromiseSucceeded, err)
 		}
 		return 0, false, f.carried(n)
@@ -126,6 +130,7 @@ func (se *session) lateBytes(ctx context.Context, r *Result, f fault, off time.D
 	maxTail := s.info.Capabilities.MaxTail
 	last := w.latest(max(off, s.watchedTail()) + s.cfg.GuardFloor)
 	release()
+	last = laterStill(se, f, watched, last)
 	if c.Status == sdk.InDoubt {
 		// Only now, to leave the peer clean for the next check; the
 		// measurement above never relied on it.
@@ -148,6 +153,22 @@ func (se *session) lateBytes(ctx context.Context, r *Result, f fault, off time.D
 			c.Status, off.Round(time.Millisecond), last.After.Round(time.Millisecond), maxTail, last)
 	}
 	return last.After, true, nil
+}
+
+// laterStill extends a tail watch begun at start by what f says its held
+// back bytes may still take to land once released (TCP's retransmission
+// timer after a blackhole), and returns the last change seen, timed from
+// start.
+func laterStill(se *session, f fault, start time.Time, last *change) *change {
+	if f.settle == nil || f.settle() <= 0 {
+		return last
+	}
+	w, from := se.dst.watch(0, se.size), time.Since(start)
+	if l := w.latest(f.settle()); l != nil {
+		l.After += from
+		return l
+	}
+	return last
 }
 
 // latest watches until d after the snapshot and reports the last change

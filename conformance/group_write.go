@@ -37,7 +37,7 @@ func verifyWrite(se *session, c sdk.Completion, dstOff, srcOff, n uint64, sentin
 	if c.Status != sdk.Succeeded {
 		return fmt.Errorf("%d-byte write on a healthy link: %v (%s)", n, c.Status, c.Detail)
 	}
-	mem := se.dst.Bytes()
+	mem := se.dstAt(0, se.size)
 	if err := mismatch(mem[dstOff:dstOff+n], se.src.Bytes()[srcOff:srcOff+n]); err != nil {
 		return broke(PromiseSucceeded, fmt.Errorf("%d-byte write reported Succeeded, but the target does not hold the bytes yet: %w", n, err))
 	}
@@ -109,7 +109,7 @@ func checkScatter(ctx context.Context, s *suite, _ *Result) error {
 	if c.Status != sdk.Succeeded {
 		return fmt.Errorf("scatter batch on a healthy link: %v (%s)", c.Status, c.Detail)
 	}
-	mem := se.dst.Bytes()[4096+1:]
+	mem := se.dstAt(4096+1, se.size)
 	covered := make([]bool, win)
 	for i, sp := range spans {
 		if err := mismatch(mem[sp.dst:sp.dst+sp.n], se.src.Bytes()[sp.src:sp.src+sp.n]); err != nil {
@@ -136,7 +136,7 @@ func checkWholePool(ctx context.Context, s *suite, _ *Result) error {
 	if n/chunk+1 > uint64(s.info.Capabilities.MaxBatch) {
 		chunk = n/uint64(s.info.Capabilities.MaxBatch) + 1
 	}
-	fill(se.dst.Bytes(), 0x4E)
+	se.fillDst(0, se.size, 0x4E)
 	k, err := se.tgt.g.Grant(ctx, sdk.Window{Region: se.dstID, Length: n})
 	if err != nil {
 		return err
@@ -149,7 +149,7 @@ func checkWholePool(ctx context.Context, s *suite, _ *Result) error {
 	if c.Status != sdk.Succeeded {
 		return fmt.Errorf("whole-pool batch on a healthy link: %v (%s)", c.Status, c.Detail)
 	}
-	if err := mismatch(se.dst.Bytes(), se.src.Bytes()); err != nil {
+	if err := mismatch(se.dstAt(0, se.size), se.src.Bytes()); err != nil {
 		return fmt.Errorf("whole pool reported Succeeded, but %w", err)
 	}
 	return nil

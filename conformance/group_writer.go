@@ -41,7 +41,7 @@ func checkWriterBoundKey(ctx context.Context, s *suite, r *Result) error {
 	if err != nil {
 		return err
 	}
-	fill(se.dst.Bytes()[off-4096:off+n+4096], 0x2B)
+	se.fillDst(off-4096, off+n+4096, 0x2B)
 	k, err := se.tgt.g.Grant(ctx, sdk.Window{Region: se.dstID, Offset: off, Length: n, Writer: iep.Address})
 	if err != nil {
 		return fmt.Errorf("Grant bound to the initiator: %w", err)
@@ -50,59 +50,109 @@ func checkWriterBoundKey(ctx context.Context, s *suite, r *Result) error {
 	if c, err := se.postWait(ctx, se.write(k, 0, 0, 4096)); err != nil || c.Status != sdk.Succeeded {
 		return healthy("the bound writer's write", c, err)
 	}
-	other, err := s.open(ctx, "initiator-2", s.cfg.InitiatorEnv)
+	fw, err := s.newForeignWriter(ctx, se)
 	if err != nil {
 		return err
 	}
-	defer other.close()
-	mem, err := sdk.NewSharedMemory("conformance-src2", 64<<10)
-	if err != nil {
+	defer fw.close()
+	if err := fw.refusedUnder(ctx, r, k, off+8192); err != nil {
 		return err
 	}
-	defer mem.Close()
-	fill(mem.Bytes(), 0xE1)
-	srcID, err := other.t.RegisterMemory(ctx, mem.Desc())
+	// The control arm: an unbound key lets the same write through.
+	k2, err := se.tgt.g.Grant(ctx, sdk.Window{Region: se.dstID, Offset: off + n, Length: 4096})
 	if err != nil {
-		return fmt.Errorf("second initiator RegisterMemory: %w", err)
+		return fmt.Errorf("unbound Grant: %w", err)
+	}
+	defer se.tgt.g.Revoke(ctx, k2) //nolint:errcheck
+	if c, err := fw.write(ctx, k2, 0); err != nil || c.Status != sdk.Succeeded || se.dstAt(off+n, off+n+1)[0] != 0xE1 {
+		return fmt.Errorf("control arm: another writer's write under an unbound key did not land (%+v, %v): the refusal above proves nothing", c, err)
+	}
+	return nil
+}
+
+// foreignWriter is a second initiator, connected to the session's target,
+// whose 4096-byte source holds 0xE1.
+type foreignWriter struct {
+	se    *session
+	p     *proc
+	mem   *sdk.SharedMemory
+	srcID sdk.RegionID
+	peer  sdk.PeerID
+	next  sdk.BatchID
+}
+
+func (s *suite) newForeignWriter(ctx context.Context, se *session) (fw *foreignWriter, err error) {
+	fw = &foreignWriter{se: se, next: 1}
+	defer func() {
+		if err != nil {
+			fw.close()
+		}
+	}()
+	if fw.p, err = s.open(ctx, "initiator-2", s.cfg.InitiatorEnv); err != nil {
+		return fw, err
+	}
+	if fw.mem, err = sdk.NewSharedMemory("conformance-src2", 64<<10); err != nil {
+		return fw, err
+	}
+	fill(fw.mem.Bytes(), 0xE1)
+	if fw.srcID, err = fw.p.t.RegisterMemory(ctx, fw.mem.Desc()); err != nil {
+		return fw, fmt.Errorf("second initiator RegisterMemory: %w", err)
 	}
 	tep, err := se.tgt.t.LocalEndpoint(ctx)
 	if err != nil {
-		return err
+		return fw, err
 	}
 	if s.cfg.TargetAddr != "" {
 		if _, port, perr := net.SplitHostPort(tep.Address); perr == nil {
 			tep.Address = net.JoinHostPort(s.cfg.TargetAddr, port)
 		}
 	}
-	peer, err := other.t.Connect(ctx, tep)
-	if err != nil {
-		return fmt.Errorf("second initiator Connect: %w", err)
+	if fw.peer, err = fw.p.t.Connect(ctx, tep); err != nil {
+		return fw, fmt.Errorf("second initiator Connect: %w", err)
 	}
-	var next sdk.BatchID = 1
-	foreign := func(key sdk.Key, at uint64) (sdk.Completion, error) {
-		id := next
-		next++
-		b := sdk.Batch{ID: id, Peer: peer, Ops: []sdk.Op{{Kind: sdk.OpWrite, LocalRegion: srcID, RemoteKey: key, RemoteOffset: at, Length: 4096}}}
-		if err := other.t.Post(ctx, b); err != nil {
-			return sdk.Completion{}, err
-		}
-		deadline := time.After(s.cfg.CompletionTimeout)
-		for {
-			select {
-			case c, ok := <-other.t.Completions():
-				if !ok {
-					return sdk.Completion{}, fmt.Errorf("second initiator's completion stream closed")
-				}
-				if c.Batch == id {
-					return c, nil
-				}
-			case <-deadline:
-				r.Promise = PromiseOneCompletion
-				return sdk.Completion{}, fmt.Errorf("no completion for the second initiator's write")
+	return fw, nil
+}
+
+func (fw *foreignWriter) close() {
+	if fw.p != nil {
+		fw.p.close()
+	}
+	if fw.mem != nil {
+		_ = fw.mem.Close()
+	}
+}
+
+// write posts one 4096-byte write under key at offset at and waits for its
+// completion.
+func (fw *foreignWriter) write(ctx context.Context, key sdk.Key, at uint64) (sdk.Completion, error) {
+	id := fw.next
+	fw.next++
+	b := sdk.Batch{ID: id, Peer: fw.peer, Ops: []sdk.Op{{Kind: sdk.OpWrite, LocalRegion: fw.srcID, RemoteKey: key, RemoteOffset: at, Length: 4096}}}
+	if err := fw.p.t.Post(ctx, b); err != nil {
+		return sdk.Completion{}, err
+	}
+	deadline := time.After(fw.se.s.cfg.CompletionTimeout)
+	for {
+		select {
+		case c, ok := <-fw.p.t.Completions():
+			if !ok {
+				return sdk.Completion{}, fmt.Errorf("second initiator's completion stream closed")
 			}
+			if c.Batch == id {
+				return c, nil
+			}
+		case <-deadline:
+			return sdk.Completion{}, broke(PromiseOneCompletion, fmt.Errorf("no completion for the second initiator's write"))
 		}
 	}
-	c, err := foreign(k, 8192)
+}
+
+// refusedUnder: the foreign writer's write under k (bound to another
+// writer) into the window's offset 8192 (target offset at) must not report
+// Succeeded, and none of its bytes may land.
+func (fw *foreignWriter) refusedUnder(ctx context.Context, r *Result, k sdk.Key, at uint64) error {
+	se := fw.se
+	c, err := fw.write(ctx, k, 8192)
 	if err != nil {
 		return err
 	}
@@ -110,25 +160,16 @@ func checkWriterBoundKey(ctx context.Context, s *suite, r *Result) error {
 		return fmt.Errorf("a write from another writer under a bound key reported Succeeded")
 	}
 	if c.Status == sdk.InDoubt {
-		if _, err := other.t.Quiesce(ctx, peer, []sdk.BatchID{c.Batch}); err != nil {
+		if _, err := fw.p.t.Quiesce(ctx, fw.peer, []sdk.BatchID{c.Batch}); err != nil {
 			r.Notes = append(r.Notes, "second initiator Quiesce: "+err.Error())
 		}
 	}
-	if ch := watch(se.dst.Bytes(), s.guard); ch != nil {
+	if ch := se.dst.watch(0, se.size).until(se.s.guard); ch != nil {
 		return fmt.Errorf("target memory changed after the refused write: %v", ch)
 	}
-	if err := untouched(se.dst.Bytes()[off+8192:off+8192+4096], 0x2B); err != nil {
+	if err := untouched(se.dstAt(at, at+4096), 0x2B); err != nil {
 		return fmt.Errorf("another writer's bytes landed under a bound key: %w", err)
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("other writer under a bound key: %v (%s)", c.Status, c.Detail))
-	// The control arm: an unbound key lets the same write through.
-	k2, err := se.tgt.g.Grant(ctx, sdk.Window{Region: se.dstID, Offset: off + n, Length: 4096})
-	if err != nil {
-		return fmt.Errorf("unbound Grant: %w", err)
-	}
-	defer se.tgt.g.Revoke(ctx, k2) //nolint:errcheck
-	if c, err := foreign(k2, 0); err != nil || c.Status != sdk.Succeeded || se.dst.Bytes()[off+n] != 0xE1 {
-		return fmt.Errorf("control arm: another writer's write under an unbound key did not land (%+v, %v): the refusal above proves nothing", c, err)
-	}
 	return nil
 }

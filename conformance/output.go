@@ -217,6 +217,9 @@ func (r *Report) Markdown() string {
 	c := p.Capabilities
 	fmt.Fprintf(&b, "- claims: revoke=%v read=%v max_tail=%s max_batch=%d max_op_bytes=%d memory=%s\n", c.Revoke, c.Read, c.MaxTail, c.MaxBatch, c.MaxOpBytes, strings.Join(c.MemoryKinds, ","))
 	fmt.Fprintf(&b, "- link: %s %s; faults: %s\n", r.Link.Kind, r.Link.Detail, strings.Join(r.Link.Faults, ", "))
+	if h := r.Link.Hosts; h != nil {
+		fmt.Fprintf(&b, "- initiator host: %s\n- target host: %s\n", h.Initiator, h.Target)
+	}
 	fmt.Fprintf(&b, "- profile %s; guard window %s (%.2f x MaxTail, floor %s); largest write %d bytes\n", r.Profile, r.GuardWindow, r.GuardTails, r.GuardFloor, r.MaxWriteSize)
 	if r.WorstTail != "" {
 		fmt.Fprintf(&b, "- worst tail observed (bytes landing after a non-Succeeded completion, no Quiesce): %s (declared MaxTail %s)\n", r.WorstTail, c.MaxTail)

@@ -19,6 +19,10 @@ type proc struct {
 	t    sdk.Transport
 	g    sdk.Granter // nil unless the plugin declared Revoke
 	info sdk.Info
+	// remote, when set, is a target process on the target host: p is nil
+	// and t, g forward to it over the control channel (twohost_proc.go).
+	remote *remoteProc
+	neg    int // the negotiated protocol version
 }
 
 // open starts one plugin process, pinned to the sha256 the report names:
@@ -27,6 +31,14 @@ type proc struct {
 // pid, same parent), so go-plugin's unix socket and the shared-memory paths
 // under /proc still work.
 func (s *suite) open(ctx context.Context, role string, env []string) (*proc, error) {
+	if role == "target" && s.remote != nil {
+		return s.openRemote(ctx, env)
+	}
+	return s.openLocal(ctx, role, env)
+}
+
+// openLocal starts the process on this host (in the role's namespace, if any).
+func (s *suite) openLocal(ctx context.Context, role string, env []string) (*proc, error) {
 	path, opts := s.cfg.Plugin, sdk.OpenOptions{
 		Env:          append(append([]string(nil), s.cfg.Env...), env...),
 		Logger:       hclog.NewNullLogger(),
@@ -50,7 +62,7 @@ func (s *suite) open(ctx context.Context, role string, env []string) (*proc, err
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", role, err)
 	}
-	pr := &proc{role: role, p: p, t: p.Transport()}
+	pr := &proc{role: role, p: p, t: p.Transport(), neg: p.NegotiatedVersion()}
 	pr.g, _ = pr.t.(sdk.Granter)
 	if pr.info, err = pr.t.Info(ctx); err != nil {
 		_ = p.Close()
@@ -59,10 +71,38 @@ func (s *suite) open(ctx context.Context, role string, env []string) (*proc, err
 	return pr, nil
 }
 
-func (p *proc) signal(sig syscall.Signal) error { return syscall.Kill(p.p.Pid(), sig) }
+func (p *proc) signal(sig syscall.Signal) error {
+	if p.remote != nil {
+		return p.remote.signal(sig)
+	}
+	return syscall.Kill(p.p.Pid(), sig)
+}
+
+// stop SIGSTOPs the process and confirms it stopped (state T in
+// /proc/PID/stat: kill(2) returns before the process is stopped).
+func (p *proc) stop() error {
+	if p.remote != nil {
+		return p.remote.stop()
+	}
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return waitState(p.p.Pid(), 'T', 5*time.Second)
+}
+
+// memfdMaps counts the process's mappings of the suite's shared memory.
+func (p *proc) memfdMaps() int {
+	if p.remote != nil {
+		return p.remote.memfdMaps()
+	}
+	return memfdMaps(p.p.Pid())
+}
 
 // kill SIGKILLs the process and waits for the reap (process-exited).
 func (p *proc) kill(timeout time.Duration) error {
+	if p.remote != nil {
+		return p.remote.kill(timeout)
+	}
 	if err := p.signal(syscall.SIGKILL); err != nil {
 		return err
 	}
@@ -75,7 +115,9 @@ func (p *proc) kill(timeout time.Duration) error {
 }
 
 func (p *proc) close() {
-	if p != nil {
+	if p != nil && p.remote != nil {
+		p.remote.close()
+	} else if p != nil {
 		_ = p.signal(syscall.SIGCONT) // a stopped process cannot die cleanly
 		_ = p.p.Close()
 	}
@@ -83,6 +125,9 @@ func (p *proc) close() {
 
 // alive reports whether the process answers and has not exited.
 func (p *proc) alive(ctx context.Context) error {
+	if p.remote != nil {
+		return p.remote.alive(ctx)
+	}
 	select {
 	case <-p.p.Exited():
 		return fmt.Errorf("%s plugin process exited", p.role)

@@ -67,6 +67,14 @@ type LinkInfo struct {
 	TargetAddr string   `json:"target_addr,omitempty"`
 	Faults     []string `json:"faults"`
 	Detail     string   `json:"detail,omitempty"`
+	// Hosts names both hosts of a two-host run and their NICs.
+	Hosts *HostsInfo `json:"hosts,omitempty"`
+}
+
+// HostsInfo is the two hosts of a two-host run.
+type HostsInfo struct {
+	Initiator HostInfo `json:"initiator"`
+	Target    HostInfo `json:"target"`
 }
 
 // Report is the whole run.

@@ -19,7 +19,8 @@ import (
 type session struct {
 	s        *suite
 	ini, tgt *proc
-	src, dst *sdk.SharedMemory
+	src      *sdk.SharedMemory
+	dst      targetMem
 	srcID    sdk.RegionID
 	dstID    sdk.RegionID
 	peer     sdk.PeerID
@@ -68,7 +69,7 @@ func (s *suite) newSessionSized(ctx context.Context, useProxy bool, size uint64)
 	if se.src, err = sdk.NewSharedMemory("conformance-src", se.size); err != nil {
 		return se, err
 	}
-	if se.dst, err = sdk.NewSharedMemory("conformance-dst", se.size); err != nil {
+	if se.dst, err = s.targetMemory(se.tgt, se.size); err != nil {
 		return se, err
 	}
 	pattern(se.src.Bytes(), 1)
@@ -279,7 +280,7 @@ func (se *session) grant(ctx context.Context, off, n uint64, sentinel byte) (sdk
 		lo = 0
 	}
 	hi = min(hi+4096, se.size)
-	fill(se.dst.Bytes()[lo:hi], sentinel)
+	se.dst.fill(lo, hi-lo, sentinel)
 	k, err := se.tgt.g.Grant(ctx, sdk.Window{Region: se.dstID, Offset: off, Length: n})
 	if err != nil {
 		return 0, fmt.Errorf("Grant([%d,+%d)): %w", off, n, err)

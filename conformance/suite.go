@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -121,6 +122,11 @@ type suite struct {
 	worstTail time.Duration
 	// verdicts accounts for the check of every Succeeded (verify.go).
 	verdicts verdicts
+	// remote is the control channel to the target host of a two-host run
+	// (nil: the target runs here); hosts holds that run's own state.
+	remote *ctlConn
+	hosts  *hostPair
+	memErr stickyErr // a failed operation on the target host's memory
 }
 
 func needsGranter(s *suite) string {
@@ -148,8 +154,10 @@ func (s *suite) watchedTail() time.Duration {
 	return min(s.info.Capabilities.MaxTail, s.cfg.MaxWatch)
 }
 
-func needsProxy(s *suite) string {
-	if !s.proxyOK {
+// needsLinkFaults: the link-fault checks need the in-path proxy (one host)
+// or the kernel's faults on the data link (two hosts).
+func needsLinkFaults(s *suite) string {
+	if !s.proxyOK && s.hosts == nil {
 		return "no in-path TCP proxy on this link (the endpoint address is not host:port, or the target is in a namespace)"
 	}
 	return ""
@@ -166,7 +174,16 @@ func setup(ctx context.Context, cfg Config) (*suite, error) {
 	}
 	s.sum = sum
 	s.report.Plugin.SHA256 = hex.EncodeToString(sum)
-	if cfg.NetNS {
+	switch {
+	case cfg.TwoHost:
+		if err := s.startHosts(); err != nil {
+			return s, fmt.Errorf("two hosts: %w", err)
+		}
+	case cfg.RemoteTarget != "":
+		if err := s.dialHosts(); err != nil {
+			return s, fmt.Errorf("target host %s: %w", cfg.RemoteTarget, err)
+		}
+	case cfg.NetNS:
 		if s.net, err = newNetnsPair(); err != nil {
 			return s, fmt.Errorf("netns: %w", err)
 		}
@@ -180,7 +197,7 @@ func setup(ctx context.Context, cfg Config) (*suite, error) {
 	if err != nil {
 		return s, err
 	}
-	s.info, s.neg, s.granter = probe.info, probe.p.NegotiatedVersion(), probe.g != nil
+	s.info, s.neg, s.granter = probe.info, probe.neg, probe.g != nil
 	ep, eperr := probe.t.LocalEndpoint(ctx)
 	probe.close()
 	if eperr != nil {
@@ -194,7 +211,7 @@ func setup(ctx context.Context, cfg Config) (*suite, error) {
 		}
 		s.proxyOK = true
 	case "auto":
-		s.proxyOK = splitErr == nil && !cfg.NetNS && len(cfg.NetemDevices) == 0
+		s.proxyOK = splitErr == nil && s.net == nil && s.hosts == nil && len(cfg.NetemDevices) == 0
 	}
 	s.guard = cfg.GuardWindow
 	if s.guard <= 0 {
@@ -225,6 +242,18 @@ func (s *suite) describe() {
 	l.Device, l.TargetAddr = s.cfg.Device, s.cfg.TargetAddr
 	l.Faults = []string{"SIGSTOP/SIGCONT target", "SIGKILL initiator", "SIGKILL target", "target memory deregistered"}
 	switch {
+	case s.hosts != nil && s.net == nil:
+		l.Kind = "two-host"
+		l.Detail = "control: " + s.hosts.control + "; no link faults (a target host on another machine)"
+		l.Hosts = &HostsInfo{Initiator: localHost(""), Target: s.hosts.targetHost()}
+	case s.hosts != nil:
+		l.Kind = "two-host"
+		l.Detail = "data: " + s.net.describe() + "; control: " + s.hosts.control
+		l.Hosts = &HostsInfo{Initiator: s.net.iniHost(), Target: s.hosts.targetHost()}
+		l.Faults = append(l.Faults, "veth tbf rate limit", "veth TCP blackhole", "kernel socket abort (ss -K)")
+		if _, err := exec.LookPath("nft"); err == nil {
+			l.Faults = append(l.Faults, "nftables reject")
+		}
 	case s.net != nil:
 		l.Kind = "veth-netns"
 		l.Detail = s.net.describe()
@@ -255,7 +284,9 @@ func (s *suite) nsFor(role string) string {
 func (s *suite) close() {
 	s.main.close()
 	s.contract.close()
-	if s.net != nil {
+	if s.hosts != nil {
+		s.hosts.close() // the namespaces with it
+	} else if s.net != nil {
 		s.net.close()
 	}
 }
@@ -271,8 +302,14 @@ func (s *suite) runCheck(ctx context.Context, g group, c check) Result {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	_, before := s.liesSince(0)
+	_ = s.memErr.take()
 	err := c.run(ctx, s, &r)
 	r.Duration = time.Since(start)
+	if merr := s.memErr.take(); merr != nil {
+		// The check's view of target memory is incomplete: its verdict,
+		// pass or fail, rests on a read or fill that did not happen.
+		err = fmt.Errorf("target host memory: %w (the check's verdict is void)", merr)
+	}
 	// A Succeeded without its bytes fails the check it happened in, whatever
 	// the check itself looked at.
 	if lie, _ := s.liesSince(before); lie != nil {

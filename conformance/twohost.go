@@ -64,15 +64,34 @@ type TwoHostCheck struct {
 
 // twoHost is one run's state.
 type twoHost struct {
-	cfg    TwoHostConfig
-	net    *netnsPair
-	mgmt   string // the management veth's host end (deleted at the end)
-	cc     *ctlConn
-	target *exec.Cmd
-	se     *iniSide
-	key    sdk.Key
-	guard  time.Duration
-	rep    *TwoHostReport
+	*hostPair
+	cfg   TwoHostConfig
+	se    *iniSide
+	key   sdk.Key
+	guard time.Duration
+	rep   *TwoHostReport
+}
+
+// hostPair is the two hosts of a run: the namespaces and their data link,
+// the management link, the target host's process and the authenticated
+// control channel to it. The link-fault checks (CertifyTwoHost) and the
+// full suite on two hosts (Config.TwoHost) both stand on it.
+type hostPair struct {
+	net     *netnsPair
+	mgmt    string // the management veth's host end (deleted at the end)
+	cc      *ctlConn
+	target  *exec.Cmd
+	control string // how the report names the control channel
+	hello   ctlReply
+}
+
+// hostsConfig is what starting the target host needs.
+type hostsConfig struct {
+	plugin        string
+	sha256        string
+	env           []string
+	targetCommand []string
+	log           io.Writer
 }
 
 const (
@@ -116,33 +135,61 @@ func (th *twoHost) setup(ctx context.Context) error {
 		return err
 	}
 	th.rep.SHA256 = hex.EncodeToString(sum)
-	if th.net, err = newNetnsPair(); err != nil {
-		return err
+	th.hostPair, err = startHosts(hostsConfig{plugin: th.cfg.Plugin, sha256: th.rep.SHA256, env: th.cfg.Env,
+		targetCommand: th.cfg.TargetCommand, log: th.cfg.Log})
+	if th.hostPair != nil {
+		th.rep.Link, th.rep.Control, th.rep.Target = th.net.describe(), th.control, th.targetHost()
 	}
-	th.rep.Link = th.net.describe()
-	if err := th.managementLink(); err != nil {
-		return err
-	}
-	secret := make([]byte, 32)
-	_, _ = rand.Read(secret)
-	if err := th.startTarget(secret); err != nil {
-		return err
-	}
-	hello, err := th.cc.call(ctlRequest{Op: "hello"})
 	if err != nil {
 		return err
 	}
-	th.rep.Target = *hello.Host
-	if hello.SHA256 != th.rep.SHA256 {
-		return fmt.Errorf("the target host runs plugin sha256 %s, not %s", hello.SHA256, th.rep.SHA256)
+	return th.openInitiator(ctx, sum, th.hello)
+}
+
+// startHosts builds the namespaces and the management link, starts the
+// target host's process and authenticates to it. On error the pair
+// returned (possibly partial) still needs close.
+func startHosts(cfg hostsConfig) (*hostPair, error) {
+	hp := &hostPair{}
+	var err error
+	if hp.net, err = newNetnsPair(); err != nil {
+		return nil, err
 	}
-	return th.openInitiator(ctx, sum, hello)
+	if err := hp.managementLink(); err != nil {
+		return hp, err
+	}
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	if err := hp.startTarget(cfg, secret); err != nil {
+		return hp, err
+	}
+	return hp, hp.greet(cfg.sha256)
+}
+
+// greet asks the target host who it is, and refuses one that runs another
+// plugin binary than the one certified.
+func (hp *hostPair) greet(sha256 string) (err error) {
+	if hp.hello, err = hp.cc.call(ctlRequest{Op: "hello"}); err != nil {
+		return err
+	}
+	if hp.hello.SHA256 != sha256 {
+		return fmt.Errorf("the target host runs plugin sha256 %s, not %s", hp.hello.SHA256, sha256)
+	}
+	return nil
+}
+
+// targetHost is how the report names the target host.
+func (hp *hostPair) targetHost() HostInfo {
+	if hp.hello.Host == nil {
+		return HostInfo{}
+	}
+	return *hp.hello.Host
 }
 
 // managementLink joins the certifying process's namespace to the target's
 // by a second veth pair: the control channel must not share the faulted
 // data link.
-func (th *twoHost) managementLink() error {
+func (th *hostPair) managementLink() error {
 	id := os.Getpid() % 100000
 	mgmtHostAddr, mgmtTgtAddr := mgmtAddrs()
 	th.mgmt = fmt.Sprintf("kvfm%d", id)
@@ -158,13 +205,13 @@ func (th *twoHost) managementLink() error {
 			return fmt.Errorf("ip %s: %v: %s", strings.Join(st, " "), err, out)
 		}
 	}
-	th.rep.Control = fmt.Sprintf("HMAC-SHA256-authenticated channel over veth %s (%s) <-> %s (%s, netns %s)", th.mgmt, mgmtHostAddr, peer, mgmtTgtAddr, th.net.tgt)
+	th.control = fmt.Sprintf("HMAC-SHA256-authenticated channel over veth %s (%s) <-> %s (%s, netns %s)", th.mgmt, mgmtHostAddr, peer, mgmtTgtAddr, th.net.tgt)
 	return nil
 }
 
 // startTarget runs the target host's process in the target namespace and
 // dials its control channel.
-func (th *twoHost) startTarget(secret []byte) error {
+func (th *hostPair) startTarget(cfg hostsConfig, secret []byte) error {
 	dir, err := os.MkdirTemp("", "kvfc-twohost-")
 	if err != nil {
 		return err
@@ -174,15 +221,15 @@ func (th *twoHost) startTarget(secret []byte) error {
 	if err := os.WriteFile(sf, []byte(hex.EncodeToString(secret)), 0o600); err != nil {
 		return err
 	}
-	args := append([]string{"netns", "exec", th.net.tgt}, th.cfg.TargetCommand...)
+	args := append([]string{"netns", "exec", th.net.tgt}, cfg.targetCommand...)
 	_, mgmtTgtAddr := mgmtAddrs()
-	args = append(args, "--plugin", th.cfg.Plugin, "--listen", net.JoinHostPort(mgmtTgtAddr, "0"),
+	args = append(args, "--plugin", cfg.plugin, "--listen", net.JoinHostPort(mgmtTgtAddr, "0"),
 		"--data-addr", nsTgtAddr, "--secret-file", sf, "--netns", th.net.tgt)
-	for _, e := range th.cfg.Env {
+	for _, e := range cfg.env {
 		args = append(args, "--env", e)
 	}
 	th.target = exec.Command("ip", args...)
-	th.target.Stderr = prefixed(th.cfg.Log, "target-host")
+	th.target.Stderr = prefixed(orDiscard(cfg.log), "target-host")
 	out, err := th.target.StdoutPipe()
 	if err != nil {
 		return err

@@ -58,7 +58,8 @@ func (n *netnsPair) iniHost() HostInfo {
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
 		if len(f) >= 4 && f[1] != "lo" {
-			h.NICs = append(h.NICs, NICRef{Name: f[1], Addrs: []string{f[3]}})
+			run := func(args ...string) (string, error) { return nsCmd(n.ini, args...) }
+			h.NICs = append(h.NICs, NICRef{Name: f[1], Driver: nicDriver(run, f[1]), Addrs: []string{f[3]}})
 		}
 	}
 	return h
@@ -129,8 +130,12 @@ func (th *twoHost) run(ctx context.Context) {
 
 // unchanged asks the target host whether its memory changed since snapshot
 // id, watching the guard window after the snapshot.
-func (th *twoHost) unchanged(id int) (string, error) {
-	r, err := th.cc.call(ctlRequest{Op: "changed", Snapshot: id, WaitMs: th.guard.Milliseconds()})
+func (th *twoHost) unchanged(id int) (string, error) { return th.unchangedFor(id, th.guard) }
+
+// unchangedFor is unchanged watching d after the snapshot (the guard
+// window, longer after a fault whose held-back bytes TCP resends later).
+func (th *twoHost) unchangedFor(id int, d time.Duration) (string, error) {
+	r, err := th.cc.call(ctlRequest{Op: "changed", Snapshot: id, WaitMs: d.Milliseconds()})
 	return r.Change, err
 }
 

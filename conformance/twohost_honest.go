@@ -43,7 +43,7 @@ func (th *twoHost) honest(ctx context.Context, r *TwoHostCheck, f fault, during 
 		if serr != nil {
 			return serr
 		}
-		if ch, cerr := th.unchanged(id); cerr != nil || ch != "" {
+		if ch, cerr := th.unchangedFor(id, f.watchAfter(th.guard)); cerr != nil || ch != "" {
 			r.Promise = PromiseErrorClass
 			return fmt.Errorf("Post refused (%v), yet target memory changed: %s%s", err, ch, errOrNil(cerr))
 		}
@@ -78,7 +78,7 @@ func (th *twoHost) judge(ctx context.Context, r *TwoHostCheck, f fault, c sdk.Co
 			return err
 		}
 		release()
-		if ch, err := th.unchanged(snapID); err != nil || ch != "" {
+		if ch, err := th.unchangedFor(snapID, f.watchAfter(th.guard)); err != nil || ch != "" {
 			r.Promise = promise
 			return fmt.Errorf("%s, but target memory changed: %s%s", what, ch, errOrNil(err))
 		}
@@ -125,28 +125,37 @@ func (th *twoHost) judge(ctx context.Context, r *TwoHostCheck, f fault, c sdk.Co
 
 // close stops everything the run started, the namespaces last.
 func (th *twoHost) close() {
-	if th.cc != nil {
-		_, _ = th.cc.call(ctlRequest{Op: "bye"})
-		_ = th.cc.c.Close()
-	}
 	if th.se != nil {
 		th.se.close()
 	}
-	if th.target != nil && th.target.Process != nil {
+	th.hostPair.close()
+}
+
+// close says goodbye to the target host, waits for its process and removes
+// the links and namespaces.
+func (hp *hostPair) close() {
+	if hp == nil {
+		return
+	}
+	if hp.cc != nil {
+		_, _ = hp.cc.call(ctlRequest{Op: "bye"})
+		_ = hp.cc.c.Close()
+	}
+	if hp.target != nil && hp.target.Process != nil {
 		done := make(chan struct{})
-		go func() { _ = th.target.Wait(); close(done) }()
+		go func() { _ = hp.target.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(15 * time.Second):
-			_ = th.target.Process.Kill()
+			_ = hp.target.Process.Kill()
 			<-done
 		}
 	}
-	if th.mgmt != "" {
-		_ = runIP("link", "del", th.mgmt)
+	if hp.mgmt != "" {
+		_ = runIP("link", "del", hp.mgmt)
 	}
-	if th.net != nil {
-		th.net.close()
+	if hp.net != nil {
+		hp.net.close()
 	}
 }
 

@@ -1,14 +1,12 @@
 package conformance
 
 import (
-	"context"
 	"errors"
 	"net"
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/kvfence/kvfence/sdk/sdktest"
+	"time"
 )
 
 // The control channel: the right secret authenticates both ends and
@@ -122,25 +120,7 @@ func TestVethFaultsReachNothingWithoutTraffic(t *testing.T) {
 // The target host refuses a client with the wrong secret and keeps
 // waiting; the right secret then gets its answers (over loopback: no root).
 func TestTargetHostRefusesStrangers(t *testing.T) {
-	bin, err := sdktest.BuildPlugin(t.TempDir(), "github.com/kvfence/kvfence/plugins/tcp/cmd/kvfence-plugin-tcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret := []byte("0123456789abcdef0123456789abcdef")
-	ready := make(chan string, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- ServeTarget(ctx, TargetConfig{Plugin: bin, Listen: "127.0.0.1:0", Secret: secret, Size: 1 << 20,
-			Ready: func(a string) { ready <- a }})
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("target did not start: %v", err)
-	}
+	addr, secret, done := startTestTarget(t)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -172,5 +152,23 @@ func TestTargetHostRefusesStrangers(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("target after bye: %v", err)
+	}
+}
+
+// After a blackhole, bytes TCP still holds are resent only when the
+// retransmission timer fires: the watch after release is extended by the
+// longest RTO ss reports for the link's sockets (fractional or whole ms).
+func TestMaxRTOReadsTheLongestTimer(t *testing.T) {
+	out := "ESTAB 0 65536 10.213.213.1:40000 10.213.213.2:41000\n\t cubic wscale:7,7 rto:204 rtt:0.05/0.025 ato:40\n" +
+		"ESTAB 0 0 10.213.213.1:40002 10.213.213.2:41000\n\t cubic rto:1632.5 backoff:3 rtt:0.1/0.05\n"
+	if got, want := maxRTOIn(out), 1632500*time.Microsecond; got != want {
+		t.Fatalf("maxRTOIn = %v, want %v", got, want)
+	}
+	if got := maxRTOIn("no sockets"); got != 0 {
+		t.Fatalf("maxRTOIn without sockets = %v", got)
+	}
+	f := fault{settle: func() time.Duration { return time.Second }}
+	if got := f.watchAfter(3 * time.Second); got != 4*time.Second {
+		t.Fatalf("watchAfter = %v, want the guard plus the settle time", got)
 	}
 }

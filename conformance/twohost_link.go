@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Link faults of a two-host run. They act in the kernel on the data link
@@ -113,6 +114,7 @@ func blackholeDrops(ns, dev string) uint64 {
 // the qdisc loses it).
 func (n *netnsPair) dropFault() fault {
 	var dropped uint64
+	var rto time.Duration
 	return fault{name: "veth TCP blackhole (both ends)",
 		apply: func() error {
 			dropped = 0
@@ -123,15 +125,70 @@ func (n *netnsPair) dropFault() fault {
 		},
 		release: func() {
 			dropped = blackholeDrops(n.ini, n.iniIf)
+			rto = n.maxRTO()
 			n.clearQdiscs()
 		},
+		settle: func() time.Duration { return rto },
 		reached: func(uint64) error {
+			if dropped == 0 { // still applied: read the counter live
+				dropped = blackholeDrops(n.ini, n.iniIf)
+			}
 			if dropped == 0 {
 				return errSkip("the veth blackhole dropped no TCP packet to %s during the write (the plugin sent nothing over %s)", nsTgtAddr, n.iniIf)
 			}
 			return nil
 		},
+		// Nothing crosses the blackhole: a write that completed Succeeded
+		// with its bytes in place went around it.
+		carried: func(sz uint64) error {
+			return errSkip("a %d-byte write completed Succeeded with its bytes in place while TCP on %s was blackholed: its data did not take the faulted link", sz, n.iniIf)
+		},
 	}
+}
+
+// kernelFault is the kernel's version of a link fault (faults.go,
+// linkFault): delay is the tbf rate limit, stall the TCP blackhole (the
+// plugin's control path, its gRPC to its own host, is untouched, so
+// Quiesce may be asked under it), drop the nftables reject, reset the
+// kernel's socket abort while the write is on the slowed link.
+func (n *netnsPair) kernelFault(kind string) (fault, func(), error) {
+	switch kind {
+	case "delay":
+		return n.slowFault(), nil, nil
+	case "stall":
+		f := n.dropFault()
+		f.underFault = true
+		return f, nil, nil
+	case "drop":
+		f, err := n.rejectFault()
+		return f, nil, err
+	case "reset":
+		f, abort := n.resetFault()
+		return f, func() { time.Sleep(50 * time.Millisecond); abort() }, nil
+	}
+	return fault{}, nil, fmt.Errorf("no kernel fault %q", kind)
+}
+
+var rtoRe = regexp.MustCompile(`\brto:(\d+(?:\.\d+)?)`)
+
+// maxRTO is the longest retransmission timeout of the initiator's TCP
+// sockets to the target: after a blackhole, what the sockets still hold
+// is sent again only when that timer fires.
+func (n *netnsPair) maxRTO() time.Duration {
+	out, _ := nsCmd(n.ini, "ss", "-tinH", "dst", nsTgtAddr)
+	return maxRTOIn(out)
+}
+
+// maxRTOIn is the longest "rto:MS" in ss -ti output (0: none).
+func maxRTOIn(out string) time.Duration {
+	var worst time.Duration
+	for _, m := range rtoRe.FindAllStringSubmatch(out, -1) {
+		ms, err := strconv.ParseFloat(m[1], 64)
+		if err == nil {
+			worst = max(worst, time.Duration(ms*float64(time.Millisecond)))
+		}
+	}
+	return worst
 }
 
 // slowFault limits the link's rate; carried checks the write crossed it

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -29,8 +31,10 @@ type TargetConfig struct {
 	Ready func(addr string)
 }
 
-// targetHost is the target side's state: one plugin process, one
-// destination region, and the snapshots the certifying side asked for.
+// targetHost is the target side's state: the plugin process it started
+// with (handle 0, which the link-fault checks use), the ones the full suite
+// asked for since, their destination memory and the snapshots of it the
+// certifying side is watching.
 type targetHost struct {
 	cfg   TargetConfig
 	p     *sdk.Plugin
@@ -38,8 +42,13 @@ type targetHost struct {
 	g     sdk.Granter
 	dst   *sdk.SharedMemory
 	dstID sdk.RegionID
+	sum   []byte
+	hexs  string
+
+	mu    sync.Mutex
 	snaps []*watcher
-	sum   string
+	procs map[int]*hostProc
+	nextH int
 }
 
 // ServeTarget serves one certifying client, then stops its plugin. It
@@ -62,7 +71,8 @@ func ServeTarget(ctx context.Context, cfg TargetConfig) error {
 		return fmt.Errorf("target: open plugin: %w", err)
 	}
 	defer p.Close()
-	th := &targetHost{cfg: cfg, p: p, t: p.Transport(), sum: hex.EncodeToString(sum)}
+	th := &targetHost{cfg: cfg, p: p, t: p.Transport(), sum: sum, hexs: hex.EncodeToString(sum), procs: map[int]*hostProc{}}
+	defer th.closeAll()
 	var ok bool
 	if th.g, ok = th.t.(sdk.Granter); !ok {
 		return fmt.Errorf("target: the plugin does not declare Grant/Revoke, which the two-host checks need")
@@ -109,7 +119,12 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
+// serve answers the client's requests, each in its own goroutine: a
+// watch that lasts the guard window must not hold up a read of memory that
+// the suite makes the moment a completion arrives.
 func (th *targetHost) serve(ctx context.Context, cc *ctlConn) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		var q ctlRequest
 		if err := cc.recv(&q); err != nil {
@@ -118,17 +133,30 @@ func (th *targetHost) serve(ctx context.Context, cc *ctlConn) error {
 			}
 			return err
 		}
-		r, err := th.do(ctx, q)
-		if err != nil {
-			r.Err = err.Error()
-		}
-		if err := cc.send(r); err != nil {
-			return err
-		}
 		if q.Op == "bye" {
-			return nil
+			wg.Wait()
+			return th.reply(cc, q, ctlReply{}, nil)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := th.do(ctx, q)
+			_ = th.reply(cc, q, r, err)
+		}()
+	}
+}
+
+func (th *targetHost) reply(cc *ctlConn, q ctlRequest, r ctlReply, err error) error {
+	r.ID = q.ID
+	if err != nil {
+		r.Err = err.Error()
+		if c := errdefs.ClassOf(err); c != errdefs.Unknown {
+			r.Class = c.String()
 		}
 	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.send(r)
 }
 
 // within checks that [off,+n) lies in the destination region.
@@ -139,26 +167,26 @@ func (th *targetHost) within(off, n uint64) error {
 	return nil
 }
 
+// do answers one request: the full suite's ops by table, the link-fault
+// checks' ops (on handle 0's memory) below.
 func (th *targetHost) do(ctx context.Context, q ctlRequest) (ctlReply, error) {
+	if op, ok := hostOps[q.Op]; ok {
+		return op(th, ctx, q)
+	}
 	var r ctlReply
-	if q.Op != "hello" && q.Op != "bye" && q.Op != "changed" && q.Op != "snapshot" && q.Op != "revoke" {
+	if q.Op == "hello" {
+		return th.hello(ctx)
+	}
+	if q.Op == "changed" {
+		return th.changed(q)
+	}
+	if q.Op != "snapshot" && q.Op != "revoke" {
 		if err := th.within(q.Off, q.N); err != nil {
 			return r, err
 		}
 	}
 	mem := th.dst.Bytes()
 	switch q.Op {
-	case "hello":
-		ep, err := th.t.LocalEndpoint(ctx)
-		if err != nil {
-			return r, err
-		}
-		info, err := th.t.Info(ctx)
-		if err != nil {
-			return r, err
-		}
-		h := localHost(th.cfg.Netns)
-		r.Endpoint, r.Host, r.Info, r.SHA256 = ep, &h, &info, th.sum
 	case "grant":
 		fill(mem[q.Off:q.Off+q.N], q.Byte)
 		k, err := th.g.Grant(ctx, sdk.Window{Region: th.dstID, Offset: q.Off, Length: q.N})
@@ -171,27 +199,42 @@ func (th *targetHost) do(ctx context.Context, q ctlRequest) (ctlReply, error) {
 		fill(mem[q.Off:q.Off+q.N], q.Byte)
 	case "compare": // does [Off,+N) hold the initiator's source pattern from Src?
 		want := make([]byte, q.N)
-		for j := range want {
-			i := int(q.Src) + j
-			want[j] = byte(i*131+i>>9) ^ 1
-		}
+		patternAt(want, q.Src, 1)
 		if err := mismatch(mem[q.Off:q.Off+q.N], want); err != nil {
 			r.Change = err.Error()
 		}
 	case "snapshot":
+		th.mu.Lock()
 		th.snaps = append(th.snaps, snapshot(mem))
 		r.Snapshot = len(th.snaps)
-	case "changed": // the first change since snapshot, watching WaitMs after it
-		if q.Snapshot < 1 || q.Snapshot > len(th.snaps) {
-			return r, fmt.Errorf("no snapshot %d", q.Snapshot)
-		}
-		if ch := th.snaps[q.Snapshot-1].until(time.Duration(q.WaitMs) * time.Millisecond); ch != nil {
-			r.Change = ch.String()
-		}
-		th.snaps[q.Snapshot-1] = nil
-	case "bye":
+		th.mu.Unlock()
 	default:
 		return r, fmt.Errorf("unknown op %q", q.Op)
 	}
 	return r, nil
+}
+
+func (th *targetHost) hello(ctx context.Context) (ctlReply, error) {
+	var r ctlReply
+	ep, err := th.t.LocalEndpoint(ctx)
+	if err != nil {
+		return r, err
+	}
+	info, err := th.t.Info(ctx)
+	if err != nil {
+		return r, err
+	}
+	h := localHost(th.cfg.Netns)
+	r.Endpoint, r.Host, r.Info, r.SHA256 = ep, &h, &info, th.hexs
+	return r, nil
+}
+
+// changed is the first change since snapshot, watching WaitMs after it,
+// in the words the link-fault checks read.
+func (th *targetHost) changed(q ctlRequest) (ctlReply, error) {
+	r, err := th.watchOf(q, false)
+	if r.Changed != nil {
+		r.Change, r.Changed = r.Changed.String(), nil
+	}
+	return r, err
 }

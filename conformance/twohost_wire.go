@@ -11,8 +11,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -36,18 +40,38 @@ type ctlRequest struct {
 	Key      uint64 `json:"key,omitempty"`
 	WaitMs   int64  `json:"wait_ms,omitempty"`
 	Snapshot int    `json:"snapshot,omitempty"`
+	// The full suite's ops (twohost_hostops.go): a request names one of
+	// the target host's plugin processes by H (0: the one it started with).
+	ID     uint64          `json:"id,omitempty"`
+	H      int             `json:"h,omitempty"`
+	Env    []string        `json:"env,omitempty"`
+	Desc   *sdk.MemoryDesc `json:"desc,omitempty"`
+	Region uint64          `json:"region,omitempty"`
+	Window *sdk.Window     `json:"window,omitempty"`
+	Sig    int             `json:"sig,omitempty"`
 }
 
 // ctlReply is the target host's answer; Err set means the op failed there.
 type ctlReply struct {
-	Err      string       `json:"err,omitempty"`
-	Key      uint64       `json:"key,omitempty"`
-	Endpoint sdk.Endpoint `json:"endpoint"`
-	Host     *HostInfo    `json:"host,omitempty"`
-	Info     *sdk.Info    `json:"info,omitempty"`
-	Snapshot int          `json:"snapshot,omitempty"`
-	SHA256   string       `json:"sha256,omitempty"`
-	Change   string       `json:"change,omitempty"` // first change seen, "" for none
+	Err      string            `json:"err,omitempty"`
+	Key      uint64            `json:"key,omitempty"`
+	Endpoint sdk.Endpoint      `json:"endpoint"`
+	Host     *HostInfo         `json:"host,omitempty"`
+	Info     *sdk.Info         `json:"info,omitempty"`
+	Snapshot int               `json:"snapshot,omitempty"`
+	SHA256   string            `json:"sha256,omitempty"`
+	Change   string            `json:"change,omitempty"` // first change seen, "" for none
+	ID       uint64            `json:"id,omitempty"`
+	Class    string            `json:"class,omitempty"` // the errdefs class of Err, when the plugin classed it
+	H        int               `json:"h,omitempty"`
+	Granter  bool              `json:"granter,omitempty"`
+	Neg      int               `json:"negotiated,omitempty"`
+	Desc     *sdk.MemoryDesc   `json:"desc,omitempty"`
+	Region   uint64            `json:"region,omitempty"`
+	Revoked  *sdk.RevokeResult `json:"revoked,omitempty"`
+	Data     []byte            `json:"data,omitempty"`
+	Changed  *change           `json:"changed,omitempty"`
+	Count    int               `json:"count,omitempty"`
 }
 
 // HostInfo names a host of a two-host run and its network interfaces.
@@ -57,10 +81,40 @@ type HostInfo struct {
 	NICs     []NICRef `json:"nics"`
 }
 
-// NICRef is one interface with its addresses.
+// NICRef is one interface with its driver (the kernel driver of a
+// device, or the link kind of a virtual one: veth) and its addresses.
 type NICRef struct {
-	Name  string   `json:"name"`
-	Addrs []string `json:"addrs"`
+	Name   string   `json:"name"`
+	Driver string   `json:"driver,omitempty"`
+	Addrs  []string `json:"addrs"`
+}
+
+// nicDriver names ifname's driver, running commands with run (on this
+// host, or in a namespace): the driver a device is bound to, else the
+// link kind ip reports (veth, bridge ...), else "".
+func nicDriver(run func(args ...string) (string, error), ifname string) string {
+	if out, err := run("readlink", "/sys/class/net/"+ifname+"/device/driver"); err == nil && strings.TrimSpace(out) != "" {
+		return filepath.Base(strings.TrimSpace(out))
+	}
+	out, err := run("ip", "-d", "-j", "link", "show", "dev", ifname)
+	if err != nil {
+		return ""
+	}
+	var links []struct {
+		LinkInfo struct {
+			Kind string `json:"info_kind"`
+		} `json:"linkinfo"`
+	}
+	if json.Unmarshal([]byte(out), &links) != nil || len(links) == 0 {
+		return ""
+	}
+	return links[0].LinkInfo.Kind
+}
+
+// runHere runs a command on this host.
+func runHere(args ...string) (string, error) {
+	out, err := exec.Command(args[0], args[1:]...).Output()
+	return string(out), err
 }
 
 // localHost describes this process's host: its name and every interface
@@ -73,7 +127,7 @@ func localHost(netns string) HostInfo {
 		if ifc.Flags&net.FlagLoopback != 0 || ifc.Flags&net.FlagUp == 0 {
 			continue
 		}
-		n := NICRef{Name: ifc.Name}
+		n := NICRef{Name: ifc.Name, Driver: nicDriver(runHere, ifc.Name)}
 		addrs, _ := ifc.Addrs()
 		for _, a := range addrs {
 			n.Addrs = append(n.Addrs, a.String())
@@ -86,7 +140,11 @@ func localHost(netns string) HostInfo {
 func (h HostInfo) String() string {
 	var nics []string
 	for _, n := range h.NICs {
-		nics = append(nics, n.Name+" "+strings.Join(n.Addrs, ","))
+		name := n.Name
+		if n.Driver != "" {
+			name += " (" + n.Driver + ")"
+		}
+		nics = append(nics, name+" "+strings.Join(n.Addrs, ","))
 	}
 	s := h.Hostname
 	if h.Netns != "" {
@@ -102,9 +160,14 @@ type ctlConn struct {
 	out, in byte // direction tags: what we send, what we accept
 	sendSeq uint64
 	recvSeq uint64
+
+	mu      sync.Mutex // sends, and the client's pending calls
+	pending map[uint64]chan ctlReply
+	nextID  uint64
+	broken  error
 }
 
-const ctlMaxLine = 1 << 20
+const ctlMaxLine = 64 << 20
 
 func newNonce() string {
 	b := make([]byte, 32)
@@ -214,19 +277,80 @@ func (cc *ctlConn) recv(v any) error {
 	return json.Unmarshal(f.Body, v)
 }
 
-// call sends q and waits for the answer.
+// call sends q and waits for the answer. Calls may come from several
+// goroutines at once (the suite's completion collector reads target memory
+// while a check waits on a watch): each request carries an id, the target
+// answers each as it finishes, and one reader hands the answers out.
 func (cc *ctlConn) call(q ctlRequest) (ctlReply, error) {
-	var r ctlReply
-	if err := cc.send(q); err != nil {
-		return r, fmt.Errorf("target host %s: %w", q.Op, err)
-	}
-	if err := cc.recv(&r); err != nil {
+	r, err := cc.roundTrip(q)
+	if err != nil {
 		return r, fmt.Errorf("target host %s: %w", q.Op, err)
 	}
 	if r.Err != "" {
-		return r, fmt.Errorf("target host %s: %s", q.Op, r.Err)
+		return r, replyError(q.Op, r)
 	}
 	return r, nil
+}
+
+func (cc *ctlConn) roundTrip(q ctlRequest) (ctlReply, error) {
+	ch := make(chan ctlReply, 1)
+	cc.mu.Lock()
+	if cc.broken != nil {
+		cc.mu.Unlock()
+		return ctlReply{}, cc.broken
+	}
+	if cc.pending == nil {
+		cc.pending = map[uint64]chan ctlReply{}
+		go cc.readReplies()
+	}
+	cc.nextID++
+	q.ID = cc.nextID
+	cc.pending[q.ID] = ch
+	err := cc.send(q)
+	cc.mu.Unlock()
+	if err != nil {
+		return ctlReply{}, err
+	}
+	r, ok := <-ch
+	if !ok {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		return r, cc.broken
+	}
+	return r, nil
+}
+
+// readReplies hands each answer to its caller; a broken channel fails
+// every call still waiting and every later one.
+func (cc *ctlConn) readReplies() {
+	for {
+		var r ctlReply
+		err := cc.recv(&r)
+		cc.mu.Lock()
+		if err != nil {
+			cc.broken = fmt.Errorf("control channel: %w", err)
+			for id, ch := range cc.pending {
+				close(ch)
+				delete(cc.pending, id)
+			}
+			cc.mu.Unlock()
+			return
+		}
+		if ch, ok := cc.pending[r.ID]; ok {
+			ch <- r
+			delete(cc.pending, r.ID)
+		}
+		cc.mu.Unlock()
+	}
+}
+
+// replyError is the target host's error, with the class the plugin gave it
+// (a check judges the class of a refusal on the other host as on this one).
+func replyError(op string, r ctlReply) error {
+	if c, ok := errdefs.Parse(r.Class); ok && r.Class != "" {
+		return errdefs.Errorf(c, "%s", strings.TrimPrefix(r.Err, r.Class+": "))
+	}
+	return fmt.Errorf("target host %s: %s", op, r.Err)
 }
 
 // TwoHostMarkdown is the human summary of a two-host run.

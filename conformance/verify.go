@@ -88,7 +88,7 @@ func (se *session) verify(c sdk.Completion) {
 		se.s.counted(false)
 		return
 	}
-	src, dst := se.src.Bytes(), se.dst.Bytes()
+	src := se.src.Bytes()
 	for i, op := range ops {
 		w, ok := l.keys[op.RemoteKey]
 		if !ok || w.Region != se.dstID || op.LocalRegion != se.srcID {
@@ -96,11 +96,11 @@ func (se *session) verify(c sdk.Completion) {
 			return
 		}
 		at := w.Offset + op.RemoteOffset
-		if at+op.Length > uint64(len(dst)) || op.LocalOffset+op.Length > uint64(len(src)) {
+		if at+op.Length > se.size || at+op.Length < at || op.LocalOffset+op.Length > uint64(len(src)) {
 			se.s.counted(false)
 			return
 		}
-		if err := mismatch(dst[at:at+op.Length], src[op.LocalOffset:op.LocalOffset+op.Length]); err != nil {
+		if err := mismatch(se.dst.read(at, op.Length), src[op.LocalOffset:op.LocalOffset+op.Length]); err != nil {
 			if l.overwritten(c.Batch, w.Region, at, op) {
 				se.s.counted(false)
 				return

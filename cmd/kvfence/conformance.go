@@ -29,7 +29,8 @@ func newConformanceCommand() *cobra.Command {
 		Short: "Certify a transport plugin: does it tell the truth about its writes?",
 		Long: `conformance loads the plugin twice (initiator and target) and checks, with real
 faults (an in-path TCP proxy that delays, stalls, drops and resets; SIGSTOP,
-SIGCONT and SIGKILL; tc netem on a veth pair with --netns), that Succeeded means
+SIGCONT and SIGKILL; tc netem on a veth pair with --netns; kernel faults on the
+link to a second host with --two-host), that Succeeded means
 the bytes are there, that FailedDefinite, Quiesce and Revoke mean nothing more
 lands (a sentinel watcher on target memory over a guard window), that every batch
 gets exactly one completion, and that errors carry their exact class.
@@ -48,7 +49,10 @@ Groups: ` + strings.Join(conformance.GroupNames(), ", "),
 	f := cmd.Flags()
 	f.StringVar(&c.cfg.Plugin, "plugin", "", "plugin binary to certify")
 	f.BoolVar(&c.cfg.NetNS, "netns", false, "run initiator and target in their own network namespaces joined by a veth pair, with tc netem faults (root)")
+	f.BoolVar(&c.cfg.TwoHost, "two-host", false, "run every target plugin process on a second host (a namespace running 'kvfence conformance target', reporting its memory over an authenticated channel), with kernel faults on the data link (root)")
 	f.StringSliceVar(&c.cfg.NetemDevices, "netem-dev", nil, "devices the data path crosses, for the netem faults (root; e.g. the veths under two rxe devices)")
+	f.StringVar(&c.cfg.RemoteTarget, "target-control", "", "control address of a 'kvfence conformance target' running on another machine: every target process and its memory are there (the link-fault checks are NOT RUN)")
+	f.StringVar(&c.secretFile, "target-secret-file", "", "the shared secret of --target-control's channel (the file given to that target)")
 	f.StringVar(&c.cfg.TargetAddr, "target-addr", "", "host the initiator dials instead of the target endpoint's own address")
 	f.StringVar(&c.cfg.Device, "device", "", "device for RDMA plugins (passed as KVFENCE_DEVICE, recorded in the certificate)")
 	f.StringVar(&c.out, "out", "out/conformance", "directory for junit.xml, result.json, summary.md, certificate.json")
@@ -107,6 +111,8 @@ type conformanceFlags struct {
 	verbose bool
 	partial bool
 	signKey string
+	// secretFile holds --target-control's secret.
+	secretFile string
 }
 
 // runConformance is kvfence conformance: the flags are checked, the suite
@@ -145,6 +151,20 @@ func checkConformance(cmd *cobra.Command, f *conformanceFlags) (ed25519.PrivateK
 		return nil, err
 	}
 	f.cfg.Plugin, f.cfg.GuardWindow = abs, f.guard
+	if f.secretFile != "" {
+		b, err := os.ReadFile(f.secretFile)
+		if err != nil {
+			return nil, usagef("--target-secret-file: %w", err)
+		}
+		f.cfg.RemoteSecret = []byte(strings.TrimSpace(string(b)))
+	}
+	if f.cfg.TwoHost {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		f.cfg.TargetCommand = []string{self, "conformance", "target"}
+	}
 	if err := f.cfg.Validate(); err != nil {
 		return nil, usageError{err}
 	}
