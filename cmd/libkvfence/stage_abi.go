@@ -58,7 +58,6 @@ func gather(o *senderObj, l *stage.Layout, sl stage.Slice, cp stage.Copier, page
 	if _, dev := cp.(deviceCopier); dev {
 		err = gatherDevice(o, l, sl, cp, pages, first)
 	} else {
-		cp = stage.Host{Sequential: stage.Sequential(pages)} // here, not on the caller's thread
 		err = fillHost(o, l, sl, cp, pages, first)
 	}
 	if err == nil && upto > 0 {

@@ -47,18 +47,17 @@ func (v variant) Copy(runs []Run) error {
 	return nil
 }
 
-// arms are the copiers a gather is timed with: Host as the C ABI picks it
-// (nil: Host{Sequential: Sequential(idx)}), the copy before streaming
-// (memmove/0), and streaming every run of 1 KiB or more with and without
-// prefetching.
+// arms are the copiers a gather is timed with: Host, the copy before
+// streaming (memmove/0), memmove with Host's prefetching, and streaming
+// without prefetching.
 var arms = []struct {
 	name string
 	cp   Copier
 }{
-	{"", nil},
+	{"", Host{}},
 	{"memmove/0-", variant{0, 0, 0}},
-	{"stream/0-", variant{SequentialStreamMin, 0, 0}},
-	{"stream/16x128-", variant{SequentialStreamMin, prefetchAhead, prefetchBytes}},
+	{"memmove/16x128-", variant{0, prefetchAhead, prefetchBytes}},
+	{"stream/0-", variant{StreamMin, 0, 0}},
 }
 
 // benchGather times, per iteration and in turn, the gather through each
@@ -82,12 +81,8 @@ func benchGather(b *testing.B, l *Layout, idx []int32) {
 		}
 	}
 	plain := func() { copy(plainDst, plainSrc) }
-	cps := make([]Copier, len(arms))
-	for k, a := range arms {
-		if cps[k] = a.cp; a.cp == nil {
-			cps[k] = Host{Sequential: Sequential(idx)}
-		}
-		gather(cps[k])
+	for _, a := range arms {
+		gather(a.cp)
 	}
 	plain()
 	runtime.LockOSThread()
@@ -97,9 +92,9 @@ func benchGather(b *testing.B, l *Layout, idx []int32) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		tw, tc := make([]time.Duration, len(arms)), make([]time.Duration, len(arms))
-		for k, cp := range cps {
+		for k, a := range arms {
 			t0, c0 := time.Now(), threadCPU()
-			gather(cp)
+			gather(a.cp)
 			tw[k], tc[k] = time.Since(t0), threadCPU()-c0
 		}
 		t0, c0 := time.Now(), threadCPU()

@@ -43,26 +43,6 @@ func TestHostCopyExact(t *testing.T) {
 	}
 }
 
-// TestSequential: most indices following their predecessor is sequential;
-// scattered, single and empty index lists are not.
-func TestSequential(t *testing.T) {
-	for _, c := range []struct {
-		idx  []int32
-		want bool
-	}{
-		{[]int32{3, 4, 5, 6}, true},
-		{[]int32{3, 4, 9, 10, 11}, true},
-		{[]int32{9, 3, 7, 1}, false},
-		{[]int32{5, 4, 3, 2}, false},
-		{[]int32{4}, false},
-		{nil, false},
-	} {
-		if got := Sequential(c.idx); got != c.want {
-			t.Errorf("Sequential(%v) = %v", c.idx, got)
-		}
-	}
-}
-
 // TestStreamFaultIsRecoverable: a streamed run from memory that is not
 // readable faults inside the assembly; with SetPanicOnFault (as the C ABI
 // copies) that is a panic the caller recovers, not a crash of the process.

@@ -57,15 +57,3 @@ func (l *Layout) CheckShards(shards int, mla bool) error {
 
 // Check refuses a slice that does not split every token evenly.
 func (l *Layout) Check(s Slice) error { return s.check(l) }
-
-// Sequential reports whether most page indices follow the one before
-// (idx[i] == idx[i-1]+1): a gather's sources then stream (Host.Sequential).
-func Sequential(idx []int32) bool {
-	n := 0
-	for i := 1; i < len(idx); i++ {
-		if idx[i] == idx[i-1]+1 {
-			n++
-		}
-	}
-	return len(idx) > 1 && 2*n >= len(idx)
-}

@@ -18,30 +18,24 @@ type Copier interface {
 	Copy(runs []Run) error
 }
 
-// Host copies host memory: long runs with non-temporal stores (amd64),
-// the others with Go's memmove.
+// Host copies host memory: runs of StreamMin bytes and more with
+// non-temporal stores (amd64), shorter ones with Go's memmove.
 //
 // Why: a gather writes tens of MiB that no cache holds; memmove's ordinary
 // stores first read every destination line (read for ownership), a third
 // more memory traffic than the copy. Go's and libc's memmove stream only
 // copies of about a MiB or more, so one plain copy of a request streamed
 // while its 2-32 KiB runs did not. Streaming pays only while the sources
-// arrive ahead of the stores: non-temporal stores take the line fill
-// buffers that source cache misses need. Runs of StreamMin bytes and more
-// (page size >= 2 at 2 KiB per token) are streamed; shorter ones only when
-// Sequential says each call's sources follow the previous call's
-// (consecutive page indices: the hardware prefetcher runs ahead of them).
-// Scattered 2 KiB items, streamed, were slower than memmove (bench_test.go).
-// The stores are fenced before Copy returns, so whoever takes the pages
-// next (another thread, through a channel) sees every byte.
-type Host struct{ Sequential bool }
+// arrive ahead of the stores (non-temporal stores take the line fill
+// buffers that source cache misses need): Host asks for the first lines of
+// the runs ahead. Scattered 2 KiB items streamed without that were slower
+// than memmove (bench_test.go). The stores are fenced before Copy returns,
+// so whoever takes the pages next (another thread, through a channel) sees
+// every byte.
+type Host struct{}
 
-// StreamMin is the shortest run Host streams; SequentialStreamMin the
-// shortest when Sequential is set.
-const (
-	StreamMin           = 4 << 10
-	SequentialStreamMin = 1 << 10
-)
+// StreamMin is the shortest run Host streams.
+const StreamMin = 1 << 10
 
 // streamPiece bounds one assembly call, so a long run still reaches a
 // preemption point every few microseconds.
@@ -54,12 +48,8 @@ const streamPiece = 64 << 10
 const prefetchAhead, prefetchBytes = 16, 128
 
 // Copy implements Copier.
-func (h Host) Copy(runs []Run) error {
-	least := StreamMin
-	if h.Sequential {
-		least = SequentialStreamMin
-	}
-	hostCopy(runs, least, prefetchAhead, prefetchBytes)
+func (Host) Copy(runs []Run) error {
+	hostCopy(runs, StreamMin, prefetchAhead, prefetchBytes)
 	return nil
 }
 
@@ -91,7 +81,7 @@ func memmove(dst, src unsafe.Pointer, n int) {
 	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))
 }
 
-// streamRun copies r (N >= SequentialStreamMin): memmove up to dst's first 16-byte
+// streamRun copies r (N >= StreamMin): memmove up to dst's first 16-byte
 // boundary, whole 64-byte blocks streamed, memmove of the rest. Offsets
 // stay below N, so no pointer past the run's end is formed.
 func streamRun(r Run) {

@@ -119,14 +119,14 @@ def big_pair():
 
 
 @pytest.mark.parametrize("item,page_size,src_idx,dst_idx", [
-    (8192, 2, [5, 0, 3, 2], [1, 4, 0, 5]),  # 4 KiB runs: streamed at any indices
-    (2048, 1, [1, 2, 3, 4], [2, 3, 4, 5]),  # 2 KiB runs at consecutive indices: streamed too
-    (2048, 1, [4, 0, 5, 2], [3, 1, 0, 4]),  # scattered 2 KiB runs: memmove
+    (8192, 2, [5, 0, 3, 2], [1, 4, 0, 5]),  # 4 KiB runs
+    (2048, 1, [1, 2, 3, 4], [2, 3, 4, 5]),  # 2 KiB runs, consecutive indices
+    (2048, 1, [4, 0, 5, 2], [3, 1, 0, 4]),  # 2 KiB runs, scattered
+    (512, 1, [4, 0, 5, 2], [3, 1, 0, 4]),  # 512-byte runs: memmove
 ])
 def test_streamed_round_trip(big_pair, item, page_size, src_idx, dst_idx):
     """Gathers and scatters of runs long enough for non-temporal stores
-    (and, for contrast, scattered short ones) move every byte and nothing
-    else: each engine page holds its own pattern, untouched pages stay
+    (and, for contrast, short ones) move every byte and nothing else: each engine page holds its own pattern, untouched pages stay
     zero."""
     d, p = big_pair
     pages, nbuf = 6, 2
