@@ -2,6 +2,9 @@ package stage
 
 import (
 	"math/rand/v2"
+	"runtime"
+	"sort"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -35,6 +38,33 @@ func BenchmarkGatherVsCopy(b *testing.B) {
 	b.Run("page16-scattered", func(b *testing.B) { benchGather(b, l16, pages16) })
 }
 
+// variant is hostCopy with one choice of streaming and prefetching, an
+// arm the chosen Host is measured against.
+type variant struct{ least, ahead, pfBytes int }
+
+func (v variant) Copy(runs []Run) error {
+	hostCopy(runs, v.least, v.ahead, v.pfBytes)
+	return nil
+}
+
+// arms are the copiers a gather is timed with: Host, the copy before
+// streaming (memmove/0), memmove with Host's prefetching, and streaming
+// without prefetching.
+var arms = []struct {
+	name string
+	cp   Copier
+}{
+	{"", Host{}},
+	{"memmove/0-", variant{0, 0, 0}},
+	{"memmove/16x128-", variant{0, prefetchAhead, prefetchBytes}},
+	{"stream/0-", variant{StreamMin, 0, 0}},
+}
+
+// benchGather times, per iteration and in turn, the gather through each
+// arm and one plain copy of the same bytes. NAME-gather/copy is the median
+// over iterations of plain-copy time over that arm's gather time, in wall
+// and in thread CPU time (cpu-): on a machine shared with many processes
+// an arm's wall time is mostly waiting for a core.
 func benchGather(b *testing.B, l *Layout, idx []int32) {
 	shard := l.ShardBytes(Slice{0, 1})
 	dst := make([]byte, shard*int64(len(idx)))
@@ -44,26 +74,54 @@ func benchGather(b *testing.B, l *Layout, idx []int32) {
 		plainSrc[i] = byte(i*31) + byte(i>>12)
 	}
 	var runs []Run
-	gather := func() {
+	gather := func(cp Copier) {
 		for n, p := range idx {
 			runs = l.GatherPage(runs[:0], p, Slice{0, 1}, unsafe.Pointer(&dst[int64(n)*shard]))
-			_ = (Host{}).Copy(runs)
+			_ = cp.Copy(runs)
 		}
 	}
 	plain := func() { copy(plainDst, plainSrc) }
-	gather()
+	for _, a := range arms {
+		gather(a.cp)
+	}
 	plain()
-	var tg, tp time.Duration
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	wall, cpu := make([][]float64, len(arms)), make([][]float64, len(arms))
 	b.SetBytes(int64(len(dst)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		gather()
-		t1 := time.Now()
+		tw, tc := make([]time.Duration, len(arms)), make([]time.Duration, len(arms))
+		for k, a := range arms {
+			t0, c0 := time.Now(), threadCPU()
+			gather(a.cp)
+			tw[k], tc[k] = time.Since(t0), threadCPU()-c0
+		}
+		t0, c0 := time.Now(), threadCPU()
 		plain()
-		tp += time.Since(t1)
-		tg += t1.Sub(t0)
+		pw, pc := float64(time.Since(t0)), float64(threadCPU()-c0)
+		for k := range arms {
+			wall[k] = append(wall[k], pw/float64(tw[k]))
+			cpu[k] = append(cpu[k], pc/float64(tc[k]))
+		}
 	}
-	b.ReportMetric(float64(tp)/float64(tg), "gather/copy")
-	b.ReportMetric(float64(tg.Microseconds())/float64(b.N), "gather-µs/op")
+	for k, a := range arms {
+		b.ReportMetric(median(wall[k]), a.name+"gather/copy")
+		b.ReportMetric(median(cpu[k]), "cpu-"+a.name+"gather/copy")
+	}
+}
+
+// median of per-iteration ratios: one stalled iteration on a shared
+// machine moves it less than it moves a ratio of sums.
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// threadCPU is the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID).
+func threadCPU() time.Duration {
+	var ts syscall.Timespec
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 3, uintptr(unsafe.Pointer(&ts)), 0)
+	return time.Duration(ts.Nano())
 }

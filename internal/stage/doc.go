@@ -5,7 +5,8 @@
 //
 // It owns the address arithmetic (Gather and Scatter plans, contiguous runs
 // merged so each is one copy) and the Copier interface that performs them:
-// Host copies host memory; a layout with device buffers (Buffer.Device) is
+// Host copies host memory (long runs with non-temporal stores, in amd64
+// assembly: a gather's destination is in no cache); a layout with device buffers (Buffer.Device) is
 // copied by the C ABI's gpumem-backed Copier (cmd/libkvfence/stage_gpu.go)
 // with the same plans.
 //

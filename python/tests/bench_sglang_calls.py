@@ -114,7 +114,8 @@ def main():
                       for di, pi in zip(d_idx.tolist(), p_idx.tolist()) for b in range(BUFS))
             old = old_staging(p_eng, p_idx)
             print("run %d: request of 64 MiB done in %.0f ms, %d corrupt items" % (rep, total * 1e3, bad))
-            print("  send():         " + us(sends) + "; all four sends %.1f ms" % (sum(sends) * 1e3))
+            print("  send():         " + us(sends) + "; all four sends %.1f ms (per chunk %s µs; the last "
+                  "also writes the aux row)" % (sum(sends) * 1e3, " ".join("%.0f" % (x * 1e6) for x in sends)))
             print("  prefill poll(): " + us(ppolls))
             print("  decode poll():  " + us(dpolls))
             print("  previous release's per-token Python staging of the same pages: %.0f ms on the scheduler "

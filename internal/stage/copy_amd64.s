@@ -1,0 +1,48 @@
+#include "textflag.h"
+
+// func streamCopy(dst, src unsafe.Pointer, n uintptr)
+// Copies n bytes (a multiple of 64, dst 16-byte aligned) with
+// non-temporal stores: no read-for-ownership of dst's cache lines.
+TEXT ·streamCopy(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $6, CX
+	JZ   done
+loop:
+	MOVOU 0(SI), X0
+	MOVOU 16(SI), X1
+	MOVOU 32(SI), X2
+	MOVOU 48(SI), X3
+	MOVNTO X0, 0(DI)
+	MOVNTO X1, 16(DI)
+	MOVNTO X2, 32(DI)
+	MOVNTO X3, 48(DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  loop
+done:
+	RET
+
+// func storeFence()
+TEXT ·storeFence(SB), NOSPLIT, $0-0
+	SFENCE
+	RET
+
+// func prefetchRange(p unsafe.Pointer, n uintptr)
+// Asks for every 64-byte line of [p, p+n) in the caches (PREFETCHT0):
+// a hint, it never faults.
+TEXT ·prefetchRange(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	ADDQ $63, CX
+	SHRQ $6, CX
+	JZ   pdone
+ploop:
+	PREFETCHT0 0(SI)
+	ADDQ $64, SI
+	DECQ CX
+	JNZ  ploop
+pdone:
+	RET

@@ -1,0 +1,15 @@
+//go:build !amd64
+
+package stage
+
+import "unsafe"
+
+func streamCopy(dst, src unsafe.Pointer, n uintptr) {
+	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))
+}
+
+func storeFence() {}
+
+const haveStream = false
+
+func prefetchRange(p unsafe.Pointer, n uintptr) {}
