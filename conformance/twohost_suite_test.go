@@ -2,7 +2,6 @@ package conformance_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 
@@ -15,9 +14,6 @@ import (
 func twoHostSuiteConfig(t *testing.T, plugin string, env ...string) conformance.Config {
 	t.Helper()
 	th := twoHostConfig(t, plugin) // skips without root or namespaces
-	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
-		t.Skip("long test: make test-long runs it")
-	}
 	cfg := testConfig(plugin, env...)
 	cfg.TwoHost, cfg.TargetCommand, cfg.Log = true, th.TargetCommand, th.Log
 	return cfg
