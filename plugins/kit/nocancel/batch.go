@@ -21,9 +21,11 @@ type batch struct {
 	confirms bool
 	posted   time.Time
 	reported bool
-	// pending: not yet handed to the backend (the succeed-early variant
-	// of kvfenceunsafe builds only); the poller skips it.
-	pending bool
+	// pending: not yet handed to the backend (its submit call has not
+	// returned, or the succeed-early variant of kvfenceunsafe builds); the
+	// poller does not poll it. submitting: the submit call has not
+	// returned (the poller still reports it at the report deadline).
+	pending, submitting bool
 	// refused: the library's submit was called and refused (part of the
 	// job may have left); the batch cannot be Succeeded, and its sources
 	// stay tainted whatever the tasks read.
@@ -49,8 +51,16 @@ func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 		return err
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.submit(b.ID, p, ws, srcs)
+	bt, err := t.enter(b.ID, p, ws, srcs)
+	var seg Segment
+	if bt != nil {
+		seg = p.seg // read under t.mu
+	}
+	t.mu.Unlock()
+	if bt == nil {
+		return err
+	}
+	return t.submit(bt, seg, ws)
 }
 
 // admit checks, under t.mu, that the batch is new, its peer known and
@@ -99,41 +109,62 @@ func (t *Transport) resolveDsts(p *peer, b sdk.Batch, ws []Write) error {
 	return nil
 }
 
-// submit hands the batch to the backend and records it live with its
-// sources pinned. Called with t.mu held: the batch and its regions are
-// checked again, since the lock was let go while keys were resolved.
-func (t *Transport) submit(id sdk.BatchID, p *peer, ws []Write, srcs []*region) error {
+// enter records the batch live, its sources pinned, before the backend
+// sees it. Called with t.mu held: the batch and its regions are checked
+// again, since the lock was let go while keys were resolved. It returns
+// nil where the batch needs no submit (the succeed-early variant).
+func (t *Transport) enter(id sdk.BatchID, p *peer, ws []Write, srcs []*region) (*batch, error) {
 	if _, dup := t.live[id]; dup || t.closed {
-		return errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d posted concurrently (or transport closed)", id)
+		return nil, errdefs.Errorf(errdefs.AlreadyExists, "Post: batch %d posted concurrently (or transport closed)", id)
 	}
 	for _, r := range srcs {
 		if t.regions[r.id] != r {
-			return errdefs.Errorf(errdefs.NotFound, "Post: region %d deregistered meanwhile", r.id)
+			return nil, errdefs.Errorf(errdefs.NotFound, "Post: region %d deregistered meanwhile", r.id)
 		}
 	}
-	if t.lieEarly(&batch{id: id, peer: p, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}, ws) {
-		for _, r := range srcs {
-			r.pins++
-		}
-		return nil
-	}
-	job, err := t.be.Submit(p.seg, ws) // p.seg is read under t.mu
-	var refused *SubmitRefused
-	if errors.As(err, &refused) {
-		job = refused.Job
-		t.stats["submit_refused_after_call"]++
-		t.log.Warn("the library refused a submit it had begun: part of the batch may have left; keeping it, its sources pinned, until every task ends", "batch", id, "err", refused.Err)
-	} else if err != nil {
-		return fmt.Errorf("Post: %s refused the batch (nothing was sent): %w", t.be.Name(), err)
-	}
-	bt := &batch{id: id, peer: p, job: job, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}
-	if refused != nil {
-		bt.refused = refused.Err
-	}
+	bt := &batch{id: id, peer: p, srcs: srcs, confirms: p.confirms, posted: time.Now(), tasks: newTasks(ws)}
 	for _, r := range srcs {
 		r.pins++
 	}
+	if t.lieEarly(bt, ws) {
+		return nil, nil
+	}
+	bt.pending, bt.submitting = true, true
 	t.live[id] = bt
+	return bt, nil
+}
+
+// submit hands the batch to the backend without holding t.mu: a library
+// call may block for minutes (Mooncake's TCP transport connects to the
+// peer inside submitTransfer, synchronously, so a blackholed link holds it
+// for the kernel's SYN retries). Meanwhile the poller keeps running and
+// reports the batch InDoubt at its report deadline (reportBlocked); the
+// batch stays live, its sources pinned, until the call returns and every
+// task was polled terminal.
+func (t *Transport) submit(bt *batch, seg Segment, ws []Write) error {
+	job, err := t.be.Submit(seg, ws)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	bt.submitting = false
+	var refused *SubmitRefused
+	if errors.As(err, &refused) {
+		job, bt.refused = refused.Job, refused.Err
+		t.stats["submit_refused_after_call"]++
+		t.log.Warn("the library refused a submit it had begun: part of the batch may have left; keeping it, its sources pinned, until every task ends", "batch", bt.id, "err", refused.Err)
+	} else if err != nil {
+		for _, r := range bt.srcs {
+			r.pins--
+		}
+		delete(t.live, bt.id)
+		if !bt.reported {
+			return fmt.Errorf("Post: %s refused the batch (nothing was sent): %w", t.be.Name(), err)
+		}
+		// Its InDoubt already went out while the call blocked: that is
+		// the batch's one completion (and it stays in doubt for Quiesce).
+		t.finished[bt.id] = false
+		return nil
+	}
+	bt.job, bt.pending = job, false
 	t.stats["batches_posted"]++
 	return nil
 }
@@ -208,16 +239,37 @@ func (t *Transport) poll() {
 		}
 		t.mu.Lock()
 		live := make([]*batch, 0, len(t.live))
+		var blocked []sdk.Completion
 		for _, b := range t.live {
 			if !b.pending {
 				live = append(live, b)
+			} else if c, ok := t.reportBlocked(b); ok {
+				blocked = append(blocked, c)
 			}
 		}
 		t.mu.Unlock()
+		for _, c := range blocked {
+			t.out <- c
+		}
 		for _, b := range live {
 			t.step(b)
 		}
 	}
+}
+
+// reportBlocked is the InDoubt of a batch whose submit call has not
+// returned by its report deadline: the library may already have sent part
+// of it (nothing proves otherwise), and the host is owed a completion.
+// Called with t.mu held.
+func (t *Transport) reportBlocked(b *batch) (sdk.Completion, bool) {
+	if !b.submitting || b.reported || time.Since(b.posted) < t.cfg.ReportAfter {
+		return sdk.Completion{}, false
+	}
+	b.reported = true
+	t.stats["batches_reported_while_submitting"]++
+	t.stats["batches_"+sdk.InDoubt.String()]++
+	return sdk.Completion{Batch: b.id, Status: sdk.InDoubt, Class: errdefs.Unavailable,
+		Detail: fmt.Sprintf("%s's submit call has not returned after %v (the library blocks in it, e.g. connecting to an unreachable peer); part of the batch may already have left; it stays pinned and is polled once the call returns", t.be.Name(), t.cfg.ReportAfter)}, true
 }
 
 // step polls one batch's unfinished tasks, reports it once its verdict is

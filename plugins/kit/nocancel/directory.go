@@ -98,10 +98,16 @@ func (d *directory) serve(c net.Conn) {
 	}
 }
 
-// dirClient asks one peer's directory; one request at a time.
+// dirClient asks one peer's directory; one request at a time. A failed
+// exchange closes its connection (c is then nil) and the next one redials:
+// after a timeout the late answer would otherwise be read as the answer to
+// the next key, a window the request never named; and after a transient
+// link error (measured under netem: "no route to host") every later key
+// would be refused for good.
 type dirClient struct {
-	mu sync.Mutex
-	c  net.Conn
+	mu   sync.Mutex
+	addr string
+	c    net.Conn
 }
 
 // dirTimeout bounds a lookup: Post waits at most this long for a key's
@@ -116,10 +122,10 @@ func dialDirectory(addr string) (*dirClient, hello, error) {
 	if err != nil {
 		return nil, hello{}, errdefs.Errorf(errdefs.Unavailable, "peer directory %s: %v", addr, err)
 	}
-	dc := &dirClient{c: c}
+	dc := &dirClient{addr: addr, c: c}
 	h, err := dc.hello()
 	if err != nil {
-		c.Close()
+		dc.Close()
 		return nil, h, err
 	}
 	return dc, h, nil
@@ -134,12 +140,24 @@ func (dc *dirClient) hello() (hello, error) {
 	}
 	buf := make([]byte, uint64(f)+m)
 	if _, err := io.ReadFull(dc.c, buf); err != nil {
+		dc.drop()
 		return hello{}, errdefs.Errorf(errdefs.Unavailable, "peer directory: %v", err)
 	}
 	return hello{framing: string(buf[:f]), metadata: buf[f:]}, nil
 }
 
 func (dc *dirClient) ask(key sdk.Key) (found bool, addr uintptr, n uint64, err error) {
+	if dc.c == nil {
+		if dc.c, err = net.DialTimeout("tcp", dc.addr, dirTimeout); err != nil {
+			dc.c = nil
+			return
+		}
+	}
+	defer func() {
+		if err != nil {
+			dc.drop()
+		}
+	}()
 	_ = dc.c.SetDeadline(time.Now().Add(dirTimeout))
 	var req [8]byte
 	binary.LittleEndian.PutUint64(req[:], uint64(key))
@@ -167,8 +185,18 @@ func (dc *dirClient) resolve(key sdk.Key) (window, error) {
 	return window{addr, n}, nil
 }
 
+// drop closes the connection after a failed exchange; the next redials.
+func (dc *dirClient) drop() {
+	if dc.c != nil {
+		_ = dc.c.Close()
+		dc.c = nil
+	}
+}
+
 func (dc *dirClient) Close() {
 	if dc != nil {
-		_ = dc.c.Close()
+		dc.mu.Lock()
+		dc.drop()
+		dc.mu.Unlock()
 	}
 }

@@ -23,6 +23,10 @@ type scripted struct {
 	busyOnce  bool
 	freed     map[Job]bool
 	early     int // Free calls before every task was polled terminal
+	// gate, when set, holds Submit until it is closed (a library that
+	// blocks in its submit call); refuse is then what Submit returns.
+	gate   chan struct{}
+	refuse error
 }
 
 func newScripted(framing string) *scripted {
@@ -40,8 +44,14 @@ func (s *scripted) Framing() string                      { return s.framing }
 func (s *scripted) Confirms(f string) bool               { return f == "v2" && s.framing == "v2" }
 
 func (s *scripted) Submit(_ Segment, ws []Write) (Job, error) {
+	if s.gate != nil {
+		<-s.gate
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.refuse != nil {
+		return 0, s.refuse
+	}
 	s.next++
 	s.jobs[s.next] = make([]Task, len(ws))
 	s.polledEnd[s.next] = make([]bool, len(ws))

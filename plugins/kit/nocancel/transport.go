@@ -313,6 +313,7 @@ func (t *Transport) Close() error {
 	t.mu.Lock()
 	for id, b := range t.live {
 		if !b.reported {
+			b.reported = true // a submit call still blocked must not answer Post with an error now
 			t.out <- sdk.Completion{Batch: id, Status: sdk.InDoubt, Class: errdefs.Unavailable, Detail: "transport closed with the batch in flight"}
 		}
 	}

@@ -22,6 +22,11 @@
  * RdmaTransport::submitTransferTask does once it posted slices at its
  * submit watermark and a later slice has no registered device; the tasks
  * it never posted read COMPLETED, as an older engine's do (slice count 0).
+ * KVFENCE_FAKE_SUBMIT_GATE=path: submitTransfer blocks until path exists,
+ * then submits: Mooncake's TCP transport (connection pool off, its
+ * default) connects to the peer synchronously inside submitTransfer, so a
+ * blackholed link holds the call for the kernel's SYN retries (measured
+ * with the real library under two-host conformance's link-dropped).
  * KVFENCE_FAKE_STATUS_FAIL_FIRST=n: the first n getTransferStatus calls of
  * the process fail (rc 1) without a status.
  */
@@ -29,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fakewire.h"
 
@@ -117,6 +123,8 @@ int submitTransfer(void *engine, uint64_t batch_id, struct request *r, size_t co
 	struct fw_batch *b = (struct fw_batch *)(uintptr_t)batch_id;
 	for (size_t k = 0; k < count; k++)
 		if (r[k].opcode != 1 || r[k].target_id < 1 || r[k].target_id > e->nsegs) return 1;
+	const char *gate = getenv("KVFENCE_FAKE_SUBMIT_GATE");
+	while (gate && *gate && access(gate, F_OK) != 0) usleep(10000);
 	const char *after = getenv("KVFENCE_FAKE_SUBMIT_FAIL_AFTER");
 	size_t sent = after && *after ? (size_t)atoll(after) : count;
 	if (sent > count) sent = count;
