@@ -145,38 +145,43 @@ func decodeHeader(b []byte, maxWrite uint64) (header, error) {
 	if maxWrite == 0 || maxWrite > maxWireBytes {
 		maxWrite = maxWireBytes
 	}
+	return h, checkHeader(h, maxWrite)
+}
+
+// checkHeader checks what each frame type allows in its code and length.
+func checkHeader(h header, maxWrite uint64) error {
 	switch h.Type {
 	case frameWrite:
 		if h.Code&^writeAckNow != 0 {
-			return h, wireErrorf("write with code %d", h.Code)
+			return wireErrorf("write with code %d", h.Code)
 		}
 		if h.Length == 0 {
-			return h, wireErrorf("zero-length write")
+			return wireErrorf("zero-length write")
 		}
 		if h.Length > maxWrite {
-			return h, wireErrorf("write of %d bytes exceeds %d", h.Length, maxWrite)
+			return wireErrorf("write of %d bytes exceeds %d", h.Length, maxWrite)
 		}
 		if h.Deadline <= 0 {
-			return h, wireErrorf("write without deadline")
+			return wireErrorf("write without deadline")
 		}
 	case frameAck:
 		if h.Code > uint16(ackNotWriter) {
-			return h, wireErrorf("unknown ack code %d", h.Code)
+			return wireErrorf("unknown ack code %d", h.Code)
 		}
 	case frameQuiesced:
 		if h.Code > quiescedRefused {
-			return h, wireErrorf("unknown quiesced code %d", h.Code)
+			return wireErrorf("unknown quiesced code %d", h.Code)
 		}
 	case frameHelloAck:
 		if h.Code > helloRefused || h.Length != 0 {
-			return h, wireErrorf("hello ack with code %d, length %d", h.Code, h.Length)
+			return wireErrorf("hello ack with code %d, length %d", h.Code, h.Length)
 		}
 	case frameHello, frameQuiesce:
 		if h.Code != 0 || h.Length != 0 {
-			return h, wireErrorf("frame type %d with code/length set", h.Type)
+			return wireErrorf("frame type %d with code/length set", h.Type)
 		}
 	default:
-		return h, wireErrorf("unknown frame type %d", h.Type)
+		return wireErrorf("unknown frame type %d", h.Type)
 	}
-	return h, nil
+	return nil
 }
