@@ -93,6 +93,8 @@ func (s *scripted) set(j Job, i int, st TaskState) {
 
 func (s *scripted) isFreed(j Job) bool { s.mu.Lock(); defer s.mu.Unlock(); return s.freed[j] }
 
+func (s *scripted) hasJob(j Job) bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.jobs[j]) > 0 }
+
 // pair is an initiator and a target over scripted backends, one source and
 // one granted target window.
 type pair struct {
