@@ -232,7 +232,7 @@ func (t *Transport) resolve(p *peer, k sdk.Key) (window, error) {
 	if err != nil {
 		return w, err
 	}
-	seg, err := t.be.Open(p.name, h.metadata)
+	seg, err := t.open(p.name, h.metadata)
 	if err != nil {
 		return w, err
 	}
@@ -241,6 +241,31 @@ func (t *Transport) resolve(p *peer, k sdk.Key) (window, error) {
 	p.seg = seg
 	t.mu.Unlock()
 	return w, nil
+}
+
+// open reloads a peer's segment for Post, waiting at most the report
+// deadline: a library may block in the call (Mooncake's openSegment
+// handshakes with the peer synchronously), and Post has no batch yet to
+// report InDoubt, so without the bound the host waits as long as the link
+// is down (measured across two hosts: a warm-up write after a blackhole
+// held until the caller's 5-minute bound). Refusing is honest: nothing was
+// submitted. The call's late result is dropped; the next Post opens again.
+func (t *Transport) open(name string, metadata []byte) (Segment, error) {
+	type opened struct {
+		seg Segment
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		seg, err := t.be.Open(name, metadata)
+		done <- opened{seg, err}
+	}()
+	select {
+	case o := <-done:
+		return o.seg, o.err
+	case <-time.After(t.cfg.ReportAfter):
+		return 0, errdefs.Errorf(errdefs.Unavailable, "Post: %s's open of peer %s has not returned after %v (the library blocks in it, e.g. connecting to an unreachable peer); nothing was submitted", t.be.Name(), name, t.cfg.ReportAfter)
+	}
 }
 
 // poll walks the live jobs until Close.

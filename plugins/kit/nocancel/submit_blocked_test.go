@@ -87,3 +87,30 @@ func TestSubmitRefusedAfterItsInDoubt(t *testing.T) {
 		return p.ini.DeregisterMemory(context.Background(), p.src) == nil
 	})
 }
+
+// An open of the peer's segment that blocks (Mooncake's openSegment
+// handshakes with the peer inside the call) must not hold Post past the
+// report deadline: Post refuses, Unavailable, nothing submitted, no
+// completion; once the library answers again the next Post goes through.
+func TestOpenBlockedRefusesPostAtTheDeadline(t *testing.T) {
+	p := newPair(t, "v2", 20*time.Millisecond)
+	gate := make(chan struct{})
+	p.be.openGate = gate // the key is resolved, and the segment opened, at its first Post
+	posted := p.postAsync(1)
+	select {
+	case err := <-posted:
+		if !errdefs.Is(err, errdefs.Unavailable) {
+			t.Fatalf("Post while the library's open blocked: %v, want Unavailable", err)
+		}
+	case <-time.After(30 * time.Second): // a bound on a wait, not a speed target
+		close(gate)
+		t.Fatal("Post still blocked in the library's open call past the report deadline")
+	}
+	if c, ok := p.completion(t, 50*time.Millisecond); ok {
+		t.Fatalf("a completion %+v for a batch Post refused", c)
+	}
+	close(gate)
+	if err := <-p.postAsync(2); err != nil {
+		t.Fatalf("Post once the library answers again: %v", err)
+	}
+}
