@@ -26,6 +26,9 @@ type batch struct {
 	// poller does not poll it. submitting: the submit call has not
 	// returned (the poller still reports it at the report deadline).
 	pending, submitting bool
+	// abandoned is closed when the batch is reported InDoubt while its
+	// submit call still blocks: Post then returns, the batch accepted.
+	abandoned chan struct{}
 	// refused: the library's submit was called and refused (part of the
 	// job may have left); the batch cannot be Succeeded, and its sources
 	// stay tainted whatever the tasks read.
@@ -60,7 +63,20 @@ func (t *Transport) Post(_ context.Context, b sdk.Batch) error {
 	if bt == nil {
 		return err
 	}
-	return t.submit(bt, seg, ws)
+	// Post returns when the submit call does, or once the batch was
+	// reported InDoubt while the call still blocks: a host must not wait
+	// minutes (Mooncake under a blackhole: the SYN retries of each
+	// slice's connect; measured across two hosts, a Post cut only by the
+	// caller's 5-minute bound). The call's late result is then settled by
+	// submit under t.mu, its error swallowed (the InDoubt was the answer).
+	done := make(chan error, 1)
+	go func() { done <- t.submit(bt, seg, ws) }()
+	select {
+	case err := <-done:
+		return err
+	case <-bt.abandoned:
+		return nil
+	}
 }
 
 // admit checks, under t.mu, that the batch is new, its peer known and
@@ -130,6 +146,7 @@ func (t *Transport) enter(id sdk.BatchID, p *peer, ws []Write, srcs []*region) (
 		return nil, nil
 	}
 	bt.pending, bt.submitting = true, true
+	bt.abandoned = make(chan struct{})
 	t.live[id] = bt
 	return bt, nil
 }
@@ -215,7 +232,7 @@ func (t *Transport) resolve(p *peer, k sdk.Key) (window, error) {
 	if err != nil {
 		return w, err
 	}
-	seg, err := t.be.Open(p.name, h.metadata)
+	seg, err := t.open(p.name, h.metadata)
 	if err != nil {
 		return w, err
 	}
@@ -224,6 +241,31 @@ func (t *Transport) resolve(p *peer, k sdk.Key) (window, error) {
 	p.seg = seg
 	t.mu.Unlock()
 	return w, nil
+}
+
+// open reloads a peer's segment for Post, waiting at most the report
+// deadline: a library may block in the call (Mooncake's openSegment
+// handshakes with the peer synchronously), and Post has no batch yet to
+// report InDoubt, so without the bound the host waits as long as the link
+// is down (measured across two hosts: a warm-up write after a blackhole
+// held until the caller's 5-minute bound). Refusing is honest: nothing was
+// submitted. The call's late result is dropped; the next Post opens again.
+func (t *Transport) open(name string, metadata []byte) (Segment, error) {
+	type opened struct {
+		seg Segment
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		seg, err := t.be.Open(name, metadata)
+		done <- opened{seg, err}
+	}()
+	select {
+	case o := <-done:
+		return o.seg, o.err
+	case <-time.After(t.cfg.ReportAfter):
+		return 0, errdefs.Errorf(errdefs.Unavailable, "Post: %s's open of peer %s has not returned after %v (the library blocks in it, e.g. connecting to an unreachable peer); nothing was submitted", t.be.Name(), name, t.cfg.ReportAfter)
+	}
 }
 
 // poll walks the live jobs until Close.
@@ -266,6 +308,7 @@ func (t *Transport) reportBlocked(b *batch) (sdk.Completion, bool) {
 		return sdk.Completion{}, false
 	}
 	b.reported = true
+	close(b.abandoned)
 	t.stats["batches_reported_while_submitting"]++
 	t.stats["batches_"+sdk.InDoubt.String()]++
 	return sdk.Completion{Batch: b.id, Status: sdk.InDoubt, Class: errdefs.Unavailable,

@@ -171,11 +171,21 @@ func (dc *dirClient) ask(key sdk.Key) (found bool, addr uintptr, n uint64, err e
 	return ans[0] == 1, uintptr(binary.LittleEndian.Uint64(ans[1:])), binary.LittleEndian.Uint64(ans[9:]), nil
 }
 
-// resolve looks a key up; NotFound when the peer does not know it.
+// resolve looks a key up; NotFound when the peer does not know it. A
+// lookup that fails on a connection kept from earlier is asked once more on
+// a fresh one: a link fault since lifted (a blackhole's TCP timeout, a
+// socket the kernel aborted) leaves the kept connection dead, and without
+// the retry the first Post on the healthy link after it failed (measured
+// across two hosts against real Mooncake). A lookup moves no payload, so
+// asking twice is harmless.
 func (dc *dirClient) resolve(key sdk.Key) (window, error) {
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
+	kept := dc.c != nil
 	found, addr, n, err := dc.ask(key)
+	if err != nil && kept {
+		found, addr, n, err = dc.ask(key)
+	}
 	if err != nil {
 		return window{}, errdefs.Errorf(errdefs.Unavailable, "peer directory: %v", err)
 	}

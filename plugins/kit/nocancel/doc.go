@@ -22,7 +22,8 @@
 // kept, its sources pinned, and reported InDoubt: SubmitRefused); free a
 // batch on a failed status read; hold its lock across a backend's submit
 // call (a library may block in it: the batch is reported InDoubt at its
-// report deadline all the same, and stays live until the call returns);
+// report deadline all the same, Post then returns it accepted, and it
+// stays live until the call returns);
 // offer Revoke, or deregister target memory that still has keys on it.
 // The exceptions are the failed-is-definite and succeed-early-after:N
 // variants (unsafe_verdict.go), selected only with -tags kvfenceunsafe so

@@ -27,21 +27,28 @@ type scripted struct {
 	// blocks in its submit call); refuse is then what Submit returns.
 	gate   chan struct{}
 	refuse error
+	// openGate, when set, holds Open until it is closed.
+	openGate chan struct{}
 }
 
 func newScripted(framing string) *scripted {
 	return &scripted{framing: framing, jobs: map[Job][]Task{}, polledEnd: map[Job][]bool{}, freed: map[Job]bool{}}
 }
 
-func (s *scripted) Name() string                         { return "scripted" }
-func (s *scripted) Version() string                      { return "test" }
-func (s *scripted) LocalName() string                    { return "scripted-local" }
-func (s *scripted) Register(uintptr, uint64) error       { return nil }
-func (s *scripted) Unregister(uintptr) error             { return nil }
-func (s *scripted) Open(string, []byte) (Segment, error) { return 1, nil }
-func (s *scripted) Metadata() []byte                     { return nil }
-func (s *scripted) Framing() string                      { return s.framing }
-func (s *scripted) Confirms(f string) bool               { return f == "v2" && s.framing == "v2" }
+func (s *scripted) Name() string                   { return "scripted" }
+func (s *scripted) Version() string                { return "test" }
+func (s *scripted) LocalName() string              { return "scripted-local" }
+func (s *scripted) Register(uintptr, uint64) error { return nil }
+func (s *scripted) Unregister(uintptr) error       { return nil }
+func (s *scripted) Open(string, []byte) (Segment, error) {
+	if s.openGate != nil {
+		<-s.openGate
+	}
+	return 1, nil
+}
+func (s *scripted) Metadata() []byte       { return nil }
+func (s *scripted) Framing() string        { return s.framing }
+func (s *scripted) Confirms(f string) bool { return f == "v2" && s.framing == "v2" }
 
 func (s *scripted) Submit(_ Segment, ws []Write) (Job, error) {
 	if s.gate != nil {
@@ -92,6 +99,8 @@ func (s *scripted) set(j Job, i int, st TaskState) {
 }
 
 func (s *scripted) isFreed(j Job) bool { s.mu.Lock(); defer s.mu.Unlock(); return s.freed[j] }
+
+func (s *scripted) hasJob(j Job) bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.jobs[j]) > 0 }
 
 // pair is an initiator and a target over scripted backends, one source and
 // one granted target window.

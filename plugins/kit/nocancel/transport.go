@@ -314,6 +314,9 @@ func (t *Transport) Close() error {
 	for id, b := range t.live {
 		if !b.reported {
 			b.reported = true // a submit call still blocked must not answer Post with an error now
+			if b.submitting {
+				close(b.abandoned) // and Post returns now
+			}
 			t.out <- sdk.Completion{Batch: id, Status: sdk.InDoubt, Class: errdefs.Unavailable, Detail: "transport closed with the batch in flight"}
 		}
 	}
