@@ -256,6 +256,16 @@ class _Outcome:
         raise self.error or errors.Unavailable("kvfence: room %d failed" % self.room)
 
 
+
+def _released_or_closed(receiver):
+    """Whether the runtime released the request, or its handle was closed
+    elsewhere (the manager's close, another thread): a closed handle is no
+    longer ours to ask, and the runtime keeps its hold either way."""
+    try:
+        return receiver.released
+    except errors.FailedPrecondition:
+        return True
+
 class KVFenceKVManager(BaseKVManager):
     """One per scheduler process: one kvfence decode rank, or the prefill
     rank's kvfence agents (one per decode rank it serves)."""
@@ -520,9 +530,11 @@ class KVFenceKVManager(BaseKVManager):
         each prefill rank drained, or its writes were fenced or timed out."""
         with self._lock:
             rs = self._held.get(room, [])
-            live = [r for r in rs if not r.released]
+            # A handle closed elsewhere (the manager's close, a test) is
+            # no longer ours to ask: the runtime keeps its hold either way.
+            live = [r for r in rs if not _released_or_closed(r)]
             for r in rs:
-                if r.released:
+                if r not in live:
                     r.close()
             if live:
                 self._held[room] = live

@@ -395,3 +395,21 @@ def test_calls_after_the_agent_closed_fail_the_request_never_raise():
             x.clear()
     finally:
         dep.close()
+
+
+def test_held_request_closed_elsewhere_never_raises(dep):
+    """A held request whose handle was closed elsewhere (SGLang's clear()
+    racing the receiver's let-go on another thread, or the manager's close)
+    is not asked again: the sweep that every poll runs must not raise
+    FailedPrecondition into the scheduler (it did once, in CI)."""
+    base = staging.handles_live()
+    rvs = dep.receivers(0, 91)
+    rvs[0].send_metadata([1, 2], 1, None, decode_prefix_len=0)
+    rvs[0].abort()
+    rvs[0].poll()
+    mgr = rvs[0].mgr
+    mgr.hold(91, rvs[0].rv)  # held twice, as the race leaves it
+    rvs[0].rv.close()
+    assert mgr.is_abort_release_safe(91) is True  # nothing of ours is left to ask
+    assert 91 not in mgr.held_rooms()
+    settle(dep, base)
