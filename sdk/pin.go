@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -39,13 +40,34 @@ func sealBinary(path string) (*sealedBinary, error) {
 		f.Close()
 		return nil, errdefs.Errorf(errdefs.Unavailable, "plugin binary: copying %s: %v", path, err)
 	}
-	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE | unix.F_SEAL_SEAL
-	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
+	if err := addSeals(f); err != nil {
 		f.Close()
 		return nil, errdefs.Errorf(errdefs.Unavailable, "plugin binary: sealing the copy: %v", err)
 	}
 	return &sealedBinary{f: f, sum: h.Sum(nil)}, nil
 }
+
+// addSeals seals f against every change. The kernel refuses F_SEAL_WRITE
+// with EBUSY while any page of the file still holds a transient extra
+// reference (seen on a loaded machine right after the copy's writes, with
+// no mapping of ours), after waiting only ~70 ms itself; so EBUSY is
+// retried for a bounded while before it counts as a failure.
+func addSeals(f *os.File) error {
+	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE | unix.F_SEAL_SEAL
+	var err error
+	for try := 0; try < sealTries; try++ {
+		if _, err = unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != unix.EBUSY {
+			return err
+		}
+		time.Sleep(sealRetryPause)
+	}
+	return err
+}
+
+const (
+	sealTries      = 40
+	sealRetryPause = 50 * time.Millisecond
+)
 
 // execPath is the path the child execs: its fd 3 (the first ExtraFiles
 // entry) is the sealed copy.
