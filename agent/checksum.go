@@ -74,7 +74,7 @@ func (d *Decode) checkCommit(m core.Message) bool {
 	if pos < 0 || int(m.Coverage) > len(dt.slots) {
 		return true // the core refuses it
 	}
-	mem := d.mem.Bytes()
+	mem := d.memBytes()
 	shards := make([][]byte, m.Coverage)
 	for i := range shards {
 		off := int64(dt.slots[i])*d.slotB + int64(pos)*d.cfg.ShardBytes

@@ -32,7 +32,7 @@ type ContentCheck interface {
 
 // shards calls f with each shard of each page of dt (loop only).
 func (d *Decode) shards(dt *decTag, f func(page int, slot uint32, pos int, shard []byte)) {
-	mem := d.mem.Bytes()
+	mem := d.memBytes()
 	for p, s := range dt.slots {
 		base := int64(s) * d.slotB
 		for r := 0; r < d.cfg.Shards; r++ {

@@ -76,6 +76,11 @@ type DecodeConfig struct {
 	// transport argument must be nil. Per-exposure keys (Fence) are not
 	// used then: the instance's process is the fence.
 	Restart *RestartConfig
+	// Engine, when set, is direct mode (direct.go): the engine's own KV
+	// memory is registered instead of a pool, and requests name their
+	// pages (KVReceiver.InitAt). Slots is then how many of its pages may
+	// be lent at once.
+	Engine *EngineMemory
 	// Limits bound what one peer can cost this rank (limits.go).
 	Limits Limits
 	Logger hclog.Logger
@@ -218,7 +223,12 @@ func (d *Decode) startOnTransport(ctx context.Context) error {
 	if d.shardKeys, err = d.chooseShardKeys(); err != nil {
 		return err // before the pool is mapped or registered
 	}
-	if err := d.mapPool(ctx); err != nil {
+	if d.cfg.Engine != nil {
+		err = d.registerEngine(ctx)
+	} else {
+		err = d.mapPool(ctx)
+	}
+	if err != nil {
 		return err
 	}
 	if d.data, err = d.tr.LocalEndpoint(ctx); err != nil {
@@ -275,7 +285,7 @@ func (d *Decode) newCore(rf core.RestartFenceConfig) error {
 	cfg, info := d.cfg, d.info
 	var err error
 	d.core, err = core.NewReceiver(core.ReceiverConfig{
-		Instance: cfg.Instance, Self: cfg.Rank, Slots: cfg.Slots, SlotBytes: d.slotB,
+		Instance: cfg.Instance, Self: cfg.Rank, Slots: cfg.Slots, SlotBytes: d.slotB, EnginePages: cfg.enginePages(),
 		Lease: cfg.Lease, MaxHold: cfg.MaxHold, MaxTail: info.Capabilities.MaxTail, ClockMargin: cfg.ClockMargin,
 		MaxDeclaredTail: cfg.MaxDeclaredTail, CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, RestartFence: rf, Unsafe: knownunsafe.AgentVariant(),
 	}, now())
@@ -494,12 +504,19 @@ func (d *Decode) tick() {
 	}
 }
 
-// admit exposes slots for a request (loop only).
-func (d *Decode) admit(key core.RequestKey, pages int, ranks []core.RankID, rv *KVReceiver) (core.Tag, error) {
+// admit exposes slots for a request (loop only): pages the pool picks,
+// or in direct mode the engine's pages idx.
+func (d *Decode) admit(key core.RequestKey, pages int, idx []uint32, ranks []core.RankID, rv *KVReceiver) (core.Tag, error) {
 	if err := d.checkAdmission(key, pages, ranks); err != nil {
 		return core.Tag{}, err
 	}
-	tag, err := d.core.Admit(key, ranks, pages, now())
+	var tag core.Tag
+	var err error
+	if idx != nil {
+		tag, err = d.core.AdmitAt(key, ranks, idx, now())
+	} else {
+		tag, err = d.core.Admit(key, ranks, pages, now())
+	}
 	if err != nil {
 		return core.Tag{}, err
 	}

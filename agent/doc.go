@@ -5,7 +5,9 @@
 //
 //   - Decode side: NewDecode(ctx, DecodeConfig, transport) → *Decode;
 //     Decode.NewReceiver(key) → *KVReceiver with Init (expose slots), Poll /
-//     Done / Err, Pages (read a handed-off request), Finish, Abort.
+//     Done / Err, Pages (read a handed-off request), Finish, Abort. In
+//     direct mode (DecodeConfig.Engine, direct.go) the engine's own memory
+//     is registered instead of the pool and InitAt names the engine pages.
 //   - Prefill side: NewPrefill(ctx, PrefillConfig, transport) → *Prefill;
 //     Prefill.NewSender(key) → *KVSender with Init (reserve source pages),
 //     Page (memory to fill), Send, Finish, Poll / Done / Err, Abort, Close.

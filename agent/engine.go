@@ -78,7 +78,7 @@ func (r *KVReceiver) settle() {
 // count), AlreadyExists for a live key, InvalidArgument for bad sizes.
 func (r *KVReceiver) Init(pages int, ranks []core.RankID) (core.Tag, error) {
 	var err error
-	if !r.d.lp.call(func() { r.tag, err = r.d.admit(r.key, pages, ranks, r) }) {
+	if !r.d.lp.call(func() { r.tag, err = r.d.admit(r.key, pages, nil, ranks, r) }) {
 		return core.Tag{}, errClosed
 	}
 	return r.tag, err
@@ -145,7 +145,10 @@ func (r *KVReceiver) Pages() [][]byte {
 		if dt == nil || dt.tag != r.tag || dt.state != PollSuccess {
 			return
 		}
-		mem := r.d.mem.Bytes()
+		mem := r.d.memBytes()
+		if mem == nil {
+			return // direct mode without a host view: the engine reads its own pages
+		}
 		for _, s := range dt.slots {
 			off := int64(s) * r.d.slotB
 			pages = append(pages, mem[off:off+r.d.slotB:off+r.d.slotB])

@@ -13,7 +13,7 @@ func UnsafeSlots(r *KVReceiver) [][]byte {
 		if dt == nil || dt.tag != r.tag {
 			return
 		}
-		mem := r.d.mem.Bytes()
+		mem := r.d.memBytes()
 		for _, s := range dt.slots {
 			off := int64(s) * r.d.slotB
 			pages = append(pages, mem[off:off+r.d.slotB:off+r.d.slotB])

@@ -18,8 +18,13 @@ const DefaultMaxDeclaredTail = 5 * time.Minute
 type ReceiverConfig struct {
 	Instance  uint64 // this decode process incarnation; new on every restart
 	Self      RankID // this decode rank
-	Slots     int    // KV slots in the pool
+	Slots     int    // KV slots in the pool (with EnginePages: the most engine pages lent at once)
 	SlotBytes int64  // bytes per slot, for the held-capacity figures
+	// EnginePages, when positive, is direct mode: the slots are the
+	// engine's own page indices 0..EnginePages-1, named by the caller at
+	// AdmitAt (Admit is refused). An engine page lent to an exposure —
+	// live, or held after an abort — is refused until its release.
+	EnginePages int
 
 	Lease   time.Duration // lease granted by Assign and by each Grant
 	MaxHold time.Duration // no lease reaches past admission + MaxHold
@@ -57,6 +62,8 @@ func (c *ReceiverConfig) validate() error {
 	switch {
 	case c.Slots <= 0:
 		return errorf(errdefs.InvalidArgument, "Slots must be positive, got %d", c.Slots)
+	case c.EnginePages < 0 || c.EnginePages > 1<<31:
+		return errorf(errdefs.InvalidArgument, "EnginePages must be 0 (kvfence picks slots) or 1..2^31, got %d", c.EnginePages)
 	case c.Lease <= 0:
 		return errorf(errdefs.InvalidArgument, "Lease must be positive, got %v", c.Lease)
 	case c.MaxHold < c.Lease:

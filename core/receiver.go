@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -105,9 +106,12 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 		pool:   NewSlotPool(cfg.Slots),
 		byKey:  make(map[RequestKey]*exposure),
 	}
+	if cfg.EnginePages > 0 {
+		r.pool = NewEnginePool(cfg.EnginePages, cfg.Slots)
+	}
 	r.metrics.SlotBytes = cfg.SlotBytes
 	if cfg.Restarted && pol.QuarantineOnRestart() {
-		r.quarantine = r.pool.take(nil, r.pool.Free())
+		r.quarantine = r.pool.takeAll()
 		r.quarantineStart = now
 		// The earlier instance's writers and their tails are unknown here:
 		// the bound starts from our own MaxTail, and RankTail extends it for
@@ -212,7 +216,8 @@ func (r *Receiver) State(tag Tag) (ExposureState, bool) {
 }
 
 // Admit exposes pages slots for a request that the given prefill ranks will
-// all write, and emits one Assign per rank.
+// all write, and emits one Assign per rank. The pool picks the slots; a
+// receiver over engine pages (EnginePages) refuses it: use AdmitAt.
 //
 // An admission that names a rank declared dead (PeerDead, and not linked
 // again since: RankTail) is refused with errdefs.Unavailable naming that rank,
@@ -220,28 +225,11 @@ func (r *Receiver) State(tag Tag) (ExposureState, bool) {
 // admitting would only hold the slots until a fence or the bound.
 func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (Tag, error) {
 	r.out.reset()
-	switch {
-	case pages <= 0:
-		return Tag{}, errorf(errdefs.InvalidArgument, "request %s: pages must be positive, got %d", key, pages)
-	case len(ranks) == 0 || len(ranks) > MaxWireRanks:
-		return Tag{}, errorf(errdefs.InvalidArgument, "request %s: %d ranks, want 1..%d", key, len(ranks), MaxWireRanks)
-	case pages > MaxWireSlots:
-		return Tag{}, errorf(errdefs.InvalidArgument, "request %s: %d pages, more than %d", key, pages, MaxWireSlots)
+	if r.pool.EngineChosen() {
+		return Tag{}, errorf(errdefs.FailedPrecondition, "request %s: the engine names the pages in direct mode (AdmitAt)", key)
 	}
-	for i := range ranks {
-		for j := i + 1; j < len(ranks); j++ {
-			if ranks[i] == ranks[j] {
-				return Tag{}, errorf(errdefs.InvalidArgument, "request %s: rank %d named twice", key, ranks[i])
-			}
-		}
-	}
-	for _, id := range ranks {
-		if r.dead[id] {
-			return Tag{}, errorf(errdefs.Unavailable, "request %s: prefill rank %d was declared dead and has not linked again", key, id)
-		}
-	}
-	if _, ok := r.byKey[key]; ok {
-		return Tag{}, errorf(errdefs.AlreadyExists, "request %s is already exposed", key)
+	if err := r.checkAdmit(key, ranks, pages); err != nil {
+		return Tag{}, err
 	}
 	if r.pool.Free() < pages {
 		return Tag{}, errorf(errdefs.ResourceExhausted, "request %s needs %d slots, %d free", key, pages, r.pool.Free())
@@ -251,10 +239,72 @@ func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (T
 		return Tag{}, errorf(errdefs.ResourceExhausted, "request %s: every target instance is restarting", key)
 	}
 	e := r.newExposure()
+	e.slots = r.pool.take(e.slots, pages)
+	r.expose(e, key, ranks, target, now)
+	return e.tag, nil
+}
+
+// AdmitAt is Admit in direct mode (EnginePages): the request's pages land
+// at the engine's own page indices idx, in order. A page still lent to
+// another exposure — live, or held until drained, fenced or timed out — is
+// refused with errdefs.FailedPrecondition and nothing is exposed: a page is
+// never lent twice, so no write of one request can land in another's page.
+// Pages out of range or named twice are InvalidArgument; more pages than
+// the capacity (Slots, holds count) allows now, ResourceExhausted.
+func (r *Receiver) AdmitAt(key RequestKey, ranks []RankID, idx []uint32, now Time) (Tag, error) {
+	r.out.reset()
+	if !r.pool.EngineChosen() {
+		return Tag{}, errorf(errdefs.FailedPrecondition, "request %s: engine-chosen pages need a receiver over engine pages (EnginePages)", key)
+	}
+	if err := r.checkAdmit(key, ranks, len(idx)); err != nil {
+		return Tag{}, err
+	}
+	target, ok := r.pickTarget()
+	if !ok {
+		return Tag{}, errorf(errdefs.ResourceExhausted, "request %s: every target instance is restarting", key)
+	}
+	if err := r.pool.takeAt(idx, r.lentTo); err != nil {
+		return Tag{}, fmt.Errorf("request %s: %w", key, err)
+	}
+	e := r.newExposure()
+	e.slots = append(e.slots, idx...)
+	r.expose(e, key, ranks, target, now)
+	return e.tag, nil
+}
+
+// checkAdmit refuses an admission before anything is taken.
+func (r *Receiver) checkAdmit(key RequestKey, ranks []RankID, pages int) error {
+	switch {
+	case pages <= 0:
+		return errorf(errdefs.InvalidArgument, "request %s: pages must be positive, got %d", key, pages)
+	case len(ranks) == 0 || len(ranks) > MaxWireRanks:
+		return errorf(errdefs.InvalidArgument, "request %s: %d ranks, want 1..%d", key, len(ranks), MaxWireRanks)
+	case pages > MaxWireSlots:
+		return errorf(errdefs.InvalidArgument, "request %s: %d pages, more than %d", key, pages, MaxWireSlots)
+	}
+	for i := range ranks {
+		for j := i + 1; j < len(ranks); j++ {
+			if ranks[i] == ranks[j] {
+				return errorf(errdefs.InvalidArgument, "request %s: rank %d named twice", key, ranks[i])
+			}
+		}
+	}
+	for _, id := range ranks {
+		if r.dead[id] {
+			return errorf(errdefs.Unavailable, "request %s: prefill rank %d was declared dead and has not linked again", key, id)
+		}
+	}
+	if _, ok := r.byKey[key]; ok {
+		return errorf(errdefs.AlreadyExists, "request %s is already exposed", key)
+	}
+	return nil
+}
+
+// expose makes e (its slots taken) a live exposure and sends the Assigns.
+func (r *Receiver) expose(e *exposure, key RequestKey, ranks []RankID, target int, now Time) {
 	r.attachTarget(e, target)
 	e.tag = Tag{Instance: r.cfg.Instance, Room: key.Room, Gen: key.Gen}
 	e.state = StateAssigned
-	e.slots = r.pool.take(e.slots, pages)
 	e.admitted = now
 	lease := now.Add(r.cfg.Lease)
 	for _, id := range ranks {
@@ -266,11 +316,20 @@ func (r *Receiver) Admit(key RequestKey, ranks []RankID, pages int, now Time) (T
 	r.list = append(r.list, e)
 	r.timers.schedule(e, lease)
 	r.metrics.Admitted++
-	r.metrics.AssignedSlots += pages
+	r.metrics.AssignedSlots += len(e.slots)
 	for _, id := range ranks {
 		r.send(id, Message{Kind: KindAssign, Tag: e.tag, LeaseUntil: lease, HoldUntil: now.Add(r.cfg.MaxHold), Ranks: e.rankIDs, Slots: e.slots})
 	}
-	return e.tag, nil
+}
+
+// lentTo names what holds an engine page, for a refusal's message.
+func (r *Receiver) lentTo(page uint32) string {
+	for _, e := range r.list {
+		if slices.Contains(e.slots, page) {
+			return fmt.Sprintf("request %s (%s)", e.tag, e.state)
+		}
+	}
+	return "the restart quarantine"
 }
 
 // Abort stops a request that is still being written: its memory is held
