@@ -26,5 +26,8 @@
 // back as fenced only once the caller reports the process reaped. Leases are
 // renewed per rank (sender_lease.go, receiver_lease.go): a heartbeat carries
 // what changed in the rank's list of tags, and decode grants one rank lease
-// only over a copy of that list whose count and digest match.
+// only over a copy of that list whose count and digest match. In direct
+// mode (ReceiverConfig.EnginePages, AdmitAt) the slots are the engine's own
+// page indices: the engine names them, the core only lends them, and never
+// lends a page whose previous exposure has not been released.
 package core

@@ -88,11 +88,22 @@ func TestDirectExportReachesPluginProcess(t *testing.T) {
 	}
 }
 
-// TestDirectRefusedWithoutDMABuf: the TCP reference plugin (a real plugin
-// process) declares only host-shared memory, so direct mode is refused at
-// registration time with the reason, before any descriptor reaches it.
-// Mooncake, NIXL and MORI declare the same through plugins/kit/nocancel.
-func TestDirectRefusedWithoutDMABuf(t *testing.T) {
+// hostOnly declares only host-shared memory, as Mooncake, NIXL and MORI
+// do (plugins/kit/nocancel).
+type hostOnly struct{ sdk.Transport }
+
+func (h hostOnly) Info(ctx context.Context) (sdk.Info, error) {
+	info, err := h.Transport.Info(ctx)
+	info.Capabilities.MemoryKinds = []sdk.MemoryKind{sdk.MemoryHostShared}
+	return info, err
+}
+
+// TestDirectRegisterByDeclaredKinds: a transport that does not declare the
+// dmabuf memory kind is refused at registration time with the reason,
+// before any descriptor reaches it; the TCP reference plugin (a real
+// plugin process) declares dmabuf and registers the fake driver's dma-buf,
+// which the CPU can map (a real GPU's would be refused: plugins/tcp).
+func TestDirectRegisterByDeclaredKinds(t *testing.T) {
 	fakeOnly(t) // the real driver's allocations need not be host-page aligned
 	dev := openFake(t, Options{})
 	eng := newGPUEngine(t, dev)
@@ -106,16 +117,18 @@ func TestDirectRefusedWithoutDMABuf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pl.Close()
-	ids, err := RegisterDirect(context.Background(), pl.Transport(), []*DirectBuffer{x})
+	ids, err := RegisterDirect(context.Background(), hostOnly{pl.Transport()}, []*DirectBuffer{x})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "host-shared") || !strings.Contains(err.Error(), "staged mode") {
-		t.Fatalf("TCP plugin in direct mode: %v, %v; want FailedPrecondition naming its memory kinds", ids, err)
+		t.Fatalf("host-shared-only transport in direct mode: %v, %v; want FailedPrecondition naming its memory kinds", ids, err)
 	}
 	if served, _ := x.share.Served(); served != 0 {
 		t.Fatalf("the dma-buf was handed to a plugin that cannot use it (%d times)", served)
 	}
-	verbs := sdk.Info{Name: "verbs", Capabilities: sdk.Capabilities{MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared, sdk.MemoryDMABuf}}}
-	if err := CheckDirect(verbs); err != nil {
-		t.Fatalf("a transport declaring dmabuf: %v", err)
+	if ids, err = RegisterDirect(context.Background(), pl.Transport(), []*DirectBuffer{x}); err != nil || len(ids) != 1 {
+		t.Fatalf("TCP plugin with the fake driver's (mappable) dma-buf: %v, %v", ids, err)
+	}
+	if served, _ := x.share.Served(); served != 1 {
+		t.Fatalf("the dma-buf was handed over %d times, want 1", served)
 	}
 }
 

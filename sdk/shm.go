@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -110,12 +111,56 @@ func MapMemory(desc MemoryDesc) (*Mapping, error) {
 	if desc.Offset+desc.Size < desc.Offset || uint64(st.Size()) < desc.Offset+desc.Size {
 		return nil, errdefs.Errorf(errdefs.InvalidArgument, "MapMemory: [%d,+%d) beyond file size %d", desc.Offset, desc.Size, st.Size())
 	}
+	m, err := mapRange(f, desc)
+	if err != nil {
+		return nil, errdefs.Errorf(errdefs.ResourceExhausted, "MapMemory: mmap: %v", err)
+	}
+	return m, nil
+}
+
+// MapDMABuf maps a dma-buf described by desc into this process
+// (MAP_SHARED, read-write), for a transport that moves bytes with the CPU
+// (the TCP reference plugin). It works only where the exporter lets the
+// CPU map the buffer: udmabuf, or the fake CUDA driver's memfd. A real
+// GPU's dma-buf usually refuses mmap: that is FailedPrecondition, with
+// the reason, and nothing is kept. The imported file is closed once
+// mapped: the mapping holds the buffer for as long as it lasts.
+func MapDMABuf(desc MemoryDesc) (*Mapping, error) {
+	if desc.Kind != MemoryDMABuf {
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "MapDMABuf: %v is not a dma-buf", desc.Kind)
+	}
+	if desc.Size == 0 {
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "MapDMABuf: zero size")
+	}
+	f, err := ImportDMABuf(desc)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	end, err := f.Seek(0, io.SeekEnd) // a dma-buf's size (fstat may say 0)
+	if err != nil {
+		return nil, errdefs.Errorf(errdefs.FailedPrecondition, "MapDMABuf: size of the dma-buf: %v", err)
+	}
+	if desc.Offset+desc.Size < desc.Offset || uint64(end) < desc.Offset+desc.Size {
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "MapDMABuf: [%d,+%d) beyond the dma-buf's %d bytes", desc.Offset, desc.Size, end)
+	}
+	m, err := mapRange(f, desc)
+	if err != nil {
+		return nil, errdefs.Errorf(errdefs.FailedPrecondition,
+			"MapDMABuf: the dma-buf of %s cannot be mapped by the CPU (mmap: %v; a GPU's dma-buf usually cannot): a transport that copies with the CPU cannot write it; use staged mode or an RDMA transport", desc.Device, err)
+	}
+	return m, nil
+}
+
+// mapRange maps desc's range of f shared and read-write, from the host
+// page it starts in (mmap wants an aligned offset).
+func mapRange(f *os.File, desc MemoryDesc) (*Mapping, error) {
 	page := uint64(os.Getpagesize())
 	base := desc.Offset &^ (page - 1)
 	skip := desc.Offset - base
 	full, err := unix.Mmap(int(f.Fd()), int64(base), int(skip+desc.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, errdefs.Errorf(errdefs.ResourceExhausted, "MapMemory: mmap: %v", err)
+		return nil, err
 	}
 	return &Mapping{full: full, view: full[skip : skip+desc.Size]}, nil
 }

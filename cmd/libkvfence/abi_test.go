@@ -418,16 +418,17 @@ func TestWriteAndReadFaultingMemoryAreInvalidArguments(t *testing.T) {
 }
 
 // TestGPUModeDirectRefusedAtOpen: gpu_mode "direct" on the TCP plugin (a
-// real plugin process declaring only host-shared memory) is refused at
-// open with FAILED_PRECONDITION naming its memory kinds; a mistyped mode is
-// INVALID_ARGUMENT; "staged" opens.
+// real plugin process that declares dmabuf, for CPU-mappable ones) is
+// refused at open with UNIMPLEMENTED (this library does not export the
+// engine's buffers yet); a mistyped mode is INVALID_ARGUMENT; "staged"
+// opens.
 func TestGPUModeDirectRefusedAtOpen(t *testing.T) {
-	const codeFailedPrecondition = 6
+	const codeUnimplemented = 8
 	for _, c := range []struct {
 		mode, want string
 		code       int64
 	}{
-		{"direct", "host-shared", codeFailedPrecondition},
+		{"direct", "does not yet export", codeUnimplemented},
 		{"dirct", "gpu_mode", codeInvalid},
 		{"staged", "", 0},
 	} {
@@ -453,10 +454,10 @@ func (dmabufTransport) Info(context.Context) (sdk.Info, error) {
 
 // TestGPUModeDirectUnimplementedOnDMABufTransport: a transport that can
 // take dma-bufs is still refused, as Unimplemented and naming what is
-// missing, while the agent lands writes in its own pool.
+// missing, while this library does not export the engine's buffers.
 func TestGPUModeDirectUnimplementedOnDMABufTransport(t *testing.T) {
 	err := checkGPUMode("direct", dmabufTransport{})
-	if !errdefs.IsUnimplemented(err) || !strings.Contains(err.Error(), "engine's page index") {
+	if !errdefs.IsUnimplemented(err) || !strings.Contains(err.Error(), "page indices") {
 		t.Fatalf("direct on a dmabuf transport: %v", err)
 	}
 	if err := checkGPUMode("", dmabufTransport{}); err != nil {

@@ -12,10 +12,11 @@ import (
 // default) needs nothing from the transport. "direct" (opt-in: the NIC
 // writes straight into the engine's GPU pages) is refused, with the
 // reason, by a transport that does not declare the dmabuf memory kind
-// (TCP, Mooncake, NIXL, MORI: FailedPrecondition), and otherwise
-// (verbs) as Unimplemented: the agent places writes in its own slot pool,
-// not yet at the engine's page index (docs/gpu-direct.md), so no request
-// may run in a mode that would not keep its promise.
+// (Mooncake, NIXL, MORI: FailedPrecondition), and otherwise (verbs, and
+// TCP for CPU-mappable dma-bufs) as Unimplemented: the Go agent can run
+// it (agent.DecodeConfig.Engine, KVReceiver.InitAt), but this library
+// does not yet export the engine's buffers or take its page indices
+// (docs/gpu-direct.md), so no request may run in a mode it cannot keep.
 func checkGPUMode(mode string, tr sdk.Transport) error {
 	switch mode {
 	case "", "staged":
@@ -32,5 +33,5 @@ func checkGPUMode(mode string, tr sdk.Transport) error {
 		return err
 	}
 	return errdefs.Errorf(errdefs.Unimplemented,
-		"direct mode: transport %q can register dma-bufs, but the agent does not yet place writes at the engine's page index (docs/gpu-direct.md); use gpu_mode staged", info.Name)
+		"direct mode: transport %q can register dma-bufs, but this library does not yet export the engine's buffers or take its page indices (docs/gpu-direct.md); use gpu_mode staged", info.Name)
 }

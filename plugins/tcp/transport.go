@@ -187,7 +187,7 @@ func (t *Transport) Info(context.Context) (sdk.Info, error) {
 			MaxTail:     t.cfg.maxTail(),
 			MaxBatch:    t.cfg.MaxBatch,
 			MaxOpBytes:  t.cfg.MaxOpBytes,
-			MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared},
+			MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared, sdk.MemoryDMABuf}, // dmabuf: only CPU-mappable ones (memory.go)
 			WriterBound: t.id != nil,
 			Bounds:      keyBounds,
 		},
@@ -195,10 +195,7 @@ func (t *Transport) Info(context.Context) (sdk.Info, error) {
 }
 
 func (t *Transport) RegisterMemory(_ context.Context, desc sdk.MemoryDesc) (sdk.RegionID, error) {
-	if desc.Kind != sdk.MemoryHostShared {
-		return 0, errdefs.Errorf(errdefs.Unimplemented, "RegisterMemory: %v memory is not supported by tcp", desc.Kind)
-	}
-	m, err := sdk.MapMemory(desc)
+	m, err := mapRegion(desc)
 	if err != nil {
 		return 0, err
 	}
