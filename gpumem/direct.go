@@ -80,6 +80,13 @@ func (x *DirectBuffer) PageOffset(p int) (uint64, error) {
 	return uint64(int64(p) * x.buf.PageBytes), nil
 }
 
+// EngineMemory is what decode's agent runs on in direct mode
+// (agent.DecodeConfig.Engine): this buffer's pages, one slot each — its
+// PageBytes must be the agent's shard bytes × shards. It has no host view.
+func (x *DirectBuffer) EngineMemory() *agent.EngineMemory {
+	return &agent.EngineMemory{Desc: x.Desc(), Pages: x.pages}
+}
+
 // Close stops offering the buffer. A plugin that registered it keeps its
 // own reference until it deregisters: deregister first, then free the GPU
 // memory (the NIC may write until the plugin deregistered).
@@ -139,14 +146,13 @@ type DirectReceiver struct {
 // NewDirectReceiver holds engine pages for rv's exposure.
 func NewDirectReceiver(rv *agent.KVReceiver) *DirectReceiver { return &DirectReceiver{rv: rv} }
 
-// Init lends the engine pages idx to the request and exposes them to ranks.
+// Init lends the engine pages idx to the request and exposes them to
+// ranks: their writes land in those pages (agent KVReceiver.InitAt; the
+// decode agent runs on the engine's memory, DecodeConfig.Engine). A page
+// still lent to an exposure that was not released is refused
+// (FailedPrecondition): wait for the earlier request's PagesFree.
 func (r *DirectReceiver) Init(idx []int, ranks []core.RankID) (core.Tag, error) {
-	for _, p := range idx {
-		if p < 0 {
-			return core.Tag{}, errdefs.Errorf(errdefs.InvalidArgument, "engine page index %d", p)
-		}
-	}
-	tag, err := r.rv.Init(len(idx), ranks)
+	tag, err := r.rv.InitAt(idx, ranks)
 	if err == nil {
 		r.mu.Lock()
 		r.idx = append([]int(nil), idx...)

@@ -8,23 +8,71 @@ import (
 
 	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/sdk"
 )
 
-// TestDirectHoldUntilReleased is direct mode's hold rule with real plugin
-// processes (TCP), the data path behind the 40 ms delaying proxy: half the
-// requests are aborted on decode while prefill's writes are in flight, and
-// the engine gives a request's pages back (and lends them again at once)
-// as soon as its DirectReceiver says PagesFree. No page may be lent again
-// while the previous request's exposure is still open. The TCP plugin
-// cannot write GPU memory, so the agent's slots stand in for the engine's
-// pages here (in direct mode the exposure is on the engine's pages
-// themselves); the aborted requests' bytes seen in held slots at release
-// show the writes were in flight, i.e. what would have reached a page
-// reused at abort. The control arm (-tags kvfenceunsafe: pages free at
-// Abort) must be caught.
+// directEngine is decode's engine in direct mode: its KV is one fake-GPU
+// buffer of engPages pages of 2×halfPage (K and V of a page side by side).
+type directEngine struct {
+	dev  *Device
+	base uintptr
+}
+
+// page reads engine page p through the driver.
+func (e *directEngine) page(t *testing.T, p int) []byte {
+	b := make([]byte, 2*halfPage)
+	if err := e.dev.CopyFromDevice(b, e.base+uintptr(p*2*halfPage)); err != nil {
+		t.Error(err)
+	}
+	return b
+}
+
+// directPair runs decode in direct mode: the engine's buffer is exported
+// as a dma-buf, which decode's TCP plugin process imports (SCM_RIGHTS) and
+// registers in place of the agent's pool, so prefill's writes land in the
+// engine's pages. With a check, the agent reads the test's own CPU mapping
+// of the same dma-buf (the fake driver's is a memfd; a GPU's has none).
+func directPair(t *testing.T, check agent.ContentCheck) (*agent.Decode, *agent.Prefill, *directEngine) {
+	fakeOnly(t) // host-page alignment of the export, and the CPU mapping
+	dev := openFake(t, Options{})
+	base, err := dev.Alloc(engPages * 2 * halfPage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := dev.ExportBuffer(Buffer{Base: base, PageBytes: 2 * halfPage}, engPages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Close() })
+	mem := x.EngineMemory()
+	if check != nil {
+		view, err := sdk.MapDMABuf(x.Desc())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = view.Close() }) // after the agent closed (cleanups run last first)
+		mem.View = view.Bytes()
+	}
+	d, p := pairWith(t, check, mem)
+	return d, p, &directEngine{dev: dev, base: base}
+}
+
+// TestDirectHoldUntilReleased is direct mode end to end with real plugin
+// processes (TCP, the engine's fake-GPU buffer registered as a dma-buf),
+// the data path behind the 40 ms delaying proxy: half the requests are
+// aborted on decode while prefill's writes are in flight, and the engine
+// gives a request's pages back (and lends them again at once) as soon as
+// its DirectReceiver says PagesFree. No page may be lent again while the
+// previous request's exposure is still open; every page of a successful
+// request is read back through the driver; the aborted requests' bytes
+// seen in their held engine pages at release show the writes were in
+// flight, i.e. what would have reached a page reused at abort; no byte
+// lands in a free engine page; no page is lent at the end. The control arm
+// (-tags kvfenceunsafe: pages free at Abort) must be caught; the core
+// then refuses to expose the reused pages again until the release.
 func TestDirectHoldUntilReleased(t *testing.T) {
 	held := &heldBytes{reqs: map[int]int{}}
-	d, p := stagedPairCheck(t, held)
+	d, p, eng := directPair(t, held)
 	pages := &enginePages{holder: map[int]*DirectReceiver{}}
 	for i := range engPages {
 		pages.give([]int{i})
@@ -39,7 +87,7 @@ func TestDirectHoldUntilReleased(t *testing.T) {
 			for j := range perWorker {
 				k := w*perWorker + j
 				abort := j%2 == 1
-				if runDirect(t, d, p, pages, k, abort) {
+				if runDirect(t, d, p, eng, pages, k, abort) {
 					mu.Lock()
 					if abort {
 						aborted[k] = true
@@ -52,10 +100,13 @@ func TestDirectHoldUntilReleased(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	waitUntil(t, "every hold to end", func() bool { s := d.Stats(); return s.Core.HeldSlots == 0 && s.Core.AssignedSlots == 0 })
+	waitUntil(t, "every hold to end", func() bool {
+		s := d.Stats()
+		return s.Core.HeldSlots == 0 && s.Core.AssignedSlots == 0 && s.Core.HandedSlots == 0
+	})
 	lateHeld := held.seen(aborted)
-	t.Logf("requests: %d succeeded, %d aborted with writes in flight (%d with bytes seen in the held exposure); pages lent again while their exposure was open: %d",
-		ok, len(aborted), lateHeld, pages.reusedOpen)
+	t.Logf("requests: %d succeeded (%d engine pages verified through the driver), %d aborted with writes in flight (%d with bytes seen in the held engine pages); pages lent again while their exposure was open: %d (the core refused to expose them %d times)",
+		ok, pages.verified, len(aborted), lateHeld, pages.reusedOpen, pages.refusedLent)
 	if freesAtAbort {
 		if pages.reusedOpen == 0 {
 			t.Fatal("control arm (engine pages free at abort) not caught: no page was lent again while its exposure was open")
@@ -63,8 +114,11 @@ func TestDirectHoldUntilReleased(t *testing.T) {
 		t.Logf("control arm caught: %d engine pages lent again while the NIC could still write them", pages.reusedOpen)
 		return
 	}
-	if pages.reusedOpen != 0 {
-		t.Fatalf("%d engine pages were lent again while their previous request's exposure was open", pages.reusedOpen)
+	if pages.reusedOpen != 0 || pages.refusedLent != 0 {
+		t.Fatalf("%d engine pages were lent again while their previous request's exposure was open (%d refused by the core)", pages.reusedOpen, pages.refusedLent)
+	}
+	if pages.verified != ok*reqPages {
+		t.Fatalf("%d engine pages verified, want %d", pages.verified, ok*reqPages)
 	}
 	if ok < workers*perWorker/3 || len(aborted) < workers*perWorker/3 {
 		t.Fatalf("too few requests of each kind ran: %d succeeded, %d aborted", ok, len(aborted))
@@ -80,13 +134,12 @@ func TestDirectHoldUntilReleased(t *testing.T) {
 // runDirect runs request k; with abort it aborts once prefill's writes are
 // posted (they are then in the proxy and land after the abort). It returns
 // whether the request ran as asked, and gives its pages back when free.
-func runDirect(t *testing.T, d *agent.Decode, p *agent.Prefill, pages *enginePages, k int, abort bool) bool {
+func runDirect(t *testing.T, d *agent.Decode, p *agent.Prefill, eng *directEngine, pages *enginePages, k int, abort bool) bool {
 	key := core.RequestKey{Room: uint64(k + 1), Gen: 1}
 	var idx []int
 	waitUntil(t, "engine pages", func() bool { idx = pages.take(reqPages); return idx != nil })
 	rv := NewDirectReceiver(d.NewReceiver(key))
-	waitUntil(t, "decode slots", func() bool { _, err := rv.Init(idx, []core.RankID{1}); return err == nil })
-	pages.lend(idx, rv)
+	waitUntil(t, "decode exposure", func() bool { return pages.init(rv, idx) })
 	defer func() {
 		waitUntil(t, "engine pages free", rv.PagesFree)
 		pages.give(idx)
@@ -117,10 +170,13 @@ func runDirect(t *testing.T, d *agent.Decode, p *agent.Prefill, pages *enginePag
 		t.Errorf("request %d: %v (%v)", k, st, rv.Err())
 		return false
 	}
-	for i, pg := range rv.rv.Pages() { // the request's KV, in place
-		if want := append(content(k, i, 0), content(k, i, 1)...); !bytes.Equal(pg, want) {
-			t.Errorf("request %d page %d holds %.12q", k, i, pg)
+	for i, pg := range idx { // the request's KV, in the engine's own pages
+		if want := append(content(k, i, 0), content(k, i, 1)...); !bytes.Equal(eng.page(t, pg), want) {
+			t.Errorf("request %d page %d (engine page %d) holds %.12q", k, i, pg, eng.page(t, pg))
 		}
+		pages.mu.Lock()
+		pages.verified++
+		pages.mu.Unlock()
 	}
 	rv.Finish() // the engine decodes from its pages, then lets the exposure go
 	return true
@@ -131,7 +187,7 @@ func runDirect(t *testing.T, d *agent.Decode, p *agent.Prefill, pages *enginePag
 // exposure go, so the engine gets its pages back; before the fix the
 // exposure stayed open for ever.
 func TestDirectAbortAfterSuccessFreesPages(t *testing.T) {
-	d, p := stagedPairCheck(t, nil)
+	d, p, _ := directPair(t, nil)
 	key := core.RequestKey{Room: 1, Gen: 1}
 	rv := NewDirectReceiver(d.NewReceiver(key))
 	waitUntil(t, "decode slots", func() bool { _, err := rv.Init([]int{3, 4}, []core.RankID{1}); return err == nil })

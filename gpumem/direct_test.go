@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -181,6 +182,27 @@ type enginePages struct {
 	free       []int
 	holder     map[int]*DirectReceiver
 	reusedOpen int
+	// refusedLent: exposures the core refused because a page was still
+	// lent (the engine reused it too early); verified: pages read back.
+	refusedLent, verified int
+}
+
+// init exposes idx for r and lends the pages to it; false to try again
+// (decode full, or a page still lent: counted).
+func (e *enginePages) init(r *DirectReceiver, idx []int) bool {
+	_, err := r.Init(idx, []core.RankID{1})
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if errdefs.IsFailedPrecondition(err) {
+		e.refusedLent++
+	}
+	if err != nil {
+		return false
+	}
+	for _, p := range idx {
+		e.holder[p] = r
+	}
+	return true
 }
 
 // take pops n pages (last given, first taken: a page freed too early is
@@ -199,14 +221,6 @@ func (e *enginePages) take(n int) []int {
 		}
 	}
 	return got
-}
-
-func (e *enginePages) lend(ps []int, r *DirectReceiver) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, p := range ps {
-		e.holder[p] = r
-	}
 }
 
 func (e *enginePages) give(ps []int) {

@@ -21,10 +21,12 @@
 //     exports an engine buffer as a dma-buf (cuMemGetHandleForAddressRange)
 //     offered over SCM_RIGHTS (sdk.ShareDMABuf); PageOffset addresses it by
 //     engine page index; CheckDirect / RegisterDirect refuse a transport
-//     without the dmabuf memory kind; DirectReceiver holds the engine's
-//     pages until the agent released the exposure. Not yet wired into the
-//     agent (it lands writes in its own slot pool), so the C ABI refuses
-//     gpu_mode "direct"; never run on a real GPU or NIC.
+//     without the dmabuf memory kind; EngineMemory is what the decode
+//     agent runs on (agent.DecodeConfig.Engine: writes land at engine page
+//     offsets); DirectReceiver lends engine pages by index (InitAt) and
+//     holds them until the agent released the exposure. The C ABI does not
+//     export buffers yet, so it refuses gpu_mode "direct"; never run on a
+//     real GPU or NIC (the TCP plugin carries it where the dma-buf maps).
 //
 // Binding code (the C ABI's gather/scatter of an engine's buffer list)
 // routes a device buffer like this; the host destination is the agent's

@@ -108,6 +108,12 @@ func (a *decodePages) give(ps []int) {
 // stagedPair is a decode rank and a prefill rank on TCP plugin processes,
 // the data path through a delaying proxy, both engines' KV in GPU memory.
 func stagedPairCheck(t *testing.T, check agent.ContentCheck) (*agent.Decode, *agent.Prefill) {
+	return pairWith(t, check, nil)
+}
+
+// pairWith is stagedPairCheck; with engine, decode runs in direct mode on
+// the engine's memory (32 of its pages lent at once).
+func pairWith(t *testing.T, check agent.ContentCheck, engine *agent.EngineMemory) (*agent.Decode, *agent.Prefill) {
 	ctx := context.Background()
 	dp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
 	if err != nil {
@@ -121,7 +127,7 @@ func stagedPairCheck(t *testing.T, check agent.ContentCheck) (*agent.Decode, *ag
 		}
 	})
 	d, err := agent.NewDecode(ctx, agent.DecodeConfig{Rank: 0, Slots: 32, ShardBytes: 2 * halfPage, Shards: 1,
-		Lease: 2 * time.Second, MaxHold: 20 * time.Second, Fence: true, ControlAddr: "127.0.0.1:0", Check: check,
+		Lease: 2 * time.Second, MaxHold: 20 * time.Second, Fence: true, ControlAddr: "127.0.0.1:0", Check: check, Engine: engine,
 		AdvertiseData: func(ep sdk.Endpoint) []sdk.Endpoint {
 			target, pin, pinned := strings.Cut(ep.Address, "#")
 			px := &delayproxy.Proxy{Target: target, Delays: []time.Duration{40 * time.Millisecond}}
