@@ -1,6 +1,9 @@
 // Package tcp is the kvfence reference transport: one-sided writes over
 // TCP sockets, in pure Go. It is the embedded default (it runs anywhere) and
 // the worked example vendors copy when they wrap their own backend.
+// Registered memory is host-shared memory, or a dma-buf the CPU can map
+// (direct mode in CI: udmabuf, the fake CUDA driver's memfd; memory.go);
+// it never takes a dma-buf it cannot map.
 //
 // It owns both sides of a transfer. The receiving side listens, validates
 // every write against a granted window of registered memory (key known, not
