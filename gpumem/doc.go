@@ -24,9 +24,9 @@
 //     without the dmabuf memory kind; EngineMemory is what the decode
 //     agent runs on (agent.DecodeConfig.Engine: writes land at engine page
 //     offsets); DirectReceiver lends engine pages by index (InitAt) and
-//     holds them until the agent released the exposure. The C ABI does not
-//     export buffers yet, so it refuses gpu_mode "direct"; never run on a
-//     real GPU or NIC (the TCP plugin carries it where the dma-buf maps).
+//     holds them until the agent released the exposure. The C ABI exports
+//     decode's engine buffer for gpu_mode "direct"; never run on a real
+//     GPU or NIC (the TCP plugin carries it where the dma-buf maps).
 //
 // Binding code (the C ABI's gather/scatter of an engine's buffer list)
 // routes a device buffer like this; the host destination is the agent's

@@ -353,6 +353,12 @@ func init() {
 func openPairT(t *testing.T) (dec, pre uint64) {
 	t.Helper()
 	dec = openDecodeT(t, 1)
+	return dec, openPrefillT(t, dec)
+}
+
+// openPrefillT opens prefill rank 1 linked to decode rank dec.
+func openPrefillT(t *testing.T, dec uint64) (pre uint64) {
+	t.Helper()
 	addr := make([]byte, 128)
 	abi(kvfence_agent_addr, dec, unsafe.Pointer(&addr[0]), len(addr), nil)
 	cfg := fmt.Sprintf(`{"rank": 1, "source_pages": 8, "shard_bytes": 4096, "log_level": "off", "plugin": %q, "decode_addr": %q}`,
@@ -365,7 +371,7 @@ func openPairT(t *testing.T) (dec, pre uint64) {
 	for abi(kvfence_prefill_linked, pre) != 1 || abi(kvfence_decode_linked, dec, 1) != 1 {
 		time.Sleep(10 * time.Millisecond) // the link comes up on its own; the test's timeout bounds it
 	}
-	return dec, pre
+	return pre
 }
 
 // The issue's Python crash at its root: src and dst that fault, where a
@@ -417,30 +423,28 @@ func TestWriteAndReadFaultingMemoryAreInvalidArguments(t *testing.T) {
 	abi(kvfence_receiver_finish, rv, e.p())
 }
 
-// TestGPUModeDirectRefusedAtOpen: gpu_mode "direct" on the TCP plugin (a
-// real plugin process that declares dmabuf, for CPU-mappable ones) is
-// refused at open with UNIMPLEMENTED (this library does not export the
-// engine's buffers yet); a mistyped mode is INVALID_ARGUMENT; "staged"
-// opens.
+// TestGPUModeDirectRefusedAtOpen: gpu_mode "direct" on decode without the
+// engine's buffer (direct_buffer, direct_pages) is INVALID_ARGUMENT, and
+// so is a buffer in staged mode or a mistyped mode; "staged" opens.
 func TestGPUModeDirectRefusedAtOpen(t *testing.T) {
-	const codeUnimplemented = 8
 	for _, c := range []struct {
-		mode, want string
-		code       int64
+		mode, extra, want string
+		code              int64
 	}{
-		{"direct", "does not yet export", codeUnimplemented},
-		{"dirct", "gpu_mode", codeInvalid},
-		{"staged", "", 0},
+		{"direct", "", "direct_buffer", codeInvalid},
+		{"staged", `, "direct_buffer": 4096, "direct_pages": 2`, "need gpu_mode", codeInvalid},
+		{"dirct", "", "gpu_mode", codeInvalid},
+		{"staged", "", "", 0},
 	} {
 		var h uint64
 		var e errBuf
-		cfg := withPlugin(fmt.Sprintf(`{"slots": 8, "shard_bytes": 4096, "gpu_mode": %q}`, c.mode))
+		cfg := withPlugin(fmt.Sprintf(`{"slots": 8, "shard_bytes": 4096, "gpu_mode": %q%s}`, c.mode, c.extra))
 		rc := abi(kvfence_decode_open, cstr(cfg), unsafe.Pointer(&h), e.p())
 		if rc == 0 {
 			abi(kvfence_close, h, nil)
 		}
 		if rc != c.code || !strings.Contains(string(e.Message[:]), c.want) {
-			t.Errorf("gpu_mode %q: %d %s; want %d naming %q", c.mode, rc, e.Message[:], c.code, c.want)
+			t.Errorf("gpu_mode %q%s: %d %s; want %d naming %q", c.mode, c.extra, rc, e.Message[:], c.code, c.want)
 		}
 	}
 }
@@ -452,15 +456,25 @@ func (dmabufTransport) Info(context.Context) (sdk.Info, error) {
 	return sdk.Info{Name: "verbs-like", Capabilities: sdk.Capabilities{MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared, sdk.MemoryDMABuf}}}, nil
 }
 
-// TestGPUModeDirectUnimplementedOnDMABufTransport: a transport that can
-// take dma-bufs is still refused, as Unimplemented and naming what is
-// missing, while this library does not export the engine's buffers.
-func TestGPUModeDirectUnimplementedOnDMABufTransport(t *testing.T) {
-	err := checkGPUMode("direct", dmabufTransport{})
-	if !errdefs.IsUnimplemented(err) || !strings.Contains(err.Error(), "page indices") {
+// TestGPUModeDirectNeedsDMABuf: a transport that does not declare the
+// dmabuf memory kind is refused direct mode at open, naming its kinds; one
+// that does passes this check (its registration of the buffer decides).
+func TestGPUModeDirectNeedsDMABuf(t *testing.T) {
+	if err := checkGPUMode("direct", dmabufTransport{}); err != nil {
 		t.Fatalf("direct on a dmabuf transport: %v", err)
 	}
-	if err := checkGPUMode("", dmabufTransport{}); err != nil {
+	err := checkGPUMode("direct", hostOnlyTransport{})
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "host-shared") {
+		t.Fatalf("direct on a host-shared-only transport: %v, want FailedPrecondition naming its kinds", err)
+	}
+	if err := checkGPUMode("", hostOnlyTransport{}); err != nil {
 		t.Fatalf("default mode: %v", err)
 	}
+}
+
+// hostOnlyTransport declares host-shared memory only (Mooncake, NIXL, MORI).
+type hostOnlyTransport struct{ sdk.Transport }
+
+func (hostOnlyTransport) Info(context.Context) (sdk.Info, error) {
+	return sdk.Info{Name: "host-only", Capabilities: sdk.Capabilities{MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared}}}, nil
 }

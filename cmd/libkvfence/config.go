@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/gpumem"
 	"github.com/kvfence/kvfence/sdk"
 )
 
@@ -52,6 +53,9 @@ type decodeJSON struct {
 	Fence         *bool `json:"fence"`
 	EagerRevoke   bool  `json:"eager_revoke"`
 	Checksums     bool  `json:"checksums"`
+	// DirectBuffer, DirectPages: gpu_mode "direct" (direct.go).
+	DirectBuffer uint64 `json:"direct_buffer"`
+	DirectPages  int    `json:"direct_pages"`
 }
 
 type prefillJSON struct {
@@ -105,6 +109,8 @@ type agentObj struct {
 	// pageBytes: decode's slot (one shard per prefill rank), prefill's shard.
 	pageBytes int64
 	shards    int // decode: prefill ranks per slot (checks.go bounds Init by it)
+	// direct: decode's exported engine buffer in direct mode (direct.go)
+	direct *gpumem.DirectBuffer
 }
 
 func (a *agentObj) metrics() *agent.Metrics {
@@ -122,6 +128,9 @@ func (a *agentObj) close() {
 		a.pre.Close()
 	}
 	_ = a.plug.Close()
+	if a.direct != nil { // after the plugin let go of its import
+		_ = a.direct.Close()
+	}
 	if a.logf != nil {
 		_ = a.logf.Close()
 	}
@@ -219,6 +228,10 @@ func openDecode(text string) (*agentObj, error) {
 		cfg.ControlAddr = "127.0.0.1:0"
 	}
 	a.pageBytes, a.shards = cfg.ShardBytes*int64(cfg.Shards), cfg.Shards
+	if cfg.Engine, err = j.directEngine(a); err != nil {
+		a.close()
+		return nil, err
+	}
 	if a.dec, err = agent.NewDecode(context.Background(), cfg, a.plug.Transport()); err != nil {
 		a.close()
 		return nil, err

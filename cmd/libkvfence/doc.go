@@ -20,7 +20,10 @@
 //     finish and close wait for its scatter. Buffers the CUDA driver says
 //     are device memory are copied through gpumem (stage_gpu.go), never
 //     touched by host code; a scatter into them runs only after the
-//     request succeeded.
+//     request succeeded. In direct mode (direct.go) decode's engine buffer
+//     is exported as a dma-buf at open and writes land in it at the page
+//     indices kvfence_receiver_init_at names; the engine reuses a page
+//     only once the request is released.
 //   - Poll-based: callers poll (or wait with a timeout); Go never calls
 //     into C.
 //   - Safe from several threads: agent calls go through each rank's event

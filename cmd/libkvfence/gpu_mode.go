@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 
-	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/gpumem"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -12,11 +11,11 @@ import (
 // default) needs nothing from the transport. "direct" (opt-in: the NIC
 // writes straight into the engine's GPU pages) is refused, with the
 // reason, by a transport that does not declare the dmabuf memory kind
-// (Mooncake, NIXL, MORI: FailedPrecondition), and otherwise (verbs, and
-// TCP for CPU-mappable dma-bufs) as Unimplemented: the Go agent can run
-// it (agent.DecodeConfig.Engine, KVReceiver.InitAt), but this library
-// does not yet export the engine's buffers or take its page indices
-// (docs/gpu-direct.md), so no request may run in a mode it cannot keep.
+// (Mooncake, NIXL, MORI: FailedPrecondition). Verbs and TCP declare it;
+// whether the engine's buffer can be registered is then decided at decode
+// open, when the plugin registers it (TCP refuses a dma-buf the CPU cannot
+// map, as a real GPU's usually is, FailedPrecondition). Prefill's sources
+// are staged either way: direct mode is where decode's writes land.
 func checkGPUMode(mode string, tr sdk.Transport) error {
 	switch mode {
 	case "", "staged":
@@ -29,9 +28,5 @@ func checkGPUMode(mode string, tr sdk.Transport) error {
 	if err != nil {
 		return err
 	}
-	if err := gpumem.CheckDirect(info); err != nil {
-		return err
-	}
-	return errdefs.Errorf(errdefs.Unimplemented,
-		"direct mode: transport %q can register dma-bufs, but this library does not yet export the engine's buffers or take its page indices (docs/gpu-direct.md); use gpu_mode staged", info.Name)
+	return gpumem.CheckDirect(info)
 }

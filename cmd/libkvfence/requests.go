@@ -114,6 +114,9 @@ func kvfence_receiver_read(r C.kvfence_handle, first, count C.int, dst unsafe.Po
 	if err != nil {
 		return fail(e, err)
 	}
+	if err := notDirect(o.a, "kvfence_receiver_read"); err != nil {
+		return fail(e, err)
+	}
 	pages := o.rv.Pages()
 	if pages == nil {
 		return fail(e, errdefs.Errorf(errdefs.FailedPrecondition, "request not handed off (state %s)", o.rv.Poll()))

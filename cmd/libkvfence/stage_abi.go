@@ -124,6 +124,9 @@ func kvfence_receiver_scatter(r, layout C.kvfence_handle, idx *C.int32_t, n, sha
 	if err != nil {
 		return fail(e, err)
 	}
+	if err := notDirect(o.a, "kvfence_receiver_scatter"); err != nil {
+		return fail(e, err)
+	}
 	slots := o.rv.Pages()
 	if slots == nil || len(pages) > len(slots) {
 		return fail(e, errdefs.Errorf(errdefs.FailedPrecondition, "%d pages to scatter from a request with %d handed-off pages (state %s)", len(pages), len(slots), o.rv.Poll()))

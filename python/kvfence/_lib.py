@@ -55,6 +55,7 @@ _SIGNATURES = {
     "kvfence_page_bytes": (ctypes.c_int64, [H]),
     "kvfence_receiver_new": (I, [H, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(H), E]),
     "kvfence_receiver_init": (I, [H, I, ctypes.POINTER(ctypes.c_uint32), I, E]),
+    "kvfence_receiver_init_at": (I, [H, ctypes.POINTER(ctypes.c_int32), I, ctypes.POINTER(ctypes.c_uint32), I, E]),
     "kvfence_receiver_read": (I, [H, I, I, P, S, E]),
     "kvfence_receiver_finish": (I, [H, E]),
     "kvfence_receiver_abort": (I, [H, E]),

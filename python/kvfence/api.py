@@ -171,6 +171,18 @@ class Receiver(_Request):
         arr = (ctypes.c_uint32 * len(rs))(*rs)
         _lib.call("kvfence_receiver_init", self._handle(), pages, arr, len(rs))
 
+    def init_at(self, pages, ranks):
+        """Direct mode (decode opened with gpu_mode "direct"): the request's
+        pages land in the engine's own pages, page indices pages, in order.
+        FailedPrecondition: a page is still lent to an earlier request whose
+        writes may still land (reuse it only once that one's released() is
+        true); ResourceExhausted: too many pages lent (holds count)."""
+        ps = [checks.integer(p, ctypes.c_int32, "page index") for p in pages]
+        rs = [checks.integer(r, ctypes.c_uint32, "rank") for r in ranks]
+        idx = (ctypes.c_int32 * max(1, len(ps)))(*ps)
+        arr = (ctypes.c_uint32 * len(rs))(*rs)
+        _lib.call("kvfence_receiver_init_at", self._handle(), idx, len(ps), arr, len(rs))
+
     def read_into(self, buf, first=0, count=1, size=None):
         """Copies count pages from first on into buf (count × page_bytes)."""
         need = checks.integer(count, ctypes.c_int, "count") * self.agent.page_bytes

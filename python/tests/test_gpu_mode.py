@@ -1,16 +1,21 @@
 """gpu_mode "direct" (the NIC writes into the engine's GPU pages) is
-opt-in and refused at start-up with a classified reason: here by the TCP
-reference plugin, a real plugin process that takes CPU-mappable dma-bufs,
-as Unimplemented, because the library does not yet export the engine's
-buffers (the Go agent runs direct mode: docs/gpu-direct.md). The SGLang
-classes pass the key through to both sides' library config."""
+opt-in: decode needs the engine's buffer (direct_buffer, direct_pages),
+and is refused at start-up with a classified reason without it (direct
+mode itself runs in cmd/libkvfence's TestDirectModeThroughTheABI on the
+fake driver: docs/gpu-direct.md). The SGLang classes pass the key through
+to both sides' library config."""
+import os
+import time
+
+import numpy as np
 import pytest
 
+import fakecuda
 from kvfence import api, errors, sglang
 
 
 def test_direct_refused_by_tcp_plugin():
-    with pytest.raises(errors.Unimplemented, match="does not yet export"):
+    with pytest.raises(errors.InvalidArgument, match="direct_buffer"):
         api.Decode(rank=0, slots=8, shard_bytes=64, gpu_mode="direct", log_level="off")
     with pytest.raises(errors.InvalidArgument, match="gpu_mode"):
         api.Decode(rank=0, slots=8, shard_bytes=64, gpu_mode="dirct", log_level="off")
@@ -19,3 +24,50 @@ def test_direct_refused_by_tcp_plugin():
 
 def test_sglang_passes_gpu_mode_through():
     assert "gpu_mode" in sglang._SHARED_KEYS
+
+
+CHILD = os.environ.get("KVFENCE_GPU_TEST_CHILD") == "1"
+
+if not CHILD:
+    def test_direct_mode_on_the_fake_driver():
+        """Direct mode through Python, in a child process whose driver is
+        the fake (its device memory is PROT_NONE to the host)."""
+        fakecuda.run_child(__file__, 300)
+else:
+    def test_direct_pages_land_in_the_engines_buffer():
+        """decode's engine buffer is exported as a dma-buf at open and
+        registered by the TCP plugin process; a request lands in the pages
+        init_at named (read back through the driver); a page still lent
+        is refused FailedPrecondition until the request is released."""
+        cuda = fakecuda.Cuda(os.environ["KVFENCE_CUDA_LIB"])
+        buf = cuda.alloc(16 * 4096)
+        with api.Decode(rank=0, slots=4, shard_bytes=4096, gpu_mode="direct", direct_buffer=buf, direct_pages=16,
+                        control_addr="127.0.0.1:0", log_level="error") as d, \
+                api.Prefill(rank=1, decode_addr=d.addr, source_pages=4, shard_bytes=4096, gpu_mode="direct",
+                            log_level="error") as p:
+            p.wait_linked(60)
+            d.wait_linked([1], 60)
+            rv, other = d.receiver(41), d.receiver(42)
+            rv.init_at([11, 3], [1])
+            with pytest.raises(errors.FailedPrecondition, match="still lent"):
+                other.init_at([3], [1])
+            src = (np.arange(2 * 4096) * 7 % 251).astype(np.uint8)
+            s = p.sender(41)
+            s.init(2)
+            s.write(0, src, count=2)
+            s.send(2)
+            s.finish(2)
+            assert rv.wait(60) == 4
+            for i, page in enumerate([11, 3]):
+                got = np.zeros(4096, dtype=np.uint8)
+                cuda.download(got, buf + page * 4096)
+                assert (got == src[i * 4096:(i + 1) * 4096]).all(), "engine page %d" % page
+            with pytest.raises(errors.FailedPrecondition, match="engine's own pages"):
+                rv.read()
+            rv.finish()
+            deadline = time.monotonic() + 60
+            while not rv.released:
+                assert time.monotonic() < deadline, "the request was never released"
+                time.sleep(0.01)
+            other.init_at([3], [1])
+            other.abort()
