@@ -106,6 +106,7 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 		byKey:  make(map[RequestKey]*exposure),
 	}
 	r.metrics.SlotBytes = cfg.SlotBytes
+	r.timers.widen(cfg.Lease) // leases and what follows them are near; rank-lease-covered holds wait far
 	if cfg.Restarted && pol.QuarantineOnRestart() {
 		r.quarantine = r.pool.take(nil, r.pool.Free())
 		r.quarantineStart = now

@@ -163,12 +163,14 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sender{
+	s := &Sender{
 		cfg:     cfg,
 		policy:  pol,
 		recs:    make(map[RequestKey]*tagRec),
 		batches: make(map[BatchID]*batch),
-	}, nil
+	}
+	s.bootTimers.widen(cfg.BootstrapTimeout)
+	return s, nil
 }
 
 // Ready returns what the last input produced (valid until the next input).

@@ -64,6 +64,8 @@ func (s *Sender) onAssign(key streamKey, st *stream, m Message, now Time) {
 		s.ackUnknown(key, m.LeaseUntil)
 		return
 	}
+	// Assign leases are near-term timers; covered streams wait far, at HoldUntil.
+	s.leaseTimers.widen(m.LeaseUntil.Sub(now))
 	st = s.newStream(key, m.LeaseUntil, m.HoldUntil)
 	st.slots = append(st.slots[:0], m.Slots...)
 	if req != nil {
