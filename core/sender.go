@@ -123,7 +123,7 @@ type Sender struct {
 	policy policy // the rules a known-unsafe variant may change (policy.go)
 	// recs: per request key, its request, streams and tombstones
 	// (sender_tags.go).
-	recs      map[RequestKey]*tagRec
+	recs      keyIndex[*tagRec]
 	list      []*stream  // live streams, in a deterministic order
 	reqList   []*request // open requests, in a deterministic order
 	nTombs    int        // stream tombstones
@@ -166,7 +166,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	s := &Sender{
 		cfg:     cfg,
 		policy:  pol,
-		recs:    make(map[RequestKey]*tagRec),
+		recs:    keyIndex[*tagRec]{seed: cfg.Session},
 		batches: make(map[BatchID]*batch),
 	}
 	s.bootTimers.widen(cfg.BootstrapTimeout)

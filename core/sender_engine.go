@@ -11,7 +11,7 @@ func (s *Sender) Open(key RequestKey, pages int, now Time) error {
 	if pages <= 0 || pages > MaxWireSlots {
 		return errorf(errdefs.InvalidArgument, "request %s: pages %d out of range", key, pages)
 	}
-	rec := s.recs[key]
+	rec := s.recs.get(key)
 	if rec != nil && rec.req != nil {
 		return errorf(errdefs.AlreadyExists, "request %s is already open", key)
 	}
@@ -110,7 +110,7 @@ func (s *Sender) Abort(key RequestKey, now Time) error {
 		if !s.requestEnded(key) {
 			s.tombstoneRequest(key, now)
 		}
-		if rec := s.recs[key]; rec != nil {
+		if rec := s.recs.get(key); rec != nil {
 			for _, st := range append(s.scratch[:0], rec.waiting...) {
 				s.drain(st)
 			}
@@ -187,7 +187,7 @@ func (s *Sender) tombstoneRequest(key RequestKey, now Time) {
 // the request and none of its streams can still read them (I7). Streams that
 // finished are tombstones by then and no longer listed.
 func (s *Sender) settleRequest(req *request) {
-	rec := s.recs[req.key]
+	rec := s.recs.get(req.key)
 	if !req.ended || len(req.streams) > 0 || rec == nil || rec.req != req {
 		return
 	}

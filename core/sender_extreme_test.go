@@ -96,7 +96,7 @@ func checkSenderTimers(t *rapid.T, s *Sender, step int) {
 			t.Fatalf("step %d: request %s times out at %d but is queued at %d (queued %v)", step, req.key, end, req.due, req.hpos != 0)
 		}
 	}
-	for k, rec := range s.recs {
+	s.recs.each(func(k RequestKey, rec *tagRec) {
 		for _, tb := range rec.tombs {
 			queued := false
 			for _, e := range s.tombTimers {
@@ -107,7 +107,7 @@ func checkSenderTimers(t *rapid.T, s *Sender, step int) {
 			}
 		}
 		if !rec.ended {
-			continue
+			return
 		}
 		queued := false
 		for _, e := range s.reqTombTimers {
@@ -116,7 +116,7 @@ func checkSenderTimers(t *rapid.T, s *Sender, step int) {
 		if !queued {
 			t.Fatalf("step %d: request tombstone %s (until %d) has no timer", step, k, rec.endUntil)
 		}
-	}
+	})
 }
 
 // checkSenderRecords checks the per-key records (sender_tags.go) against
@@ -134,7 +134,7 @@ func checkSenderRecords(t *rapid.T, s *Sender, step int) {
 		}
 	}
 	tombs, streams, reqs := 0, 0, 0
-	for k, rec := range s.recs {
+	s.recs.each(func(k RequestKey, rec *tagRec) {
 		if rec.empty() {
 			t.Fatalf("step %d: the record of %s is empty but kept", step, k)
 		}
@@ -143,7 +143,7 @@ func checkSenderRecords(t *rapid.T, s *Sender, step int) {
 		if rec.req != nil {
 			reqs++
 		}
-	}
+	})
 	if tombs != s.nTombs || streams != len(s.list) || reqs != len(s.reqList) {
 		t.Fatalf("step %d: records hold %d tombstones, %d streams, %d requests; counted %d, %d, %d",
 			step, tombs, streams, reqs, s.nTombs, len(s.list), len(s.reqList))

@@ -158,7 +158,7 @@ func (s *Sender) unwait(st *stream) {
 		return
 	}
 	k := st.key.tag.Key()
-	if rec := s.recs[k]; rec != nil {
+	if rec := s.recs.get(k); rec != nil {
 		rec.waiting = without(rec.waiting, st)
 		s.tidy(k, rec)
 	}

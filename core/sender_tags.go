@@ -5,7 +5,7 @@ import "slices"
 // This file: the rank's per-key records. Everything the rank keeps under
 // one request key (its open request, the request's tombstone, the streams
 // waiting for it to open, its live streams and their tombstones) sits in one
-// record reached by one map probe. With 100,000 live requests the first
+// record reached by one probe of a keyIndex (keyindex.go). With 100,000 live requests the first
 // probe of a new key misses the cache; one record costs that miss once per
 // input where a map per kind cost it once per map (docs/fence-cost.md).
 
@@ -32,7 +32,7 @@ func (r *tagRec) empty() bool {
 
 // recFor returns key's record, making it if there is none.
 func (s *Sender) recFor(key RequestKey) *tagRec {
-	if r := s.recs[key]; r != nil {
+	if r := s.recs.get(key); r != nil {
 		return r
 	}
 	var r *tagRec
@@ -42,7 +42,7 @@ func (s *Sender) recFor(key RequestKey) *tagRec {
 	} else {
 		r = &tagRec{}
 	}
-	s.recs[key] = r
+	s.recs.put(key, r)
 	return r
 }
 
@@ -51,14 +51,14 @@ func (s *Sender) tidy(key RequestKey, r *tagRec) {
 	if r == nil || !r.empty() {
 		return
 	}
-	delete(s.recs, key)
+	s.recs.del(key)
 	*r = tagRec{waiting: r.waiting[:0], streams: r.streams[:0], tombs: r.tombs[:0]}
 	s.freeRecs = append(s.freeRecs, r)
 }
 
 // request returns the open request of key, or nil.
 func (s *Sender) request(key RequestKey) *request {
-	if r := s.recs[key]; r != nil {
+	if r := s.recs.get(key); r != nil {
 		return r.req
 	}
 	return nil
@@ -66,13 +66,13 @@ func (s *Sender) request(key RequestKey) *request {
 
 // requestEnded reports whether key has a request tombstone.
 func (s *Sender) requestEnded(key RequestKey) bool {
-	r := s.recs[key]
+	r := s.recs.get(key)
 	return r != nil && r.ended
 }
 
 // stream returns the live stream of k, or nil.
 func (s *Sender) stream(k streamKey) *stream {
-	if r := s.recs[k.tag.Key()]; r != nil {
+	if r := s.recs.get(k.tag.Key()); r != nil {
 		for _, st := range r.streams {
 			if st.key == k {
 				return st
@@ -84,7 +84,7 @@ func (s *Sender) stream(k streamKey) *stream {
 
 // tomb returns the tombstone of k, if there is one.
 func (s *Sender) tomb(k streamKey) (tombstone, bool) {
-	if r := s.recs[k.tag.Key()]; r != nil {
+	if r := s.recs.get(k.tag.Key()); r != nil {
 		for i := range r.tombs {
 			if r.tombs[i].key == k {
 				return r.tombs[i].tombstone, true
@@ -109,7 +109,7 @@ func (s *Sender) setTomb(k streamKey, tb tombstone) {
 
 // expireTomb forgets k's tombstone if it ended by now.
 func (s *Sender) expireTomb(k streamKey, now Time) {
-	r := s.recs[k.tag.Key()]
+	r := s.recs.get(k.tag.Key())
 	if r == nil {
 		return
 	}
@@ -125,7 +125,7 @@ func (s *Sender) expireTomb(k streamKey, now Time) {
 
 // expireRequestTomb forgets key's request tombstone if it ended by now.
 func (s *Sender) expireRequestTomb(key RequestKey, now Time) {
-	if r := s.recs[key]; r != nil && r.ended && now >= r.endUntil {
+	if r := s.recs.get(key); r != nil && r.ended && now >= r.endUntil {
 		r.ended, r.endUntil = false, 0
 		s.tidy(key, r)
 	}
@@ -140,7 +140,7 @@ func (s *Sender) addStream(st *stream) {
 // removeStream takes a live stream out of its key's record.
 func (s *Sender) removeStream(st *stream) {
 	k := st.key.tag.Key()
-	if r := s.recs[k]; r != nil {
+	if r := s.recs.get(k); r != nil {
 		r.streams = without(r.streams, st)
 		s.tidy(k, r)
 	}
