@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/pprof"
+	"slices"
 	"testing"
 	"time"
 
@@ -273,10 +274,13 @@ func BenchmarkRevokeBeforeRelease(b *testing.B) {
 }
 
 // interleaved runs cycle on arms a and c in alternating chunks and reports
-// each arm's ns per cycle and their ratio a/c.
+// each arm's ns per cycle, their ratio a/c, and the median of the ratios of
+// adjacent chunks (a/c-median): on a shared machine a chunk that another
+// process preempted skews the totals but not the median.
 func interleaved(b *testing.B, cycle func(*benchPair), nameA string, a *benchPair, nameC string, c *benchPair) {
 	const chunk = 64
 	var tA, tC time.Duration
+	var pairs []float64
 	// Profile labels tell the arms apart (go tool pprof -tagfocus arm=...).
 	ctx := context.Background()
 	ctxA, ctxC := pprof.WithLabels(ctx, pprof.Labels("arm", nameA)), pprof.WithLabels(ctx, pprof.Labels("arm", nameC))
@@ -294,8 +298,10 @@ func interleaved(b *testing.B, cycle func(*benchPair), nameA string, a *benchPai
 		for i := 0; i < chunk; i++ {
 			cycle(c)
 		}
-		tA += t1.Sub(t0)
-		tC += time.Since(t1)
+		dA, dC := t1.Sub(t0), time.Since(t1)
+		tA += dA
+		tC += dC
+		pairs = append(pairs, float64(dA)/float64(dC))
 		if a.between != nil || c.between != nil {
 			pprof.SetGoroutineLabels(ctx)
 			b.StopTimer()
@@ -311,4 +317,6 @@ func interleaved(b *testing.B, cycle func(*benchPair), nameA string, a *benchPai
 	b.ReportMetric(float64(tA.Nanoseconds())/n, nameA+"-ns/cycle")
 	b.ReportMetric(float64(tC.Nanoseconds())/n, nameC+"-ns/cycle")
 	b.ReportMetric(float64(tA)/float64(tC), nameA+"/"+nameC)
+	slices.Sort(pairs)
+	b.ReportMetric(pairs[len(pairs)/2], nameA+"/"+nameC+"-median")
 }
