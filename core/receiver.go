@@ -69,8 +69,8 @@ type Receiver struct {
 	cfg     ReceiverConfig
 	policy  policy // the rules a known-unsafe variant may change (policy.go)
 	pool    *SlotPool
-	byKey   map[RequestKey]*exposure
-	list    []*exposure // deterministic iteration order
+	byKey   keyIndex[*exposure] // by request key (keyindex.go)
+	list    []*exposure         // deterministic iteration order
 	spare   []*exposure
 	timers  deadlines[*exposure] // by the earliest time Tick may act on them
 	due     []*exposure          // scratch for Tick
@@ -104,12 +104,13 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 		cfg:    cfg,
 		policy: pol,
 		pool:   NewSlotPool(cfg.Slots),
-		byKey:  make(map[RequestKey]*exposure),
+		byKey:  keyIndex[*exposure]{seed: cfg.Instance},
 	}
 	if cfg.EnginePages > 0 {
 		r.pool = NewEnginePool(cfg.EnginePages, cfg.Slots)
 	}
 	r.metrics.SlotBytes = cfg.SlotBytes
+	r.timers.widen(cfg.Lease) // leases and what follows them are near; rank-lease-covered holds wait far
 	if cfg.Restarted && pol.QuarantineOnRestart() {
 		r.quarantine = r.pool.takeAll()
 		r.quarantineStart = now
@@ -294,7 +295,7 @@ func (r *Receiver) checkAdmit(key RequestKey, ranks []RankID, pages int) error {
 			return errorf(errdefs.Unavailable, "request %s: prefill rank %d was declared dead and has not linked again", key, id)
 		}
 	}
-	if _, ok := r.byKey[key]; ok {
+	if r.byKey.get(key) != nil {
 		return errorf(errdefs.AlreadyExists, "request %s is already exposed", key)
 	}
 	return nil
@@ -311,7 +312,7 @@ func (r *Receiver) expose(e *exposure, key RequestKey, ranks []RankID, target in
 		e.rankIDs = append(e.rankIDs, id)
 		e.ranks = append(e.ranks, rankTrack{rank: id, lease: lease})
 	}
-	r.byKey[key] = e
+	r.byKey.put(key, e)
 	e.idx = len(r.list)
 	r.list = append(r.list, e)
 	r.timers.schedule(e, lease)
@@ -557,11 +558,11 @@ func (r *Receiver) Tick(now Time) {
 	due := r.timers.popDue(now, r.due[:0])
 	slices.SortFunc(due, func(a, b *exposure) int { return a.idx - b.idx })
 	for _, e := range due {
-		if e.hpos != 0 || r.byKey[e.tag.Key()] != e {
+		if e.hpos != 0 || r.byKey.get(e.tag.Key()) != e {
 			continue // released, or queued again, by an earlier one in this Tick
 		}
 		r.tickExposure(e, now)
-		if r.byKey[e.tag.Key()] == e {
+		if r.byKey.get(e.tag.Key()) == e {
 			if t, ok := r.nextDue(e); ok {
 				r.timers.schedule(e, t)
 			}
@@ -816,7 +817,7 @@ func (r *Receiver) release(e *exposure, path ReleasePath, now Time) {
 	r.pool.give(e.slots)
 	r.timers.remove(e)
 	r.out.Releases = append(r.out.Releases, Release{Tag: e.tag, Slots: e.slots, Path: path, Held: held})
-	delete(r.byKey, e.tag.Key())
+	r.byKey.del(e.tag.Key())
 	last := r.list[len(r.list)-1]
 	r.list[e.idx] = last
 	last.idx = e.idx
@@ -847,7 +848,7 @@ func (r *Receiver) lookup(tag Tag) *exposure {
 	if tag.Instance != r.cfg.Instance {
 		return nil
 	}
-	return r.byKey[tag.Key()]
+	return r.byKey.get(tag.Key())
 }
 
 // lookupMsg finds the exposure a received message is about.
@@ -866,7 +867,7 @@ func (r *Receiver) lookupMsg(tag Tag) *exposure {
 	if tag.Instance != r.cfg.Instance {
 		return nil
 	}
-	return r.byKey[tag.Key()]
+	return r.byKey.get(tag.Key())
 }
 
 func (r *Receiver) newExposure() *exposure {

@@ -119,15 +119,14 @@ type batch struct {
 // behind streams, batches and requests are reused, so the steady state does
 // not allocate.
 type Sender struct {
-	cfg       SenderConfig
-	policy    policy                // the rules a known-unsafe variant may change (policy.go)
-	streams   map[streamKey]*stream // live streams
-	list      []*stream             // the same, in a deterministic order
-	tombs     map[streamKey]tombstone
-	requests  map[RequestKey]*request
-	reqList   []*request // deterministic iteration order
-	reqTombs  map[RequestKey]Time
-	waiting   map[RequestKey][]*stream // assigned before the engine opened the request
+	cfg    SenderConfig
+	policy policy // the rules a known-unsafe variant may change (policy.go)
+	// recs: per request key, its request, streams and tombstones
+	// (sender_tags.go).
+	recs      keyIndex[*tagRec]
+	list      []*stream  // live streams, in a deterministic order
+	reqList   []*request // open requests, in a deterministic order
+	nTombs    int        // stream tombstones
 	batches   map[BatchID]*batch
 	nextBatch BatchID
 	unsettled int
@@ -152,7 +151,7 @@ type Sender struct {
 	freeStreams []*stream
 	freeBatches []*batch
 	freeReqs    []*request
-	spareWaits  [][]*stream
+	freeRecs    []*tagRec
 }
 
 // NewSender makes the core of one prefill rank.
@@ -164,16 +163,14 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sender{
-		cfg:      cfg,
-		policy:   pol,
-		streams:  make(map[streamKey]*stream),
-		tombs:    make(map[streamKey]tombstone),
-		requests: make(map[RequestKey]*request),
-		reqTombs: make(map[RequestKey]Time),
-		waiting:  make(map[RequestKey][]*stream),
-		batches:  make(map[BatchID]*batch),
-	}, nil
+	s := &Sender{
+		cfg:     cfg,
+		policy:  pol,
+		recs:    keyIndex[*tagRec]{seed: cfg.Session},
+		batches: make(map[BatchID]*batch),
+	}
+	s.bootTimers.widen(cfg.BootstrapTimeout)
+	return s, nil
 }
 
 // Ready returns what the last input produced (valid until the next input).
@@ -183,9 +180,9 @@ func (s *Sender) Ready() *Output { return &s.out }
 func (s *Sender) Metrics() SenderMetrics {
 	m := s.metrics
 	m.Unsettled = s.unsettled
-	m.Requests = len(s.requests)
+	m.Requests = len(s.reqList)
 	m.Streams = len(s.list)
-	m.Tombstones = len(s.tombs)
+	m.Tombstones = s.nTombs
 	return m
 }
 
@@ -193,10 +190,10 @@ func (s *Sender) Metrics() SenderMetrics {
 // tombstone.
 func (s *Sender) StreamState(tag Tag, decode RankID) (StreamState, bool) {
 	k := streamKey{tag, decode}
-	if st := s.streams[k]; st != nil {
+	if st := s.stream(k); st != nil {
 		return st.state, true
 	}
-	if tb, ok := s.tombs[k]; ok {
+	if tb, ok := s.tomb(k); ok {
 		return tb.state, true
 	}
 	return 0, false
@@ -205,9 +202,9 @@ func (s *Sender) StreamState(tag Tag, decode RankID) (StreamState, bool) {
 // OpenRequests lists the requests this rank still holds source pages for,
 // for inspection (ordered by room, then generation).
 func (s *Sender) OpenRequests() []RequestKey {
-	keys := make([]RequestKey, 0, len(s.requests))
-	for k := range s.requests {
-		keys = append(keys, k)
+	keys := make([]RequestKey, 0, len(s.reqList))
+	for _, req := range s.reqList {
+		keys = append(keys, req.key)
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		if keys[i].Room != keys[j].Room {

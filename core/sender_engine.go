@@ -11,24 +11,24 @@ func (s *Sender) Open(key RequestKey, pages int, now Time) error {
 	if pages <= 0 || pages > MaxWireSlots {
 		return errorf(errdefs.InvalidArgument, "request %s: pages %d out of range", key, pages)
 	}
-	if _, ok := s.requests[key]; ok {
+	rec := s.recs.get(key)
+	if rec != nil && rec.req != nil {
 		return errorf(errdefs.AlreadyExists, "request %s is already open", key)
 	}
-	if _, ok := s.reqTombs[key]; ok {
+	if rec != nil && rec.ended {
 		return errorf(errdefs.FailedPrecondition, "request %s already ended here; use a new generation", key)
 	}
 	req := s.newRequest()
 	req.key, req.pages, req.openedAt, req.idx = key, uint32(pages), now, len(s.reqList)
-	s.requests[key] = req
+	rec = s.recFor(key)
+	rec.req = req
 	s.reqList = append(s.reqList, req)
 	s.bootTimers.schedule(req, now.Add(s.cfg.BootstrapTimeout))
-	if ws, ok := s.waiting[key]; ok {
-		for _, st := range ws {
-			s.bind(st, req)
-		}
-		delete(s.waiting, key)
-		s.spareWaits = append(s.spareWaits, ws[:0])
+	for _, st := range rec.waiting {
+		s.bind(st, req)
 	}
+	clear(rec.waiting)
+	rec.waiting = rec.waiting[:0]
 	s.pump(now)
 	return nil
 }
@@ -36,7 +36,7 @@ func (s *Sender) Open(key RequestKey, pages int, now Time) error {
 // Produce marks pages [0, upto) of a request as computed and sendable.
 func (s *Sender) Produce(key RequestKey, upto int, now Time) error {
 	s.out.reset()
-	req := s.requests[key]
+	req := s.request(key)
 	if req == nil {
 		return errorf(errdefs.NotFound, "request %s is not open", key)
 	}
@@ -57,7 +57,7 @@ func (s *Sender) Produce(key RequestKey, upto int, now Time) error {
 // (fewer than opened means it was cut short; decode will refuse it).
 func (s *Sender) Finish(key RequestKey, total int, now Time) error {
 	s.out.reset()
-	req := s.requests[key]
+	req := s.request(key)
 	if req == nil {
 		return errorf(errdefs.NotFound, "request %s is not open", key)
 	}
@@ -83,7 +83,7 @@ func (s *Sender) Finish(key RequestKey, total int, now Time) error {
 // decode rank is told with Fail, and the request never hands off.
 func (s *Sender) Reject(key RequestKey, now Time) error {
 	s.out.reset()
-	req := s.requests[key]
+	req := s.request(key)
 	if req == nil {
 		return errorf(errdefs.NotFound, "request %s is not open", key)
 	}
@@ -103,15 +103,17 @@ func (s *Sender) Reject(key RequestKey, now Time) error {
 // decode together): unsent pages are dropped, in-flight work drains.
 func (s *Sender) Abort(key RequestKey, now Time) error {
 	s.out.reset()
-	req := s.requests[key]
+	req := s.request(key)
 	if req == nil {
 		// Abort before Open: refuse the request's Assigns from now on, and
 		// drain those that already arrived.
-		if _, ok := s.reqTombs[key]; !ok {
+		if !s.requestEnded(key) {
 			s.tombstoneRequest(key, now)
 		}
-		for _, st := range append(s.scratch[:0], s.waiting[key]...) {
-			s.drain(st)
+		if rec := s.recs.get(key); rec != nil {
+			for _, st := range append(s.scratch[:0], rec.waiting...) {
+				s.drain(st)
+			}
 		}
 		return nil
 	}
@@ -124,7 +126,7 @@ func (s *Sender) Abort(key RequestKey, now Time) error {
 // SourceRelease.
 func (s *Sender) Close(key RequestKey, now Time) error {
 	s.out.reset()
-	req := s.requests[key]
+	req := s.request(key)
 	if req == nil {
 		return errorf(errdefs.NotFound, "request %s is not open", key)
 	}
@@ -176,7 +178,8 @@ func (s *Sender) tombstoneRequest(key RequestKey, now Time) {
 		return
 	}
 	until := now.Add(s.cfg.RequestTombstone)
-	s.reqTombs[key] = until
+	rec := s.recFor(key)
+	rec.ended, rec.endUntil = true, until
 	s.reqTombTimers.push(until, key)
 }
 
@@ -184,10 +187,12 @@ func (s *Sender) tombstoneRequest(key RequestKey, now Time) {
 // the request and none of its streams can still read them (I7). Streams that
 // finished are tombstones by then and no longer listed.
 func (s *Sender) settleRequest(req *request) {
-	if !req.ended || len(req.streams) > 0 || s.requests[req.key] != req {
+	rec := s.recs.get(req.key)
+	if !req.ended || len(req.streams) > 0 || rec == nil || rec.req != req {
 		return
 	}
-	delete(s.requests, req.key)
+	rec.req = nil
+	s.tidy(req.key, rec)
 	s.bootTimers.remove(req)
 	last := s.reqList[len(s.reqList)-1]
 	s.reqList[req.idx] = last

@@ -64,6 +64,7 @@ func TestSenderExtremeLeases(t *testing.T) {
 				_ = s.Close(key, now)
 			}
 			checkSenderTimers(t, s, i)
+			checkSenderRecords(t, s, i)
 			for _, p := range s.Ready().Posts {
 				batches = append(batches, p.Batch)
 				if lease == nil || big.NewInt(int64(now)).Cmp(new(big.Int).Sub(lease, big.NewInt(int64(cfg.SkewMargin)))) >= 0 {
@@ -95,22 +96,56 @@ func checkSenderTimers(t *rapid.T, s *Sender, step int) {
 			t.Fatalf("step %d: request %s times out at %d but is queued at %d (queued %v)", step, req.key, end, req.due, req.hpos != 0)
 		}
 	}
-	for k, tb := range s.tombs {
-		queued := false
-		for _, e := range s.tombTimers {
-			queued = queued || e.key == k && e.at <= tb.until
+	s.recs.each(func(k RequestKey, rec *tagRec) {
+		for _, tb := range rec.tombs {
+			queued := false
+			for _, e := range s.tombTimers {
+				queued = queued || e.key == tb.key && e.at <= tb.until
+			}
+			if !queued {
+				t.Fatalf("step %d: tombstone %v (until %d) has no timer", step, tb.key, tb.until)
+			}
 		}
-		if !queued {
-			t.Fatalf("step %d: tombstone %v (until %d) has no timer", step, k, tb.until)
+		if !rec.ended {
+			return
 		}
-	}
-	for k, until := range s.reqTombs {
 		queued := false
 		for _, e := range s.reqTombTimers {
-			queued = queued || e.key == k && e.at <= until
+			queued = queued || e.key == k && e.at <= rec.endUntil
 		}
 		if !queued {
-			t.Fatalf("step %d: request tombstone %s (until %d) has no timer", step, k, until)
+			t.Fatalf("step %d: request tombstone %s (until %d) has no timer", step, k, rec.endUntil)
 		}
+	})
+}
+
+// checkSenderRecords checks the per-key records (sender_tags.go) against
+// the lists: every live stream and open request is found under its key, no
+// record is empty, and the tombstone count is the records' sum.
+func checkSenderRecords(t *rapid.T, s *Sender, step int) {
+	for _, st := range s.list {
+		if s.stream(st.key) != st {
+			t.Fatalf("step %d: live stream %v is not found under its key", step, st.key)
+		}
+	}
+	for _, req := range s.reqList {
+		if s.request(req.key) != req {
+			t.Fatalf("step %d: open request %s is not found under its key", step, req.key)
+		}
+	}
+	tombs, streams, reqs := 0, 0, 0
+	s.recs.each(func(k RequestKey, rec *tagRec) {
+		if rec.empty() {
+			t.Fatalf("step %d: the record of %s is empty but kept", step, k)
+		}
+		tombs += len(rec.tombs)
+		streams += len(rec.streams)
+		if rec.req != nil {
+			reqs++
+		}
+	})
+	if tombs != s.nTombs || streams != len(s.list) || reqs != len(s.reqList) {
+		t.Fatalf("step %d: records hold %d tombstones, %d streams, %d requests; counted %d, %d, %d",
+			step, tombs, streams, reqs, s.nTombs, len(s.list), len(s.reqList))
 	}
 }

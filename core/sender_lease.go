@@ -166,7 +166,7 @@ func (s *Sender) onLease(m Message) {
 	p.delta = append(p.delta[:0], p.delta[n:]...)
 	// Exclusions first: the lease that follows must never reach them.
 	for _, tag := range m.Tags {
-		if st := s.streams[streamKey{tag, m.Decode}]; st != nil && st.listed && !st.excluded {
+		if st := s.stream(streamKey{tag, m.Decode}); st != nil && st.listed && !st.excluded {
 			s.freeze(st)
 			st.excluded = true
 		}
@@ -226,7 +226,7 @@ func (s *Sender) heartbeats(now Time) {
 				c := &p.delta[i]
 				if c.seq == 0 {
 					c.seq = p.seq
-					if st := s.streams[streamKey{c.tag, p.decode}]; !c.ended && st != nil && st.listed && st.listedSeq == 0 {
+					if st := s.stream(streamKey{c.tag, p.decode}); !c.ended && st != nil && st.listed && st.listedSeq == 0 {
 						st.listedSeq = p.seq
 					}
 				}

@@ -151,7 +151,7 @@ func (s *Sender) tickLeases(now Time) {
 	due := s.leaseTimers.popDue(now, s.dueStreams[:0])
 	slices.SortFunc(due, func(a, b *stream) int { return a.idx - b.idx })
 	for _, st := range due {
-		if s.streams[st.key] != st || (st.state != StreamWaiting && st.state != StreamSending) {
+		if s.stream(st.key) != st || (st.state != StreamWaiting && st.state != StreamSending) {
 			continue // it ended by an input: only inputs act on it now
 		}
 		if lapse := s.streamLease(st).Add(-s.cfg.SkewMargin); now < lapse {
@@ -179,7 +179,7 @@ func (s *Sender) tickBootstraps(now Time) {
 	reqs := s.bootTimers.popDue(now, s.dueReqs[:0])
 	slices.SortFunc(reqs, func(a, b *request) int { return a.idx - b.idx })
 	for _, req := range reqs {
-		if s.requests[req.key] != req || req.ended || len(req.streams) > 0 {
+		if s.request(req.key) != req || req.ended || len(req.streams) > 0 {
 			continue // assigned (entomb queues it again if its streams end) or ended
 		}
 		if deadline := req.openedAt.Add(s.cfg.BootstrapTimeout); now < deadline {
@@ -200,18 +200,14 @@ func (s *Sender) tickTombstones(now Time) {
 		if !ok {
 			break
 		}
-		if tb, ok := s.tombs[k]; ok && now >= tb.until {
-			delete(s.tombs, k)
-		}
+		s.expireTomb(k, now)
 	}
 	for {
 		k, ok := s.reqTombTimers.popDue(now)
 		if !ok {
 			break
 		}
-		if until, ok := s.reqTombs[k]; ok && now >= until {
-			delete(s.reqTombs, k)
-		}
+		s.expireRequestTomb(k, now)
 	}
 }
 

@@ -11,7 +11,7 @@ func (s *Sender) Step(m Message, now Time) {
 		return
 	}
 	key := streamKey{m.Tag, m.Decode}
-	st := s.streams[key]
+	st := s.stream(key)
 	switch m.Kind {
 	case KindAssign:
 		s.onAssign(key, st, m, now)
@@ -31,16 +31,16 @@ func (s *Sender) Step(m Message, now Time) {
 	default:
 		s.metrics.StaleMessages++
 	}
-	if st := s.streams[key]; st != nil && st.req != nil {
+	if st := s.stream(key); st != nil && st.req != nil {
 		s.settleRequest(st.req)
-	} else if req := s.requests[m.Tag.Key()]; req != nil {
+	} else if req := s.request(m.Tag.Key()); req != nil {
 		s.settleRequest(req)
 	}
 	s.pump(now)
 }
 
 func (s *Sender) onAssign(key streamKey, st *stream, m Message, now Time) {
-	if _, dead := s.tombs[key]; st != nil || dead {
+	if _, dead := s.tomb(key); st != nil || dead {
 		s.metrics.DuplicateAssigns++ // a live stream or a tombstone: never restart writes
 		return
 	}
@@ -56,42 +56,38 @@ func (s *Sender) onAssign(key streamKey, st *stream, m Message, now Time) {
 		s.ackUnknown(key, m.LeaseUntil)
 		return
 	}
-	req := s.requests[key.tag.Key()]
-	_, ended := s.reqTombs[key.tag.Key()]
-	if ended || (req != nil && req.ended) {
+	req := s.request(key.tag.Key())
+	if s.requestEnded(key.tag.Key()) || (req != nil && req.ended) {
 		// The request already ended here (abort before assign): nothing
 		// will ever be posted for it.
 		s.metrics.RefusedAssigns++
 		s.ackUnknown(key, m.LeaseUntil)
 		return
 	}
+	// Assign leases are near-term timers; covered streams wait far, at HoldUntil.
+	s.leaseTimers.widen(m.LeaseUntil.Sub(now))
 	st = s.newStream(key, m.LeaseUntil, m.HoldUntil)
 	st.slots = append(st.slots[:0], m.Slots...)
 	if req != nil {
 		s.bind(st, req)
 		return
 	}
-	k := key.tag.Key()
-	ws, ok := s.waiting[k]
-	if !ok && len(s.spareWaits) > 0 {
-		ws = s.spareWaits[len(s.spareWaits)-1]
-		s.spareWaits = s.spareWaits[:len(s.spareWaits)-1]
-	}
-	s.waiting[k] = append(ws, st)
+	rec := s.recFor(key.tag.Key())
+	rec.waiting = append(rec.waiting, st)
 }
 
 func (s *Sender) onAbort(key streamKey, st *stream, m Message, now Time) {
 	// One decode rank giving up dooms the request everywhere (the router
 	// needs every rank): end it here too, so its source pages come back
 	// even if the router's own cancel is lost.
-	if req := s.requests[key.tag.Key()]; req != nil && !req.ended {
+	if req := s.request(key.tag.Key()); req != nil && !req.ended {
 		reason := m.Reason
 		if reason == ReasonNone {
 			reason = ReasonDecodeAbort
 		}
 		wasLive := st != nil
 		s.cancel(req, reason, now) // drains st too
-		if st = s.streams[key]; st == nil && wasLive {
+		if st = s.stream(key); st == nil && wasLive {
 			return // it drained at once and acknowledged
 		}
 	}
@@ -99,7 +95,7 @@ func (s *Sender) onAbort(key streamKey, st *stream, m Message, now Time) {
 		s.drain(st)
 		return
 	}
-	if tb, ok := s.tombs[key]; ok {
+	if tb, ok := s.tomb(key); ok {
 		// Decode may have lost the first DrainAck; a Commit is a drain too.
 		s.ackKey(key, tb.evidence)
 		return
@@ -121,7 +117,7 @@ func (s *Sender) addTomb(key streamKey, lease Time, state StreamState, ev DrainE
 		return
 	}
 	until := lease.Add(s.cfg.SkewMargin)
-	s.tombs[key] = tombstone{until: until, state: state, evidence: ev}
+	s.setTomb(key, tombstone{until: until, state: state, evidence: ev})
 	s.tombTimers.push(until, key)
 }
 
@@ -143,7 +139,7 @@ func (s *Sender) newStream(key streamKey, lease, holdUntil Time) *stream {
 	s.listStream(st)
 	st.idx = len(s.list)
 	s.list = append(s.list, st)
-	s.streams[key] = st
+	s.addStream(st)
 	// Grants only move the lease later: the entry is early, never late.
 	s.leaseTimers.schedule(st, lease.Add(-s.cfg.SkewMargin))
 	return st
@@ -162,17 +158,9 @@ func (s *Sender) unwait(st *stream) {
 		return
 	}
 	k := st.key.tag.Key()
-	ws := s.waiting[k]
-	for i, x := range ws {
-		if x == st {
-			ws = append(ws[:i], ws[i+1:]...)
-			break
-		}
-	}
-	if len(ws) == 0 {
-		delete(s.waiting, k)
-	} else {
-		s.waiting[k] = ws
+	if rec := s.recs.get(k); rec != nil {
+		rec.waiting = without(rec.waiting, st)
+		s.tidy(k, rec)
 	}
 }
 
@@ -278,7 +266,7 @@ func (s *Sender) entomb(st *stream, ev DrainEvidence) {
 	s.unlistStream(st)
 	st.peer.unsettled -= st.unsettled // its batches' completions no longer count
 	s.addTomb(st.key, st.lease, st.state, ev)
-	delete(s.streams, st.key)
+	s.removeStream(st)
 	s.leaseTimers.remove(st)
 	last := s.list[len(s.list)-1]
 	s.list[st.idx] = last

@@ -1,0 +1,50 @@
+package core
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// TestKeyIndexMatchesMap: any sequence of puts and deletes over a few
+// rooms (so that runs collide and wrap) leaves keyIndex agreeing with a Go
+// map on every key, and every entry reachable from its home.
+func TestKeyIndexMatchesMap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		x := keyIndex[*int]{seed: rapid.Uint64().Draw(t, "seed")}
+		want := map[RequestKey]*int{}
+		keys := rapid.IntRange(1, 64).Draw(t, "keys")
+		for i, n := 0, rapid.IntRange(1, 400).Draw(t, "ops"); i < n; i++ {
+			k := RequestKey{Room: uint64(rapid.IntRange(0, keys).Draw(t, "room")), Gen: uint64(rapid.IntRange(0, 2).Draw(t, "gen"))}
+			if rapid.Bool().Draw(t, "put") {
+				v := new(int)
+				x.put(k, v)
+				want[k] = v
+			} else {
+				x.del(k)
+				delete(want, k)
+			}
+			if x.len() != len(want) {
+				t.Fatalf("op %d: %d entries, want %d", i, x.len(), len(want))
+			}
+			for room := 0; room <= keys; room++ {
+				for gen := 0; gen <= 2; gen++ {
+					k := RequestKey{Room: uint64(room), Gen: uint64(gen)}
+					if got := x.get(k); got != want[k] {
+						t.Fatalf("op %d: get(%s) = %p, want %p", i, k, got, want[k])
+					}
+				}
+			}
+		}
+		seen := 0
+		x.each(func(k RequestKey, v *int) {
+			seen++
+			if want[k] != v {
+				t.Fatalf("each: %s = %p, want %p", k, v, want[k])
+			}
+		})
+		if seen != len(want) {
+			t.Fatalf("each saw %d entries, want %d", seen, len(want))
+		}
+	})
+}
