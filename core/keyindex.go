@@ -1,5 +1,10 @@
 package core
 
+import "hash/maphash"
+
+// processSeed is random per process: see keyIndex.
+var processSeed = maphash.Bytes(maphash.MakeSeed(), nil)
+
 // keyIndex finds a request key's record: open addressing with linear
 // probing over one flat array of (key, record) slots, at most half full.
 // A lookup of a new key among 100,000 touches about one cache line, where a
@@ -8,8 +13,10 @@ package core
 // docs/fence-cost.md). Deletion shifts later entries back, so there are no
 // tombstones and a probe never walks past its run.
 //
-// The hash is seeded by the owner (its instance or session) so that
-// router-chosen rooms cannot be picked, without that seed, to collide.
+// The hash is seeded per process (as Go's own maps are) and by the owner's
+// instance or session, so that router-chosen rooms cannot be picked to
+// collide. Nothing but the tests iterates an index, so the seed changes only
+// where keys sit, never what the state machine does.
 type keyIndex[V comparable] struct {
 	slots []keySlot[V]
 	n     int

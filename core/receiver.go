@@ -104,7 +104,7 @@ func NewReceiver(cfg ReceiverConfig, now Time) (*Receiver, error) {
 		cfg:    cfg,
 		policy: pol,
 		pool:   NewSlotPool(cfg.Slots),
-		byKey:  keyIndex[*exposure]{seed: cfg.Instance},
+		byKey:  keyIndex[*exposure]{seed: processSeed ^ cfg.Instance},
 	}
 	if cfg.EnginePages > 0 {
 		r.pool = NewEnginePool(cfg.EnginePages, cfg.Slots)

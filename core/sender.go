@@ -166,7 +166,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	s := &Sender{
 		cfg:     cfg,
 		policy:  pol,
-		recs:    keyIndex[*tagRec]{seed: cfg.Session},
+		recs:    keyIndex[*tagRec]{seed: processSeed ^ cfg.Session},
 		batches: make(map[BatchID]*batch),
 	}
 	s.bootTimers.widen(cfg.BootstrapTimeout)
