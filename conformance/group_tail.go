@@ -33,6 +33,9 @@ func tailGroup() group {
 		})},
 		{"target-resumed-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) { return stopFault(s.main.tgt), "" })},
 		{"netem-restored-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) {
+			if s.shaper != nil && s.shaper.err != nil {
+				return fault{}, netemMissing(s)
+			}
 			if !s.netemOK() {
 				return fault{}, "needs --netns or --netem-dev with tc netem"
 			}
@@ -103,6 +106,7 @@ func (se *session) lateBytes(ctx context.Context, r *Result, f fault, off time.D
 	var once sync.Once
 	release := func() { once.Do(f.release) }
 	defer release()
+	r.usedFault(f.name)
 	if err := f.apply(); err != nil {
 		return 0, false, fmt.Errorf("fault %s not applied: %w", f.name, err)
 	}

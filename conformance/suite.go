@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -154,11 +153,11 @@ func (s *suite) watchedTail() time.Duration {
 	return min(s.info.Capabilities.MaxTail, s.cfg.MaxWatch)
 }
 
-// needsLinkFaults: the link-fault checks need the in-path proxy (one host)
-// or the kernel's faults on the data link (two hosts).
+// needsLinkFaults: the link-fault checks need the in-path proxy (loopback)
+// or the kernel's faults on a veth data link (--netns, --two-host).
 func needsLinkFaults(s *suite) string {
-	if !s.proxyOK && s.hosts == nil {
-		return "no in-path TCP proxy on this link (the endpoint address is not host:port, or the target is in a namespace)"
+	if !s.proxyOK && s.hosts == nil && s.net == nil {
+		return "no in-path TCP proxy on this link (the endpoint address is not host:port) and no veth link of the suite's own (--netns, --two-host) to put kernel faults on"
 	}
 	return ""
 }
@@ -250,13 +249,11 @@ func (s *suite) describe() {
 		l.Kind = "two-host"
 		l.Detail = "data: " + s.net.describe() + "; control: " + s.hosts.control
 		l.Hosts = &HostsInfo{Initiator: s.net.iniHost(), Target: s.hosts.targetHost()}
-		l.Faults = append(l.Faults, "veth tbf rate limit", "veth TCP blackhole", "kernel socket abort (ss -K)")
-		if _, err := exec.LookPath("nft"); err == nil {
-			l.Faults = append(l.Faults, "nftables reject")
-		}
+		l.Faults = append(l.Faults, kernelFaultNames()...)
 	case s.net != nil:
 		l.Kind = "veth-netns"
 		l.Detail = s.net.describe()
+		l.Faults = append(l.Faults, kernelFaultNames()...)
 	case s.shaper != nil:
 		l.Kind = "device"
 		l.Detail = "netem on " + strings.Join(s.shaper.devs, ", ")
