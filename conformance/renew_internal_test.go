@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kvfence/kvfence/sdk/sdktest"
 )
 
 // Issue 23 item 2, found certifying real Mooncake under --netns: a check
@@ -18,22 +16,8 @@ import (
 // plugin is asked to Quiesce (no evidence: the receiver does not answer);
 // on the old code the next check ran on the same pair.
 func TestInDoubtLeftoversGetAFreshPair(t *testing.T) {
-	bin, err := sdktest.BuildPlugin(t.TempDir(), "github.com/kvfence/kvfence/plugins/tcp/cmd/kvfence-plugin-tcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Plugin: bin, Env: []string{"KVFENCE_TCP_WRITE_TTL=1500ms", "KVFENCE_TCP_ACK_TIMEOUT=600ms"},
-		MaxWriteSize: 1 << 20, GuardWindow: 400 * time.Millisecond, GuardFloor: 400 * time.Millisecond,
-		CompletionTimeout: 3 * time.Second, Repeat: 1, PerfBytes: 1 << 20, Proxy: "off"}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	s, err := setup(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
+	s := tcpSuite(t, 3*time.Second)
 	old := s.main
 	stop := stopFault(old.tgt)
 	stop.underFault = true // Quiesce is asked while the target is stopped
