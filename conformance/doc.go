@@ -7,9 +7,12 @@
 //
 // It drives two real plugin processes (an initiator and a target, loaded with
 // sdk.Open) over a real link — loopback, optionally through an in-path TCP
-// fault proxy, or a veth pair between two network namespaces with tc netem —
-// and injects real faults (proxy stall/delay/drop/reset, SIGSTOP/SIGCONT/
-// SIGKILL, netem delay and loss). A plugin is certified without any test hook
+// fault proxy, or a veth pair between two network namespaces (--netns) —
+// and injects real faults (proxy stall/delay/drop/reset on loopback; on a
+// veth, kernel faults that reach every connection the plugin opens: tbf,
+// TCP blackhole, nftables reject, socket abort, and netem delay and loss
+// where the kernel has sch_netem; SIGSTOP/SIGCONT/SIGKILL). Each check's
+// result names the fault mechanism that ran it (Result.Fault). A plugin is certified without any test hook
 // of its own. Run(t, cfg) runs it as named Go subtests; Certify(ctx, cfg)
 // runs it without a testing.T (the CLI) and returns a Report, which Write
 // turns into JUnit XML, JSON, Markdown and — only for a complete, passing

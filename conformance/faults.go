@@ -59,16 +59,19 @@ func notThroughProxy(kind, what string) error {
 }
 
 // linkFault is fault kind ("delay", "stall", "drop", "reset") on the
-// session's link: the in-path proxy's on one host; on two, the kernel's on
-// the data link between them, which reaches every connection the plugin
-// opens (twohost_link.go). during, when set, is called while the write is
-// on the faulted link (reset: the reset itself).
+// session's link: wherever the run has a veth pair between two namespaces
+// (--netns on one host, --two-host), the kernel's on that link, which
+// reaches every connection the plugin opens, whatever its transport does
+// with them (twohost_link.go); on plain loopback the in-path proxy's,
+// which reaches only connections made to the endpoint address. during,
+// when set, is called while the write is on the faulted link (reset: the
+// reset itself).
 func (se *session) linkFault(kind string) (f fault, during func(), err error) {
-	if se.s.hosts != nil && se.s.net == nil {
-		return fault{}, nil, errSkip("kernel faults on the link to a target host on another machine are not implemented: the link-fault checks need --two-host's namespaces (or the proxy, on one host)")
+	if se.s.net != nil {
+		return se.s.net.kernelFault(kind)
 	}
 	if se.s.hosts != nil {
-		return se.s.net.kernelFault(kind)
+		return fault{}, nil, errSkip("kernel faults on the link to a target host on another machine are not implemented: the link-fault checks need --two-host's namespaces (or the proxy, on one host)")
 	}
 	f = se.proxyFault(kind)
 	if kind != "reset" {

@@ -54,6 +54,7 @@ func (se *session) honest(ctx context.Context, r *Result, f fault, n uint64, dur
 			f.release()
 		}
 	}
+	r.usedFault(f.name)
 	if err := f.apply(); err != nil {
 		release()
 		return fmt.Errorf("fault %s not applied: %w", f.name, err)
@@ -216,6 +217,7 @@ func checkStallQuiesceNow(ctx context.Context, s *suite, r *Result) error {
 	if err != nil {
 		return err
 	}
+	r.usedFault(stall.name)
 	if err := stall.apply(); err != nil {
 		return fmt.Errorf("fault %s not applied: %w", stall.name, err)
 	}
@@ -268,7 +270,7 @@ func checkNetem(ctx context.Context, s *suite, r *Result) error {
 		return errSkip("needs --netns or --netem-dev (tc netem on the data path)")
 	}
 	if s.shaper.err != nil {
-		return errSkip("tc netem unavailable: %v", s.shaper.err)
+		return errSkip("%s", netemMissing(s))
 	}
 	se := s.main
 	for _, spec := range []string{"delay 20ms 5ms", "delay 5ms loss 10%", "loss 100%"} {
@@ -277,6 +279,19 @@ func checkNetem(ctx context.Context, s *suite, r *Result) error {
 		}
 	}
 	return nil
+}
+
+// netemMissing says exactly why the netem checks cannot run on a link
+// whose kernel has no sch_netem, and what ran in their place: the veth's
+// kernel faults cover stall, loss and reset, but none of them holds
+// packets for a set time, so there is no honest delay to offer instead.
+func netemMissing(s *suite) string {
+	why := fmt.Sprintf("tc netem unavailable (%v)", s.shaper.err)
+	if s.net == nil {
+		return why
+	}
+	return why + "; the link checks ran with the veth's kernel faults instead (tbf, TCP blackhole, nftables reject, socket abort), " +
+		"but this kernel has no qdisc that delays packets by a set time (netem) and nftables cannot delay, so fixed delay and jitter are not available"
 }
 
 // checkTargetStopped: SIGSTOP the target, post, judge the report, SIGCONT.

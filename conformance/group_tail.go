@@ -33,6 +33,9 @@ func tailGroup() group {
 		})},
 		{"target-resumed-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) { return stopFault(s.main.tgt), "" })},
 		{"netem-restored-late", PromiseMaxTail, checkTail(func(s *suite) (fault, string) {
+			if s.shaper != nil && s.shaper.err != nil {
+				return fault{}, netemMissing(s)
+			}
 			if !s.netemOK() {
 				return fault{}, "needs --netns or --netem-dev with tc netem"
 			}
@@ -59,6 +62,11 @@ func checkTail(faultFor func(*suite) (fault, string)) func(context.Context, *sui
 				s.info.Capabilities.MaxTail, s.cfg.MaxWatch, s.cfg.MaxWatch))
 		}
 		for _, off := range tailOffsets(s.watchedTail()) {
+			// Each offset's batch on memory no earlier batch in doubt
+			// can still write to: the tail measured is its own.
+			if err := s.renewMain(ctx, r); err != nil {
+				return err
+			}
 			f, _ := faultFor(s)
 			tail, ok, err := s.main.lateBytes(ctx, r, f, off)
 			// The tail is recorded before the verdict: a failed tail check
@@ -103,6 +111,7 @@ func (se *session) lateBytes(ctx context.Context, r *Result, f fault, off time.D
 	var once sync.Once
 	release := func() { once.Do(f.release) }
 	defer release()
+	r.usedFault(f.name)
 	if err := f.apply(); err != nil {
 		return 0, false, fmt.Errorf("fault %s not applied: %w", f.name, err)
 	}

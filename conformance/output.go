@@ -267,6 +267,9 @@ func (r *Report) Markdown() string {
 			if detail == "" {
 				detail = strings.Join(c.Notes, "; ")
 			}
+			if len(c.Fault) > 0 {
+				detail = "fault: " + strings.Join(c.Fault, ", ") + "; " + detail
+			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", g.Name, c.Check, c.Outcome, md(c.Promise), md(detail))
 		}
 	}

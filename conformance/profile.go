@@ -45,10 +45,12 @@ func profileOf(c sdk.Capabilities, granter bool) string {
 // family its link offers; a link that offers neither leaves the link-fault
 // checks skipped, and the run partial. A proxy that was started but carried
 // none of the plugin's data offers nothing: the netem family stays
-// required (proxyCarriedData). On two hosts the "proxy" family's checks
-// run with the kernel's faults on the data link instead (linkFault: tbf,
-// TCP blackhole, nftables reject, socket abort), each with its own reached
-// guard, so a verdict there is the same evidence.
+// required (proxyCarriedData). On a veth link (--netns, two hosts) the
+// "proxy" family's checks run with the kernel's faults on the data link
+// instead (linkFault: tbf, TCP blackhole, nftables reject, socket abort),
+// each with its own reached guard, so a verdict there is the same
+// evidence; they are then required whether or not netem exists. Each
+// check's Result.Fault names the mechanism that ran it.
 const (
 	familyProxy = "proxy"
 	familyNetem = "netem"
@@ -80,7 +82,7 @@ func (s *suite) required(g, c string) bool {
 	}
 	switch linkFamily[g+"/"+c] {
 	case familyProxy:
-		return s.proxyOK || !s.netemOK()
+		return s.proxyOK || s.net != nil || !s.netemOK()
 	case familyNetem:
 		return s.netemOK() || !s.proxyCarried
 	}
@@ -128,7 +130,7 @@ func (s *suite) account() {
 	for _, g := range r.Groups {
 		ran[g.Name] = g
 	}
-	s.proxyCarried = (s.proxyOK || s.hosts != nil) && proxyCarriedData(ran)
+	s.proxyCarried = (s.proxyOK || s.hosts != nil || s.net != nil) && proxyCarriedData(ran)
 	missing := 0
 	for _, g := range groups() {
 		gr, ok := ran[g.name]

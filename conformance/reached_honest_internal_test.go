@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -17,33 +16,39 @@ import (
 // must come out NOT RUN (a skip), never a pass. Before the guard covered
 // InDoubt, honest() returned nil here.
 func TestHonestAsksReachedAfterInDoubt(t *testing.T) {
-	dir := t.TempDir()
-	bin, err := sdktest.BuildPlugin(dir, "github.com/kvfence/kvfence/plugins/tcp/cmd/kvfence-plugin-tcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Plugin: bin, Env: []string{"KVFENCE_TCP_WRITE_TTL=1500ms", "KVFENCE_TCP_ACK_TIMEOUT=600ms"},
-		MaxWriteSize: 1 << 20, GuardWindow: 400 * time.Millisecond, GuardFloor: 400 * time.Millisecond,
-		CompletionTimeout: 10 * time.Second, Repeat: 1, PerfBytes: 1 << 20, Proxy: "off"}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	s, err := setup(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
+	s := tcpSuite(t, 10*time.Second)
 	se := s.main
 	stop := stopFault(se.tgt)
 	f := fault{name: "decoy", apply: stop.apply, release: stop.release,
 		reached: func(uint64) error { return errSkip("the fault reached none of the write's bytes") }}
 	var r Result
-	err = se.honest(ctx, &r, f, 256<<10, nil)
+	err := se.honest(ctx, &r, f, 256<<10, nil)
 	var sk skipError
 	if !errors.As(err, &sk) {
 		t.Fatalf("a non-Succeeded outcome (%v) under a fault that reached nothing: %v, want a skip (NOT RUN)", r.Notes, err)
 	}
 	t.Logf("%v -> %v", r.Notes, err)
-	_ = os.RemoveAll(dir)
+}
+
+// tcpSuite is a suite set up over loopback without the proxy for the
+// reference TCP plugin with short windows, closed when t ends.
+func tcpSuite(t *testing.T, completion time.Duration) *suite {
+	t.Helper()
+	bin, err := sdktest.BuildPlugin(t.TempDir(), "github.com/kvfence/kvfence/plugins/tcp/cmd/kvfence-plugin-tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Plugin: bin, Env: []string{"KVFENCE_TCP_WRITE_TTL=1500ms", "KVFENCE_TCP_ACK_TIMEOUT=600ms"},
+		MaxWriteSize: 1 << 20, GuardWindow: 400 * time.Millisecond, GuardFloor: 400 * time.Millisecond,
+		CompletionTimeout: completion, Repeat: 1, PerfBytes: 1 << 20, Proxy: "off"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := setup(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
+	return s
 }

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -24,10 +25,21 @@ type Result struct {
 	Reason  string  `json:"reason,omitempty"`
 	// NotApplicable: skipped because the promise concerns a capability the
 	// plugin does not declare; never required.
-	NotApplicable bool               `json:"not_applicable,omitempty"`
-	Notes         []string           `json:"notes,omitempty"`
-	Metrics       map[string]float64 `json:"metrics,omitempty"`
-	Duration      time.Duration      `json:"duration_ns"`
+	NotApplicable bool `json:"not_applicable,omitempty"`
+	// Fault names the mechanism of each fault the check injected (the
+	// in-path proxy, a kernel fault on the veth link, netem, a signal), so
+	// that a reader sees which one reached the plugin's data.
+	Fault    []string           `json:"fault,omitempty"`
+	Notes    []string           `json:"notes,omitempty"`
+	Metrics  map[string]float64 `json:"metrics,omitempty"`
+	Duration time.Duration      `json:"duration_ns"`
+}
+
+// usedFault records that the check injected fault name (once).
+func (r *Result) usedFault(name string) {
+	if !slices.Contains(r.Fault, name) {
+		r.Fault = append(r.Fault, name)
+	}
 }
 
 // GroupResult is a group's checks; a group skipped as a whole has Skipped set.

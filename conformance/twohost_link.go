@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// Link faults of a two-host run. They act in the kernel on the data link
-// between the hosts (the veth pair of the namespaces), so they reach every
+// Link faults of a run with a veth data link: two hosts (--two-host), or
+// the two namespaces of one (--netns). They act in the kernel on the veth
+// pair between the namespaces, so they reach every
 // connection the plugin opens, whatever its transport does with them — the
 // in-path proxy reaches only connections made to its address. Each fault
 // says whether it reached the write (qdisc drop counters, packets the
@@ -26,6 +27,16 @@ import (
 //             a TCP reset (needs the nftables package: NOT RUN without it);
 //   - slow:   a tbf qdisc limits the link's rate (Succeeded must still hold);
 //   - delay/loss: tc netem, where the kernel has sch_netem (NOT RUN otherwise).
+
+// kernelFaultNames lists the kernel faults a veth link offers here, for
+// the report's link description (reject only where nft is installed).
+func kernelFaultNames() []string {
+	names := []string{"veth tbf rate limit", "veth TCP blackhole", "kernel socket abort (ss -K)"}
+	if _, err := exec.LookPath("nft"); err == nil {
+		names = append(names, "nftables reject")
+	}
+	return names
+}
 
 // nsCmd runs a command in a network namespace and returns its output.
 func nsCmd(ns string, args ...string) (string, error) {

@@ -6,7 +6,9 @@
 # reject; netem where the kernel has sch_netem). The Go tests run the
 # link-fault checks alone and the whole suite with the target on the second
 # host (TestTwoHostFullSuite: certified without sch_netem, the link checks
-# run with kernel faults), and show known-broken variants caught both ways.
+# run with kernel faults), and show known-broken variants caught both ways;
+# TestNetnsKernelFaults shows the same kernel faults catching broken
+# variants in a one-host --netns run (nftables reject, TCP blackhole).
 # nftables is installed when missing (the reject check is NOT RUN without
 # it). Measured on the shared 2-core machine under heavy load (other
 # helpers' runs): 6 min 6 s wall, of which the whole suite 213 s (124 s
@@ -17,7 +19,7 @@
 conformance-two-host:
 	@command -v nft >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables iproute2 >/dev/null || true; fi; }
-	KVFENCE_TWOHOST=1 $(GO) test -count=1 ./conformance/ -run 'TestTwoHost|TestVethFaults|TestControlChannel' -v 2>&1 | \
+	KVFENCE_TWOHOST=1 $(GO) test -count=1 ./conformance/ -run 'TestTwoHost|TestVethFaults|TestControlChannel|TestNetnsKernelFaults' -v 2>&1 | \
 	  grep -E '^(=== RUN|--- |ok|FAIL|PASS)|caught|SKIP|skip' 
 
 # The same run through the command line, writing the report under

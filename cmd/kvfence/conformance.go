@@ -29,8 +29,9 @@ func newConformanceCommand() *cobra.Command {
 		Short: "Certify a transport plugin: does it tell the truth about its writes?",
 		Long: `conformance loads the plugin twice (initiator and target) and checks, with real
 faults (an in-path TCP proxy that delays, stalls, drops and resets; SIGSTOP,
-SIGCONT and SIGKILL; tc netem on a veth pair with --netns; kernel faults on the
-link to a second host with --two-host), that Succeeded means
+SIGCONT and SIGKILL; kernel faults on a veth pair, and tc netem where the
+kernel has it, with --netns; the same kernel faults on the link to a second
+host with --two-host), that Succeeded means
 the bytes are there, that FailedDefinite, Quiesce and Revoke mean nothing more
 lands (a sentinel watcher on target memory over a guard window), that every batch
 gets exactly one completion, and that errors carry their exact class.
@@ -48,7 +49,7 @@ Groups: ` + strings.Join(conformance.GroupNames(), ", "),
 	}
 	f := cmd.Flags()
 	f.StringVar(&c.cfg.Plugin, "plugin", "", "plugin binary to certify")
-	f.BoolVar(&c.cfg.NetNS, "netns", false, "run initiator and target in their own network namespaces joined by a veth pair, with tc netem faults (root)")
+	f.BoolVar(&c.cfg.NetNS, "netns", false, "run initiator and target in their own network namespaces joined by a veth pair, with kernel faults on it (tbf, TCP blackhole, nftables reject, socket abort) and tc netem where the kernel has it (root)")
 	f.BoolVar(&c.cfg.TwoHost, "two-host", false, "run every target plugin process on a second host (a namespace running 'kvfence conformance target', reporting its memory over an authenticated channel), with kernel faults on the data link (root)")
 	f.StringSliceVar(&c.cfg.NetemDevices, "netem-dev", nil, "devices the data path crosses, for the netem faults (root; e.g. the veths under two rxe devices)")
 	f.StringVar(&c.cfg.RemoteTarget, "target-control", "", "control address of a 'kvfence conformance target' running on another machine: every target process and its memory are there (the link-fault checks are NOT RUN)")

@@ -1,0 +1,109 @@
+package conformance
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/sdk/sdktest"
+)
+
+// Issue 23 item 2: on one host, --netns runs the link-fault checks with
+// the kernel's faults on the veth between the namespaces (the TCP
+// blackhole, the nftables reject), not with the in-path proxy, which
+// reaches only connections made to the endpoint address; the report names
+// the mechanism. Each broken variant must fail the check whose kernel
+// fault it lies under, and the reference plugin must pass the same checks
+// (so the test can fail both ways). On the old code these checks were NOT
+// RUN under --netns ("no in-path TCP proxy on this link").
+func TestNetnsKernelFaultsCatchBrokenVariants(t *testing.T) {
+	if os.Getenv("KVFENCE_TEST_QUICK") != "" {
+		t.Skip("long test: make test-long runs it")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces (ip netns add)")
+	}
+	for _, tool := range []string{"ip", "tc", "ss", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (iproute2, nftables): %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	const pkg = "github.com/kvfence/kvfence/plugins/tcp/cmd/kvfence-plugin-tcp"
+	safeBin, err := sdktest.BuildPlugin(dir, pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsafeBin, err := sdktest.BuildPlugin(dir, pkg, "kvfenceunsafe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, bin, variant, check, fault string
+		broken                           string // the promise it must break ("": must pass)
+	}{
+		// nftables answers the initiator's packets with a TCP reset: a
+		// plugin that reports Succeeded once its bytes are in its own
+		// socket says so of bytes that never left.
+		{"reference/nft-reject", safeBin, "", "link-lossy", "nftables reject with tcp reset", ""},
+		{"succeed-before-ack/nft-reject", unsafeBin, "succeed-before-ack", "link-lossy", "nftables reject with tcp reset", PromiseSucceeded},
+		// The blackhole holds the write until its ack times out; a plugin
+		// that calls that FailedDefinite sees its bytes land once TCP
+		// retransmits after the blackhole is lifted.
+		{"reference/blackhole", safeBin, "", "link-stalled", "veth TCP blackhole (both ends)", ""},
+		{"failed-on-timeout/blackhole", unsafeBin, "failed-on-timeout", "link-stalled", "veth TCP blackhole (both ends)", PromiseFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runNetnsCheck(t, tc.bin, tc.variant, tc.check)
+			t.Logf("%s: %s %s; fault %v; notes %v", tc.check, r.Outcome, r.Reason, r.Fault, r.Notes)
+			if !slices.Contains(r.Fault, tc.fault) {
+				t.Errorf("the report names fault %v, want %q", r.Fault, tc.fault)
+			}
+			switch {
+			case tc.broken == "" && r.Outcome != Pass:
+				t.Fatalf("the reference plugin did not pass %s under %s: %s %s", tc.check, tc.fault, r.Outcome, r.Reason)
+			case tc.broken != "" && (r.Outcome != Fail || r.Promise != tc.broken):
+				t.Fatalf("variant %s under %s: %s (promise %q) %s, want a failure breaking %q", tc.variant, tc.fault, r.Outcome, r.Promise, r.Reason, tc.broken)
+			}
+		})
+	}
+}
+
+// runNetnsCheck runs one failure-honesty check of the TCP plugin bin
+// (variant: KVFENCE_TCP_UNSAFE, "" for none) in a fresh --netns suite.
+func runNetnsCheck(t *testing.T, bin, variant, name string) Result {
+	t.Helper()
+	env := []string{"KVFENCE_TCP_WRITE_TTL=1500ms", "KVFENCE_TCP_ACK_TIMEOUT=600ms"}
+	if variant != "" {
+		env = append(env, "KVFENCE_TCP_UNSAFE="+variant)
+	}
+	cfg := Config{Plugin: bin, Env: env, NetNS: true, MaxWriteSize: 1 << 20,
+		GuardWindow: 400 * time.Millisecond, GuardFloor: 400 * time.Millisecond,
+		CompletionTimeout: 10 * time.Second, Repeat: 1, PerfBytes: 1 << 20}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := setup(ctx, cfg)
+	if err != nil {
+		if s != nil {
+			s.close()
+		}
+		t.Fatal(err)
+	}
+	defer s.close()
+	if s.main.proxy != nil {
+		t.Fatal("--netns put the in-path proxy on the link")
+	}
+	g := honestyGroup()
+	for _, c := range g.checks {
+		if c.name == name {
+			return s.runCheck(ctx, g, c)
+		}
+	}
+	t.Fatalf("no check %s", name)
+	return Result{}
+}
