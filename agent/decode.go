@@ -582,8 +582,19 @@ func (d *Decode) act() {
 			}
 		}
 	}
+	var hygiene []sdk.Key
 	for _, rel := range releases {
-		d.release(rel, t)
+		hygiene = append(hygiene, d.release(rel, t)...)
+	}
+	if len(hygiene) > 0 {
+		// Nothing should still write under these keys (drained, or handed
+		// off), so revoking them only frees the plugin's state, and a
+		// second line of defence: one call for every release of the input.
+		d.revokes.Add(1)
+		go func() {
+			defer d.revokes.Done()
+			_ = d.revokeKeys([][]sdk.Key{hygiene})
+		}()
 	}
 	for _, r := range restarts {
 		d.restartTarget(r)
@@ -700,15 +711,17 @@ func (d *Decode) finish(tag core.Tag) {
 	d.act()
 }
 
-func (d *Decode) release(rel core.Release, t core.Time) {
+// release ends an exposure whose memory the core gave back and returns
+// the keys still to revoke (act revokes them, for every release at once).
+func (d *Decode) release(rel core.Release, t core.Time) []sdk.Key {
 	d.Metrics.observeRelease(rel)
 	d.stats.addRelease(rel)
 	if rel.Tag == (core.Tag{}) {
-		return // the restart quarantine
+		return nil // the restart quarantine
 	}
 	dt := d.tags[rel.Tag.Key()]
 	if dt == nil || dt.tag != rel.Tag {
-		return
+		return nil
 	}
 	delete(d.tags, rel.Tag.Key())
 	if dt.recv != nil && !dt.recv.handed {
@@ -716,20 +729,10 @@ func (d *Decode) release(rel core.Release, t core.Time) {
 	}
 	d.logHoldRelease(dt, rel)
 	d.scrub(dt)
-	if len(dt.granted) > 0 {
-		// Hygiene, and a second line of defence: nothing should still
-		// write under these keys (drained, or handed off), so revoking
-		// them only frees the plugin's state.
-		keys := dt.granted
-		d.revokes.Add(1)
-		go func() {
-			defer d.revokes.Done()
-			_ = d.revokeKeys([][]sdk.Key{keys})
-		}()
-	}
 	if dt.recv != nil {
 		dt.recv.released.Store(true)
 	}
+	return dt.granted
 }
 
 // Stats returns the agent's figures (safe from any goroutine).
