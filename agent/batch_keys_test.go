@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 	"github.com/kvfence/kvfence/sdk/sdktest"
 )
@@ -142,5 +143,46 @@ func checkExposureKeyCalls(t *testing.T, d *Decode, calls *keyCalls, batch bool,
 			c = w.r.write(t, sdk.BatchID(40+i)+sdk.BatchID(time.Now().UnixNano()&0xffff)<<8, w.k, w.k.Base, 0x22)
 			return c.Status != sdk.Succeeded
 		})
+	}
+}
+
+// failOne is a batch-keys plugin whose revocation of one key fails (the
+// others go), and which knows nothing of key 99.
+type failOne struct {
+	sdk.Transport
+	bad sdk.Key
+}
+
+func (f failOne) Grant(context.Context, sdk.Window) (sdk.Key, error) { return 1, nil }
+func (f failOne) Revoke(ctx context.Context, k sdk.Key) (sdk.RevokeResult, error) {
+	r := f.RevokeMany(ctx, []sdk.Key{k})[0]
+	return r.Result, r.Err
+}
+func (f failOne) GrantMany(context.Context, []sdk.Window) []sdk.Granted { return nil }
+func (f failOne) RevokeMany(_ context.Context, keys []sdk.Key) []sdk.Revoked {
+	out := make([]sdk.Revoked, len(keys))
+	for i, k := range keys {
+		switch k {
+		case f.bad:
+			out[i].Err = errdefs.Errorf(errdefs.Unavailable, "revoke of %d failed", k)
+		case 99:
+			out[i].Err = errdefs.Errorf(errdefs.NotFound, "unknown key")
+		}
+	}
+	return out
+}
+
+// The exposures fenced in one input share one revoking call, and each is
+// judged on its own keys: the one whose key failed is not revoked (it
+// stays held until its timeout bound), the others are, and an unknown key
+// (nothing can write under it) does not hold its exposure back.
+func TestRevokeKeysJudgesEachExposure(t *testing.T) {
+	d := &Decode{granter: failOne{bad: 3}}
+	errs := d.revokeKeys([][]sdk.Key{{1, 2}, {3, 4}, {}, {99, 5}})
+	if len(errs) != 4 || errs[0] != nil || errs[2] != nil || errs[3] != nil {
+		t.Fatalf("per exposure: %v, want only the second failed", errs)
+	}
+	if !errdefs.Is(errs[1], errdefs.Unavailable) {
+		t.Fatalf("the exposure whose key failed: %v, want its key's unavailable", errs[1])
 	}
 }
