@@ -583,9 +583,7 @@ func (d *Decode) act() {
 	releases := make([]core.Release, len(out.Releases))
 	copy(releases, out.Releases)
 	restarts := append([]core.RestartTarget(nil), out.Restarts...)
-	for _, rv := range revokes {
-		d.revoke(rv)
-	}
+	d.revokeAll(revokes)
 	for _, h := range handoffs {
 		d.handoff(h)
 	}
@@ -601,8 +599,19 @@ func (d *Decode) act() {
 			}
 		}
 	}
+	var hygiene []sdk.Key
 	for _, rel := range releases {
-		d.release(rel, t)
+		hygiene = append(hygiene, d.release(rel, t)...)
+	}
+	if len(hygiene) > 0 {
+		// Nothing should still write under these keys (drained, or handed
+		// off), so revoking them only frees the plugin's state, and a
+		// second line of defence: one call for every release of the input.
+		d.revokes.Add(1)
+		go func() {
+			defer d.revokes.Done()
+			_ = d.revokeKeys([][]sdk.Key{hygiene})
+		}()
 	}
 	for _, r := range restarts {
 		d.restartTarget(r)
@@ -610,59 +619,82 @@ func (d *Decode) act() {
 	d.publish()
 }
 
-func (d *Decode) revoke(rv core.Revoke) {
-	if rv.All {
-		// Our pool is fresh memory of this process, registered under new
-		// keys: nothing an earlier instance granted can reach it.
-		d.core.RevokedAll(now())
-		d.act()
+// revokeAll revokes the keys of every exposure the core asked to fence in
+// one input, in one call off the loop (sdk.RevokeKeys: one RPC where the
+// plugin takes batches); each exposure whose keys all went is Revoked.
+func (d *Decode) revokeAll(rvs []core.Revoke) {
+	var tags []core.Tag
+	var groups [][]sdk.Key
+	for _, rv := range rvs {
+		if rv.All {
+			// Our pool is fresh memory of this process, registered under
+			// new keys: nothing an earlier instance granted can reach it.
+			d.core.RevokedAll(now())
+			d.act()
+			continue
+		}
+		dt := d.tags[rv.Tag.Key()]
+		if dt == nil || dt.tag != rv.Tag {
+			continue
+		}
+		tags, groups = append(tags, rv.Tag), append(groups, dt.granted)
+		dt.granted = nil
+	}
+	if len(tags) == 0 {
 		return
 	}
-	dt := d.tags[rv.Tag.Key()]
-	if dt == nil || dt.tag != rv.Tag {
-		return
-	}
-	keys := dt.granted
-	dt.granted = nil
-	tag := rv.Tag
 	d.revokes.Add(1)
 	go func() {
 		defer d.revokes.Done()
 		start := time.Now()
-		if err := d.revokeKeys(keys); err != nil {
-			d.log.Error("revoke failed; the exposure stays held until its timeout bound", "tag", tag, "error", err)
+		errs := d.revokeKeys(groups)
+		var done []core.Tag
+		for i, tag := range tags {
+			if errs[i] != nil {
+				d.log.Error("revoke failed; the exposure stays held until its timeout bound", "tag", tag, "error", errs[i])
+				continue
+			}
+			d.Metrics.revoked(time.Since(start))
+			done = append(done, tag)
+		}
+		if len(done) == 0 {
 			return
 		}
-		d.Metrics.revoked(time.Since(start))
 		d.lp.post(func() {
-			if dt := d.tags[tag.Key()]; dt != nil && dt.tag == tag {
-				d.logHoldFence(dt)
+			for _, tag := range done {
+				if dt := d.tags[tag.Key()]; dt != nil && dt.tag == tag {
+					d.logHoldFence(dt)
+				}
+				d.core.Revoked(tag, now())
 			}
-			d.core.Revoked(tag, now())
 			d.act()
 		})
 	}()
 }
 
-func (d *Decode) revokeKeys(keys []sdk.Key) error {
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	for _, k := range keys {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, err := d.granter.Revoke(ctx, k); err != nil && !errdefs.Is(err, errdefs.NotFound) {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		}()
+// revokeKeys revokes every group's keys in one call and says, per group,
+// whether one of its keys was not revoked (an unknown key counts as
+// revoked: nothing can write under it).
+func (d *Decode) revokeKeys(groups [][]sdk.Key) []error {
+	var all []sdk.Key
+	for _, g := range groups {
+		all = append(all, g...)
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := sdk.RevokeKeys(ctx, d.granter, all)
+	errs := make([]error, len(groups))
+	for i, g := range groups {
+		var ge []error
+		for range g {
+			if err := got[0].Err; err != nil && !errdefs.Is(err, errdefs.NotFound) {
+				ge = append(ge, err)
+			}
+			got = got[1:]
+		}
+		errs[i] = errors.Join(ge...)
+	}
+	return errs
 }
 
 func (d *Decode) handoff(h core.Handoff) {
@@ -696,15 +728,17 @@ func (d *Decode) finish(tag core.Tag) {
 	d.act()
 }
 
-func (d *Decode) release(rel core.Release, t core.Time) {
+// release ends an exposure whose memory the core gave back and returns
+// the keys still to revoke (act revokes them, for every release at once).
+func (d *Decode) release(rel core.Release, t core.Time) []sdk.Key {
 	d.Metrics.observeRelease(rel)
 	d.stats.addRelease(rel)
 	if rel.Tag == (core.Tag{}) {
-		return // the restart quarantine
+		return nil // the restart quarantine
 	}
 	dt := d.tags[rel.Tag.Key()]
 	if dt == nil || dt.tag != rel.Tag {
-		return
+		return nil
 	}
 	delete(d.tags, rel.Tag.Key())
 	if dt.recv != nil && !dt.recv.handed {
@@ -712,20 +746,10 @@ func (d *Decode) release(rel core.Release, t core.Time) {
 	}
 	d.logHoldRelease(dt, rel)
 	d.scrub(dt)
-	if len(dt.granted) > 0 {
-		// Hygiene, and a second line of defence: nothing should still
-		// write under these keys (drained, or handed off), so revoking
-		// them only frees the plugin's state.
-		keys := dt.granted
-		d.revokes.Add(1)
-		go func() {
-			defer d.revokes.Done()
-			_ = d.revokeKeys(keys)
-		}()
-	}
 	if dt.recv != nil {
 		dt.recv.released.Store(true)
 	}
+	return dt.granted
 }
 
 // Stats returns the agent's figures (safe from any goroutine).

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/kvfence/kvfence/core"
@@ -90,44 +89,83 @@ func (d *Decode) rankWindows(slots []uint32, pos int) ([]sdk.Window, []pageKey) 
 	return ws, pages
 }
 
-// grantWindows grants every window for writer ("" = any holder), in
-// parallel, and returns the per-page keys and every key granted (to
-// revoke, even on error).
-func (d *Decode) grantWindows(ws []sdk.Window, pages []pageKey, writer string) ([]keyRef, []sdk.Key, error) {
-	keys := make([]sdk.Key, len(ws))
-	errs := make([]error, len(ws))
-	var wg sync.WaitGroup
-	for i := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			w := ws[i]
-			w.Writer = writer
-			keys[i], errs[i] = d.granter.Grant(ctx, w)
-		}()
-	}
-	wg.Wait()
-	var granted []sdk.Key
-	for i, k := range keys {
-		if errs[i] == nil {
-			granted = append(granted, k)
+// grantReq is one set of windows decode grants for an exposure: a rank's
+// own keys (shared false) or the keys every rank shares at its shard's
+// offset (shared true, writer ""). grantAll fills refs and err.
+type grantReq struct {
+	rank   core.RankID
+	pos    int
+	writer string // "" = any holder
+	shared bool
+	ws     []sdk.Window
+	pages  []pageKey
+	refs   []keyRef
+	err    error
+}
+
+// rankReq is the rank at pos's own keys, for writer. With bounds none the
+// windows are whole slots and its pages sit at its shard's offset.
+func (d *Decode) rankReq(dt *decTag, pos int, writer string) *grantReq {
+	ws, pages := d.rankWindows(dt.slots, pos)
+	if d.shardKeys == sdk.BoundsNone {
+		off, _ := d.shardRange(pos)
+		for i := range pages {
+			pages[i].base += uint64(off)
 		}
 	}
-	refs := make([]keyRef, len(pages))
-	for i, p := range pages {
-		refs[i] = keyRef{Key: uint64(keys[p.win]), Base: p.base}
+	return &grantReq{rank: dt.ranks[pos], pos: pos, writer: writer, ws: ws, pages: pages}
+}
+
+// sharedReq is the keys of ranks without keys of their own.
+func (d *Decode) sharedReq(dt *decTag) *grantReq {
+	ws, pages := d.rankWindows(dt.slots, 0)
+	return &grantReq{shared: true, ws: ws, pages: pages}
+}
+
+// grantAll grants the windows of every request in one call (sdk.GrantKeys:
+// one RPC where the plugin takes batches, else one per window in
+// parallel) and fills each request's refs and err. Every key granted goes
+// to dt.granted, to be revoked even when its request failed.
+func (d *Decode) grantAll(dt *decTag, reqs []*grantReq) {
+	var ws []sdk.Window
+	for _, r := range reqs {
+		for _, w := range r.ws {
+			w.Writer = r.writer
+			ws = append(ws, w)
+		}
 	}
-	return refs, granted, errors.Join(errs...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := sdk.GrantKeys(ctx, d.granter, ws)
+	for _, r := range reqs {
+		keys := make([]sdk.Key, len(r.ws))
+		var errs []error
+		for i := range r.ws {
+			g := got[0]
+			got = got[1:]
+			if g.Err != nil {
+				errs = append(errs, g.Err)
+				continue
+			}
+			keys[i] = g.Key
+			dt.granted = append(dt.granted, g.Key)
+		}
+		r.err = errors.Join(errs...)
+		r.refs = make([]keyRef, len(r.pages))
+		for i, p := range r.pages {
+			r.refs[i] = keyRef{Key: uint64(keys[p.win]), Base: p.base}
+		}
+	}
 }
 
 // grantFenced makes an exposure's per-exposure keys (loop only): each rank
 // its own, over its shards, bound to its data identity where the
 // transport can; a rank that announces no identity to a transport that
-// binds writers gets none.
+// binds writers gets none. Every rank's keys go in one grant call; a
+// second one is needed only for writers not connected yet (takeGrants).
 func (d *Decode) grantFenced(dt *decTag) error {
 	dt.rankKeys = map[core.RankID][]keyRef{}
+	var reqs []*grantReq
 	shared := false
 	for pos, rank := range dt.ranks {
 		writer := ""
@@ -144,59 +182,57 @@ func (d *Decode) grantFenced(dt *decTag) error {
 			shared = true
 			continue
 		}
-		refs, err := d.grantRank(dt, pos, writer)
-		switch {
-		case err != nil:
-			return err
-		case refs == nil:
-			shared = true
-		default:
-			dt.rankKeys[rank] = refs
-		}
+		reqs = append(reqs, d.rankReq(dt, pos, writer))
 	}
-	if !shared {
+	if shared {
+		reqs = append(reqs, d.sharedReq(dt))
+	}
+	d.grantAll(dt, reqs)
+	retry, needShared, err := d.takeGrants(dt, reqs)
+	if err != nil {
+		return err
+	}
+	if needShared && !shared {
+		retry = append(retry, d.sharedReq(dt))
+	}
+	if len(retry) == 0 {
 		return nil
 	}
-	d.stats.UnboundGrants++
-	ws, pages := d.rankWindows(dt.slots, 0)
-	refs, granted, err := d.grantWindows(ws, pages, "")
-	dt.keys = refs
-	dt.granted = append(dt.granted, granted...)
+	d.grantAll(dt, retry)
+	_, _, err = d.takeGrants(dt, retry) // unbound: nothing left to retry
 	return err
 }
 
-// grantRank grants the rank at pos keys of its own. A writer not connected
-// to our transport yet (its first request) gets them unbound to its
-// identity — but still over its shards only; with bounds none it gets nil
-// (the shared keys).
-func (d *Decode) grantRank(dt *decTag, pos int, writer string) ([]keyRef, error) {
-	ws, pages := d.rankWindows(dt.slots, pos)
-	if d.shardKeys == sdk.BoundsNone {
-		off, _ := d.shardRange(pos)
-		for i := range pages {
-			pages[i].base += uint64(off)
-		}
-	}
-	refs, granted, err := d.grantWindows(ws, pages, writer)
-	dt.granted = append(dt.granted, granted...)
-	if writer != "" && errdefs.Is(err, errdefs.FailedPrecondition) {
-		d.log.Debug("writer not connected: keys not bound to its identity", "tag", dt.tag, "rank", dt.ranks[pos], "error", err)
-		if d.shardKeys == sdk.BoundsNone {
-			return nil, nil
-		}
-		refs, granted, err = d.grantWindows(ws, pages, "")
-		dt.granted = append(dt.granted, granted...)
-		if err == nil {
+// takeGrants stores what grantAll made. A writer not connected to our
+// transport yet (its first request) is retried with keys unbound to its
+// identity — but still over its shards only; with bounds none it gets the
+// shared keys instead (needShared).
+func (d *Decode) takeGrants(dt *decTag, reqs []*grantReq) (retry []*grantReq, needShared bool, err error) {
+	var errs []error
+	for _, r := range reqs {
+		switch {
+		case r.writer != "" && errdefs.Is(r.err, errdefs.FailedPrecondition):
+			d.log.Debug("writer not connected: keys not bound to its identity", "tag", dt.tag, "rank", r.rank, "error", r.err)
+			if d.shardKeys == sdk.BoundsNone {
+				needShared = true
+				continue
+			}
+			retry = append(retry, &grantReq{rank: r.rank, pos: r.pos, ws: r.ws, pages: r.pages})
+		case r.err != nil:
+			errs = append(errs, r.err)
+		case r.shared:
+			dt.keys = r.refs
 			d.stats.UnboundGrants++
+		default:
+			dt.rankKeys[r.rank] = r.refs
+			if r.writer != "" {
+				d.stats.BoundGrants++
+			} else {
+				d.stats.UnboundGrants++
+			}
 		}
-		return refs, err
 	}
-	if err == nil && writer != "" {
-		d.stats.BoundGrants++
-	} else if err == nil {
-		d.stats.UnboundGrants++
-	}
-	return refs, err
+	return retry, needShared, errors.Join(errs...)
 }
 
 // keysFor is what the Assign to rank carries: its own keys, or the shared

@@ -96,6 +96,27 @@ func (r *fakeRank) write(t *testing.T, id sdk.BatchID, k keyRef, off uint64, fil
 	return sdk.Completion{}
 }
 
+// warmUp runs a first request (room 1) with a write from each rank: until
+// then no rank has a data connection open at the decode's plugin, so the
+// first request's keys cannot be bound to the ranks' identities.
+func warmUp(t *testing.T, d *Decode, rs ...*fakeRank) {
+	t.Helper()
+	var ranks []core.RankID
+	for _, r := range rs {
+		ranks = append(ranks, r.rank)
+	}
+	warm, err := d.NewReceiver(core.RequestKey{Room: 1, Gen: 1}).Init(1, ranks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pos, r := range rs {
+		_, keys := r.assign(t, warm)
+		if c := r.write(t, sdk.BatchID(10+pos), keys[0], keys[0].Base, 0x11); c.Status != sdk.Succeeded {
+			t.Fatalf("rank %d's write under its first key: %+v", r.rank, c)
+		}
+	}
+}
+
 // TestWriterBoundKeysRefuseAnotherRank (issue 15, item 3): decode grants
 // each prefill rank keys bound to the data identity it announced, so rank
 // 2's transport, holding rank 1's key, is refused by the receiving plugin
@@ -118,19 +139,7 @@ func TestWriterBoundKeysRefuseAnotherRank(t *testing.T) {
 			t.Cleanup(d.Close)
 			a, b := newFakeRank(t, d, 1, shard), newFakeRank(t, d, 2, shard)
 			ranks := []core.RankID{1, 2}
-
-			// A first request: neither rank has a data connection open at
-			// the decode's plugin yet, so its keys cannot be bound.
-			warm, err := d.NewReceiver(core.RequestKey{Room: 1, Gen: 1}).Init(1, ranks)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for pos, r := range []*fakeRank{a, b} {
-				_, keys := r.assign(t, warm)
-				if c := r.write(t, sdk.BatchID(10+pos), keys[0], keys[0].Base, 0x11); c.Status != sdk.Succeeded {
-					t.Fatalf("rank %d's write under its first key: %+v", r.rank, c)
-				}
-			}
+			warmUp(t, d, a, b)
 
 			tag, err := d.NewReceiver(core.RequestKey{Room: 2, Gen: 1}).Init(1, ranks)
 			if err != nil {

@@ -67,6 +67,7 @@ func infoToPB(i Info) *pb.InfoResponse {
 		MaxOpBytes:      i.Capabilities.MaxOpBytes,
 		WriterBound:     i.Capabilities.WriterBound,
 		Bounds:          boundsToPB(i.Capabilities.Bounds),
+		BatchKeys:       i.Capabilities.BatchKeys,
 	}
 	for _, k := range i.Capabilities.MemoryKinds {
 		r.MemoryKinds = append(r.MemoryKinds, memoryKindToPB(k))
@@ -87,6 +88,7 @@ func infoFromPB(r *pb.InfoResponse) Info {
 			MaxOpBytes:  r.GetMaxOpBytes(),
 			WriterBound: r.GetWriterBound(),
 			Bounds:      boundsFromPB(r.GetBounds()),
+			BatchKeys:   r.GetBatchKeys(),
 		},
 	}
 	for _, k := range r.GetMemoryKinds() {

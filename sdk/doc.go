@@ -2,7 +2,8 @@
 // host (the engine's agent) uses to load such a plugin.
 //
 // It owns: the transport contract (Transport and its optional capability
-// interfaces, in the database/sql/driver style), the completion statuses and
+// interfaces, in the database/sql/driver style: Granter, KeyBatcher for
+// many keys a call, StatsReporter), the completion statuses and
 // quiescence evidence, carrying error classes (package errdefs, which it
 // never renames) across the plugin's gRPC wire, the plugin
 // protocol kvfence.transport.v1 over hashicorp/go-plugin (Serve for plugins,

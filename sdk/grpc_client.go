@@ -90,8 +90,12 @@ func newRemote(ctx context.Context, conn grpc.ClientConnInterface, processGone c
 // cannot revoke (Mooncake, NIXL, MORI) still grants keys, so that a peer can
 // address its memory, and answers Revoke with Unimplemented; whether Revoke
 // works is Capabilities.Revoke, never the type assertion. A plugin that
-// implements no Granter at all answers Grant with Unimplemented.
+// implements no Granter at all answers Grant with Unimplemented. A plugin
+// whose Info declares BatchKeys is a KeyBatcher too (grpc_batch_keys.go).
 func (r *remote) asTransport() Transport {
+	if r.info.Capabilities.BatchKeys {
+		return &remoteBatchGranter{&remoteGranter{r}}
+	}
 	return &remoteGranter{r}
 }
 

@@ -39,7 +39,13 @@ func (s *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoRespo
 	if err != nil {
 		return nil, fail(ctx, err)
 	}
-	return infoToPB(i), nil
+	r := infoToPB(i)
+	if _, ok := s.impl.(Granter); ok {
+		// This server answers the batch RPCs for every Granter
+		// (grpc_batch_keys.go), with the plugin's KeyBatcher or item by item.
+		r.BatchKeys = true
+	}
+	return r, nil
 }
 
 func (s *grpcServer) RegisterMemory(ctx context.Context, r *pb.RegisterMemoryRequest) (*pb.RegisterMemoryResponse, error) {

@@ -196,6 +196,12 @@ type Capabilities struct {
 	// its key grants (bounds.go). A plugin that does not say (an older
 	// one) is BoundsNone.
 	Bounds Bounds
+	// BatchKeys: implements KeyBatcher, many Grants or Revokes in one
+	// call (batch_keys.go). Over gRPC the sdk declares it for every
+	// plugin that grants (its server answers a batch with the plugin's
+	// KeyBatcher, or with one Grant or Revoke per item); a host seeing an
+	// older plugin without it calls Grant and Revoke once per key.
+	BatchKeys bool
 }
 
 // Info identifies a transport.

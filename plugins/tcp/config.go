@@ -159,12 +159,16 @@ const (
 	// to IdleTimeout before its first write, no cap per identity, and new
 	// connections refused (not silent ones evicted) at MaxConns.
 	unsafeAdmitAny
+	// unsafeBatchRevokeAllOK: RevokeMany reports every key of the batch
+	// revoked, also those it failed to revoke (an unknown key).
+	unsafeBatchRevokeAllOK
 )
 
 // unsafeModeByName is how the kvfenceunsafe build of the binary picks one.
 var unsafeModeByName = map[string]unsafeMode{
 	"succeed-before-ack":           unsafeSucceedBeforeAck,
 	"apply-after-revoke":           unsafeApplyAfterRevoke,
+	"batch-revoke-all-ok":          unsafeBatchRevokeAllOK,
 	"ack-before-apply":             unsafeAckBeforeApply,
 	"failed-on-timeout":            unsafeFailedOnTimeout,
 	"quiesce-early":                unsafeQuiesceEarly,

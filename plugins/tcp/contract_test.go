@@ -69,6 +69,8 @@ func TestContractCatchesUnsafeVariants(t *testing.T) {
 		{unsafeSucceedBeforeAck, "succeed-before-ack", "unknown-key-is-not-success"},
 		{unsafeSucceedBeforeAck, "succeed-before-ack", "out-of-window-is-refused"},
 		{unsafeApplyAfterRevoke, "apply-after-revoke", "revoke-stops-writes"},
+		{unsafeApplyAfterRevoke, "apply-after-revoke", "batch-keys-answer-each-item"},
+		{unsafeBatchRevokeAllOK, "batch-revoke-all-ok", "batch-keys-answer-each-item"},
 	}
 	for _, v := range variants {
 		t.Run(v.name+"/"+v.check+"/in-process", func(t *testing.T) {

@@ -64,10 +64,13 @@
 // logged at most once a second; a write's payload
 // is at most MaxOpBytes; acknowledgements a sender does not read time out;
 // a revoked key is forgotten after twice MaxTail (retention.go), so the key
-// table of a receiver granting a key per request stays bounded.
+// table of a receiver granting a key per request stays bounded. Keys are
+// also granted and revoked many a call (sdk.KeyBatcher, batch_keys.go: a
+// batch revoke stops every key before waiting for any).
 //
 // It must never: apply a byte outside a granted window, apply a byte under a
-// revoked key after Revoke returned, apply a byte after its close of a
+// revoked key after Revoke returned (or RevokeMany reported it revoked),
+// report a key revoked that it did not revoke, apply a byte after its close of a
 // connection is visible to the sender (TLS buffers a record: recvSession's
 // abort), report Succeeded without an acknowledgement, report
 // FailedDefinite on a timeout or a broken connection, take its own close of

@@ -68,6 +68,13 @@ func (e *exposure) end(s *recvSession, ok bool) {
 
 // revoke returns once no write under the key can still apply a byte.
 func (e *exposure) revoke() sdk.RevokeResult {
+	e.stop()
+	return e.stopped()
+}
+
+// stop refuses every later write under the key and cuts off those in
+// progress, without waiting for them (RevokeMany stops all its keys first).
+func (e *exposure) stop() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.revoked = true
@@ -77,6 +84,12 @@ func (e *exposure) revoke() sdk.RevokeResult {
 		// its other writes become InDoubt at the sender.
 		s.abort()
 	}
+}
+
+// stopped returns, after stop, once no write under the key is in progress.
+func (e *exposure) stopped() sdk.RevokeResult {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for e.inflight > 0 {
 		e.idle.Wait()
 	}

@@ -190,6 +190,7 @@ func (t *Transport) Info(context.Context) (sdk.Info, error) {
 			MemoryKinds: []sdk.MemoryKind{sdk.MemoryHostShared, sdk.MemoryDMABuf}, // dmabuf: only CPU-mappable ones (memory.go)
 			WriterBound: t.id != nil,
 			Bounds:      keyBounds,
+			BatchKeys:   true,
 		},
 	}, nil
 }

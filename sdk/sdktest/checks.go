@@ -34,6 +34,7 @@ func Checks() []Check {
 		{"bad-input-is-classified", checkBadInput, false},
 		{"one-completion-per-batch", checkOneCompletion, false},
 		{"quiesce-gives-evidence", checkQuiesce, false},
+		{"batch-keys-answer-each-item", checkBatchKeys, true},
 	}
 }
 

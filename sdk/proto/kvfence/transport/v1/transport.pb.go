@@ -278,7 +278,10 @@ type InfoResponse struct {
 	WriterBound bool `protobuf:"varint,10,opt,name=writer_bound,json=writerBound,proto3" json:"writer_bound,omitempty"`
 	// How far the receiving side holds a write to its key (sdk.Bounds).
 	// Absent (an older plugin): KEY_BOUNDS_NONE.
-	Bounds        KeyBounds `protobuf:"varint,11,opt,name=bounds,proto3,enum=kvfence.transport.v1.KeyBounds" json:"bounds,omitempty"`
+	Bounds KeyBounds `protobuf:"varint,11,opt,name=bounds,proto3,enum=kvfence.transport.v1.KeyBounds" json:"bounds,omitempty"`
+	// GrantMany and RevokeMany are served (sdk.Capabilities.BatchKeys).
+	// Absent (an older plugin): the host grants and revokes one key a call.
+	BatchKeys     bool `protobuf:"varint,12,opt,name=batch_keys,json=batchKeys,proto3" json:"batch_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -388,6 +391,13 @@ func (x *InfoResponse) GetBounds() KeyBounds {
 		return x.Bounds
 	}
 	return KeyBounds_KEY_BOUNDS_NONE
+}
+
+func (x *InfoResponse) GetBatchKeys() bool {
+	if x != nil {
+		return x.BatchKeys
+	}
+	return false
 }
 
 type MemoryDesc struct {
@@ -1533,6 +1543,323 @@ func (x *RevokeResponse) GetWritesDropped() uint64 {
 	return 0
 }
 
+// One call, one item per window, in order. Each item either took effect
+// (key set, error_class 0) or did not; items are independent.
+type GrantManyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Windows       []*GrantRequest        `protobuf:"bytes,1,rep,name=windows,proto3" json:"windows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantManyRequest) Reset() {
+	*x = GrantManyRequest{}
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantManyRequest) ProtoMessage() {}
+
+func (x *GrantManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantManyRequest.ProtoReflect.Descriptor instead.
+func (*GrantManyRequest) Descriptor() ([]byte, []int) {
+	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GrantManyRequest) GetWindows() []*GrantRequest {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+type GrantItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   uint64                 `protobuf:"varint,1,opt,name=key,proto3" json:"key,omitempty"`
+	// errdefs class of the item's failure; 0 with a key: granted.
+	ErrorClass    uint32 `protobuf:"varint,2,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"`
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantItem) Reset() {
+	*x = GrantItem{}
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantItem) ProtoMessage() {}
+
+func (x *GrantItem) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantItem.ProtoReflect.Descriptor instead.
+func (*GrantItem) Descriptor() ([]byte, []int) {
+	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GrantItem) GetKey() uint64 {
+	if x != nil {
+		return x.Key
+	}
+	return 0
+}
+
+func (x *GrantItem) GetErrorClass() uint32 {
+	if x != nil {
+		return x.ErrorClass
+	}
+	return 0
+}
+
+func (x *GrantItem) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+type GrantManyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*GrantItem           `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantManyResponse) Reset() {
+	*x = GrantManyResponse{}
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantManyResponse) ProtoMessage() {}
+
+func (x *GrantManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantManyResponse.ProtoReflect.Descriptor instead.
+func (*GrantManyResponse) Descriptor() ([]byte, []int) {
+	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GrantManyResponse) GetItems() []*GrantItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// One item per key, in order. A key is revoked only if its item says
+// revoked: an item that is absent, or says otherwise, did not revoke it.
+type RevokeManyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []uint64               `protobuf:"varint,1,rep,packed,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeManyRequest) Reset() {
+	*x = RevokeManyRequest{}
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeManyRequest) ProtoMessage() {}
+
+func (x *RevokeManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeManyRequest.ProtoReflect.Descriptor instead.
+func (*RevokeManyRequest) Descriptor() ([]byte, []int) {
+	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RevokeManyRequest) GetKeys() []uint64 {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type RevokeItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revoked       bool                   `protobuf:"varint,1,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	WritesApplied uint64                 `protobuf:"varint,2,opt,name=writes_applied,json=writesApplied,proto3" json:"writes_applied,omitempty"`
+	WritesDropped uint64                 `protobuf:"varint,3,opt,name=writes_dropped,json=writesDropped,proto3" json:"writes_dropped,omitempty"`
+	ErrorClass    uint32                 `protobuf:"varint,4,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"`
+	Detail        string                 `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeItem) Reset() {
+	*x = RevokeItem{}
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeItem) ProtoMessage() {}
+
+func (x *RevokeItem) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeItem.ProtoReflect.Descriptor instead.
+func (*RevokeItem) Descriptor() ([]byte, []int) {
+	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RevokeItem) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
+func (x *RevokeItem) GetWritesApplied() uint64 {
+	if x != nil {
+		return x.WritesApplied
+	}
+	return 0
+}
+
+func (x *RevokeItem) GetWritesDropped() uint64 {
+	if x != nil {
+		return x.WritesDropped
+	}
+	return 0
+}
+
+func (x *RevokeItem) GetErrorClass() uint32 {
+	if x != nil {
+		return x.ErrorClass
+	}
+	return 0
+}
+
+func (x *RevokeItem) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+type RevokeManyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*RevokeItem          `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeManyResponse) Reset() {
+	*x = RevokeManyResponse{}
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeManyResponse) ProtoMessage() {}
+
+func (x *RevokeManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeManyResponse.ProtoReflect.Descriptor instead.
+func (*RevokeManyResponse) Descriptor() ([]byte, []int) {
+	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RevokeManyResponse) GetItems() []*RevokeItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
 type StatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1541,7 +1868,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[24]
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1880,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[24]
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1893,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{24}
+	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{30}
 }
 
 type StatsResponse struct {
@@ -1578,7 +1905,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[25]
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1917,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[25]
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1930,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{25}
+	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatsResponse) GetCounters() map[string]uint64 {
@@ -1621,7 +1948,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[26]
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1960,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[26]
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1973,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{26}
+	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{32}
 }
 
 type CloseResponse struct {
@@ -1657,7 +1984,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[27]
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1996,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[27]
+	mi := &file_kvfence_transport_v1_transport_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +2009,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{27}
+	return file_kvfence_transport_v1_transport_proto_rawDescGZIP(), []int{33}
 }
 
 var File_kvfence_transport_v1_transport_proto protoreflect.FileDescriptor
@@ -1690,7 +2017,7 @@ var File_kvfence_transport_v1_transport_proto protoreflect.FileDescriptor
 const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\n" +
 	"$kvfence/transport/v1/transport.proto\x12\x14kvfence.transport.v1\"\r\n" +
-	"\vInfoRequest\"\x99\x03\n" +
+	"\vInfoRequest\"\xb8\x03\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12)\n" +
@@ -1704,7 +2031,9 @@ const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"maxOpBytes\x12!\n" +
 	"\fwriter_bound\x18\n" +
 	" \x01(\bR\vwriterBound\x127\n" +
-	"\x06bounds\x18\v \x01(\x0e2\x1f.kvfence.transport.v1.KeyBoundsR\x06bounds\"\x9a\x01\n" +
+	"\x06bounds\x18\v \x01(\x0e2\x1f.kvfence.transport.v1.KeyBoundsR\x06bounds\x12\x1d\n" +
+	"\n" +
+	"batch_keys\x18\f \x01(\bR\tbatchKeys\"\x9a\x01\n" +
 	"\n" +
 	"MemoryDesc\x124\n" +
 	"\x04kind\x18\x01 \x01(\x0e2 .kvfence.transport.v1.MemoryKindR\x04kind\x12\x12\n" +
@@ -1773,7 +2102,28 @@ const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\"^\n" +
 	"\x0eRevokeResponse\x12%\n" +
 	"\x0ewrites_applied\x18\x01 \x01(\x04R\rwritesApplied\x12%\n" +
-	"\x0ewrites_dropped\x18\x02 \x01(\x04R\rwritesDropped\"\x0e\n" +
+	"\x0ewrites_dropped\x18\x02 \x01(\x04R\rwritesDropped\"P\n" +
+	"\x10GrantManyRequest\x12<\n" +
+	"\awindows\x18\x01 \x03(\v2\".kvfence.transport.v1.GrantRequestR\awindows\"V\n" +
+	"\tGrantItem\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x1f\n" +
+	"\verror_class\x18\x02 \x01(\rR\n" +
+	"errorClass\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"J\n" +
+	"\x11GrantManyResponse\x125\n" +
+	"\x05items\x18\x01 \x03(\v2\x1f.kvfence.transport.v1.GrantItemR\x05items\"'\n" +
+	"\x11RevokeManyRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\x04R\x04keys\"\xad\x01\n" +
+	"\n" +
+	"RevokeItem\x12\x18\n" +
+	"\arevoked\x18\x01 \x01(\bR\arevoked\x12%\n" +
+	"\x0ewrites_applied\x18\x02 \x01(\x04R\rwritesApplied\x12%\n" +
+	"\x0ewrites_dropped\x18\x03 \x01(\x04R\rwritesDropped\x12\x1f\n" +
+	"\verror_class\x18\x04 \x01(\rR\n" +
+	"errorClass\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"L\n" +
+	"\x12RevokeManyResponse\x126\n" +
+	"\x05items\x18\x01 \x03(\v2 .kvfence.transport.v1.RevokeItemR\x05items\"\x0e\n" +
 	"\fStatsRequest\"\x9b\x01\n" +
 	"\rStatsResponse\x12M\n" +
 	"\bcounters\x18\x01 \x03(\v21.kvfence.transport.v1.StatsResponse.CountersEntryR\bcounters\x1a;\n" +
@@ -1799,7 +2149,8 @@ const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\tKeyBounds\x12\x13\n" +
 	"\x0fKEY_BOUNDS_NONE\x10\x00\x12\x15\n" +
 	"\x11KEY_BOUNDS_WINDOW\x10\x01\x12\x15\n" +
-	"\x11KEY_BOUNDS_PIECES\x10\x022\x9f\t\n" +
+	"\x11KEY_BOUNDS_PIECES\x10\x022\xde\n" +
+	"\n" +
 	"\tTransport\x12M\n" +
 	"\x04Info\x12!.kvfence.transport.v1.InfoRequest\x1a\".kvfence.transport.v1.InfoResponse\x12k\n" +
 	"\x0eRegisterMemory\x12+.kvfence.transport.v1.RegisterMemoryRequest\x1a,.kvfence.transport.v1.RegisterMemoryResponse\x12q\n" +
@@ -1813,7 +2164,10 @@ const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\aQuiesce\x12$.kvfence.transport.v1.QuiesceRequest\x1a%.kvfence.transport.v1.QuiesceResponse\x12P\n" +
 	"\x05Grant\x12\".kvfence.transport.v1.GrantRequest\x1a#.kvfence.transport.v1.GrantResponse\x12S\n" +
 	"\x06Revoke\x12#.kvfence.transport.v1.RevokeRequest\x1a$.kvfence.transport.v1.RevokeResponse\x12P\n" +
-	"\x05Stats\x12\".kvfence.transport.v1.StatsRequest\x1a#.kvfence.transport.v1.StatsResponse\x12P\n" +
+	"\x05Stats\x12\".kvfence.transport.v1.StatsRequest\x1a#.kvfence.transport.v1.StatsResponse\x12\\\n" +
+	"\tGrantMany\x12&.kvfence.transport.v1.GrantManyRequest\x1a'.kvfence.transport.v1.GrantManyResponse\x12_\n" +
+	"\n" +
+	"RevokeMany\x12'.kvfence.transport.v1.RevokeManyRequest\x1a(.kvfence.transport.v1.RevokeManyResponse\x12P\n" +
 	"\x05Close\x12\".kvfence.transport.v1.CloseRequest\x1a#.kvfence.transport.v1.CloseResponseBGZEgithub.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1;transportv1b\x06proto3"
 
 var (
@@ -1829,7 +2183,7 @@ func file_kvfence_transport_v1_transport_proto_rawDescGZIP() []byte {
 }
 
 var file_kvfence_transport_v1_transport_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvfence_transport_v1_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_kvfence_transport_v1_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_kvfence_transport_v1_transport_proto_goTypes = []any{
 	(MemoryKind)(0),                  // 0: kvfence.transport.v1.MemoryKind
 	(OpKind)(0),                      // 1: kvfence.transport.v1.OpKind
@@ -1859,11 +2213,17 @@ var file_kvfence_transport_v1_transport_proto_goTypes = []any{
 	(*GrantResponse)(nil),            // 25: kvfence.transport.v1.GrantResponse
 	(*RevokeRequest)(nil),            // 26: kvfence.transport.v1.RevokeRequest
 	(*RevokeResponse)(nil),           // 27: kvfence.transport.v1.RevokeResponse
-	(*StatsRequest)(nil),             // 28: kvfence.transport.v1.StatsRequest
-	(*StatsResponse)(nil),            // 29: kvfence.transport.v1.StatsResponse
-	(*CloseRequest)(nil),             // 30: kvfence.transport.v1.CloseRequest
-	(*CloseResponse)(nil),            // 31: kvfence.transport.v1.CloseResponse
-	nil,                              // 32: kvfence.transport.v1.StatsResponse.CountersEntry
+	(*GrantManyRequest)(nil),         // 28: kvfence.transport.v1.GrantManyRequest
+	(*GrantItem)(nil),                // 29: kvfence.transport.v1.GrantItem
+	(*GrantManyResponse)(nil),        // 30: kvfence.transport.v1.GrantManyResponse
+	(*RevokeManyRequest)(nil),        // 31: kvfence.transport.v1.RevokeManyRequest
+	(*RevokeItem)(nil),               // 32: kvfence.transport.v1.RevokeItem
+	(*RevokeManyResponse)(nil),       // 33: kvfence.transport.v1.RevokeManyResponse
+	(*StatsRequest)(nil),             // 34: kvfence.transport.v1.StatsRequest
+	(*StatsResponse)(nil),            // 35: kvfence.transport.v1.StatsResponse
+	(*CloseRequest)(nil),             // 36: kvfence.transport.v1.CloseRequest
+	(*CloseResponse)(nil),            // 37: kvfence.transport.v1.CloseResponse
+	nil,                              // 38: kvfence.transport.v1.StatsResponse.CountersEntry
 }
 var file_kvfence_transport_v1_transport_proto_depIdxs = []int32{
 	0,  // 0: kvfence.transport.v1.InfoResponse.memory_kinds:type_name -> kvfence.transport.v1.MemoryKind
@@ -1874,38 +2234,45 @@ var file_kvfence_transport_v1_transport_proto_depIdxs = []int32{
 	1,  // 5: kvfence.transport.v1.Op.kind:type_name -> kvfence.transport.v1.OpKind
 	17, // 6: kvfence.transport.v1.PostRequest.ops:type_name -> kvfence.transport.v1.Op
 	2,  // 7: kvfence.transport.v1.Completion.status:type_name -> kvfence.transport.v1.Status
-	32, // 8: kvfence.transport.v1.StatsResponse.counters:type_name -> kvfence.transport.v1.StatsResponse.CountersEntry
-	4,  // 9: kvfence.transport.v1.Transport.Info:input_type -> kvfence.transport.v1.InfoRequest
-	7,  // 10: kvfence.transport.v1.Transport.RegisterMemory:input_type -> kvfence.transport.v1.RegisterMemoryRequest
-	9,  // 11: kvfence.transport.v1.Transport.DeregisterMemory:input_type -> kvfence.transport.v1.DeregisterMemoryRequest
-	11, // 12: kvfence.transport.v1.Transport.LocalEndpoint:input_type -> kvfence.transport.v1.LocalEndpointRequest
-	13, // 13: kvfence.transport.v1.Transport.Connect:input_type -> kvfence.transport.v1.ConnectRequest
-	15, // 14: kvfence.transport.v1.Transport.Disconnect:input_type -> kvfence.transport.v1.DisconnectRequest
-	18, // 15: kvfence.transport.v1.Transport.Post:input_type -> kvfence.transport.v1.PostRequest
-	20, // 16: kvfence.transport.v1.Transport.Completions:input_type -> kvfence.transport.v1.CompletionsRequest
-	22, // 17: kvfence.transport.v1.Transport.Quiesce:input_type -> kvfence.transport.v1.QuiesceRequest
-	24, // 18: kvfence.transport.v1.Transport.Grant:input_type -> kvfence.transport.v1.GrantRequest
-	26, // 19: kvfence.transport.v1.Transport.Revoke:input_type -> kvfence.transport.v1.RevokeRequest
-	28, // 20: kvfence.transport.v1.Transport.Stats:input_type -> kvfence.transport.v1.StatsRequest
-	30, // 21: kvfence.transport.v1.Transport.Close:input_type -> kvfence.transport.v1.CloseRequest
-	5,  // 22: kvfence.transport.v1.Transport.Info:output_type -> kvfence.transport.v1.InfoResponse
-	8,  // 23: kvfence.transport.v1.Transport.RegisterMemory:output_type -> kvfence.transport.v1.RegisterMemoryResponse
-	10, // 24: kvfence.transport.v1.Transport.DeregisterMemory:output_type -> kvfence.transport.v1.DeregisterMemoryResponse
-	12, // 25: kvfence.transport.v1.Transport.LocalEndpoint:output_type -> kvfence.transport.v1.Endpoint
-	14, // 26: kvfence.transport.v1.Transport.Connect:output_type -> kvfence.transport.v1.ConnectResponse
-	16, // 27: kvfence.transport.v1.Transport.Disconnect:output_type -> kvfence.transport.v1.DisconnectResponse
-	19, // 28: kvfence.transport.v1.Transport.Post:output_type -> kvfence.transport.v1.PostResponse
-	21, // 29: kvfence.transport.v1.Transport.Completions:output_type -> kvfence.transport.v1.Completion
-	23, // 30: kvfence.transport.v1.Transport.Quiesce:output_type -> kvfence.transport.v1.QuiesceResponse
-	25, // 31: kvfence.transport.v1.Transport.Grant:output_type -> kvfence.transport.v1.GrantResponse
-	27, // 32: kvfence.transport.v1.Transport.Revoke:output_type -> kvfence.transport.v1.RevokeResponse
-	29, // 33: kvfence.transport.v1.Transport.Stats:output_type -> kvfence.transport.v1.StatsResponse
-	31, // 34: kvfence.transport.v1.Transport.Close:output_type -> kvfence.transport.v1.CloseResponse
-	22, // [22:35] is the sub-list for method output_type
-	9,  // [9:22] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	24, // 8: kvfence.transport.v1.GrantManyRequest.windows:type_name -> kvfence.transport.v1.GrantRequest
+	29, // 9: kvfence.transport.v1.GrantManyResponse.items:type_name -> kvfence.transport.v1.GrantItem
+	32, // 10: kvfence.transport.v1.RevokeManyResponse.items:type_name -> kvfence.transport.v1.RevokeItem
+	38, // 11: kvfence.transport.v1.StatsResponse.counters:type_name -> kvfence.transport.v1.StatsResponse.CountersEntry
+	4,  // 12: kvfence.transport.v1.Transport.Info:input_type -> kvfence.transport.v1.InfoRequest
+	7,  // 13: kvfence.transport.v1.Transport.RegisterMemory:input_type -> kvfence.transport.v1.RegisterMemoryRequest
+	9,  // 14: kvfence.transport.v1.Transport.DeregisterMemory:input_type -> kvfence.transport.v1.DeregisterMemoryRequest
+	11, // 15: kvfence.transport.v1.Transport.LocalEndpoint:input_type -> kvfence.transport.v1.LocalEndpointRequest
+	13, // 16: kvfence.transport.v1.Transport.Connect:input_type -> kvfence.transport.v1.ConnectRequest
+	15, // 17: kvfence.transport.v1.Transport.Disconnect:input_type -> kvfence.transport.v1.DisconnectRequest
+	18, // 18: kvfence.transport.v1.Transport.Post:input_type -> kvfence.transport.v1.PostRequest
+	20, // 19: kvfence.transport.v1.Transport.Completions:input_type -> kvfence.transport.v1.CompletionsRequest
+	22, // 20: kvfence.transport.v1.Transport.Quiesce:input_type -> kvfence.transport.v1.QuiesceRequest
+	24, // 21: kvfence.transport.v1.Transport.Grant:input_type -> kvfence.transport.v1.GrantRequest
+	26, // 22: kvfence.transport.v1.Transport.Revoke:input_type -> kvfence.transport.v1.RevokeRequest
+	34, // 23: kvfence.transport.v1.Transport.Stats:input_type -> kvfence.transport.v1.StatsRequest
+	28, // 24: kvfence.transport.v1.Transport.GrantMany:input_type -> kvfence.transport.v1.GrantManyRequest
+	31, // 25: kvfence.transport.v1.Transport.RevokeMany:input_type -> kvfence.transport.v1.RevokeManyRequest
+	36, // 26: kvfence.transport.v1.Transport.Close:input_type -> kvfence.transport.v1.CloseRequest
+	5,  // 27: kvfence.transport.v1.Transport.Info:output_type -> kvfence.transport.v1.InfoResponse
+	8,  // 28: kvfence.transport.v1.Transport.RegisterMemory:output_type -> kvfence.transport.v1.RegisterMemoryResponse
+	10, // 29: kvfence.transport.v1.Transport.DeregisterMemory:output_type -> kvfence.transport.v1.DeregisterMemoryResponse
+	12, // 30: kvfence.transport.v1.Transport.LocalEndpoint:output_type -> kvfence.transport.v1.Endpoint
+	14, // 31: kvfence.transport.v1.Transport.Connect:output_type -> kvfence.transport.v1.ConnectResponse
+	16, // 32: kvfence.transport.v1.Transport.Disconnect:output_type -> kvfence.transport.v1.DisconnectResponse
+	19, // 33: kvfence.transport.v1.Transport.Post:output_type -> kvfence.transport.v1.PostResponse
+	21, // 34: kvfence.transport.v1.Transport.Completions:output_type -> kvfence.transport.v1.Completion
+	23, // 35: kvfence.transport.v1.Transport.Quiesce:output_type -> kvfence.transport.v1.QuiesceResponse
+	25, // 36: kvfence.transport.v1.Transport.Grant:output_type -> kvfence.transport.v1.GrantResponse
+	27, // 37: kvfence.transport.v1.Transport.Revoke:output_type -> kvfence.transport.v1.RevokeResponse
+	35, // 38: kvfence.transport.v1.Transport.Stats:output_type -> kvfence.transport.v1.StatsResponse
+	30, // 39: kvfence.transport.v1.Transport.GrantMany:output_type -> kvfence.transport.v1.GrantManyResponse
+	33, // 40: kvfence.transport.v1.Transport.RevokeMany:output_type -> kvfence.transport.v1.RevokeManyResponse
+	37, // 41: kvfence.transport.v1.Transport.Close:output_type -> kvfence.transport.v1.CloseResponse
+	27, // [27:42] is the sub-list for method output_type
+	12, // [12:27] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_kvfence_transport_v1_transport_proto_init() }
@@ -1919,7 +2286,7 @@ func file_kvfence_transport_v1_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvfence_transport_v1_transport_proto_rawDesc), len(file_kvfence_transport_v1_transport_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   29,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,8 @@ const (
 	Transport_Grant_FullMethodName            = "/kvfence.transport.v1.Transport/Grant"
 	Transport_Revoke_FullMethodName           = "/kvfence.transport.v1.Transport/Revoke"
 	Transport_Stats_FullMethodName            = "/kvfence.transport.v1.Transport/Stats"
+	Transport_GrantMany_FullMethodName        = "/kvfence.transport.v1.Transport/GrantMany"
+	Transport_RevokeMany_FullMethodName       = "/kvfence.transport.v1.Transport/RevokeMany"
 	Transport_Close_FullMethodName            = "/kvfence.transport.v1.Transport/Close"
 )
 
@@ -57,6 +59,12 @@ type TransportClient interface {
 	Grant(ctx context.Context, in *GrantRequest, opts ...grpc.CallOption) (*GrantResponse, error)
 	Revoke(ctx context.Context, in *RevokeRequest, opts ...grpc.CallOption) (*RevokeResponse, error)
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// GrantMany and RevokeMany grant and revoke many keys in one call
+	// (sdk.KeyBatcher). A plugin declares them with InfoResponse.batch_keys;
+	// an older plugin answers UNIMPLEMENTED and the host calls Grant and
+	// Revoke once per key.
+	GrantMany(ctx context.Context, in *GrantManyRequest, opts ...grpc.CallOption) (*GrantManyResponse, error)
+	RevokeMany(ctx context.Context, in *RevokeManyRequest, opts ...grpc.CallOption) (*RevokeManyResponse, error)
 	// Close stops the transport: pending batches complete InDoubt, then the
 	// Completions stream ends cleanly.
 	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
@@ -199,6 +207,26 @@ func (c *transportClient) Stats(ctx context.Context, in *StatsRequest, opts ...g
 	return out, nil
 }
 
+func (c *transportClient) GrantMany(ctx context.Context, in *GrantManyRequest, opts ...grpc.CallOption) (*GrantManyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GrantManyResponse)
+	err := c.cc.Invoke(ctx, Transport_GrantMany_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *transportClient) RevokeMany(ctx context.Context, in *RevokeManyRequest, opts ...grpc.CallOption) (*RevokeManyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeManyResponse)
+	err := c.cc.Invoke(ctx, Transport_RevokeMany_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *transportClient) Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CloseResponse)
@@ -225,6 +253,12 @@ type TransportServer interface {
 	Grant(context.Context, *GrantRequest) (*GrantResponse, error)
 	Revoke(context.Context, *RevokeRequest) (*RevokeResponse, error)
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// GrantMany and RevokeMany grant and revoke many keys in one call
+	// (sdk.KeyBatcher). A plugin declares them with InfoResponse.batch_keys;
+	// an older plugin answers UNIMPLEMENTED and the host calls Grant and
+	// Revoke once per key.
+	GrantMany(context.Context, *GrantManyRequest) (*GrantManyResponse, error)
+	RevokeMany(context.Context, *RevokeManyRequest) (*RevokeManyResponse, error)
 	// Close stops the transport: pending batches complete InDoubt, then the
 	// Completions stream ends cleanly.
 	Close(context.Context, *CloseRequest) (*CloseResponse, error)
@@ -273,6 +307,12 @@ func (UnimplementedTransportServer) Revoke(context.Context, *RevokeRequest) (*Re
 }
 func (UnimplementedTransportServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedTransportServer) GrantMany(context.Context, *GrantManyRequest) (*GrantManyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GrantMany not implemented")
+}
+func (UnimplementedTransportServer) RevokeMany(context.Context, *RevokeManyRequest) (*RevokeManyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeMany not implemented")
 }
 func (UnimplementedTransportServer) Close(context.Context, *CloseRequest) (*CloseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
@@ -507,6 +547,42 @@ func _Transport_Stats_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Transport_GrantMany_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GrantManyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).GrantMany(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_GrantMany_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).GrantMany(ctx, req.(*GrantManyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Transport_RevokeMany_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeManyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransportServer).RevokeMany(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Transport_RevokeMany_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransportServer).RevokeMany(ctx, req.(*RevokeManyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Transport_Close_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CloseRequest)
 	if err := dec(in); err != nil {
@@ -575,6 +651,14 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Transport_Stats_Handler,
+		},
+		{
+			MethodName: "GrantMany",
+			Handler:    _Transport_GrantMany_Handler,
+		},
+		{
+			MethodName: "RevokeMany",
+			Handler:    _Transport_RevokeMany_Handler,
 		},
 		{
 			MethodName: "Close",
