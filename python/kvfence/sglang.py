@@ -216,16 +216,21 @@ def _never_raises(method):
 
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as exc:  # noqa: BLE001  (recorded, raised by failure_exception)
-            err = exc if isinstance(exc, errors.KVFenceError) else errors.Internal(
-                "kvfence: %s.%s: %r" % (type(self).__name__, method.__name__, exc))
+        # One call at a time per request: SGLang's clear() may run on
+        # another thread than the poll that lets the request go, and the
+        # check-then-close of a handle must not interleave (a handle closed
+        # by clear() was then abandoned and held by the manager).
+        with self._serial:
             try:
-                self._fail(err)
-            except Exception:  # noqa: BLE001  (the failure is already recorded)
-                pass
-            return KVPoll.Failed if method.__name__ == "poll" else None
+                return method(self, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001  (recorded, raised by failure_exception)
+                err = exc if isinstance(exc, errors.KVFenceError) else errors.Internal(
+                    "kvfence: %s.%s: %r" % (type(self).__name__, method.__name__, exc))
+                try:
+                    self._fail(err)
+                except Exception:  # noqa: BLE001  (the failure is already recorded)
+                    pass
+                return KVPoll.Failed if method.__name__ == "poll" else None
     return guarded
 
 
@@ -239,6 +244,11 @@ class _Outcome:
     conclude_state = None
     error = None
     started = None
+
+    @staticmethod
+    def _interleave(where):
+        """A test's hook: runs at the named point of a check-then-act on
+        the request's handles (the race tests park a thread there)."""
 
     def _fail(self, err):
         if self.error is None:
@@ -259,8 +269,10 @@ class _Outcome:
 
 def _released_or_closed(receiver):
     """Whether the runtime released the request, or its handle was closed
-    elsewhere (the manager's close, another thread): a closed handle is no
-    longer ours to ask, and the runtime keeps its hold either way."""
+    elsewhere: a closed handle is no longer ours to ask, and the runtime
+    keeps its hold either way. (clear() racing the let-go did that; each
+    request's calls are now serialized, see _never_raises: this stays as
+    the sweep's guard, so a poll never raises.)"""
     try:
         return receiver.released
     except errors.FailedPrecondition:
@@ -580,6 +592,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room, dest_tp_ranks=None, pp_rank=0,
                  req_has_disagg_prefill_dp_rank=False, *args, **kwargs):
+        self._serial = threading.RLock()  # see _never_raises
         self.mgr, self.room = mgr, int(bootstrap_room or 0)
         self.gen = mgr.next_gen(self.room)
         self.snds = []
@@ -634,6 +647,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         back only when no posted write can still read them."""
         if self.closed:
             return
+        self._interleave("release")
         self.closed = True
         for snd, _, _ in self.snds:
             for step in (snd.abort, snd.close):
@@ -871,6 +885,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
     """Decode's side of one request (SGLang's receiver)."""
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None, *args, **kwargs):
+        self._serial = threading.RLock()  # see _never_raises
         self.mgr, self.room, self.bootstrap_addr = mgr, int(bootstrap_room or 0), bootstrap_addr
         self.gen = mgr.next_gen(self.room)
         self.rv = self.ranks = self.kv_indices = self.aux_index = self.aux_row = None
@@ -978,6 +993,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         released its slots (held by the manager until then)."""
         if self.rv is None or self.held:
             return
+        self._interleave("let_go")
         if self.scattering:
             try:
                 staging.scatter_done(self.rv, _SCATTER_WAIT_S)
