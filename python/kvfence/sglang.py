@@ -34,9 +34,12 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
   groups), pairing and head split the attention TP group; decode reads the
   writers of the group init(prefill_dp_rank) names, and a prefill sender
   registers its room (/register_dp_rank) unless rooms follow
-  bootstrap_room. DP attention on decode, dp-size > 1 without it, PP,
-  context parallelism and SWA/DSA state buffers are refused with one
-  Unimplemented error at start-up. send()'s token_position_offset is
+  bootstrap_room. DP attention on decode: each scheduler (global TP rank
+  g) listens on decode_addrs[g], pairs and splits heads over its attention
+  TP group, and announces itself per room (M:N pairing only; a statically
+  paired prefill instance fails the requests). dp-size > 1 without DP
+  attention, PP, context parallelism and SWA/DSA state buffers are refused
+  with one Unimplemented error at start-up. send()'s token_position_offset is
   checked (non-negative, never decreasing) and moves no page, as in
   SGLang's in-tree backends for these models.
 - The aux metadata row (incl. bootstrap_room), of any size, travels as
@@ -50,7 +53,8 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
 Configuration: a JSON object in $KVFENCE_SGLANG_CONFIG, or the "kvfence"
 object of --disaggregation-transfer-backend-extra-config (the fork's flag):
   decode_addrs   decode: this instance's TP ranks' control addresses
-                 ("host:port"); decode rank d listens on decode_addrs[d].
+                 ("host:port"); decode rank d listens on decode_addrs[d]
+                 (DP attention: d is the global TP rank, tp-size entries).
                  Prefill: static pairing with that one decode instance;
                  without it (M:N) each request's decode ranks announce
                  themselves at the prefill's bootstrap server and prefill
@@ -154,15 +158,14 @@ def _check_memory(args):
 
 def refuse_unsupported(server_args, kv_args, mode=None):
     """One Unimplemented error at start-up for what kvfence cannot carry.
-    DP attention is carried on prefill only (mode "prefill")."""
+    DP attention is carried on both sides (decode: M:N pairing, checked
+    per prefill instance in _admit)."""
     sa = server_args
     why = []
     if sa is not None:
         dp, tp = int(getattr(sa, "dp_size", 1) or 1), int(getattr(sa, "tp_size", 0) or 0)
         if getattr(sa, "enable_dp_attention", False):
-            if mode != "prefill":
-                why.append("DP attention on decode")
-            elif dp < 1 or tp < dp or tp % dp:
+            if dp < 1 or tp < dp or tp % dp:
                 why.append("DP attention with tp-size %d over dp-size %d" % (tp, dp))
         elif dp > 1:
             why.append("dp-size > 1 without DP attention")
@@ -317,12 +320,19 @@ class KVFenceKVManager(BaseKVManager):
         if self.mode != "decode" and sa_tp:
             self.prefill_tp = sa_tp
         self.dp_size, self.dp_rank = 1, 0
-        if self.mode != "decode" and getattr(server_args, "enable_dp_attention", False):
-            # SGLang's DP attention: prefill_tp is the attention TP group's
-            # size; engine_rank is the global TP rank, DP group major.
+        self.listen = self.rank  # decode: this scheduler's index in decode_addrs (its global TP rank)
+        if getattr(server_args, "enable_dp_attention", False):
+            # SGLang's DP attention: engine_rank is the global TP rank, DP
+            # group major; pairing and head split are the attention TP
+            # group's (prefill_tp / decode_tp is its size). On decode each
+            # group's ranks run their own KV pool and kvfence agent.
             self.dp_size = int(server_args.dp_size)
-            self.prefill_tp = sa_tp // self.dp_size
-            self.dp_rank, self.rank = divmod(self.rank, self.prefill_tp)
+            group_tp = sa_tp // self.dp_size
+            self.dp_rank, self.rank = divmod(self.rank, group_tp)
+            if self.mode == "decode":
+                self.decode_tp = group_tp
+            else:
+                self.prefill_tp = group_tp
         self.follow_room = getattr(server_args, "load_balance_method", "follow_bootstrap_room") == "follow_bootstrap_room"
         self.layout = _layout(args)
         passthrough = {k: v for k, v in cfg.items() if k in _SHARED_KEYS}
@@ -350,7 +360,7 @@ class KVFenceKVManager(BaseKVManager):
                                                      self.is_mla_backend, "decode")
         self._size_extra()
         passthrough = dict(passthrough)
-        passthrough.setdefault("control_addr", self.addrs[self.rank % self.decode_tp])
+        passthrough.setdefault("control_addr", self.addrs[self.listen % len(self.addrs)])
         # Sized lazily on a fetch thread: made on the lasting thread (sglang_links).
         self.agent = sglang_links.on_lasting_thread(api.Decode, rank=self.rank, slots=int(cfg.get("slots", 1024)),
                                                     shard_bytes=self.shard_bytes, shards=self.shards, **passthrough)
@@ -423,7 +433,8 @@ class KVFenceKVManager(BaseKVManager):
                    "system_dp_rank": 0, "rank_ip": socket.gethostname(), "rank_port": 0,
                    "page_size": int(self.kv_args.page_size), "kv_cache_dtype": getattr(sa, "kv_cache_dtype", None),
                    "load_balance_method": getattr(sa, "load_balance_method", "follow_bootstrap_room"),
-                   "kvfence_rank_base": self.rank_base, "kvfence_mla": self.is_mla_backend}
+                   "kvfence_rank_base": self.rank_base, "kvfence_mla": self.is_mla_backend,
+                   "kvfence_static": self.links is None}
         host, port = self._bootstrap_target()
         sglang_bootstrap.register(host, port, payload)
 
@@ -464,6 +475,10 @@ class KVFenceKVManager(BaseKVManager):
         elif int(info["attn_tp_size"]) != self.prefill_tp:
             why = errors.FailedPrecondition("kvfence: prefill %s has TP %s, this decode was sized for prefill_tp %d"
                                             % (addr, info["attn_tp_size"], self.prefill_tp))
+        elif self.dp_size > 1 and info.get("kvfence_static", False):
+            why = errors.FailedPrecondition(
+                "kvfence: prefill %s pairs statically (decode_addrs): DP attention on decode needs M:N pairing "
+                "(no decode_addrs on prefill), or its writes would go to one DP group's ranks" % addr)
         elif info.get("page_size") not in (None, int(self.kv_args.page_size)):
             why = errors.FailedPrecondition("kvfence: prefill %s page size %s, decode %s" % (addr, info["page_size"], self.kv_args.page_size))
         base = int(info["kvfence_rank_base"])

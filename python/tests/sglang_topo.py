@@ -101,17 +101,19 @@ def _min(states):
 class Deployment:
     def __init__(self, provider, prefill_tp=(2,), decode_tp=1, mla=False, aux_items=(16, 8), extra=None,
                  decode_extra=None, decode_instances=1, on_demand=False, engine=None, prefill_dp=1,
-                 balance="follow_bootstrap_room"):
+                 balance="follow_bootstrap_room", decode_dp=1):
         """on_demand: prefill gets no decode_addrs (M:N, links on demand);
         decode_instances > 1 needs it. self.dec/self.d_eng are the decode
         instance requests use (self.use(i) picks another). engine: an
         Engine subclass (e.g. one with state buffers). prefill_dp: SGLang's
         DP attention on every prefill instance, prefill_dp groups of
         prefill_tp ranks (engine_rank the global TP rank, group major);
-        balance: their load_balance_method."""
+        balance: their load_balance_method. decode_dp: DP attention on every
+        decode instance, decode_dp groups of decode_tp ranks (needs
+        on_demand); self.use(i, g) picks group g."""
         Eng = engine or Engine
         from kvfence.sglang import KVFenceBootstrapServer
-        self.mla, self.dtp, self.pdp = mla, decode_tp, prefill_dp
+        self.mla, self.dtp, self.pdp, self.ddp = mla, decode_tp, prefill_dp, decode_dp
         kvargs, manager = provider.get_kv_class("kvargs"), provider.get_kv_class("manager")
         self.Sender, self.Receiver = provider.get_kv_class("sender"), provider.get_kv_class("receiver")
         base = dict(slots=64, source_pages=64, log_level="error", decode=dict(lease_ms=5000, max_hold_ms=10000),
@@ -122,14 +124,16 @@ class Deployment:
         heads_d = 1 if mla else HEADS // decode_tp
         for _ in range(decode_instances):
             engs, mgrs = [], []
-            for d in range(decode_tp):
+            sa = None if decode_dp == 1 else types.SimpleNamespace(
+                enable_dp_attention=True, dp_size=decode_dp, tp_size=decode_tp * decode_dp)
+            for d in range(decode_tp * decode_dp):
                 # on_demand: decode learns prefill's TP from the bootstrap server.
                 sizing = {} if on_demand else dict(prefill_tp=ptp0)
-                cfg = dict(base, decode_addrs=["127.0.0.1:0"] * decode_tp, **sizing, **(decode_extra or {}))
+                cfg = dict(base, decode_addrs=["127.0.0.1:0"] * decode_tp * decode_dp, **sizing, **(decode_extra or {}))
                 os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(cfg)
-                eng = Eng(heads_d, 0 if mla else d * heads_d, aux_items)
+                eng = Eng(heads_d, 0 if mla else (d % decode_tp) * heads_d, aux_items)
                 engs.append(eng)
-                mgrs.append(manager(eng.kv_args(kvargs, d), "decode", None, mla))
+                mgrs.append(manager(eng.kv_args(kvargs, d), "decode", sa, mla))
             self.decodes.append((engs, mgrs))
         self.use(0)
         addrs = None if on_demand else [m.agent.addr for m in self.dec]
@@ -160,9 +164,12 @@ class Deployment:
             for m in mgrs:
                 m.close()
 
-    def use(self, i):
-        """Requests from now on go to decode instance i (the router's pick)."""
-        self.d_eng, self.dec = self.decodes[i]
+    def use(self, i, group=0):
+        """Requests from now on go to decode instance i (the router's pick),
+        its DP group group (decode_dp > 1)."""
+        engs, mgrs = self.decodes[i]
+        lo, hi = group * self.dtp, (group + 1) * self.dtp
+        self.d_eng, self.dec = engs[lo:hi], mgrs[lo:hi]
 
     # ---- one request in SGLang's order ----
 

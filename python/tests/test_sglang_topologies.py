@@ -310,6 +310,54 @@ def test_prefill_dp_attention_rooms_registered_for_decode():
         dep.close()
 
 
+@pytest.mark.parametrize("ptp,dtp,pdp", [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 2)])
+def test_decode_dp_attention_groups(ptp, dtp, pdp):
+    """DP attention on decode: two DP groups of dtp ranks, each with its own
+    KV pool and kvfence agent (decode_addrs[global TP rank]). Requests
+    alternate between the groups at the same page indices: each lands in
+    its group's pool only, every head in place, and the other group's
+    pages still hold its last request (never crossed)."""
+    dep = Deployment(P, prefill_tp=(ptp,), decode_tp=dtp, prefill_dp=pdp, decode_dp=2, on_demand=True,
+                     extra=dict(idle_close_s=0.5))
+    try:
+        base = staging.handles_live() + sum(m.agent is None for _, ms in dep.decodes for m in ms)
+        d_idx, last = [3, 8], {}
+        for g, room in ((0, 50), (1, 51), (0, 52), (1, 53)):
+            dep.use(0, g)
+            rvs, snds, d, p = dep.request(room, 2, d_idx, [5, 1], aux_index=room % 8, dp=room % pdp)
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0
+            finish(rvs, snds)
+            last[g] = room
+            for h, r in last.items():
+                dep.use(0, h)
+                assert dep.corrupt(r, 1, d_idx) == 0, "group %d's pages changed by a request of group %d" % (h, g)
+        assert len({m.agent.addr for _, ms in dep.decodes for m in ms}) == 2 * dtp
+        dep.until(lambda: not any(m.links.count() for m in dep.instances[0]["mgrs"]), "idle links closed", 60)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+def test_decode_dp_attention_refuses_static_pairing():
+    """A prefill paired statically (decode_addrs: one group's ranks) would
+    write every request to that group: a DP decode fails the requests
+    FailedPrecondition instead (no hang, no page of another group)."""
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1, decode_dp=2)
+    try:
+        base = staging.handles_live()
+        for g in (0, 1):
+            dep.use(0, g)
+            rv = dep.Receiver(dep.dec[0], dep.instances[0]["addr"], 60 + g)
+            rv.init(0)
+            dep.until(lambda: rv.poll() == 0, "DP decode refuses a static prefill")
+            with pytest.raises(errors.FailedPrecondition, match="M:N"):
+                rv.failure_exception()
+            rv.clear()
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
 def test_start_up_refusals():
     import types
     from kvfence.sglang import refuse_unsupported
@@ -325,9 +373,8 @@ def test_start_up_refusals():
                                                        state_data_lens=[[8]], state_item_lens=[[8]]))
     refuse_unsupported(types.SimpleNamespace(tp_size=4), a)
     dpa = types.SimpleNamespace(enable_dp_attention=True, dp_size=2, tp_size=4)
-    refuse_unsupported(dpa, a, "prefill")  # carried on prefill
-    with pytest.raises(errors.Unimplemented, match="DP attention on decode"):
-        refuse_unsupported(dpa, a, "decode")
+    refuse_unsupported(dpa, a, "prefill")  # carried on both sides
+    refuse_unsupported(dpa, a, "decode")
     with pytest.raises(errors.Unimplemented, match="tp-size 3 over dp-size 2"):
         refuse_unsupported(types.SimpleNamespace(enable_dp_attention=True, dp_size=2, tp_size=3), a, "prefill")
 
