@@ -35,7 +35,7 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
   writers of the group init(prefill_dp_rank) names, and a prefill sender
   registers its room (/register_dp_rank) unless rooms follow
   bootstrap_room. DP attention on decode: each scheduler (global TP rank
-  g) listens on decode_addrs[g], pairs and splits heads over its attention
+  g = system_dp_rank * attn TP + engine_rank) listens on decode_addrs[g], pairs and splits heads over its attention
   TP group, and announces itself per room (M:N pairing only; a statically
   paired prefill instance fails the requests). dp-size > 1 without DP
   attention, PP, context parallelism and SWA/DSA state buffers are refused
@@ -173,11 +173,24 @@ def refuse_unsupported(server_args, kv_args, mode=None):
             why.append("pipeline parallelism (pp-size > 1)")
         if int(getattr(sa, "attn_cp_size", 1) or 1) > 1:
             why.append("context parallelism")
+    if int(getattr(kv_args, "dcp_size", 1) or 1) > 1:
+        # newest upstream's KVArgs: token loc i lives on DCP rank i % dcp_size
+        why.append("decode context parallelism (KVArgs.dcp_size %d)" % int(kv_args.dcp_size))
     state = sglang_state.refusal(kv_args)
     if state:
         why.append(state)
     if why:
         raise errors.Unimplemented("kvfence does not support %s yet (docs/sglang.md)" % ", ".join(why))
+
+
+def _dp_group(args, group_tp):
+    """(DP group, rank in it) under DP attention. SGLang's prefill gives the
+    global TP rank as engine_rank; its decode gives the attention TP rank
+    (tp_rank % attn_tp_size) and the group as system_dp_rank."""
+    rank = int(getattr(args, "engine_rank", 0))
+    if rank >= group_tp:
+        return divmod(rank, group_tp)
+    return int(getattr(args, "system_dp_rank", 0) or 0), rank
 
 
 def _rank_base(cfg, server_args):
@@ -328,7 +341,8 @@ class KVFenceKVManager(BaseKVManager):
             # group's ranks run their own KV pool and kvfence agent.
             self.dp_size = int(server_args.dp_size)
             group_tp = sa_tp // self.dp_size
-            self.dp_rank, self.rank = divmod(self.rank, group_tp)
+            self.dp_rank, self.rank = _dp_group(args, group_tp)
+            self.listen = self.dp_rank * group_tp + self.rank
             if self.mode == "decode":
                 self.decode_tp = group_tp
             else:

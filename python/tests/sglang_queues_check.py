@@ -524,8 +524,8 @@ class StateEngine(sglang_topo.Engine):
         super().__init__(*a)
         self.state = [(ctypes.c_char * (STATE_SLOTS * n))() for n in STATE_ITEMS]
 
-    def kv_args(self, cls, rank):
-        a = super().kv_args(cls, rank)
+    def kv_args(self, cls, rank, dp=0):
+        a = super().kv_args(cls, rank, dp)
         a.state_types = [StateType.MAMBA]
         a.state_data_ptrs = [[ctypes.addressof(b) for b in self.state]]
         a.state_data_lens = [[len(b) for b in self.state]]

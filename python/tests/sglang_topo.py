@@ -36,7 +36,9 @@ class Engine:
         self.aux_items = list(aux_items)
         self.aux = [(ctypes.c_char * (AUX_ROWS * n))() for n in self.aux_items]
 
-    def kv_args(self, cls, rank):
+    def kv_args(self, cls, rank, dp=0):
+        """SGLang's KVArgs: rank is the engine_rank (prefill: global TP
+        rank; decode: the attention TP rank), dp the system_dp_rank."""
         a = cls()
         a.engine_rank = rank
         a.kv_data_ptrs = [ctypes.addressof(b) for b in self.kv]
@@ -46,7 +48,7 @@ class Engine:
         a.aux_data_lens = [len(b) for b in self.aux]
         a.aux_item_lens = list(self.aux_items)
         a.state_types, a.state_data_ptrs, a.state_data_lens, a.state_item_lens = [], [], [], []
-        a.page_size, a.kv_head_num, a.pp_rank, a.system_dp_rank = PAGE_SIZE, self.heads, 0, 0
+        a.page_size, a.kv_head_num, a.pp_rank, a.system_dp_rank = PAGE_SIZE, self.heads, 0, dp
         a.prefill_start_layer, a.gpu_id, a.ib_device = 0, 0, ""
         return a
 
@@ -133,7 +135,8 @@ class Deployment:
                 os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(cfg)
                 eng = Eng(heads_d, 0 if mla else (d % decode_tp) * heads_d, aux_items)
                 engs.append(eng)
-                mgrs.append(manager(eng.kv_args(kvargs, d), "decode", sa, mla))
+                # as SGLang's decode: engine_rank tp_rank % attn_tp_size, the DP group in system_dp_rank
+                mgrs.append(manager(eng.kv_args(kvargs, d % decode_tp, d // decode_tp), "decode", sa, mla))
             self.decodes.append((engs, mgrs))
         self.use(0)
         addrs = None if on_demand else [m.agent.addr for m in self.dec]
@@ -149,7 +152,7 @@ class Deployment:
             sa = None if prefill_dp == 1 else types.SimpleNamespace(
                 enable_dp_attention=True, dp_size=prefill_dp, tp_size=ptp * prefill_dp, host="127.0.0.1",
                 disaggregation_bootstrap_port=boot.port, load_balance_method=balance)
-            mgrs = [manager(engs[r].kv_args(kvargs, r), "prefill", sa, mla) for r in range(ptp * prefill_dp)]
+            mgrs = [manager(engs[r].kv_args(kvargs, r, r // ptp), "prefill", sa, mla) for r in range(ptp * prefill_dp)]
             for m in mgrs:
                 m.register_to_bootstrap()
             self.instances.append(dict(boot=boot, addr=addr, engs=engs, mgrs=mgrs, tp=ptp))

@@ -332,6 +332,8 @@ def test_decode_dp_attention_groups(ptp, dtp, pdp):
                 dep.use(0, h)
                 assert dep.corrupt(r, 1, d_idx) == 0, "group %d's pages changed by a request of group %d" % (h, g)
         assert len({m.agent.addr for _, ms in dep.decodes for m in ms}) == 2 * dtp
+        # SGLang's decode gives the attention TP rank and the group apart: each scheduler takes its own address
+        assert [m.listen for m in dep.decodes[0][1]] == list(range(2 * dtp))
         dep.until(lambda: not any(m.links.count() for m in dep.instances[0]["mgrs"]), "idle links closed", 60)
         settle(dep, base)
     finally:
@@ -372,6 +374,9 @@ def test_start_up_refusals():
         refuse_unsupported(None, types.SimpleNamespace(state_types=["swa"], state_data_ptrs=[[16]],
                                                        state_data_lens=[[8]], state_item_lens=[[8]]))
     refuse_unsupported(types.SimpleNamespace(tp_size=4), a)
+    with pytest.raises(errors.Unimplemented, match="dcp_size 2"):  # newest upstream's KVArgs field
+        refuse_unsupported(None, types.SimpleNamespace(state_types=[], dcp_size=2))
+    refuse_unsupported(None, types.SimpleNamespace(state_types=[], dcp_size=1))
     dpa = types.SimpleNamespace(enable_dp_attention=True, dp_size=2, tp_size=4)
     refuse_unsupported(dpa, a, "prefill")  # carried on both sides
     refuse_unsupported(dpa, a, "decode")
