@@ -587,6 +587,15 @@ class KVFenceKVManager(BaseKVManager):
         """Forgets nothing the runtime still holds."""
         self.is_abort_release_safe(room)
 
+    def submit_prefill_recompute(self, kv_receiver, payload=None):
+        """Newest upstream's PD true-retraction rebootstrap (decode asks the
+        prefill worker to recompute a retracted request's prefix): not
+        carried. As upstream's contract says for any failure here, the
+        request fails through KVPoll.Failed (Unimplemented), never raises."""
+        kv_receiver.refuse(errors.Unimplemented(
+            "kvfence: room %s: PD rebootstrap (prefill recompute of a retracted request) is not supported"
+            % getattr(kv_receiver, "room", "?")))
+
     def held_rooms(self):
         self.sweep(force=True)
         with self._lock:
@@ -1100,6 +1109,13 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         self.aborted = True
         if self.conclude_state is None:
             self._fail(errors.Unavailable("kvfence: room %d aborted" % self.room))
+
+    @_never_raises
+    def refuse(self, err):
+        """Fails the request with err (a classified reason) as abort() does."""
+        self.aborted = True
+        if self.conclude_state is None:
+            self._fail(err)
 
     def abort_for_deferred_release(self):
         self.abort()

@@ -465,3 +465,18 @@ def test_held_request_closed_elsewhere_never_raises(dep):
     assert mgr.is_abort_release_safe(91) is True  # nothing of ours is left to ask
     assert 91 not in mgr.held_rooms()
     settle(dep, base)
+
+
+def test_prefill_recompute_fails_the_request_never_raises(dep):
+    """Newest upstream's decode calls kv_manager.submit_prefill_recompute
+    right after send_metadata for a PD rebootstrap; kvfence does not carry
+    it: the request fails Unimplemented through poll, nothing stays held."""
+    base = staging.handles_live()
+    rvs = dep.receivers(0, 93)
+    rvs[0].send_metadata([1, 2], 1, None, decode_prefix_len=0)
+    rvs[0].mgr.submit_prefill_recompute(rvs[0], {"rid": "r93"})
+    assert rvs[0].poll() == 0
+    with pytest.raises(errors.Unimplemented, match="rebootstrap"):
+        rvs[0].failure_exception()
+    finish(rvs, [])
+    settle(dep, base)
