@@ -490,27 +490,23 @@ def scenario_prefill_queue():
         dep.close()
 
 
-class TArr:
+class TArr(np.ndarray):
     """What SGLang's queues do with a torch index tensor: index, slice,
-    .cpu().numpy()."""
+    arithmetic (newest upstream hands the tensor to kv_to_page_indices
+    as is), .cpu().numpy()."""
 
-    def __init__(self, a):
-        self.a = a
+    def __new__(cls, a):
+        return np.asarray(a).view(cls)
 
     def __getitem__(self, key):
-        return TArr(self.a[key])
-
-    def __setitem__(self, key, value):
-        self.a[key] = value
-
-    def __len__(self):
-        return len(self.a)
+        got = super().__getitem__(key)
+        return got if isinstance(got, np.ndarray) else np.asarray(got).view(TArr)  # torch: a 0-d tensor
 
     def cpu(self):
         return self
 
     def numpy(self):
-        return self.a
+        return np.asarray(self)
 
 
 STATE_ITEMS = (24, 40)  # a Mamba conv and temporal state: bytes per slot
@@ -671,6 +667,50 @@ def scenario_state_and_prefix(tp):
         dep.close()
 
 
+def scenario_prealloc_abort_and_rebootstrap():
+    """Through SGLang's own pop_preallocated (TP1 -> TP1, M:N): a request
+    aborted (FINISH_ABORT) while it waits in the prealloc queue is never
+    exposed (newest upstream clears its receiver there, main @ 9e9fde14
+    leaves that to the scheduler: cleared here), nothing stays held; on
+    SGLang with PD rebootstrap (DecodeRequest.is_rebootstrap), a
+    rebootstrap request's submit_prefill_recompute fails it Unimplemented
+    through poll instead of raising into the scheduler."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(1,), decode_tp=1, on_demand=True)
+    try:
+        qs = decode_state_queues(dep, 0, [7, 3], 0)
+        streamed = []
+        qs[0].scheduler.output_streamer = types.SimpleNamespace(stream_output=lambda reqs, lp: streamed.extend(reqs))
+        rooms = (811, 812) if "is_rebootstrap" in sg_decode.DecodeRequest.__dataclass_fields__ else (811,)
+        drs = [handshake(dep, qs, 0, room)[0] for room in rooms]
+        for dr in drs:
+            dr.req.origin_input_ids = list(range(sglang_topo.PAGE_SIZE * 2))
+            dr.req.output_ids, dr.req.priority = [], 0
+            dr.req.sampling_params = types.SimpleNamespace(max_new_tokens=16)
+        aborted, rv = drs[0], drs[0].kv_receiver
+        aborted.req.finished_reason = sg_decode.FINISH_ABORT()
+        if len(drs) > 1:
+            drs[1].is_rebootstrap = True
+            drs[1].req.build_rebootstrap_payload = lambda: {"rid": drs[1].req.rid}
+        popped, failed = qs[0].pop_preallocated()
+        assert failed == [aborted] and streamed == [aborted.req], (failed, streamed)
+        assert rv.rv is None and dep.slots_in_use() == 0, "an aborted receiver was exposed"
+        rv.clear()  # upstream already did (and dropped it); clear is idempotent
+        if len(drs) > 1:
+            assert popped == [drs[1]], popped
+            assert drs[1].kv_receiver.poll() == KVPoll.Failed
+            try:
+                drs[1].kv_receiver.failure_exception()
+                raise AssertionError("no failure recorded")
+            except kv.errors.Unimplemented:
+                pass
+            drs[1].kv_receiver.clear()
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("abort in the prealloc queue via SGLang's pop_preallocated: never exposed, 0 slots or holds left%s"
+              % ("; PD rebootstrap: Failed (Unimplemented) through poll" if len(drs) > 1 else ""))
+    finally:
+        dep.close()
+
+
 def scenario_dp_attention():
     """Prefill with DP attention (2 groups, round robin): the request on
     group 1 registers its room; SGLang's own _resolve_pending_reqs finds
@@ -706,5 +746,6 @@ scenario_prefill_queue()
 for tp in (1, 2):
     scenario_state_and_prefix(tp)
 scenario_dp_attention()
+scenario_prealloc_abort_and_rebootstrap()
 assert staging.handles_live() == live, "handles leaked: %d" % (staging.handles_live() - live)
 print("OK")
