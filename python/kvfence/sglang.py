@@ -37,9 +37,12 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
   bootstrap_room. DP attention on decode: each scheduler (global TP rank
   g = system_dp_rank * attn TP + engine_rank) listens on decode_addrs[g], pairs and splits heads over its attention
   TP group, and announces itself per room (M:N pairing only; a statically
-  paired prefill instance fails the requests). dp-size > 1 without DP
-  attention, PP, context parallelism and SWA/DSA state buffers are refused
-  with one Unimplemented error at start-up. send()'s token_position_offset is
+  paired prefill instance fails the requests). PP with equal sizes: each
+  stage is a group of its own (rank ids per stage, decode_addrs stage
+  major, announcements as one stage-major list); unequal sizes fail each
+  request Unimplemented. dp-size > 1 without DP attention, context
+  parallelism and SWA/DSA state buffers are refused with one Unimplemented
+  error at start-up. send()'s token_position_offset is
   checked (non-negative, never decreasing) and moves no page, as in
   SGLang's in-tree backends for these models.
 - The aux metadata row (incl. bootstrap_room), of any size, travels as
@@ -169,8 +172,6 @@ def refuse_unsupported(server_args, kv_args, mode=None):
                 why.append("DP attention with tp-size %d over dp-size %d" % (tp, dp))
         elif dp > 1:
             why.append("dp-size > 1 without DP attention")
-        if int(getattr(sa, "pp_size", 1) or 1) > 1:
-            why.append("pipeline parallelism (pp-size > 1)")
         if int(getattr(sa, "attn_cp_size", 1) or 1) > 1:
             why.append("context parallelism")
     if int(getattr(kv_args, "dcp_size", 1) or 1) > 1:
@@ -325,28 +326,7 @@ class KVFenceKVManager(BaseKVManager):
         self._gens, self._held, self._lock = {}, {}, threading.Lock()
         self._swept = 0.0
         self.links = None  # prefill without decode_addrs: links on demand (kvfence.sglang_links)
-        self.addrs = cfg.get("decode_addrs") or ["127.0.0.1:17000"] * int(cfg.get("decode_tp", 1))
-        self.decode_tp, self.prefill_tp = len(self.addrs), int(cfg.get("prefill_tp", 1))
-        sa_tp = int(getattr(server_args, "tp_size", 0) or 0)
-        if self.mode == "decode" and sa_tp and sa_tp != self.decode_tp:
-            raise errors.InvalidArgument("kvfence: decode TP is %d but decode_addrs names %d ranks" % (sa_tp, self.decode_tp))
-        if self.mode != "decode" and sa_tp:
-            self.prefill_tp = sa_tp
-        self.dp_size, self.dp_rank = 1, 0
-        self.listen = self.rank  # decode: this scheduler's index in decode_addrs (its global TP rank)
-        if getattr(server_args, "enable_dp_attention", False):
-            # SGLang's DP attention: engine_rank is the global TP rank, DP
-            # group major; pairing and head split are the attention TP
-            # group's (prefill_tp / decode_tp is its size). On decode each
-            # group's ranks run their own KV pool and kvfence agent.
-            self.dp_size = int(server_args.dp_size)
-            group_tp = sa_tp // self.dp_size
-            self.dp_rank, self.rank = _dp_group(args, group_tp)
-            self.listen = self.dp_rank * group_tp + self.rank
-            if self.mode == "decode":
-                self.decode_tp = group_tp
-            else:
-                self.prefill_tp = group_tp
+        self._topology(cfg, args, server_args)
         self.follow_room = getattr(server_args, "load_balance_method", "follow_bootstrap_room") == "follow_bootstrap_room"
         self.layout = _layout(args)
         passthrough = {k: v for k, v in cfg.items() if k in _SHARED_KEYS}
@@ -355,6 +335,47 @@ class KVFenceKVManager(BaseKVManager):
             self._init_decode(cfg, passthrough)
         else:
             self._init_prefill(cfg, passthrough)
+
+    def _topology(self, cfg, args, server_args):
+        """TP, DP attention and PP: who this scheduler is among its
+        instance's ranks (rank, dp_rank, pp_rank) and where decode listens."""
+        self.addrs = cfg.get("decode_addrs") or ["127.0.0.1:17000"] * int(cfg.get("decode_tp", 1))
+        self.prefill_tp = int(cfg.get("prefill_tp", 1))
+        # PP: each stage is a scheduler group of its own (its layers' KV
+        # buffers); decode lists every stage's addresses, stage major.
+        self.pp_size = int(getattr(server_args, "pp_size", 1) or 1)
+        self.pp_rank = int(getattr(args, "pp_rank", 0) or 0) if self.pp_size > 1 else 0
+        if self.mode != "decode" and self.pp_size > 1 and cfg.get("decode_addrs"):
+            raise errors.Unimplemented("kvfence: PP (pp-size %d) needs M:N pairing: no decode_addrs on prefill "
+                                       "(docs/sglang.md)" % self.pp_size)
+        self.decode_tp = len(self.addrs) // (self.pp_size if self.mode == "decode" else 1)
+        sa_tp = int(getattr(server_args, "tp_size", 0) or 0)
+        if self.mode == "decode" and sa_tp and sa_tp * self.pp_size != len(self.addrs):
+            raise errors.InvalidArgument("kvfence: decode TP %d x PP %d but decode_addrs names %d ranks"
+                                         % (sa_tp, self.pp_size, len(self.addrs)))
+        if self.mode != "decode" and sa_tp:
+            self.prefill_tp = sa_tp
+        self.dp_size, self.dp_rank = 1, 0
+        if getattr(server_args, "enable_dp_attention", False):
+            # SGLang's DP attention: pairing and head split are the
+            # attention TP group's (prefill_tp / decode_tp is its size). On
+            # decode each group's ranks run their own KV pool and agent.
+            self.dp_size = int(server_args.dp_size)
+            group_tp = sa_tp // self.dp_size
+            self.dp_rank, self.rank = _dp_group(args, group_tp)
+            if self.mode == "decode":
+                self.decode_tp = group_tp
+            else:
+                self.prefill_tp = group_tp
+        # decode: this scheduler's index in decode_addrs (stage, DP group, rank)
+        self.listen = (self.pp_rank * self.dp_size + self.dp_rank) * self.decode_tp + self.rank
+
+    def _stage_group(self, dp=0):
+        """Prefill: the index of (this PP stage, DP group dp) among the
+        instance's groups of prefill_tp ranks: kvfence rank ids are base +
+        index * prefill_tp + rank, unique over stages and groups (decode
+        computes the same from the instance's dp_size, in instance())."""
+        return self.pp_rank * self.dp_size + int(dp or 0)
 
     def _init_decode(self, cfg, passthrough):
         self._fetching, self._bad, self._bases = set(), {}, {}
@@ -381,7 +402,7 @@ class KVFenceKVManager(BaseKVManager):
 
     def _init_prefill(self, cfg, passthrough):
         self.rank_base = _rank_base(cfg, self.server_args)
-        self.kv_rank = self.rank_base + self.dp_rank * self.prefill_tp + self.rank  # unique over DP groups
+        self.kv_rank = self.rank_base + self._stage_group(self.dp_rank) * self.prefill_tp + self.rank
         self.targets = sglang_layout.prefill_targets(self.rank, self.prefill_tp, self.decode_tp, self.is_mla_backend)
         self.shard_bytes = sglang_layout.shard_bytes(self.page_bytes, self.prefill_tp, self.decode_tp,
                                                      self.is_mla_backend, "prefill")
@@ -443,7 +464,7 @@ class KVFenceKVManager(BaseKVManager):
             return
         sa = self.server_args
         payload = {"attn_tp_size": self.prefill_tp, "attn_tp_rank": self.rank, "attn_cp_size": 1, "attn_cp_rank": 0,
-                   "attn_dp_size": self.dp_size, "attn_dp_rank": self.dp_rank, "pp_size": 1, "pp_rank": 0, "system_dp_size": 1,
+                   "attn_dp_size": self.dp_size, "attn_dp_rank": self.dp_rank, "pp_size": self.pp_size, "pp_rank": self.pp_rank, "system_dp_size": 1,
                    "system_dp_rank": 0, "rank_ip": socket.gethostname(), "rank_port": 0,
                    "page_size": int(self.kv_args.page_size), "kv_cache_dtype": getattr(sa, "kv_cache_dtype", None),
                    "load_balance_method": getattr(sa, "load_balance_method", "follow_bootstrap_room"),
@@ -482,17 +503,20 @@ class KVFenceKVManager(BaseKVManager):
     def _admit(self, addr, info):
         import types
         why = None
-        if info.get("kvfence_pp_size", 1) != 1 or info.get("kvfence_attn_cp_size", 1) != 1:
-            why = errors.Unimplemented("kvfence: prefill %s uses PP or CP: not supported" % addr)
+        if info.get("kvfence_attn_cp_size", 1) != 1:
+            why = errors.Unimplemented("kvfence: prefill %s uses context parallelism: not supported" % addr)
+        elif int(info.get("kvfence_pp_size", 1)) != self.pp_size:
+            why = errors.Unimplemented("kvfence: prefill %s has PP %s, this decode PP %d: kvfence carries equal PP "
+                                       "sizes only (docs/sglang.md)" % (addr, info.get("kvfence_pp_size"), self.pp_size))
         elif self.agent is None and self._size_quietly(info) is not None:
             why = self._size_quietly(info)
         elif int(info["attn_tp_size"]) != self.prefill_tp:
             why = errors.FailedPrecondition("kvfence: prefill %s has TP %s, this decode was sized for prefill_tp %d"
                                             % (addr, info["attn_tp_size"], self.prefill_tp))
-        elif self.dp_size > 1 and info.get("kvfence_static", False):
+        elif (self.dp_size > 1 or self.pp_size > 1) and info.get("kvfence_static", False):
             why = errors.FailedPrecondition(
-                "kvfence: prefill %s pairs statically (decode_addrs): DP attention on decode needs M:N pairing "
-                "(no decode_addrs on prefill), or its writes would go to one DP group's ranks" % addr)
+                "kvfence: prefill %s pairs statically (decode_addrs): DP attention or PP on decode needs M:N "
+                "pairing (no decode_addrs on prefill), or its writes would go to one group's ranks" % addr)
         elif info.get("page_size") not in (None, int(self.kv_args.page_size)):
             why = errors.FailedPrecondition("kvfence: prefill %s page size %s, decode %s" % (addr, info["page_size"], self.kv_args.page_size))
         base = int(info["kvfence_rank_base"])
@@ -508,7 +532,7 @@ class KVFenceKVManager(BaseKVManager):
                                             "kv_cache_dtype", "follow_bootstrap_room")}
         self.prefill_info_table[addr] = types.SimpleNamespace(
             **fields, target_tp_ranks=list(self.writers), target_tp_rank=self.writers[0], target_cp_ranks=[0],
-            target_pp_ranks=[0], required_dst_info_num=1, required_prefill_response_num=len(self.writers),
+            target_pp_ranks=[self.pp_rank], required_dst_info_num=1, required_prefill_response_num=len(self.writers),
             kvfence_ranks=[base + w for w in self.writers], kvfence_base=base)
 
     def _size_quietly(self, info):
@@ -539,7 +563,8 @@ class KVFenceKVManager(BaseKVManager):
         if not 0 <= int(dp or 0) < groups:
             return None, errors.InvalidArgument("kvfence: prefill_dp_rank %s outside prefill %s's %d DP groups"
                                                 % (dp, addr, groups))
-        return [info.kvfence_base + int(dp or 0) * self.prefill_tp + w for w in self.writers], None
+        group = self.pp_rank * groups + int(dp or 0)  # the prefill's _stage_group: its stages of DP groups
+        return [info.kvfence_base + group * self.prefill_tp + w for w in self.writers], None
 
     # ---- holds and deferred release (newest upstream's names) ----
 
@@ -851,10 +876,12 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             if addrs is None:
                 self._timed_out(self.created, m.link_timeout_s, "decode of room %d never announced itself" % self.room)
                 return False
-            if len(addrs) != m.decode_tp:
-                self._fail(errors.FailedPrecondition("kvfence: room %d's decode instance has TP %d, this prefill "
-                                                     "was sized for decode_tp %d" % (self.room, len(addrs), m.decode_tp)))
+            if len(addrs) != m.decode_tp * m.pp_size:
+                self._fail(errors.FailedPrecondition("kvfence: room %d's decode instance has %d ranks, this prefill "
+                                                     "was sized for decode_tp %d x PP %d"
+                                                     % (self.room, len(addrs), m.decode_tp, m.pp_size)))
                 return False
+            addrs = addrs[m.pp_rank * m.decode_tp:(m.pp_rank + 1) * m.decode_tp]  # this PP stage's decode ranks
             try:
                 for dr, part, parts in m.targets:
                     a = m.links.acquire(addrs[dr], dr)
@@ -971,7 +998,8 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         if m.radix and self.prefix is None:
             extra.pop("decode_prefix_len")
         threading.Thread(target=sglang_links.announce, daemon=True,
-                         args=(self.bootstrap_addr, self.room, m.decode_tp, m.rank, m.agent.addr,
+                         args=(self.bootstrap_addr, self.room, m.decode_tp * m.pp_size, m.pp_rank * m.decode_tp + m.rank,
+                               m.agent.addr,
                                self.created + m.link_timeout_s), kwargs=extra).start()
 
     prefix = None  # decode_prefix_len (tokens) once send_metadata gave it, radix cache on

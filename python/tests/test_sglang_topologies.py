@@ -1,6 +1,8 @@
 """kvfence's SGLang classes across SGLang's topologies and abort paths, in
 SGLang's scheduler order (sglang_topo.py): every head of every page, the
 aux row, and at the end no slot, hold or handle left."""
+import json
+import os
 import time
 
 import pytest
@@ -8,7 +10,7 @@ import pytest
 from kvfence import errors, staging
 from kvfence.sglang import KVFenceBackendProvider
 
-from sglang_topo import Deployment
+from sglang_topo import HEADS, Deployment, Engine
 
 P = KVFenceBackendProvider()
 
@@ -360,14 +362,79 @@ def test_decode_dp_attention_refuses_static_pairing():
         dep.close()
 
 
+@pytest.mark.parametrize("ptp,dtp,pdp", [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 2)])
+def test_pipeline_parallel_stages(ptp, dtp, pdp):
+    """PP 2 on both sides: each stage's schedulers hold their own layers
+    (Engine.layer0: a page's bytes name its layer in the whole model).
+    One request: every decode stage gets every head of its own layers
+    from the same stage's prefill ranks only, aux row included; nothing
+    left afterwards."""
+    dep = Deployment(P, prefill_tp=(ptp,), decode_tp=dtp, prefill_dp=pdp, pp=2, on_demand=True,
+                     extra=dict(idle_close_s=0.5))
+    try:
+        base = staging.handles_live() + sum(m.agent is None for _, ms in dep.decodes for m in ms)
+        room, d_idx, p_idx, aux = 70, [3, 8], [5, 1], 6
+        stages = []
+        for s in (0, 1):  # SGLang's decode: every stage's scheduler takes the request
+            dep.use(0, 0, s)
+            rvs = dep.receivers(0, room, dp=room % pdp)
+            for rv in rvs:
+                rv.send_metadata(d_idx, aux, None, decode_prefix_len=0)
+            stages.append(rvs)
+        ranks = [set().union(*(rv.ranks for rv in rvs)) for rvs in stages]
+        assert not ranks[0] & ranks[1], "stages share writers: %s" % ranks
+        for s in (0, 1):
+            dep.use(0, 0, s)
+            snds = dep.senders(0, room, dp=room % pdp)
+            dep.prefill(0, snds, room, 1, p_idx, aux, dp=room % pdp)
+            assert dep.run(stages[s], snds, aux, room) == (4, 4)
+            assert dep.corrupt(room, 1, d_idx) == 0, "stage %d's layers" % s
+            finish(stages[s], snds)
+        for s in (0, 1):  # stage 1's writes never landed in stage 0's layers
+            dep.use(0, 0, s)
+            assert dep.corrupt(room, 1, d_idx) == 0
+        dep.until(lambda: not any(m.links.count() for m in dep.instances[0]["mgrs"]), "idle links closed", 60)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+def test_pipeline_parallel_refusals():
+    """Unequal PP sizes (decode PP 1 would need each stage to fill a layer
+    range of one slot) fail each request Unimplemented; a prefill with PP
+    and static decode_addrs is refused at start-up."""
+    import types
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1, pp=2, on_demand=True)
+    other = Deployment(P, prefill_tp=(1,), decode_tp=1, on_demand=True)  # PP 1 everywhere
+    try:
+        base = staging.handles_live()
+        rv = dep.Receiver(dep.dec[0], other.instances[0]["addr"], 71)  # decode PP 2 -> prefill PP 1
+        rv.init(0)
+        dep.until(lambda: rv.poll() == 0, "unequal PP refused")
+        with pytest.raises(errors.Unimplemented, match="PP"):
+            rv.failure_exception()
+        rv.clear()
+        assert staging.handles_live() == base
+    finally:
+        dep.close()
+        other.close()
+    os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(decode_addrs=["127.0.0.1:1"], log_level="error"))
+    try:
+        e = Engine(HEADS, 0, (16, 8))
+        with pytest.raises(errors.Unimplemented, match="M:N"):
+            P.get_kv_class("manager")(e.kv_args(P.get_kv_class("kvargs"), 0), "prefill",
+                                      types.SimpleNamespace(pp_size=2, tp_size=1), False)
+    finally:
+        del os.environ["KVFENCE_SGLANG_CONFIG"]
+
+
 def test_start_up_refusals():
     import types
     from kvfence.sglang import refuse_unsupported
     a = types.SimpleNamespace(state_types=[])
     for sa, word in ((types.SimpleNamespace(enable_dp_attention=True), "DP attention"),
                      (types.SimpleNamespace(dp_size=2), "dp-size"),
-                     (types.SimpleNamespace(attn_cp_size=2), "context parallelism"),
-                     (types.SimpleNamespace(pp_size=2), "pipeline")):
+                     (types.SimpleNamespace(attn_cp_size=2), "context parallelism")):
         with pytest.raises(errors.Unimplemented, match=word):
             refuse_unsupported(sa, a)
     with pytest.raises(errors.Unimplemented, match="state"):
