@@ -711,6 +711,63 @@ def scenario_prealloc_abort_and_rebootstrap():
         dep.close()
 
 
+def scenario_decode_dp_attention():
+    """DP attention on decode (2 groups of TP2, prefill TP2): each group's
+    own DecodePreallocQueue runs SGLang's handshake for a request of its
+    own at the same page indices; each lands in its group's pool only."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2,), decode_tp=2, decode_dp=2, on_demand=True)
+    try:
+        d_idx, p_idx, aux = [5, 9], [1, 8], 4
+        for g, room in ((0, 961), (1, 962)):
+            dep.use(0, g)
+            drs = handshake(dep, prealloc_queues(dep), 0, room)
+            for dr in drs:
+                dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
+            snds = dep.senders(0, room)
+            dep.prefill(0, snds, room, 1, p_idx, aux)
+            d, p = transfer(dep, drs, snds, room, aux)
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0, (g, d, p)
+            for x in [dr.kv_receiver for dr in drs] + snds:
+                x.clear()
+        dep.use(0, 0)
+        assert dep.corrupt(961, 1, d_idx) == 0, "group 0's pages changed by group 1's request"
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("decode DP attention (2 groups of TP2) <- prefill TP2 via SGLang's handshake and poll_and_all_reduce: "
+              "Success, 0 corrupt heads, each group's pool only")
+    finally:
+        dep.close()
+
+
+def scenario_pipeline_parallel():
+    """PP 2 on both sides (prefill TP2, decode TP1): every decode stage's
+    own DecodePreallocQueue runs SGLang's _resolve_pending_reqs and
+    _update_handshake_waiters; each stage gets its own layers from the same
+    stage's prefill ranks through SGLang's poll_and_all_reduce."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2,), decode_tp=1, pp=2, on_demand=True)
+    try:
+        room, d_idx, p_idx, aux = 951, [6, 2], [4, 7], 3
+        stages = []
+        for s in (0, 1):
+            dep.use(0, 0, s)
+            drs = handshake(dep, prealloc_queues(dep), 0, room)
+            for dr in drs:
+                dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
+            stages.append(drs)
+        for s in (0, 1):
+            dep.use(0, 0, s)
+            snds = dep.senders(0, room)
+            dep.prefill(0, snds, room, 1, p_idx, aux)
+            d, p = transfer(dep, stages[s], snds, room, aux)
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0, (s, d, p)
+            for x in [dr.kv_receiver for dr in stages[s]] + snds:
+                x.clear()
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("PP 2 (prefill TP2 -> decode TP1 per stage) via SGLang's handshake and poll_and_all_reduce: "
+              "Success, 0 corrupt heads in either stage's layers")
+    finally:
+        dep.close()
+
+
 def scenario_dp_attention():
     """Prefill with DP attention (2 groups, round robin): the request on
     group 1 registers its room; SGLang's own _resolve_pending_reqs finds
@@ -747,5 +804,7 @@ for tp in (1, 2):
     scenario_state_and_prefix(tp)
 scenario_dp_attention()
 scenario_prealloc_abort_and_rebootstrap()
+scenario_pipeline_parallel()
+scenario_decode_dp_attention()
 assert staging.handles_live() == live, "handles leaked: %d" % (staging.handles_live() - live)
 print("OK")
