@@ -35,9 +35,10 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
   writers of the group init(prefill_dp_rank) names, and a prefill sender
   registers its room (/register_dp_rank) unless rooms follow
   bootstrap_room. DP attention on decode: each scheduler (global TP rank
-  g = system_dp_rank * attn TP + engine_rank) listens on decode_addrs[g], pairs and splits heads over its attention
-  TP group, and announces itself per room (M:N pairing only; a statically
-  paired prefill instance fails the requests). PP with equal sizes: each
+  g = system_dp_rank * attention TP + engine_rank) listens on
+  decode_addrs[g], pairs and splits heads over its attention TP group, and
+  announces itself per room (M:N pairing only; a statically paired prefill
+  instance fails the requests). PP with equal sizes: each
   stage is a group of its own (rank ids per stage, decode_addrs stage
   major, announcements as one stage-major list); unequal sizes fail each
   request Unimplemented. dp-size > 1 without DP attention, context
@@ -57,7 +58,8 @@ Configuration: a JSON object in $KVFENCE_SGLANG_CONFIG, or the "kvfence"
 object of --disaggregation-transfer-backend-extra-config (the fork's flag):
   decode_addrs   decode: this instance's TP ranks' control addresses
                  ("host:port"); decode rank d listens on decode_addrs[d]
-                 (DP attention: d is the global TP rank, tp-size entries).
+                 (DP attention: d is the global TP rank, tp-size entries;
+                 PP: stage major, pp-size x tp-size entries).
                  Prefill: static pairing with that one decode instance;
                  without it (M:N) each request's decode ranks announce
                  themselves at the prefill's bootstrap server and prefill
@@ -464,7 +466,8 @@ class KVFenceKVManager(BaseKVManager):
             return
         sa = self.server_args
         payload = {"attn_tp_size": self.prefill_tp, "attn_tp_rank": self.rank, "attn_cp_size": 1, "attn_cp_rank": 0,
-                   "attn_dp_size": self.dp_size, "attn_dp_rank": self.dp_rank, "pp_size": self.pp_size, "pp_rank": self.pp_rank, "system_dp_size": 1,
+                   "attn_dp_size": self.dp_size, "attn_dp_rank": self.dp_rank, "pp_size": self.pp_size,
+                   "pp_rank": self.pp_rank, "system_dp_size": 1,
                    "system_dp_rank": 0, "rank_ip": socket.gethostname(), "rank_port": 0,
                    "page_size": int(self.kv_args.page_size), "kv_cache_dtype": getattr(sa, "kv_cache_dtype", None),
                    "load_balance_method": getattr(sa, "load_balance_method", "follow_bootstrap_room"),
@@ -506,8 +509,9 @@ class KVFenceKVManager(BaseKVManager):
         if info.get("kvfence_attn_cp_size", 1) != 1:
             why = errors.Unimplemented("kvfence: prefill %s uses context parallelism: not supported" % addr)
         elif int(info.get("kvfence_pp_size", 1)) != self.pp_size:
-            why = errors.Unimplemented("kvfence: prefill %s has PP %s, this decode PP %d: kvfence carries equal PP "
-                                       "sizes only (docs/sglang.md)" % (addr, info.get("kvfence_pp_size"), self.pp_size))
+            why = errors.Unimplemented("kvfence: prefill %s has PP %s, this decode PP %d: kvfence carries equal "
+                                       "PP sizes only (docs/sglang.md)"
+                                       % (addr, info.get("kvfence_pp_size"), self.pp_size))
         elif self.agent is None and self._size_quietly(info) is not None:
             why = self._size_quietly(info)
         elif int(info["attn_tp_size"]) != self.prefill_tp:
@@ -998,9 +1002,10 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         if m.radix and self.prefix is None:
             extra.pop("decode_prefix_len")
         threading.Thread(target=sglang_links.announce, daemon=True,
-                         args=(self.bootstrap_addr, self.room, m.decode_tp * m.pp_size, m.pp_rank * m.decode_tp + m.rank,
-                               m.agent.addr,
-                               self.created + m.link_timeout_s), kwargs=extra).start()
+                         # every PP stage's ranks as one list, stage major
+                         args=(self.bootstrap_addr, self.room, m.decode_tp * m.pp_size,
+                               m.pp_rank * m.decode_tp + m.rank, m.agent.addr, self.created + m.link_timeout_s),
+                         kwargs=extra).start()
 
     prefix = None  # decode_prefix_len (tokens) once send_metadata gave it, radix cache on
     dp = None  # the prefill DP group init(prefill_dp_rank) named
