@@ -241,13 +241,16 @@ def tp_run(n, fn):
             out[r] = fn(r)
         except BaseException as exc:  # noqa: BLE001  (reported below)
             errs.append(exc)
-    ts = [threading.Thread(target=run, args=(r,)) for r in range(n)]
+    # daemon: a rank stuck at a barrier after another failed must not keep the process alive
+    ts = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(n)]
     for t in ts:
         t.start()
     for t in ts:
         t.join(60)
     if errs:
         raise errs[0]
+    if any(t.is_alive() for t in ts):
+        raise AssertionError("a TP rank's call did not return within 60 s")
     return out
 
 
@@ -316,7 +319,11 @@ _GROUPS = {}
 
 
 def qs_group(drs):
-    return _GROUPS.setdefault(id(drs), Group(len(drs)))
+    """The decode ranks' gloo group of one request's receivers. The list is
+    kept with its group: an id is unique only while its object lives, and a
+    later list of another length reusing it got a barrier for the wrong
+    number of ranks (a hang, seen once)."""
+    return _GROUPS.setdefault(id(drs), (drs, Group(len(drs))))[1]
 
 
 def scenario_topology(ptp, dtp, mla=False):
