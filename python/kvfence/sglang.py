@@ -34,9 +34,16 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
   groups), pairing and head split the attention TP group; decode reads the
   writers of the group init(prefill_dp_rank) names, and a prefill sender
   registers its room (/register_dp_rank) unless rooms follow
-  bootstrap_room. DP attention on decode, dp-size > 1 without it, PP,
-  context parallelism and SWA/DSA state buffers are refused with one
-  Unimplemented error at start-up. send()'s token_position_offset is
+  bootstrap_room. DP attention on decode: each scheduler (global TP rank
+  g = system_dp_rank * attention TP + engine_rank) listens on
+  decode_addrs[g], pairs and splits heads over its attention TP group, and
+  announces itself per room (M:N pairing only; a statically paired prefill
+  instance fails the requests). PP with equal sizes: each
+  stage is a group of its own (rank ids per stage, decode_addrs stage
+  major, announcements as one stage-major list); unequal sizes fail each
+  request Unimplemented. dp-size > 1 without DP attention, context
+  parallelism and SWA/DSA state buffers are refused with one Unimplemented
+  error at start-up. send()'s token_position_offset is
   checked (non-negative, never decreasing) and moves no page, as in
   SGLang's in-tree backends for these models.
 - The aux metadata row (incl. bootstrap_room), of any size, travels as
@@ -50,7 +57,9 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
 Configuration: a JSON object in $KVFENCE_SGLANG_CONFIG, or the "kvfence"
 object of --disaggregation-transfer-backend-extra-config (the fork's flag):
   decode_addrs   decode: this instance's TP ranks' control addresses
-                 ("host:port"); decode rank d listens on decode_addrs[d].
+                 ("host:port"); decode rank d listens on decode_addrs[d]
+                 (DP attention: d is the global TP rank, tp-size entries;
+                 PP: stage major, pp-size x tp-size entries).
                  Prefill: static pairing with that one decode instance;
                  without it (M:N) each request's decode ranks announce
                  themselves at the prefill's bootstrap server and prefill
@@ -154,27 +163,37 @@ def _check_memory(args):
 
 def refuse_unsupported(server_args, kv_args, mode=None):
     """One Unimplemented error at start-up for what kvfence cannot carry.
-    DP attention is carried on prefill only (mode "prefill")."""
+    DP attention is carried on both sides (decode: M:N pairing, checked
+    per prefill instance in _admit)."""
     sa = server_args
     why = []
     if sa is not None:
         dp, tp = int(getattr(sa, "dp_size", 1) or 1), int(getattr(sa, "tp_size", 0) or 0)
         if getattr(sa, "enable_dp_attention", False):
-            if mode != "prefill":
-                why.append("DP attention on decode")
-            elif dp < 1 or tp < dp or tp % dp:
+            if dp < 1 or tp < dp or tp % dp:
                 why.append("DP attention with tp-size %d over dp-size %d" % (tp, dp))
         elif dp > 1:
             why.append("dp-size > 1 without DP attention")
-        if int(getattr(sa, "pp_size", 1) or 1) > 1:
-            why.append("pipeline parallelism (pp-size > 1)")
         if int(getattr(sa, "attn_cp_size", 1) or 1) > 1:
             why.append("context parallelism")
+    if int(getattr(kv_args, "dcp_size", 1) or 1) > 1:
+        # newest upstream's KVArgs: token loc i lives on DCP rank i % dcp_size
+        why.append("decode context parallelism (KVArgs.dcp_size %d)" % int(kv_args.dcp_size))
     state = sglang_state.refusal(kv_args)
     if state:
         why.append(state)
     if why:
         raise errors.Unimplemented("kvfence does not support %s yet (docs/sglang.md)" % ", ".join(why))
+
+
+def _dp_group(args, group_tp):
+    """(DP group, rank in it) under DP attention. SGLang's prefill gives the
+    global TP rank as engine_rank; its decode gives the attention TP rank
+    (tp_rank % attn_tp_size) and the group as system_dp_rank."""
+    rank = int(getattr(args, "engine_rank", 0))
+    if rank >= group_tp:
+        return divmod(rank, group_tp)
+    return int(getattr(args, "system_dp_rank", 0) or 0), rank
 
 
 def _rank_base(cfg, server_args):
@@ -216,16 +235,21 @@ def _never_raises(method):
 
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as exc:  # noqa: BLE001  (recorded, raised by failure_exception)
-            err = exc if isinstance(exc, errors.KVFenceError) else errors.Internal(
-                "kvfence: %s.%s: %r" % (type(self).__name__, method.__name__, exc))
+        # One call at a time per request: SGLang's clear() may run on
+        # another thread than the poll that lets the request go, and the
+        # check-then-close of a handle must not interleave (a handle closed
+        # by clear() was then abandoned and held by the manager).
+        with self._serial:
             try:
-                self._fail(err)
-            except Exception:  # noqa: BLE001  (the failure is already recorded)
-                pass
-            return KVPoll.Failed if method.__name__ == "poll" else None
+                return method(self, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001  (recorded, raised by failure_exception)
+                err = exc if isinstance(exc, errors.KVFenceError) else errors.Internal(
+                    "kvfence: %s.%s: %r" % (type(self).__name__, method.__name__, exc))
+                try:
+                    self._fail(err)
+                except Exception:  # noqa: BLE001  (the failure is already recorded)
+                    pass
+                return KVPoll.Failed if method.__name__ == "poll" else None
     return guarded
 
 
@@ -239,6 +263,11 @@ class _Outcome:
     conclude_state = None
     error = None
     started = None
+
+    @staticmethod
+    def _interleave(where):
+        """A test's hook: runs at the named point of a check-then-act on
+        the request's handles (the race tests park a thread there)."""
 
     def _fail(self, err):
         if self.error is None:
@@ -259,8 +288,10 @@ class _Outcome:
 
 def _released_or_closed(receiver):
     """Whether the runtime released the request, or its handle was closed
-    elsewhere (the manager's close, another thread): a closed handle is no
-    longer ours to ask, and the runtime keeps its hold either way."""
+    elsewhere: a closed handle is no longer ours to ask, and the runtime
+    keeps its hold either way. (clear() racing the let-go did that; each
+    request's calls are now serialized, see _never_raises: this stays as
+    the sweep's guard, so a poll never raises.)"""
     try:
         return receiver.released
     except errors.FailedPrecondition:
@@ -297,20 +328,7 @@ class KVFenceKVManager(BaseKVManager):
         self._gens, self._held, self._lock = {}, {}, threading.Lock()
         self._swept = 0.0
         self.links = None  # prefill without decode_addrs: links on demand (kvfence.sglang_links)
-        self.addrs = cfg.get("decode_addrs") or ["127.0.0.1:17000"] * int(cfg.get("decode_tp", 1))
-        self.decode_tp, self.prefill_tp = len(self.addrs), int(cfg.get("prefill_tp", 1))
-        sa_tp = int(getattr(server_args, "tp_size", 0) or 0)
-        if self.mode == "decode" and sa_tp and sa_tp != self.decode_tp:
-            raise errors.InvalidArgument("kvfence: decode TP is %d but decode_addrs names %d ranks" % (sa_tp, self.decode_tp))
-        if self.mode != "decode" and sa_tp:
-            self.prefill_tp = sa_tp
-        self.dp_size, self.dp_rank = 1, 0
-        if self.mode != "decode" and getattr(server_args, "enable_dp_attention", False):
-            # SGLang's DP attention: prefill_tp is the attention TP group's
-            # size; engine_rank is the global TP rank, DP group major.
-            self.dp_size = int(server_args.dp_size)
-            self.prefill_tp = sa_tp // self.dp_size
-            self.dp_rank, self.rank = divmod(self.rank, self.prefill_tp)
+        self._topology(cfg, args, server_args)
         self.follow_room = getattr(server_args, "load_balance_method", "follow_bootstrap_room") == "follow_bootstrap_room"
         self.layout = _layout(args)
         passthrough = {k: v for k, v in cfg.items() if k in _SHARED_KEYS}
@@ -319,6 +337,47 @@ class KVFenceKVManager(BaseKVManager):
             self._init_decode(cfg, passthrough)
         else:
             self._init_prefill(cfg, passthrough)
+
+    def _topology(self, cfg, args, server_args):
+        """TP, DP attention and PP: who this scheduler is among its
+        instance's ranks (rank, dp_rank, pp_rank) and where decode listens."""
+        self.addrs = cfg.get("decode_addrs") or ["127.0.0.1:17000"] * int(cfg.get("decode_tp", 1))
+        self.prefill_tp = int(cfg.get("prefill_tp", 1))
+        # PP: each stage is a scheduler group of its own (its layers' KV
+        # buffers); decode lists every stage's addresses, stage major.
+        self.pp_size = int(getattr(server_args, "pp_size", 1) or 1)
+        self.pp_rank = int(getattr(args, "pp_rank", 0) or 0) if self.pp_size > 1 else 0
+        if self.mode != "decode" and self.pp_size > 1 and cfg.get("decode_addrs"):
+            raise errors.Unimplemented("kvfence: PP (pp-size %d) needs M:N pairing: no decode_addrs on prefill "
+                                       "(docs/sglang.md)" % self.pp_size)
+        self.decode_tp = len(self.addrs) // (self.pp_size if self.mode == "decode" else 1)
+        sa_tp = int(getattr(server_args, "tp_size", 0) or 0)
+        if self.mode == "decode" and sa_tp and sa_tp * self.pp_size != len(self.addrs):
+            raise errors.InvalidArgument("kvfence: decode TP %d x PP %d but decode_addrs names %d ranks"
+                                         % (sa_tp, self.pp_size, len(self.addrs)))
+        if self.mode != "decode" and sa_tp:
+            self.prefill_tp = sa_tp
+        self.dp_size, self.dp_rank = 1, 0
+        if getattr(server_args, "enable_dp_attention", False):
+            # SGLang's DP attention: pairing and head split are the
+            # attention TP group's (prefill_tp / decode_tp is its size). On
+            # decode each group's ranks run their own KV pool and agent.
+            self.dp_size = int(server_args.dp_size)
+            group_tp = sa_tp // self.dp_size
+            self.dp_rank, self.rank = _dp_group(args, group_tp)
+            if self.mode == "decode":
+                self.decode_tp = group_tp
+            else:
+                self.prefill_tp = group_tp
+        # decode: this scheduler's index in decode_addrs (stage, DP group, rank)
+        self.listen = (self.pp_rank * self.dp_size + self.dp_rank) * self.decode_tp + self.rank
+
+    def _stage_group(self, dp=0):
+        """Prefill: the index of (this PP stage, DP group dp) among the
+        instance's groups of prefill_tp ranks: kvfence rank ids are base +
+        index * prefill_tp + rank, unique over stages and groups (decode
+        computes the same from the instance's dp_size, in instance())."""
+        return self.pp_rank * self.dp_size + int(dp or 0)
 
     def _init_decode(self, cfg, passthrough):
         self._fetching, self._bad, self._bases = set(), {}, {}
@@ -338,14 +397,14 @@ class KVFenceKVManager(BaseKVManager):
                                                      self.is_mla_backend, "decode")
         self._size_extra()
         passthrough = dict(passthrough)
-        passthrough.setdefault("control_addr", self.addrs[self.rank % self.decode_tp])
+        passthrough.setdefault("control_addr", self.addrs[self.listen % len(self.addrs)])
         # Sized lazily on a fetch thread: made on the lasting thread (sglang_links).
         self.agent = sglang_links.on_lasting_thread(api.Decode, rank=self.rank, slots=int(cfg.get("slots", 1024)),
                                                     shard_bytes=self.shard_bytes, shards=self.shards, **passthrough)
 
     def _init_prefill(self, cfg, passthrough):
         self.rank_base = _rank_base(cfg, self.server_args)
-        self.kv_rank = self.rank_base + self.dp_rank * self.prefill_tp + self.rank  # unique over DP groups
+        self.kv_rank = self.rank_base + self._stage_group(self.dp_rank) * self.prefill_tp + self.rank
         self.targets = sglang_layout.prefill_targets(self.rank, self.prefill_tp, self.decode_tp, self.is_mla_backend)
         self.shard_bytes = sglang_layout.shard_bytes(self.page_bytes, self.prefill_tp, self.decode_tp,
                                                      self.is_mla_backend, "prefill")
@@ -407,11 +466,13 @@ class KVFenceKVManager(BaseKVManager):
             return
         sa = self.server_args
         payload = {"attn_tp_size": self.prefill_tp, "attn_tp_rank": self.rank, "attn_cp_size": 1, "attn_cp_rank": 0,
-                   "attn_dp_size": self.dp_size, "attn_dp_rank": self.dp_rank, "pp_size": 1, "pp_rank": 0, "system_dp_size": 1,
+                   "attn_dp_size": self.dp_size, "attn_dp_rank": self.dp_rank, "pp_size": self.pp_size,
+                   "pp_rank": self.pp_rank, "system_dp_size": 1,
                    "system_dp_rank": 0, "rank_ip": socket.gethostname(), "rank_port": 0,
                    "page_size": int(self.kv_args.page_size), "kv_cache_dtype": getattr(sa, "kv_cache_dtype", None),
                    "load_balance_method": getattr(sa, "load_balance_method", "follow_bootstrap_room"),
-                   "kvfence_rank_base": self.rank_base, "kvfence_mla": self.is_mla_backend}
+                   "kvfence_rank_base": self.rank_base, "kvfence_mla": self.is_mla_backend,
+                   "kvfence_static": self.links is None}
         host, port = self._bootstrap_target()
         sglang_bootstrap.register(host, port, payload)
 
@@ -445,13 +506,21 @@ class KVFenceKVManager(BaseKVManager):
     def _admit(self, addr, info):
         import types
         why = None
-        if info.get("kvfence_pp_size", 1) != 1 or info.get("kvfence_attn_cp_size", 1) != 1:
-            why = errors.Unimplemented("kvfence: prefill %s uses PP or CP: not supported" % addr)
+        if info.get("kvfence_attn_cp_size", 1) != 1:
+            why = errors.Unimplemented("kvfence: prefill %s uses context parallelism: not supported" % addr)
+        elif int(info.get("kvfence_pp_size", 1)) != self.pp_size:
+            why = errors.Unimplemented("kvfence: prefill %s has PP %s, this decode PP %d: kvfence carries equal "
+                                       "PP sizes only (docs/sglang.md)"
+                                       % (addr, info.get("kvfence_pp_size"), self.pp_size))
         elif self.agent is None and self._size_quietly(info) is not None:
             why = self._size_quietly(info)
         elif int(info["attn_tp_size"]) != self.prefill_tp:
             why = errors.FailedPrecondition("kvfence: prefill %s has TP %s, this decode was sized for prefill_tp %d"
                                             % (addr, info["attn_tp_size"], self.prefill_tp))
+        elif (self.dp_size > 1 or self.pp_size > 1) and info.get("kvfence_static", False):
+            why = errors.FailedPrecondition(
+                "kvfence: prefill %s pairs statically (decode_addrs): DP attention or PP on decode needs M:N "
+                "pairing (no decode_addrs on prefill), or its writes would go to one group's ranks" % addr)
         elif info.get("page_size") not in (None, int(self.kv_args.page_size)):
             why = errors.FailedPrecondition("kvfence: prefill %s page size %s, decode %s" % (addr, info["page_size"], self.kv_args.page_size))
         base = int(info["kvfence_rank_base"])
@@ -467,7 +536,7 @@ class KVFenceKVManager(BaseKVManager):
                                             "kv_cache_dtype", "follow_bootstrap_room")}
         self.prefill_info_table[addr] = types.SimpleNamespace(
             **fields, target_tp_ranks=list(self.writers), target_tp_rank=self.writers[0], target_cp_ranks=[0],
-            target_pp_ranks=[0], required_dst_info_num=1, required_prefill_response_num=len(self.writers),
+            target_pp_ranks=[self.pp_rank], required_dst_info_num=1, required_prefill_response_num=len(self.writers),
             kvfence_ranks=[base + w for w in self.writers], kvfence_base=base)
 
     def _size_quietly(self, info):
@@ -498,7 +567,8 @@ class KVFenceKVManager(BaseKVManager):
         if not 0 <= int(dp or 0) < groups:
             return None, errors.InvalidArgument("kvfence: prefill_dp_rank %s outside prefill %s's %d DP groups"
                                                 % (dp, addr, groups))
-        return [info.kvfence_base + int(dp or 0) * self.prefill_tp + w for w in self.writers], None
+        group = self.pp_rank * groups + int(dp or 0)  # the prefill's _stage_group: its stages of DP groups
+        return [info.kvfence_base + group * self.prefill_tp + w for w in self.writers], None
 
     # ---- holds and deferred release (newest upstream's names) ----
 
@@ -546,6 +616,15 @@ class KVFenceKVManager(BaseKVManager):
         """Forgets nothing the runtime still holds."""
         self.is_abort_release_safe(room)
 
+    def submit_prefill_recompute(self, kv_receiver, payload=None):
+        """Newest upstream's PD true-retraction rebootstrap (decode asks the
+        prefill worker to recompute a retracted request's prefix): not
+        carried. As upstream's contract says for any failure here, the
+        request fails through KVPoll.Failed (Unimplemented), never raises."""
+        kv_receiver.refuse(errors.Unimplemented(
+            "kvfence: room %s: PD rebootstrap (prefill recompute of a retracted request) is not supported"
+            % getattr(kv_receiver, "room", "?")))
+
     def held_rooms(self):
         self.sweep(force=True)
         with self._lock:
@@ -580,6 +659,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room, dest_tp_ranks=None, pp_rank=0,
                  req_has_disagg_prefill_dp_rank=False, *args, **kwargs):
+        self._serial = threading.RLock()  # see _never_raises
         self.mgr, self.room = mgr, int(bootstrap_room or 0)
         self.gen = mgr.next_gen(self.room)
         self.snds = []
@@ -634,6 +714,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         back only when no posted write can still read them."""
         if self.closed:
             return
+        self._interleave("release")
         self.closed = True
         for snd, _, _ in self.snds:
             for step in (snd.abort, snd.close):
@@ -799,10 +880,12 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             if addrs is None:
                 self._timed_out(self.created, m.link_timeout_s, "decode of room %d never announced itself" % self.room)
                 return False
-            if len(addrs) != m.decode_tp:
-                self._fail(errors.FailedPrecondition("kvfence: room %d's decode instance has TP %d, this prefill "
-                                                     "was sized for decode_tp %d" % (self.room, len(addrs), m.decode_tp)))
+            if len(addrs) != m.decode_tp * m.pp_size:
+                self._fail(errors.FailedPrecondition("kvfence: room %d's decode instance has %d ranks, this prefill "
+                                                     "was sized for decode_tp %d x PP %d"
+                                                     % (self.room, len(addrs), m.decode_tp, m.pp_size)))
                 return False
+            addrs = addrs[m.pp_rank * m.decode_tp:(m.pp_rank + 1) * m.decode_tp]  # this PP stage's decode ranks
             try:
                 for dr, part, parts in m.targets:
                     a = m.links.acquire(addrs[dr], dr)
@@ -871,6 +954,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
     """Decode's side of one request (SGLang's receiver)."""
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None, *args, **kwargs):
+        self._serial = threading.RLock()  # see _never_raises
         self.mgr, self.room, self.bootstrap_addr = mgr, int(bootstrap_room or 0), bootstrap_addr
         self.gen = mgr.next_gen(self.room)
         self.rv = self.ranks = self.kv_indices = self.aux_index = self.aux_row = None
@@ -918,8 +1002,10 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         if m.radix and self.prefix is None:
             extra.pop("decode_prefix_len")
         threading.Thread(target=sglang_links.announce, daemon=True,
-                         args=(self.bootstrap_addr, self.room, m.decode_tp, m.rank, m.agent.addr,
-                               self.created + m.link_timeout_s), kwargs=extra).start()
+                         # every PP stage's ranks as one list, stage major
+                         args=(self.bootstrap_addr, self.room, m.decode_tp * m.pp_size,
+                               m.pp_rank * m.decode_tp + m.rank, m.agent.addr, self.created + m.link_timeout_s),
+                         kwargs=extra).start()
 
     prefix = None  # decode_prefix_len (tokens) once send_metadata gave it, radix cache on
     dp = None  # the prefill DP group init(prefill_dp_rank) named
@@ -978,6 +1064,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         released its slots (held by the manager until then)."""
         if self.rv is None or self.held:
             return
+        self._interleave("let_go")
         if self.scattering:
             try:
                 staging.scatter_done(self.rv, _SCATTER_WAIT_S)
@@ -1055,6 +1142,13 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         self.aborted = True
         if self.conclude_state is None:
             self._fail(errors.Unavailable("kvfence: room %d aborted" % self.room))
+
+    @_never_raises
+    def refuse(self, err):
+        """Fails the request with err (a classified reason) as abort() does."""
+        self.aborted = True
+        if self.conclude_state is None:
+            self._fail(err)
 
     def abort_for_deferred_release(self):
         self.abort()

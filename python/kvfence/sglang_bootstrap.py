@@ -35,6 +35,7 @@ class Registry:
         self.registered = 0
         self.rank_base = None
         self.mla = None
+        self.static = False     # prefill pairs statically (decode_addrs): no per-room decode announcements
         self.rooms = {}         # room -> (dp rank, time registered)
         self.decoders = {}      # room -> (decode TP, {decode rank: control addr}, time, extra): M:N pairing
         self.entry_ttl_s = entry_ttl_s
@@ -66,6 +67,7 @@ class Registry:
             if self.rank_base is None and d.get("kvfence_rank_base") is not None:
                 self.rank_base = int(d["kvfence_rank_base"])
                 self.mla = bool(d.get("kvfence_mla", False))
+                self.static = bool(d.get("kvfence_static", False))
 
     def get(self, q):
         """(status, body) of GET /route with query q."""
@@ -136,7 +138,7 @@ class Registry:
                 return 503, "kvfence prefill ranks not registered yet"
             return 200, {"rank_base": self.rank_base, "prefill_tp": self.info["attn_tp_size"], "mla": self.mla,
                          "dp_size": self.info["dp_size"], "pp_size": self.info["pp_size"],
-                         "attn_cp_size": self.info["attn_cp_size"]}
+                         "attn_cp_size": self.info["attn_cp_size"], "static": self.static}
 
 
 def _handler(reg):

@@ -241,13 +241,16 @@ def tp_run(n, fn):
             out[r] = fn(r)
         except BaseException as exc:  # noqa: BLE001  (reported below)
             errs.append(exc)
-    ts = [threading.Thread(target=run, args=(r,)) for r in range(n)]
+    # daemon: a rank stuck at a barrier after another failed must not keep the process alive
+    ts = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(n)]
     for t in ts:
         t.start()
     for t in ts:
         t.join(60)
     if errs:
         raise errs[0]
+    if any(t.is_alive() for t in ts):
+        raise AssertionError("a TP rank's call did not return within 60 s")
     return out
 
 
@@ -316,7 +319,11 @@ _GROUPS = {}
 
 
 def qs_group(drs):
-    return _GROUPS.setdefault(id(drs), Group(len(drs)))
+    """The decode ranks' gloo group of one request's receivers. The list is
+    kept with its group: an id is unique only while its object lives, and a
+    later list of another length reusing it got a barrier for the wrong
+    number of ranks (a hang, seen once)."""
+    return _GROUPS.setdefault(id(drs), (drs, Group(len(drs))))[1]
 
 
 def scenario_topology(ptp, dtp, mla=False):
@@ -490,27 +497,23 @@ def scenario_prefill_queue():
         dep.close()
 
 
-class TArr:
+class TArr(np.ndarray):
     """What SGLang's queues do with a torch index tensor: index, slice,
-    .cpu().numpy()."""
+    arithmetic (newest upstream hands the tensor to kv_to_page_indices
+    as is), .cpu().numpy()."""
 
-    def __init__(self, a):
-        self.a = a
+    def __new__(cls, a):
+        return np.asarray(a).view(cls)
 
     def __getitem__(self, key):
-        return TArr(self.a[key])
-
-    def __setitem__(self, key, value):
-        self.a[key] = value
-
-    def __len__(self):
-        return len(self.a)
+        got = super().__getitem__(key)
+        return got if isinstance(got, np.ndarray) else np.asarray(got).view(TArr)  # torch: a 0-d tensor
 
     def cpu(self):
         return self
 
     def numpy(self):
-        return self.a
+        return np.asarray(self)
 
 
 STATE_ITEMS = (24, 40)  # a Mamba conv and temporal state: bytes per slot
@@ -524,8 +527,8 @@ class StateEngine(sglang_topo.Engine):
         super().__init__(*a)
         self.state = [(ctypes.c_char * (STATE_SLOTS * n))() for n in STATE_ITEMS]
 
-    def kv_args(self, cls, rank):
-        a = super().kv_args(cls, rank)
+    def kv_args(self, cls, rank, dp=0):
+        a = super().kv_args(cls, rank, dp)
         a.state_types = [StateType.MAMBA]
         a.state_data_ptrs = [[ctypes.addressof(b) for b in self.state]]
         a.state_data_lens = [[len(b) for b in self.state]]
@@ -671,6 +674,107 @@ def scenario_state_and_prefix(tp):
         dep.close()
 
 
+def scenario_prealloc_abort_and_rebootstrap():
+    """Through SGLang's own pop_preallocated (TP1 -> TP1, M:N): a request
+    aborted (FINISH_ABORT) while it waits in the prealloc queue is never
+    exposed (newest upstream clears its receiver there, main @ 9e9fde14
+    leaves that to the scheduler: cleared here), nothing stays held; on
+    SGLang with PD rebootstrap (DecodeRequest.is_rebootstrap), a
+    rebootstrap request's submit_prefill_recompute fails it Unimplemented
+    through poll instead of raising into the scheduler."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(1,), decode_tp=1, on_demand=True)
+    try:
+        qs = decode_state_queues(dep, 0, [7, 3], 0)
+        streamed = []
+        qs[0].scheduler.output_streamer = types.SimpleNamespace(stream_output=lambda reqs, lp: streamed.extend(reqs))
+        rooms = (811, 812) if "is_rebootstrap" in sg_decode.DecodeRequest.__dataclass_fields__ else (811,)
+        drs = [handshake(dep, qs, 0, room)[0] for room in rooms]
+        for dr in drs:
+            dr.req.origin_input_ids = list(range(sglang_topo.PAGE_SIZE * 2))
+            dr.req.output_ids, dr.req.priority = [], 0
+            dr.req.sampling_params = types.SimpleNamespace(max_new_tokens=16)
+        aborted, rv = drs[0], drs[0].kv_receiver
+        aborted.req.finished_reason = sg_decode.FINISH_ABORT()
+        if len(drs) > 1:
+            drs[1].is_rebootstrap = True
+            drs[1].req.build_rebootstrap_payload = lambda: {"rid": drs[1].req.rid}
+        popped, failed = qs[0].pop_preallocated()
+        assert failed == [aborted] and streamed == [aborted.req], (failed, streamed)
+        assert rv.rv is None and dep.slots_in_use() == 0, "an aborted receiver was exposed"
+        rv.clear()  # upstream already did (and dropped it); clear is idempotent
+        if len(drs) > 1:
+            assert popped == [drs[1]], popped
+            assert drs[1].kv_receiver.poll() == KVPoll.Failed
+            try:
+                drs[1].kv_receiver.failure_exception()
+                raise AssertionError("no failure recorded")
+            except kv.errors.Unimplemented:
+                pass
+            drs[1].kv_receiver.clear()
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("abort in the prealloc queue via SGLang's pop_preallocated: never exposed, 0 slots or holds left%s"
+              % ("; PD rebootstrap: Failed (Unimplemented) through poll" if len(drs) > 1 else ""))
+    finally:
+        dep.close()
+
+
+def scenario_decode_dp_attention():
+    """DP attention on decode (2 groups of TP2, prefill TP2): each group's
+    own DecodePreallocQueue runs SGLang's handshake for a request of its
+    own at the same page indices; each lands in its group's pool only."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2,), decode_tp=2, decode_dp=2, on_demand=True)
+    try:
+        d_idx, p_idx, aux = [5, 9], [1, 8], 4
+        for g, room in ((0, 961), (1, 962)):
+            dep.use(0, g)
+            drs = handshake(dep, prealloc_queues(dep), 0, room)
+            for dr in drs:
+                dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
+            snds = dep.senders(0, room)
+            dep.prefill(0, snds, room, 1, p_idx, aux)
+            d, p = transfer(dep, drs, snds, room, aux)
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0, (g, d, p)
+            for x in [dr.kv_receiver for dr in drs] + snds:
+                x.clear()
+        dep.use(0, 0)
+        assert dep.corrupt(961, 1, d_idx) == 0, "group 0's pages changed by group 1's request"
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("decode DP attention (2 groups of TP2) <- prefill TP2 via SGLang's handshake and poll_and_all_reduce: "
+              "Success, 0 corrupt heads, each group's pool only")
+    finally:
+        dep.close()
+
+
+def scenario_pipeline_parallel():
+    """PP 2 on both sides (prefill TP2, decode TP1): every decode stage's
+    own DecodePreallocQueue runs SGLang's _resolve_pending_reqs and
+    _update_handshake_waiters; each stage gets its own layers from the same
+    stage's prefill ranks through SGLang's poll_and_all_reduce."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2,), decode_tp=1, pp=2, on_demand=True)
+    try:
+        room, d_idx, p_idx, aux = 951, [6, 2], [4, 7], 3
+        stages = []
+        for s in (0, 1):
+            dep.use(0, 0, s)
+            drs = handshake(dep, prealloc_queues(dep), 0, room)
+            for dr in drs:
+                dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
+            stages.append(drs)
+        for s in (0, 1):
+            dep.use(0, 0, s)
+            snds = dep.senders(0, room)
+            dep.prefill(0, snds, room, 1, p_idx, aux)
+            d, p = transfer(dep, stages[s], snds, room, aux)
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0, (s, d, p)
+            for x in [dr.kv_receiver for dr in stages[s]] + snds:
+                x.clear()
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("PP 2 (prefill TP2 -> decode TP1 per stage) via SGLang's handshake and poll_and_all_reduce: "
+              "Success, 0 corrupt heads in either stage's layers")
+    finally:
+        dep.close()
+
+
 def scenario_dp_attention():
     """Prefill with DP attention (2 groups, round robin): the request on
     group 1 registers its room; SGLang's own _resolve_pending_reqs finds
@@ -706,5 +810,8 @@ scenario_prefill_queue()
 for tp in (1, 2):
     scenario_state_and_prefix(tp)
 scenario_dp_attention()
+scenario_prealloc_abort_and_rebootstrap()
+scenario_pipeline_parallel()
+scenario_decode_dp_attention()
 assert staging.handles_live() == live, "handles leaked: %d" % (staging.handles_live() - live)
 print("OK")

@@ -36,7 +36,12 @@ class Engine:
         self.aux_items = list(aux_items)
         self.aux = [(ctypes.c_char * (AUX_ROWS * n))() for n in self.aux_items]
 
-    def kv_args(self, cls, rank):
+    layer0 = 0  # the first layer's buffer index in the whole model (PP stage s holds its own layers)
+    pp = 0  # its PP stage
+
+    def kv_args(self, cls, rank, dp=0):
+        """SGLang's KVArgs: rank is the engine_rank (prefill: global TP
+        rank; decode: the attention TP rank), dp the system_dp_rank."""
         a = cls()
         a.engine_rank = rank
         a.kv_data_ptrs = [ctypes.addressof(b) for b in self.kv]
@@ -46,7 +51,7 @@ class Engine:
         a.aux_data_lens = [len(b) for b in self.aux]
         a.aux_item_lens = list(self.aux_items)
         a.state_types, a.state_data_ptrs, a.state_data_lens, a.state_item_lens = [], [], [], []
-        a.page_size, a.kv_head_num, a.pp_rank, a.system_dp_rank = PAGE_SIZE, self.heads, 0, 0
+        a.page_size, a.kv_head_num, a.pp_rank, a.system_dp_rank = PAGE_SIZE, self.heads, self.pp, dp
         a.prefill_start_layer, a.gpu_id, a.ib_device = 0, 0, ""
         return a
 
@@ -57,7 +62,7 @@ class Engine:
                     for h in range(self.heads):
                         off = idx * self.item + (t * self.heads + h) * HEAD_BYTES
                         head = 0 if mla else self.first_head + h
-                        self.kv[b][off:off + HEAD_BYTES] = head_bytes(room, gen, b, n, t, head)
+                        self.kv[b][off:off + HEAD_BYTES] = head_bytes(room, gen, self.layer0 + b, n, t, head)
 
     def corrupt_heads(self, room, gen, indices, mla):
         bad = 0
@@ -67,7 +72,7 @@ class Engine:
                     for h in range(self.heads):
                         off = idx * self.item + (t * self.heads + h) * HEAD_BYTES
                         head = 0 if mla else self.first_head + h
-                        bad += bytes(self.kv[b][off:off + HEAD_BYTES]) != head_bytes(room, gen, b, n, t, head)
+                        bad += bytes(self.kv[b][off:off + HEAD_BYTES]) != head_bytes(room, gen, self.layer0 + b, n, t, head)
         return bad
 
     def set_aux(self, aux_index, room, salt):
@@ -101,55 +106,77 @@ def _min(states):
 class Deployment:
     def __init__(self, provider, prefill_tp=(2,), decode_tp=1, mla=False, aux_items=(16, 8), extra=None,
                  decode_extra=None, decode_instances=1, on_demand=False, engine=None, prefill_dp=1,
-                 balance="follow_bootstrap_room"):
+                 balance="follow_bootstrap_room", decode_dp=1, pp=1):
         """on_demand: prefill gets no decode_addrs (M:N, links on demand);
         decode_instances > 1 needs it. self.dec/self.d_eng are the decode
         instance requests use (self.use(i) picks another). engine: an
         Engine subclass (e.g. one with state buffers). prefill_dp: SGLang's
         DP attention on every prefill instance, prefill_dp groups of
         prefill_tp ranks (engine_rank the global TP rank, group major);
-        balance: their load_balance_method."""
-        Eng = engine or Engine
-        from kvfence.sglang import KVFenceBootstrapServer
-        self.mla, self.dtp, self.pdp = mla, decode_tp, prefill_dp
-        kvargs, manager = provider.get_kv_class("kvargs"), provider.get_kv_class("manager")
+        balance: their load_balance_method. decode_dp: DP attention on every
+        decode instance, decode_dp groups of decode_tp ranks (needs
+        on_demand); self.use(i, g) picks group g. pp: pipeline stages on
+        both sides (needs on_demand), each stage's engines holding their
+        own layers (Engine.layer0); self.use(i, g, stage) picks a stage."""
+        self.Eng = engine or Engine
+        self.mla, self.dtp, self.pdp, self.ddp, self.pp = mla, decode_tp, prefill_dp, decode_dp, pp
+        self.kvargs, self.manager = provider.get_kv_class("kvargs"), provider.get_kv_class("manager")
         self.Sender, self.Receiver = provider.get_kv_class("sender"), provider.get_kv_class("receiver")
         base = dict(slots=64, source_pages=64, log_level="error", decode=dict(lease_ms=5000, max_hold_ms=10000),
                     prefill=dict(heartbeat_ms=100), link_timeout_s=30)
         base.update(extra or {})
-        ptp0 = prefill_tp[0]
-        self.decodes = []
-        heads_d = 1 if mla else HEADS // decode_tp
-        for _ in range(decode_instances):
-            engs, mgrs = [], []
-            for d in range(decode_tp):
-                # on_demand: decode learns prefill's TP from the bootstrap server.
-                sizing = {} if on_demand else dict(prefill_tp=ptp0)
-                cfg = dict(base, decode_addrs=["127.0.0.1:0"] * decode_tp, **sizing, **(decode_extra or {}))
-                os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(cfg)
-                eng = Eng(heads_d, 0 if mla else d * heads_d, aux_items)
-                engs.append(eng)
-                mgrs.append(manager(eng.kv_args(kvargs, d), "decode", None, mla))
-            self.decodes.append((engs, mgrs))
+        # on_demand: decode learns prefill's TP from the bootstrap server.
+        sizing = {} if on_demand else dict(prefill_tp=prefill_tp[0])
+        self.decodes = [self._decode_instance(dict(base, **sizing, **(decode_extra or {})), aux_items)
+                        for _ in range(decode_instances)]
         self.use(0)
         addrs = None if on_demand else [m.agent.addr for m in self.dec]
         self.instances = []
         for i, ptp in enumerate(prefill_tp):
-            boot = KVFenceBootstrapServer("127.0.0.1", 0)
-            addr = "127.0.0.1:%d" % boot.port
             where = dict(decode_tp=decode_tp) if on_demand else dict(decode_addrs=addrs)
-            os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, prefill_tp=ptp, bootstrap_addr=addr,
-                                                                  rank_base=10000 + 1000 * i, **where))
-            heads_p = 1 if mla else HEADS // ptp
-            engs = [Eng(heads_p, 0 if mla else (r % ptp) * heads_p, aux_items) for r in range(ptp * prefill_dp)]
-            sa = None if prefill_dp == 1 else types.SimpleNamespace(
-                enable_dp_attention=True, dp_size=prefill_dp, tp_size=ptp * prefill_dp, host="127.0.0.1",
-                disaggregation_bootstrap_port=boot.port, load_balance_method=balance)
-            mgrs = [manager(engs[r].kv_args(kvargs, r), "prefill", sa, mla) for r in range(ptp * prefill_dp)]
-            for m in mgrs:
-                m.register_to_bootstrap()
-            self.instances.append(dict(boot=boot, addr=addr, engs=engs, mgrs=mgrs, tp=ptp))
+            self.instances.append(self._prefill_instance(dict(base, prefill_tp=ptp, rank_base=10000 + 1000 * i,
+                                                              **where), ptp, aux_items, balance))
         del os.environ["KVFENCE_SGLANG_CONFIG"]
+
+    def _decode_instance(self, cfg, aux_items):
+        """One decode instance's schedulers, stage major, then DP group,
+        then rank; KVArgs as SGLang's decode fills them (engine_rank
+        tp_rank % attn_tp_size, the DP group in system_dp_rank)."""
+        dtp, ddp, pp = self.dtp, self.ddp, self.pp
+        heads = 1 if self.mla else HEADS // dtp
+        sa = None if ddp == 1 and pp == 1 else types.SimpleNamespace(
+            enable_dp_attention=ddp > 1, dp_size=ddp, tp_size=dtp * ddp, pp_size=pp)
+        os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(cfg, decode_addrs=["127.0.0.1:0"] * dtp * ddp * pp))
+        engs, mgrs = [], []
+        for d in range(dtp * ddp * pp):
+            stage, g = divmod(d, dtp * ddp)
+            eng = self.Eng(heads, 0 if self.mla else (g % dtp) * heads, aux_items)
+            eng.layer0, eng.pp = stage * 2 * LAYERS, stage
+            engs.append(eng)
+            mgrs.append(self.manager(eng.kv_args(self.kvargs, g % dtp, g // dtp), "decode", sa, self.mla))
+        return engs, mgrs
+
+    def _prefill_instance(self, cfg, ptp, aux_items, balance):
+        """One prefill instance: its bootstrap server and schedulers, stage
+        major, then DP group (engine_rank the global TP rank)."""
+        from kvfence.sglang import KVFenceBootstrapServer
+        boot = KVFenceBootstrapServer("127.0.0.1", 0)
+        addr = "127.0.0.1:%d" % boot.port
+        os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(cfg, bootstrap_addr=addr))
+        heads, n = 1 if self.mla else HEADS // ptp, ptp * self.pdp
+        sa = None if self.pdp == 1 and self.pp == 1 else types.SimpleNamespace(
+            enable_dp_attention=self.pdp > 1, dp_size=self.pdp, tp_size=n, host="127.0.0.1", pp_size=self.pp,
+            disaggregation_bootstrap_port=boot.port, load_balance_method=balance)
+        engs, mgrs = [], []
+        for d in range(n * self.pp):
+            stage, r = divmod(d, n)
+            eng = self.Eng(heads, 0 if self.mla else (r % ptp) * heads, aux_items)
+            eng.layer0, eng.pp = stage * 2 * LAYERS, stage
+            engs.append(eng)
+            mgrs.append(self.manager(eng.kv_args(self.kvargs, r, r // ptp), "prefill", sa, self.mla))
+        for m in mgrs:
+            m.register_to_bootstrap()
+        return dict(boot=boot, addr=addr, engs=engs, mgrs=mgrs, tp=ptp)
 
     def close(self):
         for inst in self.instances:
@@ -160,16 +187,20 @@ class Deployment:
             for m in mgrs:
                 m.close()
 
-    def use(self, i):
-        """Requests from now on go to decode instance i (the router's pick)."""
-        self.d_eng, self.dec = self.decodes[i]
+    def use(self, i, group=0, stage=0):
+        """Requests from now on go to decode instance i (the router's pick),
+        its DP group group (decode_dp > 1), and both sides' PP stage stage."""
+        engs, mgrs = self.decodes[i]
+        lo = (stage * self.ddp + group) * self.dtp
+        self.d_eng, self.dec, self.stage = engs[lo:lo + self.dtp], mgrs[lo:lo + self.dtp], stage
 
     # ---- one request in SGLang's order ----
 
     def group(self, inst, dp):
         """(engines, managers) of prefill instance inst's DP group dp."""
         i = self.instances[inst]
-        return i["engs"][dp * i["tp"]:(dp + 1) * i["tp"]], i["mgrs"][dp * i["tp"]:(dp + 1) * i["tp"]]
+        lo = (self.stage * self.pdp + dp) * i["tp"]
+        return i["engs"][lo:lo + i["tp"]], i["mgrs"][lo:lo + i["tp"]]
 
     def receivers(self, inst, room, dp=0):
         """DecodePreallocQueue.add + init(prefill_dp_rank) +

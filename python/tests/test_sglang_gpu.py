@@ -44,8 +44,8 @@ else:
             for d, b in zip(self.dev, self.kv):
                 CUDA.upload(d, b)  # zeros
 
-        def kv_args(self, cls, rank):
-            a = super().kv_args(cls, rank)
+        def kv_args(self, cls, rank, dp=0):
+            a = super().kv_args(cls, rank, dp)
             a.kv_data_ptrs = list(self.dev)
             return a
 

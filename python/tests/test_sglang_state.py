@@ -216,9 +216,9 @@ def test_refused_at_start_up():
     refuse_unsupported(None, a)  # older SGLang's flat form: accepted
     refuse_unsupported(types.SimpleNamespace(disaggregation_decode_enable_radix_cache=True),
                        types.SimpleNamespace(state_types=[]))  # decode radix cache: carried (test_sglang_links)
-    for sa in (types.SimpleNamespace(enable_dp_attention=True), types.SimpleNamespace(pp_size=2)):
-        with pytest.raises(errors.Unimplemented):
-            refuse_unsupported(sa, types.SimpleNamespace(state_types=[]))
+    # (PP is carried with M:N pairing and equal sizes: test_sglang_topologies)
+    with pytest.raises(errors.Unimplemented):
+        refuse_unsupported(types.SimpleNamespace(enable_dp_attention=True), types.SimpleNamespace(state_types=[]))
 
 
 def test_mamba_with_tp_mismatch_refused_at_start_up():

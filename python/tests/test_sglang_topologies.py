@@ -1,6 +1,8 @@
 """kvfence's SGLang classes across SGLang's topologies and abort paths, in
 SGLang's scheduler order (sglang_topo.py): every head of every page, the
 aux row, and at the end no slot, hold or handle left."""
+import json
+import os
 import time
 
 import pytest
@@ -8,7 +10,7 @@ import pytest
 from kvfence import errors, staging
 from kvfence.sglang import KVFenceBackendProvider
 
-from sglang_topo import Deployment
+from sglang_topo import HEADS, Deployment, Engine
 
 P = KVFenceBackendProvider()
 
@@ -310,24 +312,141 @@ def test_prefill_dp_attention_rooms_registered_for_decode():
         dep.close()
 
 
+@pytest.mark.parametrize("ptp,dtp,pdp", [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 2)])
+def test_decode_dp_attention_groups(ptp, dtp, pdp):
+    """DP attention on decode: two DP groups of dtp ranks, each with its own
+    KV pool and kvfence agent (decode_addrs[global TP rank]). Requests
+    alternate between the groups at the same page indices: each lands in
+    its group's pool only, every head in place, and the other group's
+    pages still hold its last request (never crossed)."""
+    dep = Deployment(P, prefill_tp=(ptp,), decode_tp=dtp, prefill_dp=pdp, decode_dp=2, on_demand=True,
+                     extra=dict(idle_close_s=0.5))
+    try:
+        base = staging.handles_live() + sum(m.agent is None for _, ms in dep.decodes for m in ms)
+        d_idx, last = [3, 8], {}
+        for g, room in ((0, 50), (1, 51), (0, 52), (1, 53)):
+            dep.use(0, g)
+            rvs, snds, d, p = dep.request(room, 2, d_idx, [5, 1], aux_index=room % 8, dp=room % pdp)
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0
+            finish(rvs, snds)
+            last[g] = room
+            for h, r in last.items():
+                dep.use(0, h)
+                assert dep.corrupt(r, 1, d_idx) == 0, "group %d's pages changed by a request of group %d" % (h, g)
+        assert len({m.agent.addr for _, ms in dep.decodes for m in ms}) == 2 * dtp
+        # SGLang's decode gives the attention TP rank and the group apart: each scheduler takes its own address
+        assert [m.listen for m in dep.decodes[0][1]] == list(range(2 * dtp))
+        dep.until(lambda: not any(m.links.count() for m in dep.instances[0]["mgrs"]), "idle links closed", 60)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+def test_decode_dp_attention_refuses_static_pairing():
+    """A prefill paired statically (decode_addrs: one group's ranks) would
+    write every request to that group: a DP decode fails the requests
+    FailedPrecondition instead (no hang, no page of another group)."""
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1, decode_dp=2)
+    try:
+        base = staging.handles_live()
+        for g in (0, 1):
+            dep.use(0, g)
+            rv = dep.Receiver(dep.dec[0], dep.instances[0]["addr"], 60 + g)
+            rv.init(0)
+            dep.until(lambda: rv.poll() == 0, "DP decode refuses a static prefill")
+            with pytest.raises(errors.FailedPrecondition, match="M:N"):
+                rv.failure_exception()
+            rv.clear()
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+@pytest.mark.parametrize("ptp,dtp,pdp", [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 2)])
+def test_pipeline_parallel_stages(ptp, dtp, pdp):
+    """PP 2 on both sides: each stage's schedulers hold their own layers
+    (Engine.layer0: a page's bytes name its layer in the whole model).
+    One request: every decode stage gets every head of its own layers
+    from the same stage's prefill ranks only, aux row included; nothing
+    left afterwards."""
+    dep = Deployment(P, prefill_tp=(ptp,), decode_tp=dtp, prefill_dp=pdp, pp=2, on_demand=True,
+                     extra=dict(idle_close_s=0.5))
+    try:
+        base = staging.handles_live() + sum(m.agent is None for _, ms in dep.decodes for m in ms)
+        room, d_idx, p_idx, aux = 70, [3, 8], [5, 1], 6
+        stages = []
+        for s in (0, 1):  # SGLang's decode: every stage's scheduler takes the request
+            dep.use(0, 0, s)
+            rvs = dep.receivers(0, room, dp=room % pdp)
+            for rv in rvs:
+                rv.send_metadata(d_idx, aux, None, decode_prefix_len=0)
+            stages.append(rvs)
+        ranks = [set().union(*(rv.ranks for rv in rvs)) for rvs in stages]
+        assert not ranks[0] & ranks[1], "stages share writers: %s" % ranks
+        for s in (0, 1):
+            dep.use(0, 0, s)
+            snds = dep.senders(0, room, dp=room % pdp)
+            dep.prefill(0, snds, room, 1, p_idx, aux, dp=room % pdp)
+            assert dep.run(stages[s], snds, aux, room) == (4, 4)
+            assert dep.corrupt(room, 1, d_idx) == 0, "stage %d's layers" % s
+            finish(stages[s], snds)
+        for s in (0, 1):  # stage 1's writes never landed in stage 0's layers
+            dep.use(0, 0, s)
+            assert dep.corrupt(room, 1, d_idx) == 0
+        dep.until(lambda: not any(m.links.count() for m in dep.instances[0]["mgrs"]), "idle links closed", 60)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+def test_pipeline_parallel_refusals():
+    """Unequal PP sizes (decode PP 1 would need each stage to fill a layer
+    range of one slot) fail each request Unimplemented; a prefill with PP
+    and static decode_addrs is refused at start-up."""
+    import types
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1, pp=2, on_demand=True)
+    other = Deployment(P, prefill_tp=(1,), decode_tp=1, on_demand=True)  # PP 1 everywhere
+    try:
+        base = staging.handles_live()
+        rv = dep.Receiver(dep.dec[0], other.instances[0]["addr"], 71)  # decode PP 2 -> prefill PP 1
+        rv.init(0)
+        dep.until(lambda: rv.poll() == 0, "unequal PP refused")
+        with pytest.raises(errors.Unimplemented, match="PP"):
+            rv.failure_exception()
+        rv.clear()
+        assert staging.handles_live() == base
+    finally:
+        dep.close()
+        other.close()
+    os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(decode_addrs=["127.0.0.1:1"], log_level="error"))
+    try:
+        e = Engine(HEADS, 0, (16, 8))
+        with pytest.raises(errors.Unimplemented, match="M:N"):
+            P.get_kv_class("manager")(e.kv_args(P.get_kv_class("kvargs"), 0), "prefill",
+                                      types.SimpleNamespace(pp_size=2, tp_size=1), False)
+    finally:
+        del os.environ["KVFENCE_SGLANG_CONFIG"]
+
+
 def test_start_up_refusals():
     import types
     from kvfence.sglang import refuse_unsupported
     a = types.SimpleNamespace(state_types=[])
     for sa, word in ((types.SimpleNamespace(enable_dp_attention=True), "DP attention"),
                      (types.SimpleNamespace(dp_size=2), "dp-size"),
-                     (types.SimpleNamespace(attn_cp_size=2), "context parallelism"),
-                     (types.SimpleNamespace(pp_size=2), "pipeline")):
+                     (types.SimpleNamespace(attn_cp_size=2), "context parallelism")):
         with pytest.raises(errors.Unimplemented, match=word):
             refuse_unsupported(sa, a)
     with pytest.raises(errors.Unimplemented, match="state"):
         refuse_unsupported(None, types.SimpleNamespace(state_types=["swa"], state_data_ptrs=[[16]],
                                                        state_data_lens=[[8]], state_item_lens=[[8]]))
     refuse_unsupported(types.SimpleNamespace(tp_size=4), a)
+    with pytest.raises(errors.Unimplemented, match="dcp_size 2"):  # newest upstream's KVArgs field
+        refuse_unsupported(None, types.SimpleNamespace(state_types=[], dcp_size=2))
+    refuse_unsupported(None, types.SimpleNamespace(state_types=[], dcp_size=1))
     dpa = types.SimpleNamespace(enable_dp_attention=True, dp_size=2, tp_size=4)
-    refuse_unsupported(dpa, a, "prefill")  # carried on prefill
-    with pytest.raises(errors.Unimplemented, match="DP attention on decode"):
-        refuse_unsupported(dpa, a, "decode")
+    refuse_unsupported(dpa, a, "prefill")  # carried on both sides
+    refuse_unsupported(dpa, a, "decode")
     with pytest.raises(errors.Unimplemented, match="tp-size 3 over dp-size 2"):
         refuse_unsupported(types.SimpleNamespace(enable_dp_attention=True, dp_size=2, tp_size=3), a, "prefill")
 
@@ -412,4 +531,19 @@ def test_held_request_closed_elsewhere_never_raises(dep):
     rvs[0].rv.close()
     assert mgr.is_abort_release_safe(91) is True  # nothing of ours is left to ask
     assert 91 not in mgr.held_rooms()
+    settle(dep, base)
+
+
+def test_prefill_recompute_fails_the_request_never_raises(dep):
+    """Newest upstream's decode calls kv_manager.submit_prefill_recompute
+    right after send_metadata for a PD rebootstrap; kvfence does not carry
+    it: the request fails Unimplemented through poll, nothing stays held."""
+    base = staging.handles_live()
+    rvs = dep.receivers(0, 93)
+    rvs[0].send_metadata([1, 2], 1, None, decode_prefix_len=0)
+    rvs[0].mgr.submit_prefill_recompute(rvs[0], {"rid": "r93"})
+    assert rvs[0].poll() == 0
+    with pytest.raises(errors.Unimplemented, match="rebootstrap"):
+        rvs[0].failure_exception()
+    finish(rvs, [])
     settle(dep, base)
