@@ -53,8 +53,11 @@
 //
 // An engine that cannot order its writes before a request's end (an abort
 // may come at any time) fills source pages with Write or Fill instead of
-// Page: both run in the rank's loop and refuse once the request's pages went
-// back; Fill copies in FillPiece pieces, one loop turn each.
+// Page: both refuse once the request ended. Write copies in the rank's loop;
+// Fill (and FillPieces) copies on the caller's goroutine, in FillPiece
+// pieces, over pages the loop pinned once: pages the request gives back
+// meanwhile stay out of the free list until the fill ends, and Abort and
+// Close return only after the piece being copied.
 //
 // It owns: the event loop of each rank (one goroutine owns a core state
 // machine; every input — engine call, control message, completion, tick,

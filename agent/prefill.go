@@ -104,6 +104,10 @@ type preReq struct {
 	state  PollState
 	closed bool // the engine called Close or Abort
 	snd    *KVSender
+	// fills copying into src outside the loop (sender_fill.go); source
+	// pages released while any runs wait in unfreed for the last to end
+	fills   int
+	unfreed []int
 }
 
 // NewPrefill starts a prefill agent on an opened transport.
@@ -424,7 +428,12 @@ func (p *Prefill) releaseSource(key core.RequestKey) {
 	if r == nil {
 		return
 	}
-	p.free = append(p.free, r.src...)
+	if r.fills > 0 {
+		r.unfreed = r.src // a fill may still write them: unpinFill frees them
+		r.snd.fillStop.Store(true)
+	} else {
+		p.free = append(p.free, r.src...)
+	}
 	r.src = nil
 	delete(p.reqs, key)
 	if r.snd != nil && !r.snd.settled {
