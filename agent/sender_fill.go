@@ -22,20 +22,39 @@ func (s *KVSender) Fill(first, count int, fill func(i int, page []byte) error) e
 
 // FillPieces has fill write source pages [first, first+count), handing it
 // consecutive pieces (pages [at, at+len(pages)), at most FillPiece bytes,
-// at least one page), on the calling goroutine, outside the rank's loop.
-//
-// Why outside: a copy in the loop cost a round trip to it per piece (a
-// 64 MiB request: 256 of them, a fifth of the copy's time on a loaded
-// host) and made every poll, ack and engine call wait behind the copy. The
-// loop instead pins the request's source pages once, before the first
-// piece: while any fill of the request runs, pages that the request gives
-// back (abort, close, failure) stay out of the free list, so no other
-// request is handed a page this fill may still write. Before each piece
-// the fill checks that the request has not ended (Abort, Close, the pages
-// released, the agent closed) and stops with FailedPrecondition; Abort and
-// Close return only after the piece being copied ended, so nothing is
-// written after them. An error from fill stops it too and is returned.
+// at least one page). It is FillRange with a step before each piece.
 func (s *KVSender) FillPieces(first, count int, fill func(at int, pages [][]byte) error) error {
+	per := max(1, FillPiece/int(s.p.cfg.ShardBytes))
+	return s.FillRange(first, count, func(pages [][]byte, step func() error) error {
+		for at := 0; at < len(pages); at += per {
+			if err := step(); err != nil {
+				return err
+			}
+			if err := fill(first+at, pages[at:min(at+per, len(pages))]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// FillRange hands fill source pages [first, first+count) at once, on the
+// calling goroutine, outside the rank's loop, for a copy that orders its
+// work across pages (stage.GatherPages). fill copies in steps of at most
+// FillPiece bytes and calls step before each one, the first included; once
+// step fails (FailedPrecondition: the request ended) fill must write no
+// more and return that error. An error from fill is returned.
+//
+// Why outside the loop: a copy in the loop cost a round trip to it per
+// piece and made every poll, ack and engine call wait behind the copy. The
+// loop instead pins the request's source pages once: while any fill of the
+// request runs, pages that the request gives back (abort, close, failure)
+// stay out of the free list, so no other request is handed a page this
+// fill may still write. step checks that the request has not ended (Abort,
+// Close, the pages released, the agent closed), and holds fillMu until the
+// next step or the end: Abort and Close return only after the step being
+// copied ended, so nothing is written after them.
+func (s *KVSender) FillRange(first, count int, fill func(pages [][]byte, step func() error) error) error {
 	if first < 0 || count < 0 || first+count > s.pages {
 		return errdefs.Errorf(errdefs.InvalidArgument, "pages [%d, %d) of the %d reserved", first, first+count, s.pages)
 	}
@@ -47,28 +66,27 @@ func (s *KVSender) FillPieces(first, count int, fill func(at int, pages [][]byte
 		return err
 	}
 	defer s.p.lp.call(func() { s.p.unpinFill(r) })
-	per := max(1, FillPiece/int(s.p.cfg.ShardBytes))
-	pages := make([][]byte, 0, per)
-	for at := first; at < first+count; at += per {
-		pages = pages[:0]
-		for i := at; i < min(at+per, first+count); i++ {
-			pages = append(pages, s.Page(i))
-		}
-		if err := s.fillPiece(at, pages, fill); err != nil {
-			return err
-		}
+	pages := make([][]byte, count)
+	for i := range pages {
+		pages[i] = s.Page(first + i)
 	}
-	return nil
-}
-
-// fillPiece runs fill on one piece under fillMu, unless the request ended.
-func (s *KVSender) fillPiece(at int, pages [][]byte, fill func(int, [][]byte) error) error {
-	s.fillMu.Lock()
-	defer s.fillMu.Unlock()
-	if s.fillStop.Load() || s.p.lp.stopped() {
-		return errEnded(s)
-	}
-	return fill(at, pages)
+	held := false
+	defer func() {
+		if held {
+			s.fillMu.Unlock()
+		}
+	}()
+	return fill(pages, func() error {
+		if held { // a waiting Abort or Close goes in between steps
+			s.fillMu.Unlock()
+		}
+		s.fillMu.Lock()
+		held = true
+		if s.fillStop.Load() || s.p.lp.stopped() {
+			return errEnded(s)
+		}
+		return nil
+	})
 }
 
 // pinFill checks in the loop that the request still owns its source pages

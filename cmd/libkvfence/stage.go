@@ -48,6 +48,12 @@ func copierFor(lo *layoutObj, toDevice bool) (stage.Copier, error) {
 // that is not mapped) into InvalidArgument instead of a crash of the
 // process: it may run on a rank's loop goroutine (KVSender.Fill).
 func safeCopy(cp stage.Copier, runs []stage.Run) (err error) {
+	return safeRun(func() error { return cp.Copy(runs) })
+}
+
+// safeRun runs work with a fault on engine memory turned into
+// InvalidArgument, as safeCopy does.
+func safeRun(work func() error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
@@ -55,7 +61,7 @@ func safeCopy(cp stage.Copier, runs []stage.Run) (err error) {
 			err = errdefs.Errorf(errdefs.InvalidArgument, "staging copy faulted on engine memory: %v", r)
 		}
 	}()
-	return cp.Copy(runs)
+	return work()
 }
 
 // job is the staging work queued on one sender or receiver handle: each new

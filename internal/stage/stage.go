@@ -53,11 +53,24 @@ func (Host) Copy(runs []Run) error {
 	return nil
 }
 
+// CopySpan copies runs[from:to] as Copy does, prefetching from the runs
+// after to as well: a long plan copied span by span (KVSender.FillRange's
+// steps) keeps its sources asked for ahead across the spans' edges.
+func (Host) CopySpan(runs []Run, from, to int) {
+	hostCopySpan(runs, from, to, StreamMin, prefetchAhead, prefetchBytes)
+}
+
 // hostCopy copies runs, streaming those of at least least bytes (0: none)
 // and prefetching pfBytes of the source of the run ahead runs on (0: none).
 func hostCopy(runs []Run, least, ahead, pfBytes int) {
+	hostCopySpan(runs, 0, len(runs), least, ahead, pfBytes)
+}
+
+// hostCopySpan is hostCopy of runs[from:to], prefetching up to runs' end.
+func hostCopySpan(runs []Run, from, to, least, ahead, pfBytes int) {
 	streamed := false
-	for i, r := range runs {
+	for i := from; i < to; i++ {
+		r := runs[i]
 		if ahead > 0 && i+ahead < len(runs) {
 			p := runs[i+ahead]
 			prefetchRange(p.Src, uintptr(max(min(p.N, pfBytes), 0)))
