@@ -53,11 +53,11 @@
 //
 // An engine that cannot order its writes before a request's end (an abort
 // may come at any time) fills source pages with Write or Fill instead of
-// Page: both refuse once the request ended. Write copies in the rank's loop;
-// Fill (and FillPieces) copies on the caller's goroutine, in FillPiece
-// pieces, over pages the loop pinned once: pages the request gives back
-// meanwhile stay out of the free list until the fill ends, and Abort and
-// Close return only after the piece being copied.
+// Page: both refuse once the request ended. Both copy on the caller's
+// goroutine, not in the rank's loop (Fill, FillPieces and FillRange in
+// FillPiece steps), over pages they pin without the loop: pages the request
+// gives back meanwhile stay out of the free list until the copy ends, and
+// Abort and Close return only after the step being copied.
 //
 // It owns: the event loop of each rank (one goroutine owns a core state
 // machine; every input — engine call, control message, completion, tick,

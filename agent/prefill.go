@@ -104,9 +104,10 @@ type preReq struct {
 	state  PollState
 	closed bool // the engine called Close or Abort
 	snd    *KVSender
-	// fills copying into src outside the loop (sender_fill.go); source
-	// pages released while any runs wait in unfreed for the last to end
-	fills   int
+	// fills and writes copying into src outside the loop (sender_fill.go):
+	// their count and pinReleased; pages released while one runs wait in
+	// unfreed for the last to end
+	pins    atomic.Int64
 	unfreed []int
 }
 
@@ -428,10 +429,7 @@ func (p *Prefill) releaseSource(key core.RequestKey) {
 	if r == nil {
 		return
 	}
-	if r.fills > 0 {
-		r.unfreed = r.src // a fill may still write them: unpinFill frees them
-		r.snd.fillStop.Store(true)
-	} else {
+	if r.releasePinned() { // else a fill may still write them: its unpin frees them
 		p.free = append(p.free, r.src...)
 	}
 	r.src = nil

@@ -19,6 +19,7 @@ type KVSender struct {
 	key   core.RequestKey
 	pages int
 	src   []int
+	req   *preReq // set by Init: what fills pin (sender_fill.go)
 	done  chan struct{}
 	// loop-owned
 	settled bool
@@ -77,7 +78,8 @@ func (s *KVSender) Init(pages int) error {
 		s.src = append([]int(nil), s.p.free[n:]...)
 		s.p.free = s.p.free[:n]
 		s.pages = pages
-		s.p.reqs[s.key] = &preReq{key: s.key, src: s.src, state: PollBootstrapping, snd: s}
+		s.req = &preReq{key: s.key, src: s.src, state: PollBootstrapping, snd: s}
+		s.p.reqs[s.key] = s.req
 		s.p.act()
 	}) {
 		return errClosed

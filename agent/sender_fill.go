@@ -46,14 +46,16 @@ func (s *KVSender) FillPieces(first, count int, fill func(at int, pages [][]byte
 // more and return that error. An error from fill is returned.
 //
 // Why outside the loop: a copy in the loop cost a round trip to it per
-// piece and made every poll, ack and engine call wait behind the copy. The
-// loop instead pins the request's source pages once: while any fill of the
-// request runs, pages that the request gives back (abort, close, failure)
-// stay out of the free list, so no other request is handed a page this
-// fill may still write. step checks that the request has not ended (Abort,
-// Close, the pages released, the agent closed), and holds fillMu until the
-// next step or the end: Abort and Close return only after the step being
-// copied ended, so nothing is written after them.
+// piece and made every poll, ack and engine call wait behind the copy; a
+// turn of the loop on a loaded host is also what made the last send() of a
+// request slow (its aux row's Write). The fill pins the request's source
+// pages instead, without the loop (preReq.pins): pages that the request
+// gives back while any pin holds (abort, close, failure) stay out of the
+// free list until the last pin goes, so no other request is handed a page
+// this fill may still write. step checks that the request has not ended
+// (Abort, Close, the pages released, the agent closed), and holds fillMu
+// until the next step or the end: Abort and Close return only after the
+// step being copied ended, so nothing is written after them.
 func (s *KVSender) FillRange(first, count int, fill func(pages [][]byte, step func() error) error) error {
 	if first < 0 || count < 0 || first+count > s.pages {
 		return errdefs.Errorf(errdefs.InvalidArgument, "pages [%d, %d) of the %d reserved", first, first+count, s.pages)
@@ -61,11 +63,14 @@ func (s *KVSender) FillRange(first, count int, fill func(pages [][]byte, step fu
 	if count == 0 {
 		return nil
 	}
-	r, err := s.pinFill()
-	if err != nil {
-		return err
+	if s.p.lp.stopped() {
+		return errClosed
 	}
-	defer s.p.lp.call(func() { s.p.unpinFill(r) })
+	r := s.req
+	if r == nil || !r.pin() {
+		return errEnded(s)
+	}
+	defer s.p.unpin(r)
 	pages := make([][]byte, count)
 	for i := range pages {
 		pages[i] = s.Page(first + i)
@@ -82,48 +87,57 @@ func (s *KVSender) FillRange(first, count int, fill func(pages [][]byte, step fu
 		}
 		s.fillMu.Lock()
 		held = true
-		if s.fillStop.Load() || s.p.lp.stopped() {
+		if s.fillStop.Load() || s.p.lp.stopped() || r.pins.Load()&pinReleased != 0 {
 			return errEnded(s)
 		}
 		return nil
 	})
 }
 
-// pinFill checks in the loop that the request still owns its source pages
-// and counts a fill on them (unpinFill ends it).
-func (s *KVSender) pinFill() (*preReq, error) {
-	var r *preReq
-	if !s.p.lp.call(func() {
-		if q := s.p.reqs[s.key]; q != nil && q.snd == s && q.src != nil && !q.closed {
-			q.fills++
-			r = q
+// pinReleased is set in preReq.pins once the loop released the request's
+// source pages; the bits below it count pins.
+const pinReleased = 1 << 62
+
+// pin counts a fill on r's source pages, unless the loop released them.
+func (r *preReq) pin() bool {
+	for {
+		v := r.pins.Load()
+		if v&pinReleased != 0 {
+			return false
 		}
-	}) {
-		return nil, errClosed
-	}
-	if r == nil {
-		return nil, errEnded(s)
-	}
-	return r, nil
-}
-
-// unpinFill ends one fill of r; the last one gives back pages that r
-// released meanwhile (loop only).
-func (p *Prefill) unpinFill(r *preReq) {
-	r.fills--
-	if r.fills == 0 && r.unfreed != nil {
-		p.free = append(p.free, r.unfreed...)
-		r.unfreed = nil
+		if r.pins.CompareAndSwap(v, v+1) {
+			return true
+		}
 	}
 }
 
-// stopFills makes s's fills stop before their next piece and waits for the
-// piece being copied, if any (not in the loop: a fill takes the loop to
-// unpin). Abort and Close call it after the loop ended the request.
+// unpin ends a pin; the last one after the loop released r's pages gives
+// them back to the free list (through the loop, which owns it).
+func (p *Prefill) unpin(r *preReq) {
+	if r.pins.Add(-1) == pinReleased {
+		pages := r.unfreed // stored by the loop before it set pinReleased
+		p.lp.post(func() { p.free = append(p.free, pages...) })
+	}
+}
+
+// releasePinned marks r's source pages released (loop only) and reports
+// whether the loop may free them now; else the last pin frees them.
+func (r *preReq) releasePinned() bool {
+	r.unfreed = r.src
+	if r.pins.Or(pinReleased) == 0 {
+		return true
+	}
+	r.snd.fillStop.Store(true)
+	return false
+}
+
+// stopFills makes s's fills stop before their next step and waits for the
+// step being copied, if any. Abort and Close call it after the loop ended
+// the request (not from a fill's callback: fillMu is held there).
 func (s *KVSender) stopFills() {
 	s.fillStop.Store(true)
 	s.fillMu.Lock()
-	s.fillMu.Unlock() //nolint:staticcheck // an empty section: waits for the piece in progress
+	s.fillMu.Unlock() //nolint:staticcheck // an empty section: waits for the step in progress
 }
 
 func errEnded(s *KVSender) error {

@@ -18,10 +18,9 @@ import (
 // (gather) and out of a handed-off receiver's slots (scatter) on Go
 // threads, so the engine's scheduler thread only queues the work and polls
 // for it. Engine memory is read or written only while the call's request
-// still owns its kvfence pages: gathers go through KVSender.FillPieces (on
-// the job's goroutine, over pages the rank's loop pinned; the request's end
-// checked per 256 KiB piece), and a receiver's finish or close waits for its
-// scatter.
+// still owns its kvfence pages: gathers go through KVSender.FillRange (on
+// the job's goroutine, over pinned pages; the request's end checked per
+// 256 KiB step), and a receiver's finish or close waits for its scatter.
 
 // layoutObj is a layout and, when some of its buffers are device memory,
 // the Mover that copies them (stage_gpu.go).
