@@ -29,8 +29,8 @@ type KVSender struct {
 	// (Init, Send, the core's Sent or Failure, the source release): Poll
 	// never waits for a turn of the loop.
 	pub atomic.Int32
-	// fills (sender_fill.go): fillMu is held while a piece is copied;
-	// fillStop, once set, stops every fill before its next piece
+	// fills and writes (sender_fill.go): fillMu is held while a step is
+	// copied; fillStop, once set, stops every fill before its next step
 	fillMu   sync.Mutex
 	fillStop atomic.Bool
 }

@@ -84,7 +84,12 @@ func benchGather(b *testing.B, l *Layout, idx []int32) {
 			Host{}.CopySpan(runs, at, min(at+128, len(runs)))
 		}
 	}}
-	names := []string{"bufmajor-"}
+	gathers = append(gathers, func() {
+		useAVX2 = false
+		gathers[0]()
+		useAVX2 = true
+	})
+	names := []string{"bufmajor-", "bufmajor-sse-"}
 	for _, a := range arms { // page by page
 		gathers = append(gathers, func() {
 			for n, p := range idx {

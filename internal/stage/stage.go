@@ -34,6 +34,10 @@ type Copier interface {
 // every byte.
 type Host struct{}
 
+// useAVX2 lets the tests and the benchmark take the 16-byte path where
+// AVX2 is present.
+var useAVX2 = true
+
 // StreamMin is the shortest run Host streams.
 const StreamMin = 1 << 10
 
@@ -95,15 +99,25 @@ func memmove(dst, src unsafe.Pointer, n int) {
 }
 
 // streamRun copies r (N >= StreamMin): memmove up to dst's first 16-byte
-// boundary, whole 64-byte blocks streamed, memmove of the rest. Offsets
-// stay below N, so no pointer past the run's end is formed.
+// boundary (32 with AVX2), whole 64-byte blocks streamed, memmove of the
+// rest. Offsets stay below N, so no pointer past the run's end is formed.
+// AVX2's 32-byte stores took a buffer-by-buffer 64 MiB gather from 0.85 to
+// 0.97 of a plain copy's CPU time (bench_test.go, one run at load ~7).
 func streamRun(r Run) {
-	head := int(-uintptr(r.Dst) & 15)
+	align, wide := uintptr(15), haveAVX2 && useAVX2
+	if wide {
+		align = 31
+	}
+	head := int(-uintptr(r.Dst) & align)
 	memmove(r.Dst, r.Src, head)
 	off := head
 	for body := (r.N - head) &^ 63; body > 0; {
 		n := min(body, streamPiece)
-		streamCopy(unsafe.Add(r.Dst, off), unsafe.Add(r.Src, off), uintptr(n))
+		if wide {
+			streamCopyAVX2(unsafe.Add(r.Dst, off), unsafe.Add(r.Src, off), uintptr(n))
+		} else {
+			streamCopy(unsafe.Add(r.Dst, off), unsafe.Add(r.Src, off), uintptr(n))
+		}
 		off += n
 		body -= n
 	}

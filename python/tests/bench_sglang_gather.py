@@ -30,22 +30,33 @@ from kvfence.sglang import KVFenceBackendProvider, KVFenceBootstrapServer
 BUFS, TOKEN_BYTES, TOKENS, REPS = 64, 2048, 512, 15
 
 
+class Aligned:
+    """n bytes at a 64-byte aligned address (addr), as torch allocates a
+    tensor; ctypes' own arrays start 16 bytes past a page here, which makes
+    every 2 KiB item straddle one more cache line than SGLang's do."""
+
+    def __init__(self, n):
+        self.raw = (ctypes.c_char * (n + 64))()
+        self.addr = ctypes.addressof(self.raw) + (-ctypes.addressof(self.raw)) % 64
+        self.n = n
+
+
 class Engine:
     """64 KV buffers of pool pages, page_size tokens per page, random bytes."""
 
     def __init__(self, page_size, pool, seed):
         self.ps, self.item = page_size, TOKEN_BYTES * page_size
         rnd = random.Random(seed)
-        self.kv = [(ctypes.c_char * (pool * self.item))() for _ in range(BUFS)]
+        self.kv = [Aligned(pool * self.item) for _ in range(BUFS)]
         for b in self.kv:
-            ctypes.memmove(b, rnd.randbytes(len(b)), len(b))
+            ctypes.memmove(b.addr, rnd.randbytes(b.n), b.n)
         self.aux = [(ctypes.c_char * 64)()]
 
     def kv_args(self, cls):
         a = cls()
         a.engine_rank, a.page_size, a.pp_rank, a.system_dp_rank = 0, self.ps, 0, 0
-        a.kv_data_ptrs = [ctypes.addressof(b) for b in self.kv]
-        a.kv_data_lens = [len(b) for b in self.kv]
+        a.kv_data_ptrs = [b.addr for b in self.kv]
+        a.kv_data_lens = [b.n for b in self.kv]
         a.kv_item_lens = [self.item] * BUFS
         a.aux_data_ptrs, a.aux_data_lens, a.aux_item_lens = [ctypes.addressof(self.aux[0])], [64], [8]
         a.state_types = []
@@ -84,7 +95,7 @@ def timed_gather(snd, layout, idx):
 
 def timed_copy(dst, src):
     t0, c0 = time.perf_counter(), time.process_time()
-    ctypes.memmove(dst, src, len(dst))
+    ctypes.memmove(dst.addr, src.addr, dst.n)
     return time.perf_counter() - t0, time.process_time() - c0
 
 
@@ -99,9 +110,8 @@ def arm(name, page_size, pool, contiguous):
     pages = TOKENS // page_size
     rnd = random.Random(7)
     idx = np.arange(3, 3 + pages, dtype=np.int32) if contiguous else np.array(rnd.sample(range(pool), pages), np.int32)
-    src = (ctypes.c_char * (TOKENS * TOKEN_BYTES * BUFS))()
-    ctypes.memmove(src, random.Random(9).randbytes(len(src)), len(src))  # touched: never the shared zero page
-    dst = (ctypes.c_char * len(src))()
+    src, dst = Aligned(TOKENS * TOKEN_BYTES * BUFS), Aligned(TOKENS * TOKEN_BYTES * BUFS)
+    ctypes.memmove(src.addr, random.Random(9).randbytes(src.n), src.n)  # touched: never the shared zero page
     try:
         snd = P.get_kv_class("sender")(pre, addr, 1, [0], 0)
         while snd.poll() != 2:
