@@ -55,8 +55,11 @@
 //
 // An engine that cannot order its writes before a request's end (an abort
 // may come at any time) fills source pages with Write or Fill instead of
-// Page: both run in the rank's loop and refuse once the request's pages went
-// back; Fill copies in FillPiece pieces, one loop turn each.
+// Page: both refuse once the request ended. Both copy on the caller's
+// goroutine, not in the rank's loop (Fill, FillPieces and FillRange in
+// FillPiece steps), over pages they pin without the loop: pages the request
+// gives back meanwhile stay out of the free list until the copy ends, and
+// Abort and Close return only after the step being copied.
 //
 // It owns: the event loop of each rank (one goroutine owns a core state
 // machine; every input — engine call, control message, completion, tick,

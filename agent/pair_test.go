@@ -13,7 +13,7 @@ import (
 // checked by the content oracle) and a prefill rank 1 linked to it, each
 // on its own TCP plugin process. The tweaks adjust the configs; wrap, when
 // set, wraps prefill's transport.
-func startPair(t *testing.T, dtweak func(*DecodeConfig), ptweak func(*PrefillConfig), wrap func(sdk.Transport) sdk.Transport) (*Decode, *Prefill) {
+func startPair(t testing.TB, dtweak func(*DecodeConfig), ptweak func(*PrefillConfig), wrap func(sdk.Transport) sdk.Transport) (*Decode, *Prefill) {
 	t.Helper()
 	ctx := context.Background()
 	dp, err := sdk.Open(pluginBin, sdk.OpenOptions{})

@@ -104,6 +104,11 @@ type preReq struct {
 	state  PollState
 	closed bool // the engine called Close or Abort
 	snd    *KVSender
+	// fills and writes copying into src outside the loop (sender_fill.go):
+	// their count and pinReleased; pages released while one runs wait in
+	// unfreed for the last to end
+	pins    atomic.Int64
+	unfreed []int
 }
 
 // NewPrefill starts a prefill agent on an opened transport.
@@ -424,7 +429,9 @@ func (p *Prefill) releaseSource(key core.RequestKey) {
 	if r == nil {
 		return
 	}
-	p.free = append(p.free, r.src...)
+	if r.releasePinned() { // else a fill may still write them: its unpin frees them
+		p.free = append(p.free, r.src...)
+	}
 	r.src = nil
 	delete(p.reqs, key)
 	if r.snd != nil && !r.snd.settled {

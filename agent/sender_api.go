@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/kvfence/kvfence/core"
@@ -18,6 +19,7 @@ type KVSender struct {
 	key   core.RequestKey
 	pages int
 	src   []int
+	req   *preReq // set by Init: what fills pin (sender_fill.go)
 	done  chan struct{}
 	// loop-owned
 	settled bool
@@ -27,6 +29,10 @@ type KVSender struct {
 	// (Init, Send, the core's Sent or Failure, the source release): Poll
 	// never waits for a turn of the loop.
 	pub atomic.Int32
+	// fills and writes (sender_fill.go): fillMu is held while a step is
+	// copied; fillStop, once set, stops every fill before its next step
+	fillMu   sync.Mutex
+	fillStop atomic.Bool
 }
 
 // NewSender makes a handle for the request key.
@@ -72,7 +78,8 @@ func (s *KVSender) Init(pages int) error {
 		s.src = append([]int(nil), s.p.free[n:]...)
 		s.p.free = s.p.free[:n]
 		s.pages = pages
-		s.p.reqs[s.key] = &preReq{key: s.key, src: s.src, state: PollBootstrapping, snd: s}
+		s.req = &preReq{key: s.key, src: s.src, state: PollBootstrapping, snd: s}
+		s.p.reqs[s.key] = s.req
 		s.p.act()
 	}) {
 		return errClosed
@@ -157,7 +164,8 @@ func (s *KVSender) Err() error {
 }
 
 // Abort cancels the request here: unsent pages are dropped, in-flight work
-// drains, and the handle is closed.
+// drains, and the handle is closed. It returns once no Fill of the handle
+// writes any more (not to be called from a Fill's callback).
 func (s *KVSender) Abort() {
 	s.p.lp.call(func() {
 		if s.p.core.Abort(s.key, now()) == nil {
@@ -165,14 +173,19 @@ func (s *KVSender) Abort() {
 		}
 		s.close()
 	})
+	s.stopFills()
 }
 
 // Close gives the handle back once the engine is done with it (SGLang's
 // clear): its source pages return when no posted write can still read
-// them, not before.
-func (s *KVSender) Close() { s.p.lp.call(s.close) }
+// them, not before. Like Abort, it returns once no Fill writes any more.
+func (s *KVSender) Close() {
+	s.p.lp.call(s.close)
+	s.stopFills()
+}
 
 func (s *KVSender) close() {
+	s.fillStop.Store(true)
 	if r := s.p.reqs[s.key]; r != nil && r.snd == s && !r.closed {
 		r.closed = true
 		if s.p.core.Close(s.key, now()) == nil {

@@ -8,10 +8,9 @@ import (
 	"github.com/kvfence/kvfence/errdefs"
 )
 
-// Fill copies in pieces of at most FillPiece bytes, each in its own turn of
-// the loop: an abort queued during a piece runs before the next one, and the
-// fill stops there with FailedPrecondition, writing no page after the
-// request's source pages went back.
+// Fill copies outside the loop, one FillPiece at a time: an Abort during a
+// piece waits for that piece, and the fill stops before the next one with
+// FailedPrecondition, writing no page after Abort returned.
 func TestFillStopsAtAbortBetweenPieces(t *testing.T) {
 	const shard = FillPiece / 2 // two pages per piece
 	_, p := startPair(t, func(c *DecodeConfig) { c.ShardBytes = shard }, func(c *PrefillConfig) { c.ShardBytes = shard }, nil)
@@ -20,6 +19,7 @@ func TestFillStopsAtAbortBetweenPieces(t *testing.T) {
 		t.Fatal(err)
 	}
 	var filled []int
+	aborted := make(chan struct{})
 	err := snd.Fill(0, 6, func(i int, page []byte) error {
 		if len(page) != shard {
 			t.Errorf("page %d: %d bytes, want %d", i, len(page), shard)
@@ -27,18 +27,63 @@ func TestFillStopsAtAbortBetweenPieces(t *testing.T) {
 		page[0] = byte(i + 1)
 		filled = append(filled, i)
 		if i == 1 {
-			go snd.Abort()
-			for len(p.lp.inbox) == 0 { // the abort is queued behind this piece
+			go func() { snd.Abort(); close(aborted) }()
+			for !snd.fillStop.Load() { // the loop ended the request
 				runtime.Gosched()
+			}
+			select {
+			case <-aborted:
+				t.Errorf("Abort returned while page %d was being written", i)
+			default:
 			}
 		}
 		return nil
 	})
+	<-aborted
 	if !errdefs.IsFailedPrecondition(err) || len(filled) != 2 {
 		t.Fatalf("fill across an abort: err %v, pages filled %v (want FailedPrecondition after pages [0 1])", err, filled)
 	}
 	if err := snd.Fill(0, 7, nil); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("7 pages of 6: %v", err)
+	}
+	if err := snd.Fill(0, 1, nil); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("a fill after the abort: %v (want FailedPrecondition)", err)
+	}
+}
+
+// Source pages that a request gives back while a fill of it still copies
+// (outside the loop) stay out of the free list until that fill ends: no
+// other request is handed a page the fill may still write. The unsafe
+// variant (releaseSource freeing them at once) hands request B a page here.
+func TestFillPinsReleasedSourcePages(t *testing.T) {
+	const shard = FillPiece // one page per piece
+	_, p := startPair(t, func(c *DecodeConfig) { c.ShardBytes = shard },
+		func(c *PrefillConfig) { c.ShardBytes, c.SourcePages = shard, 4 }, nil)
+	a := p.NewSender(core.RequestKey{Room: 7, Gen: 1})
+	if err := a.Init(4); err != nil { // the whole pool
+		t.Fatal(err)
+	}
+	b := p.NewSender(core.RequestKey{Room: 8, Gen: 1})
+	err := a.Fill(0, 4, func(i int, page []byte) error {
+		if i > 0 {
+			t.Errorf("page %d written after the request ended", i)
+			return nil
+		}
+		go a.Abort() // never linked to decode: the core releases A's pages at once
+		for !a.fillStop.Load() {
+			runtime.Gosched()
+		}
+		if err := b.Init(1); !errdefs.IsResourceExhausted(err) {
+			t.Errorf("B reserved a source page while A's fill still wrote its pages: %v (want ResourceExhausted)", err)
+		}
+		page[0] = 1
+		return nil
+	})
+	if !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("fill across the release: %v (want FailedPrecondition)", err)
+	}
+	if err := b.Init(4); err != nil {
+		t.Fatalf("after the fill ended, A's pages are free again: %v", err)
 	}
 }
 

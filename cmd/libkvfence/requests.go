@@ -230,13 +230,14 @@ func kvfence_sender_write(s C.kvfence_handle, first, count C.int, src unsafe.Poi
 	}
 	in, err := bytesAt("src", src, size, int64(count)*o.a.pageBytes)
 	if err == nil {
-		err = probe("src", src, len(in)) // the loop's copy below could not catch a fault
+		err = probe("src", src, len(in)) // Write's copy below does not catch a fault
 	}
 	if err != nil {
 		return fail(e, err)
 	}
-	// Write copies inside the rank's loop and refuses once the request's
-	// source pages went back to the pool (they may be another request's).
+	// Write copies on this thread over pinned source pages and refuses once
+	// the request's pages went back to the pool (they may be another
+	// request's).
 	return fail(e, o.s.Write(int(first), in))
 }
 

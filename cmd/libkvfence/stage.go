@@ -18,8 +18,9 @@ import (
 // (gather) and out of a handed-off receiver's slots (scatter) on Go
 // threads, so the engine's scheduler thread only queues the work and polls
 // for it. Engine memory is read or written only while the call's request
-// still owns its kvfence pages: gathers go through KVSender.Fill (checked
-// per 256 KiB piece), and a receiver's finish or close waits for its scatter.
+// still owns its kvfence pages: gathers go through KVSender.FillRange (on
+// the job's goroutine, over pinned pages; the request's end checked per
+// 256 KiB step), and a receiver's finish or close waits for its scatter.
 
 // layoutObj is a layout and, when some of its buffers are device memory,
 // the Mover that copies them (stage_gpu.go).
@@ -46,6 +47,12 @@ func copierFor(lo *layoutObj, toDevice bool) (stage.Copier, error) {
 // that is not mapped) into InvalidArgument instead of a crash of the
 // process: it may run on a rank's loop goroutine (KVSender.Fill).
 func safeCopy(cp stage.Copier, runs []stage.Run) (err error) {
+	return safeRun(func() error { return cp.Copy(runs) })
+}
+
+// safeRun runs work with a fault on engine memory turned into
+// InvalidArgument, as safeCopy does.
+func safeRun(work func() error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
@@ -53,7 +60,7 @@ func safeCopy(cp stage.Copier, runs []stage.Run) (err error) {
 			err = errdefs.Errorf(errdefs.InvalidArgument, "staging copy faulted on engine memory: %v", r)
 		}
 	}()
-	return cp.Copy(runs)
+	return work()
 }
 
 // job is the staging work queued on one sender or receiver handle: each new

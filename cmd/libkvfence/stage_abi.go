@@ -4,9 +4,11 @@ package main
 import "C"
 
 import (
+	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/kvfence/kvfence/agent"
 	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/internal/stage"
 )
@@ -58,7 +60,7 @@ func gather(o *senderObj, l *stage.Layout, sl stage.Slice, cp stage.Copier, page
 	if _, dev := cp.(deviceCopier); dev {
 		err = gatherDevice(o, l, sl, cp, pages, first)
 	} else {
-		err = fillHost(o, l, sl, cp, pages, first)
+		err = fillHost(o, l, sl, pages, first)
 	}
 	if err == nil && upto > 0 {
 		err = o.s.Send(upto)
@@ -69,14 +71,45 @@ func gather(o *senderObj, l *stage.Layout, sl stage.Slice, cp stage.Copier, page
 	return err
 }
 
-// fillHost copies host engine pages straight into the source pages.
-func fillHost(o *senderObj, l *stage.Layout, sl stage.Slice, cp stage.Copier, pages []int32, first int) error {
-	var runs []stage.Run
-	return o.s.Fill(first, len(pages), func(i int, page []byte) error {
-		runs = l.GatherPage(runs[:0], pages[i-first], sl, unsafe.Pointer(&page[0]))
-		return safeCopy(cp, runs)
+// fillHost copies host engine pages straight into the source pages: the
+// whole gather planned buffer by buffer (stage.GatherPages: far fewer TLB
+// misses at scattered page indices than page by page), copied in steps of
+// at most agent.FillPiece bytes, each after KVSender.FillRange's check
+// that the request still owns its pages.
+func fillHost(o *senderObj, l *stage.Layout, sl stage.Slice, pages []int32, first int) error {
+	return o.s.FillRange(first, len(pages), func(dst [][]byte, step func() error) error {
+		ptrs := make([]unsafe.Pointer, len(dst))
+		for i, d := range dst {
+			ptrs[i] = unsafe.Pointer(&d[0])
+		}
+		plan := runPool.Get().(*[]stage.Run)
+		defer runPool.Put(plan)
+		runs := l.GatherPages((*plan)[:0], pages, sl, ptrs)
+		*plan = runs
+		defer clear(runs) // no engine address outlives the call
+		return safeRun(func() error {
+			for at := 0; at < len(runs); {
+				end, n := at, 0
+				for end < len(runs) && (end == at || n+runs[end].N <= agent.FillPiece) {
+					n += runs[end].N
+					end++
+				}
+				if err := step(); err != nil {
+					return err
+				}
+				stage.Host{}.CopySpan(runs, at, end)
+				at = end
+			}
+			return nil
+		})
 	})
 }
+
+// runPool keeps gather plans between gathers: a 64 MiB request at page
+// size 1 is 32768 runs (768 KiB), and a fresh slice each time cost more in
+// allocation and page faults (2-14 ms measured on a loaded host) than its
+// copy saves against a plain memcpy.
+var runPool = sync.Pool{New: func() any { return new([]stage.Run) }}
 
 // kvfence_sender_gather_wait waits up to timeout_ms (0: not at all) for the
 // sender's queued gathers: 1 while one runs, 0 once all ended well, else

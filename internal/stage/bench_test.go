@@ -12,9 +12,9 @@ import (
 
 // BenchmarkGatherVsCopy stages a 512-token Llama-3-8B-shaped request (32
 // layers × K and V = 64 buffers, 8 KV heads × 128 × bf16 = 2 KiB per token,
-// page size 1: 64 MiB) from scattered engine pages into kvfence pages, one
-// page's runs at a time as KVSender.Fill does, and copies the same bytes as
-// one plain copy. Arms alternate within the run; the reported
+// page size 1: 64 MiB) from scattered engine pages into kvfence pages, as
+// the C ABI does (GatherPages: buffer by buffer, bufmajor-) and page by page
+// through each copier arm, and copies the same bytes as one plain copy. Arms alternate within the run; the reported
 // gather/copy is plain-copy time over gather time (1 = as fast as memcpy;
 // the goal is >= 0.8). "scattered": the request's pages at random pool
 // indices; "contiguous": at consecutive ones (a fresh pool's allocator).
@@ -74,40 +74,59 @@ func benchGather(b *testing.B, l *Layout, idx []int32) {
 		plainSrc[i] = byte(i*31) + byte(i>>12)
 	}
 	var runs []Run
-	gather := func(cp Copier) {
-		for n, p := range idx {
-			runs = l.GatherPage(runs[:0], p, Slice{0, 1}, unsafe.Pointer(&dst[int64(n)*shard]))
-			_ = cp.Copy(runs)
+	ptrs := make([]unsafe.Pointer, len(idx))
+	for n := range idx {
+		ptrs[n] = unsafe.Pointer(&dst[int64(n)*shard])
+	}
+	gathers := []func(){func() { // buffer by buffer, in spans of 128 runs: the C ABI's gather
+		runs = l.GatherPages(runs[:0], idx, Slice{0, 1}, ptrs)
+		for at := 0; at < len(runs); at += 128 {
+			Host{}.CopySpan(runs, at, min(at+128, len(runs)))
 		}
+	}}
+	gathers = append(gathers, func() {
+		useAVX2 = false
+		gathers[0]()
+		useAVX2 = true
+	})
+	names := []string{"bufmajor-", "bufmajor-sse-"}
+	for _, a := range arms { // page by page
+		gathers = append(gathers, func() {
+			for n, p := range idx {
+				runs = l.GatherPage(runs[:0], p, Slice{0, 1}, ptrs[n])
+				_ = a.cp.Copy(runs)
+			}
+		})
+		names = append(names, a.name)
 	}
 	plain := func() { copy(plainDst, plainSrc) }
-	for _, a := range arms {
-		gather(a.cp)
+	for _, g := range gathers {
+		g()
 	}
 	plain()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	wall, cpu := make([][]float64, len(arms)), make([][]float64, len(arms))
+	wall, cpu := make([][]float64, len(gathers)), make([][]float64, len(gathers))
 	b.SetBytes(int64(len(dst)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		tw, tc := make([]time.Duration, len(arms)), make([]time.Duration, len(arms))
-		for k, a := range arms {
+		tw, tc := make([]time.Duration, len(gathers)), make([]time.Duration, len(gathers))
+		for k, g := range gathers {
 			t0, c0 := time.Now(), threadCPU()
-			gather(a.cp)
+			g()
 			tw[k], tc[k] = time.Since(t0), threadCPU()-c0
 		}
 		t0, c0 := time.Now(), threadCPU()
 		plain()
 		pw, pc := float64(time.Since(t0)), float64(threadCPU()-c0)
-		for k := range arms {
+		for k := range gathers {
 			wall[k] = append(wall[k], pw/float64(tw[k]))
 			cpu[k] = append(cpu[k], pc/float64(tc[k]))
 		}
 	}
-	for k, a := range arms {
-		b.ReportMetric(median(wall[k]), a.name+"gather/copy")
-		b.ReportMetric(median(cpu[k]), "cpu-"+a.name+"gather/copy")
+	for k, name := range names {
+		b.ReportMetric(median(wall[k]), name+"gather/copy")
+		b.ReportMetric(median(cpu[k]), "cpu-"+name+"gather/copy")
 	}
 }
 

@@ -46,3 +46,25 @@ ploop:
 	JNZ  ploop
 pdone:
 	RET
+
+// func streamCopyAVX2(dst, src unsafe.Pointer, n uintptr)
+// streamCopy with 32-byte loads and non-temporal stores (dst 32-byte
+// aligned, n a multiple of 64).
+TEXT ·streamCopyAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $6, CX
+	JZ   vdone
+vloop:
+	VMOVDQU 0(SI), Y0
+	VMOVDQU 32(SI), Y1
+	VMOVNTDQ Y0, 0(DI)
+	VMOVNTDQ Y1, 32(DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  vloop
+	VZEROUPPER
+vdone:
+	RET

@@ -13,3 +13,7 @@ func storeFence() {}
 const haveStream = false
 
 func prefetchRange(p unsafe.Pointer, n uintptr) {}
+
+const haveAVX2 = false
+
+func streamCopyAVX2(dst, src unsafe.Pointer, n uintptr) { streamCopy(dst, src, n) }

@@ -9,10 +9,19 @@ import (
 )
 
 // TestHostCopyExact: every run length around the streaming threshold, the
-// 64-byte block and the assembly call's piece, at every dst and src
-// misalignment up to 16, copies exactly its bytes: a dropped head or tail,
-// a block too many or a write past the run fails here.
+// 64-byte block and the assembly call's piece, at dst misalignments up to
+// 33 and src ones up to 16, with 16- and 32-byte streaming stores, copies
+// exactly its bytes: a dropped head or tail, a block too many or a write
+// past the run fails here.
 func TestHostCopyExact(t *testing.T) {
+	defer func(old bool) { useAVX2 = old }(useAVX2)
+	for _, wide := range []bool{false, true} {
+		useAVX2 = wide
+		hostCopyExact(t)
+	}
+}
+
+func hostCopyExact(t *testing.T) {
 	lens := []int{0, 1, 63, StreamMin - 1, StreamMin, StreamMin + 1, 2048, 2048 + 17, streamPiece + 100, 3*streamPiece + 65}
 	const guard = 64
 	for _, n := range lens {
@@ -20,7 +29,7 @@ func TestHostCopyExact(t *testing.T) {
 		for i := range src {
 			src[i] = byte(i*7 + i>>8 + 1)
 		}
-		for da := 0; da <= 16; da += 3 {
+		for da := 0; da <= 33; da += 3 {
 			for sa := 0; sa <= 16; sa += 5 {
 				dst := make([]byte, n+2*guard)
 				var runs []Run
@@ -31,7 +40,7 @@ func TestHostCopyExact(t *testing.T) {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(dst[guard+da:guard+da+n], src[guard+sa:guard+sa+n]) {
-					t.Fatalf("len %d, dst+%d, src+%d: bytes differ", n, da, sa)
+					t.Fatalf("len %d, dst+%d, src+%d, avx2 %v: bytes differ", n, da, sa, useAVX2)
 				}
 				for i, b := range dst {
 					if (i < guard+da || i >= guard+da+n) && b != 0 {

@@ -34,6 +34,10 @@ type Copier interface {
 // every byte.
 type Host struct{}
 
+// useAVX2 lets the tests and the benchmark take the 16-byte path where
+// AVX2 is present.
+var useAVX2 = true
+
 // StreamMin is the shortest run Host streams.
 const StreamMin = 1 << 10
 
@@ -53,11 +57,24 @@ func (Host) Copy(runs []Run) error {
 	return nil
 }
 
+// CopySpan copies runs[from:to] as Copy does, prefetching from the runs
+// after to as well: a long plan copied span by span (KVSender.FillRange's
+// steps) keeps its sources asked for ahead across the spans' edges.
+func (Host) CopySpan(runs []Run, from, to int) {
+	hostCopySpan(runs, from, to, StreamMin, prefetchAhead, prefetchBytes)
+}
+
 // hostCopy copies runs, streaming those of at least least bytes (0: none)
 // and prefetching pfBytes of the source of the run ahead runs on (0: none).
 func hostCopy(runs []Run, least, ahead, pfBytes int) {
+	hostCopySpan(runs, 0, len(runs), least, ahead, pfBytes)
+}
+
+// hostCopySpan is hostCopy of runs[from:to], prefetching up to runs' end.
+func hostCopySpan(runs []Run, from, to, least, ahead, pfBytes int) {
 	streamed := false
-	for i, r := range runs {
+	for i := from; i < to; i++ {
+		r := runs[i]
 		if ahead > 0 && i+ahead < len(runs) {
 			p := runs[i+ahead]
 			prefetchRange(p.Src, uintptr(max(min(p.N, pfBytes), 0)))
@@ -82,15 +99,25 @@ func memmove(dst, src unsafe.Pointer, n int) {
 }
 
 // streamRun copies r (N >= StreamMin): memmove up to dst's first 16-byte
-// boundary, whole 64-byte blocks streamed, memmove of the rest. Offsets
-// stay below N, so no pointer past the run's end is formed.
+// boundary (32 with AVX2), whole 64-byte blocks streamed, memmove of the
+// rest. Offsets stay below N, so no pointer past the run's end is formed.
+// AVX2's 32-byte stores took a buffer-by-buffer 64 MiB gather from 0.85 to
+// 0.97 of a plain copy's CPU time (bench_test.go, one run at load ~7).
 func streamRun(r Run) {
-	head := int(-uintptr(r.Dst) & 15)
+	align, wide := uintptr(15), haveAVX2 && useAVX2
+	if wide {
+		align = 31
+	}
+	head := int(-uintptr(r.Dst) & align)
 	memmove(r.Dst, r.Src, head)
 	off := head
 	for body := (r.N - head) &^ 63; body > 0; {
 		n := min(body, streamPiece)
-		streamCopy(unsafe.Add(r.Dst, off), unsafe.Add(r.Src, off), uintptr(n))
+		if wide {
+			streamCopyAVX2(unsafe.Add(r.Dst, off), unsafe.Add(r.Src, off), uintptr(n))
+		} else {
+			streamCopy(unsafe.Add(r.Dst, off), unsafe.Add(r.Src, off), uintptr(n))
+		}
 		off += n
 		body -= n
 	}
