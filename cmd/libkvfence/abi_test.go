@@ -60,6 +60,27 @@ var (
 	theCmem  cmem
 )
 
+// unmappedAddress returns an address the process had mapped and unmapped.
+// It is far from where the kernel (top-down from mmap_base) and Go's heap
+// (from 0xc000000000 up) place other mappings: a hole right beside our own
+// mapping was once filled by another thread's mmap before the test used it.
+func unmappedAddress(t testing.TB) unsafe.Pointer {
+	const hint, size = 0x3A5B00000000, 1 << 16
+	const fixedNoReplace = 0x100000 // MAP_FIXED_NOREPLACE
+	flags := uintptr(syscall.MAP_ANON | syscall.MAP_PRIVATE | fixedNoReplace)
+	addr, _, errno := syscall.Syscall6(syscall.SYS_MMAP, hint, size, syscall.PROT_READ|syscall.PROT_WRITE, flags, ^uintptr(0), 0)
+	if errno != 0 { // taken, or a kernel without NOREPLACE: any address will do
+		addr, _, errno = syscall.Syscall6(syscall.SYS_MMAP, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE, ^uintptr(0), 0)
+		if errno != 0 {
+			t.Fatalf("mmap: %v", errno)
+		}
+	}
+	if _, _, errno := syscall.Syscall(syscall.SYS_MUNMAP, addr, size, 0); errno != 0 {
+		t.Fatalf("munmap: %v", errno)
+	}
+	return unsafe.Add(unsafe.Pointer(nil), addr)
+}
+
 func testMem(t testing.TB) cmem {
 	cmemOnce.Do(func() {
 		b, err := syscall.Mmap(-1, 0, cmemBytes+3*4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
@@ -69,12 +90,7 @@ func testMem(t testing.TB) cmem {
 		if err := syscall.Mprotect(b[cmemBytes:cmemBytes+4096], syscall.PROT_NONE); err != nil {
 			t.Fatalf("mprotect: %v", err)
 		}
-		// The last two pages are unmapped: an address the process had.
-		if _, _, errno := syscall.Syscall(syscall.SYS_MUNMAP, uintptr(unsafe.Pointer(&b[cmemBytes+4096])), 2*4096, 0); errno != 0 {
-			t.Fatalf("munmap: %v", errno)
-		}
-		theCmem = cmem{rw: b[:cmemBytes], guard: unsafe.Pointer(&b[cmemBytes]),
-			unmapped: unsafe.Add(unsafe.Pointer(&b[0]), cmemBytes+4096)}
+		theCmem = cmem{rw: b[:cmemBytes], guard: unsafe.Pointer(&b[cmemBytes]), unmapped: unmappedAddress(t)}
 	})
 	return theCmem
 }
