@@ -168,3 +168,93 @@ func splitDecode(t *testing.T, tweak func(*DecodeConfig)) (*Decode, error) {
 	t.Cleanup(func() { _ = dp.Close() })
 	return NewDecode(context.Background(), cfg, dp.Transport())
 }
+
+// TestDirectSplitTwoShards: two prefill ranks share each page (shards 2)
+// over split engine buffers: the rank at shard position pos writes the
+// pos-th half of every buffer's page, and nothing else — with keys bound
+// to shards as pieces, as windows, and whole pages with each rank told its
+// offset.
+func TestDirectSplitTwoShards(t *testing.T) {
+	for _, arm := range []struct {
+		name   string
+		bounds sdk.Bounds
+	}{{"pieces", sdk.BoundsPieces}, {"window", sdk.BoundsWindow}, {"none", sdk.BoundsNone}} {
+		t.Run(arm.name, func(t *testing.T) {
+			mems, split := engineBuffers(t)
+			d, p1 := startPair(t, func(c *DecodeConfig) {
+				split(c)
+				c.ShardBytes, c.Shards, c.keyBounds = 2048, 2, &arm.bounds
+			}, func(c *PrefillConfig) { c.ShardBytes = 2048 }, nil)
+			p2 := startPrefill(t, d.Addr(), func(c *PrefillConfig) { c.Rank, c.ShardBytes = 2, 2048 })
+			waitFor(t, "prefill rank 2 linked", p2.Linked)
+			key := core.RequestKey{Room: 11, Gen: 1}
+			idx := []int{20, 6}
+			rv := d.NewReceiver(key)
+			if _, err := rv.InitAt(idx, []core.RankID{1, 2}); err != nil {
+				t.Fatal(err)
+			}
+			var shards [2]*KVSender
+			for pos, p := range []*Prefill{p1, p2} {
+				shards[pos] = sendShards(t, p, key, len(idx), byte(pos+1))
+			}
+			waitFor(t, "request success", func() bool { return rv.Poll() == PollSuccess })
+			// The page as a slot: each buffer's piece is rank 1's half then rank 2's.
+			page := func(i int) []byte {
+				var out []byte
+				var lo int64
+				for _, pb := range layerPageBytes {
+					for _, s := range shards {
+						out = append(out, s.Page(i)[lo:lo+pb/2]...)
+					}
+					lo += pb / 2
+				}
+				return out
+			}
+			checkSplitPages(t, mems, idx, page)
+			rv.Finish()
+			waitFor(t, "exposure released", rv.Released)
+		})
+	}
+}
+
+// sendShards sends n pages of a pattern (seeded by fill) from p.
+func sendShards(t *testing.T, p *Prefill, key core.RequestKey, n int, fill byte) *KVSender {
+	t.Helper()
+	snd := p.NewSender(key)
+	t.Cleanup(func() { snd.Close() })
+	waitFor(t, "prefill source pages", func() bool { return snd.Init(n) == nil })
+	for i := range n {
+		for j := range snd.Page(i) {
+			snd.Page(i)[j] = fill + byte(i*31+j*7)
+		}
+	}
+	if err := snd.Send(n); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Finish(n); err != nil {
+		t.Fatal(err)
+	}
+	return snd
+}
+
+// TestPartsMustCoverTheShard: a prefill rank writes a split page piece by
+// piece from its shard's start, so parts that do not add up to exactly
+// one shard (it would read past its source page, or leave KV unwritten)
+// make the Assign malformed.
+func TestPartsMustCoverTheShard(t *testing.T) {
+	for _, c := range []struct {
+		parts []keyPart
+		ok    bool
+	}{
+		{nil, true},
+		{[]keyPart{{Len: 1024}, {Len: 3072}}, true},
+		{[]keyPart{{Len: 1024}, {Len: 1024}}, false},
+		{[]keyPart{{Len: 4096}, {Len: 4096}}, false},
+		{[]keyPart{{Len: 0}, {Len: 4096}}, false},
+		{[]keyPart{{Len: 1 << 63}, {Len: 1 << 63}, {Len: 4096}}, false}, // wraps around to 4096
+	} {
+		if got := partsCoverShard(c.parts, 4096); got != c.ok {
+			t.Errorf("parts %v: %v, want %v", c.parts, got, c.ok)
+		}
+	}
+}
