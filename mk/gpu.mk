@@ -53,6 +53,6 @@ gpu-fake: bindings bindings-deps
 	out=$$(KVFENCE_CUDA_LIB=/nonexistent/libcuda.so.1 $(MAKE) --no-print-directory -s gpu-check); \
 	  [ "$$(printf '%s\n' "$$out" | wc -l)" = 1 ] && printf '%s\n' "$$out" | grep -q '^gpu-check: skipped' || \
 	  { echo "gpu-fake: gpu-check without a driver printed: $$out"; exit 1; }
-	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes, the vLLM connector), and direct mode end to end over TCP plugin processes (gpumem); both control arms caught; gpu-check skips cleanly without a driver"
+	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes, the vLLM connector), and direct mode end to end over TCP plugin processes (gpumem: one buffer, and one per layer); every control arm caught; gpu-check skips cleanly without a driver"
 
 LONG_STEPS += gpu-fake
