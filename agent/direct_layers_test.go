@@ -187,33 +187,48 @@ func TestDirectSplitTwoShards(t *testing.T) {
 			}, func(c *PrefillConfig) { c.ShardBytes = 2048 }, nil)
 			p2 := startPrefill(t, d.Addr(), func(c *PrefillConfig) { c.Rank, c.ShardBytes = 2, 2048 })
 			waitFor(t, "prefill rank 2 linked", p2.Linked)
-			key := core.RequestKey{Room: 11, Gen: 1}
-			idx := []int{20, 6}
-			rv := d.NewReceiver(key)
-			if _, err := rv.InitAt(idx, []core.RankID{1, 2}); err != nil {
-				t.Fatal(err)
+			// The first request's keys may be unbound (the writers' data
+			// connections are not up yet); the second's are bound to them.
+			for room, idx := range [][]int{{20, 6}, {7, 21, 0}} {
+				splitShardsRequest(t, d, mems, []*Prefill{p1, p2}, core.RequestKey{Room: uint64(room + 11), Gen: 1}, idx)
 			}
-			var shards [2]*KVSender
-			for pos, p := range []*Prefill{p1, p2} {
-				shards[pos] = sendShards(t, p, key, len(idx), byte(pos+1))
-			}
-			waitFor(t, "request success", func() bool { return rv.Poll() == PollSuccess })
-			// The page as a slot: each buffer's piece is rank 1's half then rank 2's.
-			page := func(i int) []byte {
-				var out []byte
-				var lo int64
-				for _, pb := range layerPageBytes {
-					for _, s := range shards {
-						out = append(out, s.Page(i)[lo:lo+pb/2]...)
-					}
-					lo += pb / 2
-				}
-				return out
-			}
-			checkSplitPages(t, mems, idx, page)
-			rv.Finish()
-			waitFor(t, "exposure released", rv.Released)
 		})
+	}
+}
+
+// splitShardsRequest runs one request whose pages idx two prefill ranks
+// share, and checks every buffer.
+func splitShardsRequest(t *testing.T, d *Decode, mems []*sdk.SharedMemory, ps []*Prefill, key core.RequestKey, idx []int) {
+	t.Helper()
+	rv := d.NewReceiver(key)
+	if _, err := rv.InitAt(idx, []core.RankID{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	var shards [2]*KVSender
+	for pos, p := range ps {
+		shards[pos] = sendShards(t, p, key, len(idx), byte(pos+1+int(key.Room)))
+	}
+	waitFor(t, "request final", func() bool { return rv.Poll().Final() })
+	if st := rv.Poll(); st != PollSuccess {
+		t.Fatalf("request %v: %v (%v)", key, st, rv.Err())
+	}
+	// The page as a slot: each buffer's piece is rank 1's half then rank 2's.
+	page := func(i int) []byte {
+		var out []byte
+		var lo int64
+		for _, pb := range layerPageBytes {
+			for _, s := range shards {
+				out = append(out, s.Page(i)[lo:lo+pb/2]...)
+			}
+			lo += pb / 2
+		}
+		return out
+	}
+	checkSplitPages(t, mems, idx, page)
+	rv.Finish()
+	waitFor(t, "exposure released", rv.Released)
+	for _, mem := range mems {
+		clear(mem.Bytes()) // the engine reuses the pages
 	}
 }
 
