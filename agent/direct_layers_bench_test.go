@@ -38,27 +38,15 @@ func (c *benchCluster) init(rv *KVReceiver, pages int) error {
 func BenchmarkDirectSplit(b *testing.B) {
 	arms := []struct {
 		buffers int
-		c       *benchCluster
 		sum     time.Duration
 	}{{buffers: 1}, {buffers: 16}, {buffers: 64}}
+	cs := make([]*benchCluster, len(arms))
 	for i := range arms {
-		arms[i].c = startBenchClusterWith(b, func(c *DecodeConfig) { c.Engine = benchEngine(b, arms[i].buffers, 2*c.ShardBytes) })
-		if err := arms[i].c.request(8); err != nil { // warm: opens the data connections
-			b.Fatal(err)
-		}
+		cs[i] = startBenchClusterWith(b, func(c *DecodeConfig) { c.Engine = benchEngine(b, arms[i].buffers, 2*c.ShardBytes) })
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for j := range arms {
-			arm := &arms[(i+j)%len(arms)] // rotate which arm goes first
-			start := time.Now()
-			if err := arm.c.request(8); err != nil {
-				b.Fatal(err)
-			}
-			arm.sum += time.Since(start)
-		}
+	for i, d := range rotateRequests(b, cs, 8) {
+		arms[i].sum = d
 	}
-	b.StopTimer()
 	for _, arm := range arms {
 		b.ReportMetric(float64(b.N)/arm.sum.Seconds(), fmt.Sprintf("%d-buffers-req/s", arm.buffers))
 	}
@@ -85,4 +73,30 @@ func benchEngine(b *testing.B, n int, pageB int64) *EngineMemory {
 		e.Buffers = append(e.Buffers, EngineBuffer{Desc: mem.Desc(), PageBytes: pageB / int64(n)})
 	}
 	return e
+}
+
+// rotateRequests warms every cluster with one request (it opens the data
+// connections), then runs b.N requests of pages pages on each, rotating
+// which cluster goes first, and returns each one's total time: the arms of
+// a benchmark measured in the same run under the same load.
+func rotateRequests(b *testing.B, cs []*benchCluster, pages int) []time.Duration {
+	for _, c := range cs {
+		if err := c.request(pages); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sums := make([]time.Duration, len(cs))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range cs {
+			k := (i + j) % len(cs)
+			start := time.Now()
+			if err := cs[k].request(pages); err != nil {
+				b.Fatal(err)
+			}
+			sums[k] += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	return sums
 }
