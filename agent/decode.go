@@ -106,6 +106,9 @@ type Decode struct {
 	// shardKeys: how each rank's keys are bound to its shard positions
 	// (shard_keys.go); none: not at all.
 	shardKeys sdk.Bounds
+	// layers: direct mode's engine buffers, one region each
+	// (direct_layers.go); nil with one region.
+	layers []engineLayer
 
 	core    *core.Receiver
 	lp      *loop
@@ -295,7 +298,7 @@ func (d *Decode) newCore(rf core.RestartFenceConfig) error {
 	d.hello = peerHello{Role: RoleDecode, Rank: uint32(cfg.Rank), Version: ControlVersion, Instance: cfg.Instance,
 		Caps:          peerCaps{Revoke: info.Capabilities.Revoke, MaxTail: int64(info.Capabilities.MaxTail)},
 		DataTransport: d.data.Transport, DataAddress: d.data.Address, DataOpaque: d.data.Opaque, SlotBytes: d.slotB, ShardBytes: cfg.ShardBytes,
-		Checksums: cfg.Checksums}
+		Checksums: cfg.Checksums, Buffers: len(d.layers)}
 	return nil
 }
 
@@ -552,7 +555,7 @@ func (d *Decode) grant(dt *decTag) error {
 	if !d.fence {
 		dt.keys = make([]keyRef, len(dt.slots))
 		for i, s := range dt.slots {
-			dt.keys[i] = keyRef{Key: uint64(d.poolKey), Base: uint64(int64(s) * d.slotB)}
+			dt.keys[i] = d.poolRef(s)
 		}
 		return nil
 	}

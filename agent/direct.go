@@ -31,6 +31,11 @@ type EngineMemory struct {
 	// test's fake driver, host memory); nil for GPU memory. ContentCheck
 	// and Checksums read it, and refuse to start without it.
 	View []byte
+	// Buffers, when set, are the engine's KV buffers, one per layer (or
+	// per layer's K and V), in place of Desc and View: engine page p is
+	// split across them (direct_layers.go); their PageBytes add up to
+	// ShardBytes × Shards.
+	Buffers []EngineBuffer
 }
 
 // checkEngine refuses a direct-mode configuration that cannot keep its
@@ -38,11 +43,14 @@ type EngineMemory struct {
 func (d *Decode) checkEngine() error {
 	e, cfg := d.cfg.Engine, d.cfg
 	need := int64(e.Pages) * d.slotB
+	split := len(e.Buffers) > 0
 	switch {
 	case cfg.Restart != nil:
 		return errdefs.Errorf(errdefs.InvalidArgument, "decode: direct mode (Engine) and the restart fence cannot be combined: the fence restarts instances over the agent's own pool")
 	case e.Pages <= 0 || e.Pages > 1<<31:
 		return errdefs.Errorf(errdefs.InvalidArgument, "decode: direct mode needs 1..2^31 engine pages, got %d", e.Pages)
+	case split:
+		return d.checkBuffers()
 	case e.Desc.Size < uint64(need):
 		return errdefs.Errorf(errdefs.InvalidArgument, "decode: engine memory of %d bytes cannot hold %d pages of %d bytes (shard bytes × shards)", e.Desc.Size, e.Pages, d.slotB)
 	case (cfg.Check != nil || cfg.Checksums) && int64(len(e.View)) < need:
@@ -56,6 +64,9 @@ func (d *Decode) checkEngine() error {
 func (d *Decode) registerEngine(ctx context.Context) error {
 	if err := d.checkEngine(); err != nil {
 		return err
+	}
+	if len(d.cfg.Engine.Buffers) > 0 {
+		return d.registerBuffers(ctx)
 	}
 	var err error
 	if d.region, err = d.tr.RegisterMemory(ctx, d.cfg.Engine.Desc); err != nil {

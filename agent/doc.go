@@ -7,7 +7,9 @@
 //     Decode.NewReceiver(key) → *KVReceiver with Init (expose slots), Poll /
 //     Done / Err, Pages (read a handed-off request), Finish, Abort. In
 //     direct mode (DecodeConfig.Engine, direct.go) the engine's own memory
-//     is registered instead of the pool and InitAt names the engine pages.
+//     is registered instead of the pool and InitAt names the engine pages;
+//     with EngineMemory.Buffers (one buffer per layer) a page is split
+//     across them, one key per buffer (direct_layers.go).
 //   - Prefill side: NewPrefill(ctx, PrefillConfig, transport) → *Prefill;
 //     Prefill.NewSender(key) → *KVSender with Init (reserve source pages),
 //     Page (memory to fill), Send, Finish, Poll / Done / Err, Abort, Close.

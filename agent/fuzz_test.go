@@ -100,6 +100,8 @@ func FuzzPrefillControl(f *testing.F) {
 			[]keyRef{{Key: 1}, {Key: 1, Base: 4096}}},
 		{core.Message{Kind: core.KindAssign, Tag: tag(2), Rank: 1, LeaseUntil: lease, Ranks: []core.RankID{2, 1}, Slots: []uint32{3}},
 			[]keyRef{{Key: 9, Base: 1 << 40}}},
+		{core.Message{Kind: core.KindAssign, Tag: tag(3), Rank: 1, LeaseUntil: lease, Ranks: []core.RankID{1}, Slots: []uint32{4}},
+			[]keyRef{{Key: 2, Parts: []keyPart{{Key: 2, Len: 1024}, {Key: 3, Base: 8192, Len: 3072}}}}}, // split across buffers
 		{core.Message{Kind: core.KindGrant, Tag: tag(1), Rank: 1, LeaseUntil: lease}, nil},
 		{core.Message{Kind: core.KindLease, Tag: core.Tag{Instance: 7}, Rank: 1, Session: 3, Seq: 1, LeaseUntil: lease, Tags: []core.Tag{tag(2)}}, nil},
 		{core.Message{Kind: core.KindLease, Tag: core.Tag{Instance: 7}, Rank: 1, Session: 3, Seq: 2, Full: true}, nil},

@@ -157,7 +157,7 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	// contract, and the plugin host turns a reaped process into evidence.
 	p.hello = peerHello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ControlVersion,
 		Caps:       peerCaps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)},
-		ShardBytes: cfg.ShardBytes, Checksums: cfg.Checksums}
+		ShardBytes: cfg.ShardBytes, Checksums: cfg.Checksums, KeyParts: true}
 	// Decode binds this rank's keys to its data identity where it can; a
 	// transport with no endpoint of its own gets unbound keys.
 	if ep, err := tr.LocalEndpoint(ctx); err == nil {
@@ -474,12 +474,10 @@ func (p *Prefill) post(post core.Post) {
 		return
 	}
 	shard := uint64(p.cfg.ShardBytes)
-	ops := make([]sdk.Op, len(post.Slots))
+	ops := make([]sdk.Op, 0, len(post.Slots))
 	for i := range post.Slots {
 		page := int(post.FirstPage) + i
-		k := tk.keys[page]
-		ops[i] = sdk.Op{Kind: sdk.OpWrite, LocalRegion: p.region, LocalOffset: uint64(r.src[page]) * shard,
-			RemoteKey: sdk.Key(k.Key), RemoteOffset: k.Base, Length: shard} // Base: this rank's shard (v2)
+		ops = p.pageOps(ops, uint64(r.src[page])*shard, tk.keys[page])
 	}
 	peer := lanes[lane(post.Tag, len(lanes))]
 	p.track(id, peer)
@@ -490,6 +488,23 @@ func (p *Prefill) post(post core.Post) {
 		p.untrack(id)
 		fail(err.Error()) // a refused Post was never accepted: nothing moves
 	}
+}
+
+// pageOps appends the writes of one page: this rank's shard under the
+// page's key at Base (v2), or, where decode split the page across engine
+// buffers (keyRef.Parts: direct mode, one buffer per layer), each next
+// piece of the shard under its part's key.
+func (p *Prefill) pageOps(ops []sdk.Op, src uint64, k keyRef) []sdk.Op {
+	if len(k.Parts) == 0 {
+		return append(ops, sdk.Op{Kind: sdk.OpWrite, LocalRegion: p.region, LocalOffset: src,
+			RemoteKey: sdk.Key(k.Key), RemoteOffset: k.Base, Length: uint64(p.cfg.ShardBytes)})
+	}
+	for _, part := range k.Parts {
+		ops = append(ops, sdk.Op{Kind: sdk.OpWrite, LocalRegion: p.region, LocalOffset: src,
+			RemoteKey: sdk.Key(part.Key), RemoteOffset: part.Base, Length: part.Len})
+		src += part.Len
+	}
+	return ops
 }
 
 func lane(tag core.Tag, n int) int {

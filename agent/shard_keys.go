@@ -33,6 +33,14 @@ func (d *Decode) shardRange(pos int) (off, n int64) {
 	return int64(pos) * d.cfg.ShardBytes, d.cfg.ShardBytes
 }
 
+// layout is one registered region the slots live in: the pool, or one of
+// the engine's buffers in direct mode (direct_layers.go), where a slot
+// (engine page) is slotB bytes and each rank's shard of it shardB.
+type layout struct {
+	region        sdk.RegionID
+	slotB, shardB int64
+}
+
 // chooseShardKeys says how this decode rank binds keys to shard positions
 // (at start): as far as its transport enforces, or as the test override.
 func (d *Decode) chooseShardKeys() (sdk.Bounds, error) {
@@ -64,25 +72,30 @@ type pageKey struct {
 // bounds none they are whole runs of slots, the same for every rank, and
 // the bases are those of position 0.
 func (d *Decode) rankWindows(slots []uint32, pos int) ([]sdk.Window, []pageKey) {
-	off, n := d.shardRange(pos)
+	return d.rankWindowsIn(layout{d.region, d.slotB, d.cfg.ShardBytes}, slots, pos)
+}
+
+// rankWindowsIn is rankWindows over one layout.
+func (d *Decode) rankWindowsIn(lay layout, slots []uint32, pos int) ([]sdk.Window, []pageKey) {
+	off, n := int64(pos)*lay.shardB, lay.shardB
 	pages := make([]pageKey, len(slots))
 	var ws []sdk.Window
 	if d.shardKeys == sdk.BoundsWindow {
 		for i, s := range slots {
-			ws = append(ws, sdk.Window{Region: d.region, Offset: uint64(int64(s)*d.slotB + off), Length: uint64(n)})
+			ws = append(ws, sdk.Window{Region: lay.region, Offset: uint64(int64(s)*lay.slotB + off), Length: uint64(n)})
 			pages[i] = pageKey{win: i}
 		}
 		return ws, pages
 	}
 	for _, r := range slotRuns(slots) {
-		w := sdk.Window{Region: d.region, Offset: uint64(int64(slots[r.first]) * d.slotB), Length: uint64(int64(r.n) * d.slotB)}
+		w := sdk.Window{Region: lay.region, Offset: uint64(int64(slots[r.first]) * lay.slotB), Length: uint64(int64(r.n) * lay.slotB)}
 		if d.shardKeys == sdk.BoundsPieces {
 			w.Offset += uint64(off)
-			w.Length = uint64(int64(r.n-1)*d.slotB + n)
-			w.Stride, w.Piece = uint64(d.slotB), uint64(n)
+			w.Length = uint64(int64(r.n-1)*lay.slotB + n)
+			w.Stride, w.Piece = uint64(lay.slotB), uint64(n)
 		}
 		for p := 0; p < r.n; p++ {
-			pages[r.first+p] = pageKey{win: len(ws), base: uint64(int64(p) * d.slotB)}
+			pages[r.first+p] = pageKey{win: len(ws), base: uint64(int64(p) * lay.slotB)}
 		}
 		ws = append(ws, w)
 	}
@@ -106,19 +119,13 @@ type grantReq struct {
 // rankReq is the rank at pos's own keys, for writer. With bounds none the
 // windows are whole slots and its pages sit at its shard's offset.
 func (d *Decode) rankReq(dt *decTag, pos int, writer string) *grantReq {
-	ws, pages := d.rankWindows(dt.slots, pos)
-	if d.shardKeys == sdk.BoundsNone {
-		off, _ := d.shardRange(pos)
-		for i := range pages {
-			pages[i].base += uint64(off)
-		}
-	}
+	ws, pages := d.pageWindows(dt.slots, pos, d.shardKeys == sdk.BoundsNone)
 	return &grantReq{rank: dt.ranks[pos], pos: pos, writer: writer, ws: ws, pages: pages}
 }
 
 // sharedReq is the keys of ranks without keys of their own.
 func (d *Decode) sharedReq(dt *decTag) *grantReq {
-	ws, pages := d.rankWindows(dt.slots, 0)
+	ws, pages := d.pageWindows(dt.slots, 0, false)
 	return &grantReq{shared: true, ws: ws, pages: pages}
 }
 
@@ -151,10 +158,11 @@ func (d *Decode) grantAll(dt *decTag, reqs []*grantReq) {
 			dt.granted = append(dt.granted, g.Key)
 		}
 		r.err = errors.Join(errs...)
-		r.refs = make([]keyRef, len(r.pages))
+		refs := make([]keyRef, len(r.pages))
 		for i, p := range r.pages {
-			r.refs[i] = keyRef{Key: uint64(keys[p.win]), Base: p.base}
+			refs[i] = keyRef{Key: uint64(keys[p.win]), Base: p.base}
 		}
+		r.refs = d.joinLayers(refs, len(dt.slots))
 	}
 }
 
@@ -250,11 +258,9 @@ func (dt *decTag) keysFor(d *Decode, rank core.RankID) []keyRef {
 	if dt.keys == nil || pos < 0 {
 		return nil
 	}
-	off, _ := d.shardRange(pos)
 	out := make([]keyRef, len(dt.keys))
 	for i, k := range dt.keys {
-		k.Base += uint64(off)
-		out[i] = k
+		out[i] = d.shiftToShard(k, pos)
 	}
 	return out
 }

@@ -24,29 +24,18 @@ func BenchmarkShardKeys(b *testing.B) {
 		c      *benchCluster
 		sum    time.Duration
 	}{{name: "pieces", bounds: sdk.BoundsPieces}, {name: "per-shard", bounds: sdk.BoundsWindow}, {name: "whole-slot", bounds: sdk.BoundsNone}}
+	cs := make([]*benchCluster, len(arms))
 	for i := range arms {
 		bounds := arms[i].bounds
 		arms[i].c = startBenchClusterWith(b, func(c *DecodeConfig) { c.keyBounds = &bounds })
 		if got := arms[i].c.d.shardKeys; got != bounds {
 			b.Fatalf("%s: decode binds keys as %v", arms[i].name, got)
 		}
-		// Warm: the first request opens each rank's data connection.
-		if err := arms[i].c.request(8); err != nil {
-			b.Fatal(err)
-		}
+		cs[i] = arms[i].c
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for j := range arms {
-			arm := &arms[(i+j)%len(arms)] // rotate which arm goes first
-			start := time.Now()
-			if err := arm.c.request(8); err != nil {
-				b.Fatal(err)
-			}
-			arm.sum += time.Since(start)
-		}
+	for i, d := range rotateRequests(b, cs, 8) { // direct_layers_bench_test.go
+		arms[i].sum = d
 	}
-	b.StopTimer()
 	for _, arm := range arms {
 		if st := arm.c.d.Stats(); st.BoundGrants < 2*b.N {
 			b.Fatalf("%s: %d writer-bound key sets for %d requests of 2 ranks", arm.name, st.BoundGrants, b.N)

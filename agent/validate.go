@@ -57,7 +57,30 @@ func (p *Prefill) checkAssign(m core.Message, keys []keyRef) (pos int, reason st
 	case int64(pos+1)*p.cfg.ShardBytes > p.decode.SlotBytes:
 		return -1, "oversized"
 	}
+	for _, k := range keys {
+		if !partsCoverShard(k.Parts, p.cfg.ShardBytes) {
+			return -1, "malformed"
+		}
+	}
 	return pos, ""
+}
+
+// partsCoverShard: a page split across engine buffers (keyRef.Parts) is
+// written piece by piece from the shard's start; the pieces must add up to
+// exactly one shard, or this rank would read past its source page or
+// leave part of it unwritten.
+func partsCoverShard(parts []keyPart, shard int64) bool {
+	if len(parts) == 0 {
+		return true
+	}
+	var sum uint64
+	for _, part := range parts {
+		if part.Len == 0 || part.Len > uint64(shard) {
+			return false
+		}
+		sum += part.Len
+	}
+	return sum == uint64(shard)
 }
 
 // maxAssignedTags bounds the Assigns a prefill rank keeps keys for: those

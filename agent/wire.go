@@ -56,6 +56,19 @@ type keyRef struct {
 	// Target is the decode target instance (restart.go) the key belongs
 	// to: lanes to DataTargets[Target] carry the page. Zero without one.
 	Target int `json:"t,omitempty"`
+	// Parts, when set (direct mode over several engine buffers, one per
+	// layer: direct_layers.go), split the rank's shard of the page: part
+	// j is the next Len bytes of it, written at Base under Key. Key and
+	// Base above are then Parts[0]'s. Only a prefill rank that declared
+	// KeyParts is sent them (compatible).
+	Parts []keyPart `json:"p,omitempty"`
+}
+
+// keyPart is one piece of a page's shard in one engine buffer.
+type keyPart struct {
+	Key  uint64 `json:"k"`
+	Base uint64 `json:"b"`
+	Len  uint64 `json:"n"`
 }
 
 // Role is what the far end of a link is.
@@ -107,6 +120,14 @@ type peerHello struct {
 	// identity its data connections prove. Decode binds the keys it grants
 	// this rank to it (sdk.Window.Writer) when its transport can.
 	Writer string `json:"writer,omitempty"`
+	// Buffers (a decode rank): how many engine buffers each page is split
+	// across (direct mode with one buffer per layer); 0 or 1: keys carry
+	// no Parts. KeyParts (a prefill rank): it writes a page in the Parts
+	// its keys carry. A decode rank with several buffers refuses a prefill
+	// rank without KeyParts: it would write the whole shard under the
+	// first part's key.
+	Buffers  int  `json:"buffers,omitempty"`
+	KeyParts bool `json:"key_parts,omitempty"`
 }
 
 // compatible says whether a prefill rank (p) and a decode rank (d) may run
@@ -123,6 +144,10 @@ func compatible(p, d peerHello) error {
 	if p.ShardBytes != d.ShardBytes || d.SlotBytes < d.ShardBytes {
 		return errdefs.Errorf(errdefs.FailedPrecondition, "incompatible peers: prefill rank %d writes shards of %d bytes, decode rank %d holds shards of %d bytes (slots of %d)",
 			p.Rank, p.ShardBytes, d.Rank, d.ShardBytes, d.SlotBytes)
+	}
+	if d.Buffers > 1 && !p.KeyParts {
+		return errdefs.Errorf(errdefs.FailedPrecondition, "incompatible peers: decode rank %d splits each page across %d engine buffers (direct mode, one buffer per layer) and prefill rank %d cannot write split pages (upgrade the prefill rank)",
+			d.Rank, d.Buffers, p.Rank)
 	}
 	if p.Caps.MaxTail < 0 {
 		return errdefs.Errorf(errdefs.InvalidArgument, "incompatible peers: prefill rank %d declares a negative transport tail (%dns)", p.Rank, p.Caps.MaxTail)

@@ -68,7 +68,7 @@ func (c *benchCluster) request(pages int) error {
 	c.room++
 	key := core.RequestKey{Room: c.room, Gen: 1}
 	rv := c.d.NewReceiver(key)
-	if _, err := rv.Init(pages, []core.RankID{1, 2}); err != nil {
+	if err := c.init(rv, pages); err != nil { // direct_layers_bench_test.go
 		return err
 	}
 	var senders []*KVSender

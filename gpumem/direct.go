@@ -87,6 +87,25 @@ func (x *DirectBuffer) EngineMemory() *agent.EngineMemory {
 	return &agent.EngineMemory{Desc: x.Desc(), Pages: x.pages}
 }
 
+// EngineBuffers is what decode's agent runs on in direct mode when the
+// engine keeps one KV buffer per layer (K and V, or one MLA buffer), as
+// SGLang and vLLM do: engine page p is split across bufs, in order, at
+// PageOffset(p) in each; their PageBytes add up to the agent's shard bytes
+// × shards. Every buffer must hold the same number of pages.
+func EngineBuffers(bufs []*DirectBuffer) (*agent.EngineMemory, error) {
+	if len(bufs) == 0 {
+		return nil, errdefs.Errorf(errdefs.InvalidArgument, "direct mode: no engine buffers")
+	}
+	mem := &agent.EngineMemory{Pages: bufs[0].pages}
+	for i, x := range bufs {
+		if x.pages != mem.Pages {
+			return nil, errdefs.Errorf(errdefs.InvalidArgument, "direct mode: engine buffer %d holds %d pages, buffer 0 holds %d: a page index names the same page in every buffer", i, x.pages, mem.Pages)
+		}
+		mem.Buffers = append(mem.Buffers, agent.EngineBuffer{Desc: x.Desc(), PageBytes: x.buf.PageBytes})
+	}
+	return mem, nil
+}
+
 // Close stops offering the buffer. A plugin that registered it keeps its
 // own reference until it deregisters: deregister first, then free the GPU
 // memory (the NIC may write until the plugin deregistered).

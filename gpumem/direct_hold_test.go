@@ -11,42 +11,74 @@ import (
 	"github.com/kvfence/kvfence/sdk"
 )
 
-// directEngine is decode's engine in direct mode: its KV is one fake-GPU
-// buffer of engPages pages of 2×halfPage (K and V of a page side by side).
+// directEngine is decode's engine in direct mode: its KV is engPages pages
+// of 2×halfPage (K and V of a page), in one fake-GPU buffer (K and V side
+// by side) or split across a K and a V buffer — one buffer per layer, the
+// way SGLang and vLLM keep theirs.
 type directEngine struct {
 	dev  *Device
-	base uintptr
+	bufs []Buffer
 }
 
-// page reads engine page p through the driver.
+// page reads engine page p through the driver: its piece in every buffer,
+// in order.
 func (e *directEngine) page(t *testing.T, p int) []byte {
-	b := make([]byte, 2*halfPage)
-	if err := e.dev.CopyFromDevice(b, e.base+uintptr(p*2*halfPage)); err != nil {
-		t.Error(err)
+	var out []byte
+	for _, b := range e.bufs {
+		piece := make([]byte, b.PageBytes)
+		if err := e.dev.CopyFromDevice(piece, b.Base+uintptr(int64(p)*b.PageBytes)); err != nil {
+			t.Error(err)
+		}
+		out = append(out, piece...)
 	}
-	return b
+	return out
 }
 
-// directPair runs decode in direct mode: the engine's buffer is exported
-// as a dma-buf, which decode's TCP plugin process imports (SCM_RIGHTS) and
+// scrub zeroes engine page p in every buffer (the engine reusing it).
+func (e *directEngine) scrub(t *testing.T, p int) {
+	for _, b := range e.bufs {
+		if err := e.dev.CopyToDevice(b.Base+uintptr(int64(p)*b.PageBytes), make([]byte, b.PageBytes)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// directPair runs decode in direct mode: the engine's buffers are exported
+// as dma-bufs, which decode's TCP plugin process imports (SCM_RIGHTS) and
 // registers in place of the agent's pool, so prefill's writes land in the
-// engine's pages. With a check, the agent reads the test's own CPU mapping
-// of the same dma-buf (the fake driver's is a memfd; a GPU's has none).
-func directPair(t *testing.T, check agent.ContentCheck) (*agent.Decode, *agent.Prefill, *directEngine) {
+// engine's pages. With a check (one buffer only: a split page is no one
+// range), the agent reads the test's own CPU mapping of the same dma-buf
+// (the fake driver's is a memfd; a GPU's has none).
+func directPair(t *testing.T, check agent.ContentCheck, split bool) (*agent.Decode, *agent.Prefill, *directEngine) {
 	fakeOnly(t) // host-page alignment of the export, and the CPU mapping
-	dev := openFake(t, Options{})
-	base, err := dev.Alloc(engPages * 2 * halfPage)
-	if err != nil {
-		t.Fatal(err)
+	eng := &directEngine{dev: openFake(t, Options{})}
+	pieces := []int64{2 * halfPage}
+	if split {
+		pieces = []int64{halfPage, halfPage}
 	}
-	x, err := dev.ExportBuffer(Buffer{Base: base, PageBytes: 2 * halfPage}, engPages)
-	if err != nil {
-		t.Fatal(err)
+	var xs []*DirectBuffer
+	for _, pb := range pieces {
+		base, err := eng.dev.Alloc(engPages * pb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := Buffer{Base: base, PageBytes: pb}
+		x, err := eng.dev.ExportBuffer(b, engPages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = x.Close() })
+		eng.bufs, xs = append(eng.bufs, b), append(xs, x)
 	}
-	t.Cleanup(func() { _ = x.Close() })
-	mem := x.EngineMemory()
+	mem := xs[0].EngineMemory()
+	if split {
+		var err error
+		if mem, err = EngineBuffers(xs); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if check != nil {
-		view, err := sdk.MapDMABuf(x.Desc())
+		view, err := sdk.MapDMABuf(xs[0].Desc())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,26 +86,36 @@ func directPair(t *testing.T, check agent.ContentCheck) (*agent.Decode, *agent.P
 		mem.View = view.Bytes()
 	}
 	d, p := pairWith(t, check, mem)
-	return d, p, &directEngine{dev: dev, base: base}
+	return d, p, eng
 }
 
 // TestDirectHoldUntilReleased is direct mode end to end with real plugin
-// processes (TCP, the engine's fake-GPU buffer registered as a dma-buf),
-// the data path behind the 40 ms delaying proxy: half the requests are
-// aborted on decode while prefill's writes are in flight, and the engine
-// gives a request's pages back (and lends them again at once) as soon as
-// its DirectReceiver says PagesFree. No page may be lent again while the
-// previous request's exposure is still open; every page of a successful
-// request is read back through the driver; the aborted requests' bytes
-// seen in their held engine pages at release show the writes were in
-// flight, i.e. what would have reached a page reused at abort; no byte
-// lands in a free engine page; no page is lent at the end. The control arm
-// (-tags kvfenceunsafe: pages free at Abort) must be caught; the core
-// then refuses to expose the reused pages again until the release.
+// processes (TCP, the engine's fake-GPU buffers registered as dma-bufs:
+// one, or one per layer), the data path behind the 40 ms delaying proxy:
+// half the requests are aborted on decode while prefill's writes are in
+// flight, and the engine gives a request's pages back (and lends them
+// again at once) as soon as its DirectReceiver says PagesFree. No page may
+// be lent again while the previous request's exposure is still open;
+// every page of a successful request is read back through the driver,
+// buffer by buffer; the aborted requests' bytes seen in their held engine
+// pages at release show the writes were in flight, i.e. what would have
+// reached a page reused at abort; no byte lands in a free engine page; no
+// page is lent at the end. The control arm (-tags kvfenceunsafe: pages
+// free at Abort) must be caught in each layout; the core then refuses to
+// expose the reused pages again until the release.
 func TestDirectHoldUntilReleased(t *testing.T) {
+	t.Run("one buffer", func(t *testing.T) { directHold(t, false) })
+	t.Run("buffer per layer", func(t *testing.T) { directHold(t, true) })
+}
+
+func directHold(t *testing.T, split bool) {
 	held := &heldBytes{reqs: map[int]int{}}
-	d, p, eng := directPair(t, held)
-	pages := &enginePages{holder: map[int]*DirectReceiver{}}
+	var check agent.ContentCheck = held
+	if split {
+		check = nil // the engine-side evidence below stands in for it
+	}
+	d, p, eng := directPair(t, check, split)
+	pages := &enginePages{holder: map[int]*DirectReceiver{}, heldSeen: map[int]bool{}}
 	for i := range engPages {
 		pages.give([]int{i})
 	}
@@ -104,14 +146,14 @@ func TestDirectHoldUntilReleased(t *testing.T) {
 		s := d.Stats()
 		return s.Core.HeldSlots == 0 && s.Core.AssignedSlots == 0 && s.Core.HandedSlots == 0
 	})
-	lateHeld := held.seen(aborted)
-	t.Logf("requests: %d succeeded (%d engine pages verified through the driver), %d aborted with writes in flight (%d with bytes seen in the held engine pages); pages lent again while their exposure was open: %d (the core refused to expose them %d times)",
-		ok, pages.verified, len(aborted), lateHeld, pages.reusedOpen, pages.refusedLent)
+	lateHeld := max(held.seen(aborted), pages.seen(aborted)) // the check, or the engine's look
+	t.Logf("%d buffer(s): %d requests succeeded (%d engine pages verified through the driver), %d aborted with writes in flight (%d with bytes seen in the held engine pages); pages lent again while their exposure was open: %d (the core refused to expose them %d times)",
+		len(eng.bufs), ok, pages.verified, len(aborted), lateHeld, pages.reusedOpen, pages.refusedLent)
 	if freesAtAbort {
 		if pages.reusedOpen == 0 {
 			t.Fatal("control arm (engine pages free at abort) not caught: no page was lent again while its exposure was open")
 		}
-		t.Logf("control arm caught: %d engine pages lent again while the NIC could still write them", pages.reusedOpen)
+		t.Logf("control arm caught (%d buffer(s)): %d engine pages lent again while the NIC could still write them", len(eng.bufs), pages.reusedOpen)
 		return
 	}
 	if pages.reusedOpen != 0 || pages.refusedLent != 0 {
@@ -126,23 +168,26 @@ func TestDirectHoldUntilReleased(t *testing.T) {
 	if lateHeld == 0 {
 		t.Fatal("no aborted request's bytes were seen in its held exposure: the test did not have writes in flight at abort")
 	}
-	if held.late != 0 {
-		t.Fatalf("%d slots written while free", held.late)
+	if held.late != 0 || pages.late != 0 {
+		t.Fatalf("%d slots (agent's check) and %d engine pages (read through the driver when taken) written while free", held.late, pages.late)
 	}
 }
 
 // runDirect runs request k; with abort it aborts once prefill's writes are
 // posted (they are then in the proxy and land after the abort). It returns
-// whether the request ran as asked, and gives its pages back when free.
+// whether the request ran as asked, and gives its pages back when free —
+// looking first, through the driver, for an aborted request's bytes in
+// them, then zeroing them (a page taken must still be zero).
 func runDirect(t *testing.T, d *agent.Decode, p *agent.Prefill, eng *directEngine, pages *enginePages, k int, abort bool) bool {
 	key := core.RequestKey{Room: uint64(k + 1), Gen: 1}
 	var idx []int
 	waitUntil(t, "engine pages", func() bool { idx = pages.take(reqPages); return idx != nil })
+	pages.checkFree(t, eng, idx)
 	rv := NewDirectReceiver(d.NewReceiver(key))
 	waitUntil(t, "decode exposure", func() bool { return pages.init(rv, idx) })
 	defer func() {
 		waitUntil(t, "engine pages free", rv.PagesFree)
-		pages.give(idx)
+		pages.release(t, eng, idx, k, abort)
 	}()
 	snd := p.NewSender(key)
 	defer snd.Close()
@@ -171,9 +216,7 @@ func runDirect(t *testing.T, d *agent.Decode, p *agent.Prefill, eng *directEngin
 		return false
 	}
 	for i, pg := range idx { // the request's KV, in the engine's own pages
-		if want := append(content(k, i, 0), content(k, i, 1)...); !bytes.Equal(eng.page(t, pg), want) {
-			t.Errorf("request %d page %d (engine page %d) holds %.12q", k, i, pg, eng.page(t, pg))
-		}
+		verifyEnginePage(t, eng, k, i, pg)
 		pages.mu.Lock()
 		pages.verified++
 		pages.mu.Unlock()
@@ -182,12 +225,25 @@ func runDirect(t *testing.T, d *agent.Decode, p *agent.Prefill, eng *directEngin
 	return true
 }
 
+// verifyEnginePage: request k's page i is in engine page pg, buffer by
+// buffer (K then V: one piece each when split).
+func verifyEnginePage(t *testing.T, eng *directEngine, k, i, pg int) {
+	got, want := eng.page(t, pg), append(content(k, i, 0), content(k, i, 1)...)
+	var lo int64
+	for b, buf := range eng.bufs {
+		if g, w := got[lo:lo+buf.PageBytes], want[lo:lo+buf.PageBytes]; !bytes.Equal(g, w) {
+			t.Errorf("request %d page %d (engine page %d), buffer %d holds %.12q, want %.12q", k, i, pg, b, g, w)
+		}
+		lo += buf.PageBytes
+	}
+}
+
 // TestDirectAbortAfterSuccessFreesPages: an abort that comes after the
 // request succeeded (an engine dropping a finished request) still lets the
 // exposure go, so the engine gets its pages back; before the fix the
 // exposure stayed open for ever.
 func TestDirectAbortAfterSuccessFreesPages(t *testing.T) {
-	d, p, _ := directPair(t, nil)
+	d, p, _ := directPair(t, nil, true)
 	key := core.RequestKey{Room: 1, Gen: 1}
 	rv := NewDirectReceiver(d.NewReceiver(key))
 	waitUntil(t, "decode slots", func() bool { _, err := rv.Init([]int{3, 4}, []core.RankID{1}); return err == nil })

@@ -153,6 +153,23 @@ func TestExportRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want InvalidArgument", c.name, err)
 		}
 	}
+	// Per-layer buffers must hold as many pages each: a page index names
+	// the same page in every one.
+	var xs []*DirectBuffer
+	for i, n := range []int{8, 4} {
+		x, err := dev.ExportBuffer(eng.bufs[i], n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		xs = append(xs, x)
+	}
+	if _, err := EngineBuffers(xs); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("buffers of 8 and 4 pages: %v, want InvalidArgument", err)
+	}
+	if _, err := EngineBuffers(nil); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("no buffers: %v, want InvalidArgument", err)
+	}
 	old := filepath.Join(testDir, "libfakecuda-nodmabuf.so")
 	if out, err := exec.Command("gcc", "-Wall", "-shared", "-fPIC", "-O1", "-pthread", "-DFAKECUDA_NO_DMABUF", "-o", old, "testdata/fakecuda.c").CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -185,6 +202,51 @@ type enginePages struct {
 	// refusedLent: exposures the core refused because a page was still
 	// lent (the engine reused it too early); verified: pages read back.
 	refusedLent, verified int
+	// late: engine pages found written when taken (they were zeroed when
+	// given back); heldSeen: aborted requests whose bytes were in their
+	// engine pages when the hold ended.
+	late     int
+	heldSeen map[int]bool
+}
+
+// checkFree counts the pages of idx, just taken, that are not zero: a
+// write landed while they were free.
+func (e *enginePages) checkFree(t *testing.T, eng *directEngine, idx []int) {
+	for _, p := range idx {
+		if !bytes.Equal(eng.page(t, p), make([]byte, 2*halfPage)) {
+			e.mu.Lock()
+			e.late++
+			e.mu.Unlock()
+		}
+	}
+}
+
+// release gives request k's pages back once free: for an aborted request
+// it first looks for its bytes in them (writes that landed while held),
+// then the engine zeroes them.
+func (e *enginePages) release(t *testing.T, eng *directEngine, idx []int, k int, aborted bool) {
+	for _, p := range idx {
+		if aborted && bytes.Contains(eng.page(t, p), []byte(fmt.Sprintf("r%04d ", k))) {
+			e.mu.Lock()
+			e.heldSeen[k] = true
+			e.mu.Unlock()
+		}
+		eng.scrub(t, p)
+	}
+	e.give(idx)
+}
+
+// seen is how many of reqs had bytes in their engine pages at release.
+func (e *enginePages) seen(reqs map[int]bool) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for k := range reqs {
+		if e.heldSeen[k] {
+			n++
+		}
+	}
+	return n
 }
 
 // init exposes idx for r and lends the pages to it; false to try again

@@ -23,9 +23,10 @@
 //     engine page index; CheckDirect / RegisterDirect refuse a transport
 //     without the dmabuf memory kind; EngineMemory is what the decode
 //     agent runs on (agent.DecodeConfig.Engine: writes land at engine page
-//     offsets); DirectReceiver lends engine pages by index (InitAt) and
+//     offsets), EngineBuffers the same over one buffer per layer (a page
+//     split across them); DirectReceiver lends engine pages by index (InitAt) and
 //     holds them until the agent released the exposure. The C ABI exports
-//     decode's engine buffer for gpu_mode "direct"; never run on a real
+//     decode's engine buffers for gpu_mode "direct"; never run on a real
 //     GPU or NIC (the TCP plugin carries it where the dma-buf maps).
 //
 // Binding code (the C ABI's gather/scatter of an engine's buffer list)

@@ -46,13 +46,13 @@ gpu-fake: bindings bindings-deps
 	PYTHONPATH=python KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
 	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider python/tests/test_sglang_gpu.py python/tests/test_vllm_gpu.py
 	arms=$$($(GO) test -count=1 -tags kvfenceunsafe -v ./gpumem -run '^(TestLateWriteNeverReachesGPUPage|TestDirectHoldUntilReleased)$$' 2>&1 | grep -E 'control arm caught'); \
-	  printf '%s\n' "$$arms"; [ "$$(printf '%s\n' "$$arms" | grep -c .)" = 2 ] || \
-	  { echo "gpu-fake: a control arm was not caught (copy before success; direct mode's pages free at abort)"; exit 1; }
+	  printf '%s\n' "$$arms"; [ "$$(printf '%s\n' "$$arms" | grep -c .)" = 3 ] || \
+	  { echo "gpu-fake: a control arm was not caught (copy before success; direct mode's pages free at abort, one buffer and one per layer)"; exit 1; }
 	$(CC) -Wall -shared -fPIC -O1 -pthread -o $(BIN)/libfakecuda.so gpumem/testdata/fakecuda.c
 	KVFENCE_CUDA_LIB=$(abspath $(BIN))/libfakecuda.so $(MAKE) --no-print-directory gpu-check GPU_CHECK_FLAGS='--bytes 16777216 --rounds 2'
 	out=$$(KVFENCE_CUDA_LIB=/nonexistent/libcuda.so.1 $(MAKE) --no-print-directory -s gpu-check); \
 	  [ "$$(printf '%s\n' "$$out" | wc -l)" = 1 ] && printf '%s\n' "$$out" | grep -q '^gpu-check: skipped' || \
 	  { echo "gpu-fake: gpu-check without a driver printed: $$out"; exit 1; }
-	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes, the vLLM connector), and direct mode end to end over TCP plugin processes (gpumem); both control arms caught; gpu-check skips cleanly without a driver"
+	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes, the vLLM connector), and direct mode end to end over TCP plugin processes (gpumem: one buffer, and one per layer); every control arm caught; gpu-check skips cleanly without a driver"
 
 LONG_STEPS += gpu-fake

@@ -449,6 +449,13 @@ func TestGPUModeDirectRefusedAtOpen(t *testing.T) {
 	}{
 		{"direct", "", "direct_buffer", codeInvalid},
 		{"staged", `, "direct_buffer": 4096, "direct_pages": 2`, "need gpu_mode", codeInvalid},
+		{"staged", `, "direct_buffers": [4096]`, "need gpu_mode", codeInvalid},
+		{"direct", `, "direct_buffer": 4096, "direct_buffers": [8192], "direct_pages": 2`, "both set", codeInvalid},
+		{"direct", `, "direct_buffer": 4096, "direct_page_bytes": [4096], "direct_pages": 2`, "goes with direct_buffers", codeInvalid},
+		{"direct", `, "direct_buffers": [4096, 8192], "direct_page_bytes": [1024, 1024], "direct_pages": 2`, "add up to 2048", codeInvalid},
+		{"direct", `, "direct_buffers": [4096, 8192], "direct_page_bytes": [4096], "direct_pages": 2`, "1 direct_page_bytes for 2", codeInvalid},
+		{"direct", `, "direct_buffers": [4096, 8192, 12288], "direct_pages": 2`, "split evenly", codeInvalid},
+		{"direct", `, "direct_buffers": [], "direct_pages": 2`, "1..4096 buffers", codeInvalid},
 		{"dirct", "", "gpu_mode", codeInvalid},
 		{"staged", "", "", 0},
 	} {

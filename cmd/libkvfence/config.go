@@ -56,6 +56,10 @@ type decodeJSON struct {
 	// DirectBuffer, DirectPages: gpu_mode "direct" (direct.go).
 	DirectBuffer uint64 `json:"direct_buffer"`
 	DirectPages  int    `json:"direct_pages"`
+	// DirectBuffers, DirectPageBytes: the engine's KV buffers, one per
+	// layer, in place of DirectBuffer (direct.go).
+	DirectBuffers   []uint64 `json:"direct_buffers"`
+	DirectPageBytes []int64  `json:"direct_page_bytes"`
 }
 
 type prefillJSON struct {
@@ -109,8 +113,8 @@ type agentObj struct {
 	// pageBytes: decode's slot (one shard per prefill rank), prefill's shard.
 	pageBytes int64
 	shards    int // decode: prefill ranks per slot (checks.go bounds Init by it)
-	// direct: decode's exported engine buffer in direct mode (direct.go)
-	direct *gpumem.DirectBuffer
+	// direct: decode's exported engine buffers in direct mode (direct.go)
+	direct []*gpumem.DirectBuffer
 }
 
 func (a *agentObj) metrics() *agent.Metrics {
@@ -128,8 +132,8 @@ func (a *agentObj) close() {
 		a.pre.Close()
 	}
 	_ = a.plug.Close()
-	if a.direct != nil { // after the plugin let go of its import
-		_ = a.direct.Close()
+	for _, x := range a.direct { // after the plugin let go of its import
+		_ = x.Close()
 	}
 	if a.logf != nil {
 		_ = a.logf.Close()

@@ -4,6 +4,7 @@ package main
 import "C"
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/kvfence/kvfence/agent"
@@ -12,35 +13,92 @@ import (
 	"github.com/kvfence/kvfence/gpumem"
 )
 
-// Direct mode on decode (docs/gpu-direct.md): the engine's KV buffer, one
-// device buffer whose page p is one slot (page_bytes = shard_bytes ×
-// shards), is exported as a dma-buf at open and registered by the plugin
-// in place of the pool; kvfence_receiver_init_at names the engine pages a
-// request lands in. The engine may reuse a page only once
+// Direct mode on decode (docs/gpu-direct.md): the engine's KV buffers are
+// exported as dma-bufs at open and registered by the plugin in place of
+// the pool — one buffer whose page p is one slot (direct_buffer; page =
+// shard_bytes × shards), or one buffer per layer (direct_buffers, as SGLang
+// and vLLM keep their KV), a page split across them at p ×
+// direct_page_bytes[b] in buffer b; kvfence_receiver_init_at names the
+// engine pages a request lands in. The engine may reuse a page only once
 // kvfence_receiver_released says 1.
 
-// directEngine exports the config's direct_buffer for decode's agent (nil
-// in staged mode). The export stays with a until it closes.
+// directEngine exports the config's engine buffers for decode's agent (nil
+// in staged mode). The exports stay with a until it closes.
 func (j decodeJSON) directEngine(a *agentObj) (*agent.EngineMemory, error) {
 	if j.GPUMode != "direct" {
-		if j.DirectBuffer != 0 || j.DirectPages != 0 {
-			return nil, invalid("config: direct_buffer and direct_pages need gpu_mode \"direct\"")
+		if j.DirectBuffer != 0 || j.DirectPages != 0 || j.DirectBuffers != nil || j.DirectPageBytes != nil {
+			return nil, invalid("config: direct_buffer(s), direct_page_bytes and direct_pages need gpu_mode \"direct\"")
 		}
 		return nil, nil
 	}
-	if j.DirectBuffer == 0 || j.DirectPages <= 0 || j.DirectPages > maxPages {
-		return nil, invalid("config: gpu_mode \"direct\" on decode needs direct_buffer (the engine's KV buffer, a device pointer) and direct_pages (1..%d), got %#x and %d",
-			maxPages, j.DirectBuffer, j.DirectPages)
+	bufs, err := j.directLayout()
+	if err != nil {
+		return nil, err
 	}
 	dev, err := gpumem.Shared()
 	if err != nil {
 		return nil, err
 	}
-	pageB := j.ShardBytes * int64(orInt(j.Shards, 1))
-	if a.direct, err = dev.ExportBuffer(gpumem.Buffer{Base: uintptr(j.DirectBuffer), PageBytes: pageB}, j.DirectPages); err != nil {
-		return nil, err
+	for _, b := range bufs {
+		x, err := dev.ExportBuffer(b, j.DirectPages)
+		if err != nil {
+			return nil, err // a.close closes those already exported
+		}
+		a.direct = append(a.direct, x)
 	}
-	return a.direct.EngineMemory(), nil
+	if len(a.direct) == 1 && j.DirectBuffers == nil {
+		return a.direct[0].EngineMemory(), nil
+	}
+	return gpumem.EngineBuffers(a.direct)
+}
+
+// maxDirectBuffers bounds direct_buffers (a 128-layer model with K and V
+// is 256; the agent refuses more than 4096).
+const maxDirectBuffers = 4096
+
+// directLayout is the engine buffers the config names: direct_buffer (one
+// page per slot), or direct_buffers with direct_page_bytes (default: the
+// page split evenly), which must add up to shard_bytes × shards.
+func (j decodeJSON) directLayout() ([]gpumem.Buffer, error) {
+	pageB := j.ShardBytes * int64(orInt(j.Shards, 1))
+	switch {
+	case j.DirectBuffers == nil && j.DirectBuffer == 0:
+		return nil, invalid("config: gpu_mode \"direct\" on decode needs direct_buffer (the engine's KV buffer, a device pointer) or direct_buffers (one per layer), and direct_pages; got neither buffer")
+	case j.DirectPages <= 0 || j.DirectPages > maxPages:
+		return nil, invalid("config: gpu_mode \"direct\" on decode needs direct_pages (1..%d), got %d", maxPages, j.DirectPages)
+	case j.DirectBuffers == nil && j.DirectPageBytes != nil:
+		return nil, invalid("config: direct_page_bytes goes with direct_buffers")
+	case j.DirectBuffers == nil:
+		return []gpumem.Buffer{{Base: uintptr(j.DirectBuffer), PageBytes: pageB}}, nil
+	case j.DirectBuffer != 0:
+		return nil, invalid("config: direct_buffer and direct_buffers both set: name the engine's buffers once")
+	case len(j.DirectBuffers) == 0 || len(j.DirectBuffers) > maxDirectBuffers:
+		return nil, invalid("config: direct_buffers: 1..%d buffers, got %d", maxDirectBuffers, len(j.DirectBuffers))
+	}
+	sizes := j.DirectPageBytes
+	if sizes == nil {
+		n := int64(len(j.DirectBuffers))
+		if pageB%n != 0 {
+			return nil, invalid("config: a page of %d bytes does not split evenly across %d direct_buffers: give direct_page_bytes", pageB, n)
+		}
+		sizes = slices.Repeat([]int64{pageB / n}, int(n))
+	}
+	if len(sizes) != len(j.DirectBuffers) {
+		return nil, invalid("config: %d direct_page_bytes for %d direct_buffers", len(sizes), len(j.DirectBuffers))
+	}
+	var sum int64
+	out := make([]gpumem.Buffer, len(sizes))
+	for i, pb := range sizes {
+		if pb <= 0 || pb > pageB {
+			return nil, invalid("config: direct_page_bytes[%d] = %d, want 1..%d", i, pb, pageB)
+		}
+		sum += pb
+		out[i] = gpumem.Buffer{Base: uintptr(j.DirectBuffers[i]), PageBytes: pb}
+	}
+	if sum != pageB {
+		return nil, invalid("config: direct_page_bytes add up to %d, and a page is %d bytes (shard_bytes × shards)", sum, pageB)
+	}
+	return out, nil
 }
 
 // kvfence_receiver_init_at is kvfence_receiver_init in direct mode: the
@@ -86,7 +144,7 @@ func kvfence_receiver_init_at(r C.kvfence_handle, idx *C.int32_t, n C.int, ranks
 // notDirect refuses a call that reads the agent's pool on a direct-mode
 // rank: its KV is already in the engine's own pages.
 func notDirect(a *agentObj, call string) error {
-	if a.direct == nil {
+	if len(a.direct) == 0 {
 		return nil
 	}
 	return errdefs.Errorf(errdefs.FailedPrecondition, "%s: direct mode: the request's KV is already in the engine's own pages", call)

@@ -21,9 +21,10 @@
 //     are device memory are copied through gpumem (stage_gpu.go), never
 //     touched by host code; a scatter into them runs only after the
 //     request succeeded. In direct mode (direct.go) decode's engine buffer
-//     is exported as a dma-buf at open and writes land in it at the page
-//     indices kvfence_receiver_init_at names; the engine reuses a page
-//     only once the request is released.
+//     (or one per layer: direct_buffers) is exported as a dma-buf at open
+//     and writes land in it at the page indices kvfence_receiver_init_at
+//     names; the engine reuses a page only once the request is released
+//     (finished, or aborted after success, or drained, fenced, timed out).
 //   - Poll-based: callers poll (or wait with a timeout); Go never calls
 //     into C.
 //   - Safe from several threads: agent calls go through each rank's event

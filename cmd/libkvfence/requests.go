@@ -150,7 +150,10 @@ func kvfence_receiver_finish(r C.kvfence_handle, e *C.kvfence_error) (code C.int
 }
 
 // kvfence_receiver_abort stops the request; its slots stay held until the
-// runtime proves no write can land (drained, fenced or timeout).
+// runtime proves no write can land (drained, fenced or timeout). In direct
+// mode an abort that lost the race with success (every write landed: an
+// engine dropping a finished request) lets the engine's pages go at once,
+// as kvfence_receiver_finish does — else they would stay lent for ever.
 //
 //export kvfence_receiver_abort
 func kvfence_receiver_abort(r C.kvfence_handle, e *C.kvfence_error) (code C.int) {
@@ -160,6 +163,9 @@ func kvfence_receiver_abort(r C.kvfence_handle, e *C.kvfence_error) (code C.int)
 		return fail(e, err)
 	}
 	o.rv.Abort()
+	if len(o.a.direct) > 0 && o.rv.Poll() == agent.PollSuccess { // Abort ran in the agent's loop: no later success
+		o.rv.Finish()
+	}
 	return fail(e, nil)
 }
 

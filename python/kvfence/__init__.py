@@ -7,12 +7,12 @@
 
 Importing kvfence loads neither the library nor SGLang.
 """
-from .api import Decode, KVPoll, Prefill, Receiver, Sender, metric_sum, parse_metrics, version
+from .api import Decode, KVPoll, Prefill, Receiver, Sender, direct_layers, metric_sum, parse_metrics, version
 from .checks import OutOfRange, Registration, WrongType, register_memory
 from .errors import (AlreadyExists, FailedPrecondition, Internal, InvalidArgument, KVFenceError, NotFound,
                      ResourceExhausted, Unavailable, Unimplemented, Unknown)
 
-__all__ = ["Decode", "Prefill", "Receiver", "Sender", "KVPoll", "version", "parse_metrics", "metric_sum",
-           "KVFenceError", "InvalidArgument", "NotFound", "AlreadyExists", "Unavailable", "FailedPrecondition",
+__all__ = ["Decode", "Prefill", "Receiver", "Sender", "KVPoll", "version", "direct_layers", "parse_metrics",
+           "metric_sum", "KVFenceError", "InvalidArgument", "NotFound", "AlreadyExists", "Unavailable", "FailedPrecondition",
            "ResourceExhausted", "Unimplemented", "Internal", "Unknown", "OutOfRange", "WrongType", "register_memory",
            "Registration"]

@@ -86,6 +86,29 @@ class _Agent(_Handle):
         return json.loads(_lib.text_out("kvfence_agent_stats", self._handle()))
 
 
+def direct_layers(ptrs, lens, items):
+    """The decode config keys for direct mode over an engine's KV buffers,
+    one per layer (K and V, or one MLA buffer), described as for the staged
+    Layout: ptrs[i] is buffer i's device address, lens[i] its bytes,
+    items[i] the bytes of one engine page in it. Engine page p is then
+    items[i] bytes at p * items[i] in every buffer; sum(items) must be the
+    decode rank's shard_bytes * shards. Every buffer must hold the same
+    number of pages. Pass the result as keywords:
+    Decode(..., shard_bytes=sum(items), **direct_layers(ptrs, lens, items))."""
+    n = len(ptrs)
+    if n == 0 or not (n == len(lens) == len(items)):
+        raise _lib.errors.InvalidArgument("direct_layers: %d pointers, %d lengths, %d page sizes (one each per buffer, "
+                                          "at least one)" % (n, len(lens), len(items)))
+    ptrs, lens, items = [int(x) for x in ptrs], [int(x) for x in lens], [int(x) for x in items]
+    if any(i <= 0 for i in items):
+        raise _lib.errors.InvalidArgument("direct_layers: page sizes must be positive, got %s" % items)
+    pages = {ln // it for ln, it in zip(lens, items)}
+    if len(pages) != 1:
+        raise _lib.errors.InvalidArgument("direct_layers: the buffers hold %s pages: a page index must name the same "
+                                          "page in every buffer" % sorted(pages))
+    return {"gpu_mode": "direct", "direct_buffers": ptrs, "direct_page_bytes": items, "direct_pages": pages.pop()}
+
+
 class Decode(_Agent):
     """A decode rank: Decode(rank=0, slots=1024, shard_bytes=..., shards=TP of
     prefill, control_addr="0.0.0.0:7000", ...). Keyword arguments are the
