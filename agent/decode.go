@@ -668,9 +668,11 @@ func (d *Decode) revokeAll(rvs []core.Revoke) {
 				if dt := d.tags[tag.Key()]; dt != nil && dt.tag == tag {
 					d.logHoldFence(dt)
 				}
+				// One input, then its output: the core's output holds
+				// only the last input's releases.
 				d.core.Revoked(tag, now())
+				d.act()
 			}
-			d.act()
 		})
 	}()
 }
