@@ -165,12 +165,15 @@ def run_decode(args, reqs):
     with concurrent.futures.ThreadPoolExecutor(WINDOW) as ex:
         for f in [ex.submit(one, r) for r in reqs]:
             f.result()
+    # Each wait below gets its own deadline: one budget shared by both let
+    # a slow first wait (a loaded machine) starve the second.
     end = time.monotonic() + 20
     while any(not rv.released for rv in aborted) and time.monotonic() < end:
         time.sleep(0.02)
     out["unreleased"] = sum(not rv.released for rv in aborted)
     # Finish returns slots through the rank's event loop: wait until the
     # metrics count every handed-off request before reading them.
+    end = time.monotonic() + 20
     while dec.stats().get("released", {}).get("completed", 0) < out["succeeded"] and time.monotonic() < end:
         time.sleep(0.02)
     out["stats"] = dec.stats()
