@@ -56,6 +56,7 @@ vet:
 	$(GO) vet ./...
 	./.ci/check-links.sh
 	./.ci/check-links-test.sh
+	./.ci/fuzz-test.sh
 	./.ci/long-tests.sh >/dev/null
 
 unit:
@@ -73,11 +74,11 @@ unit-long:
 	$(GO) test -race -count=1 -p 1 -run "$$run" "$$@"
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./core
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime $(FUZZTIME) ./plugins/tcp
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeControl$$' -fuzztime $(FUZZTIME) ./agent
-	$(GO) test -run '^$$' -fuzz '^FuzzPrefillControl$$' -fuzztime $(FUZZTIME) ./agent
-	$(GO) test -run '^$$' -fuzz '^FuzzABI$$' -fuzztime $(FUZZTIME) ./cmd/libkvfence
+	GO=$(GO) ./.ci/fuzz.sh ./core FuzzDecodeMessage $(FUZZTIME)
+	GO=$(GO) ./.ci/fuzz.sh ./plugins/tcp FuzzDecodeHeader $(FUZZTIME)
+	GO=$(GO) ./.ci/fuzz.sh ./agent FuzzDecodeControl $(FUZZTIME)
+	GO=$(GO) ./.ci/fuzz.sh ./agent FuzzPrefillControl $(FUZZTIME)
+	GO=$(GO) ./.ci/fuzz.sh ./cmd/libkvfence FuzzABI $(FUZZTIME)
 
 sim:
 	$(GO) test -count=1 -run '^TestSim' ./core/sim -sim.seeds=$(SIM_SEEDS) -v 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|safe:|caught'
