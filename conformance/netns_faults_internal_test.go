@@ -57,7 +57,15 @@ func TestNetnsKernelFaultsCatchBrokenVariants(t *testing.T) {
 		{"failed-on-timeout/blackhole", unsafeBin, "failed-on-timeout", "link-stalled", "veth TCP blackhole (both ends)", PromiseFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// A broken variant gets up to three runs, each on a fresh
+			// suite, to be caught once: whether its lie shows depends on
+			// when TCP retransmits after the fault is lifted. The
+			// reference plugin gets one, and must pass it.
 			r := runNetnsCheck(t, tc.bin, tc.variant, tc.check)
+			for try := 1; try < 3 && tc.broken != "" && r.Outcome != Fail; try++ {
+				t.Logf("run %d of %s under %s not caught (%s %s): running it again", try, tc.variant, tc.fault, r.Outcome, r.Reason)
+				r = runNetnsCheck(t, tc.bin, tc.variant, tc.check)
+			}
 			t.Logf("%s: %s %s; fault %v; notes %v", tc.check, r.Outcome, r.Reason, r.Fault, r.Notes)
 			if !slices.Contains(r.Fault, tc.fault) {
 				t.Errorf("the report names fault %v, want %q", r.Fault, tc.fault)
@@ -76,7 +84,12 @@ func TestNetnsKernelFaultsCatchBrokenVariants(t *testing.T) {
 // (variant: KVFENCE_TCP_UNSAFE, "" for none) in a fresh --netns suite.
 func runNetnsCheck(t *testing.T, bin, variant, name string) Result {
 	t.Helper()
-	env := []string{"KVFENCE_TCP_WRITE_TTL=1500ms", "KVFENCE_TCP_ACK_TIMEOUT=600ms"}
+	// The write lives 5 s past its post (ack timeout 600 ms): after the
+	// blackhole is lifted the stalled segment lands at TCP's next
+	// retransmission, up to ~1.4 s after the post; with a 1.5 s life the
+	// connection was sometimes gone first, so failed-on-timeout's
+	// FailedDefinite came true by luck and the variant passed (seen in CI).
+	env := []string{"KVFENCE_TCP_WRITE_TTL=5s", "KVFENCE_TCP_ACK_TIMEOUT=600ms"}
 	if variant != "" {
 		env = append(env, "KVFENCE_TCP_UNSAFE="+variant)
 	}
