@@ -71,9 +71,13 @@ CUresult cuInit(unsigned flags) {
 
 CUresult cuDeviceGetCount(int *n) { if (!inited) return E_NOT_INITIALIZED; *n = 1; return OK; }
 CUresult cuDeviceGet(int *d, int ordinal) { if (!inited) return E_NOT_INITIALIZED; if (ordinal != 0) return E_INVALID_VALUE; *d = 0; return OK; }
-CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { (void)dev; if (!inited) return E_NOT_INITIALIZED; *ctx = (void *)0x1; return OK; }
+/* A real address: Go holds the context as unsafe.Pointer, and a value
+ * like 0x1 on a goroutine stack is fatal when the stack moves ("invalid
+ * pointer found on stack"), as a real driver's context never is. */
+static char primary_ctx;
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { (void)dev; if (!inited) return E_NOT_INITIALIZED; *ctx = &primary_ctx; return OK; }
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return OK; }
-CUresult cuCtxSetCurrent(void *ctx) { return ctx == (void *)0x1 ? OK : E_INVALID_HANDLE; }
+CUresult cuCtxSetCurrent(void *ctx) { return ctx == &primary_ctx ? OK : E_INVALID_HANDLE; }
 
 CUresult cuGetErrorName(CUresult e, const char **s) {
   switch (e) {

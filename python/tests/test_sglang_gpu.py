@@ -66,12 +66,6 @@ else:
     # Every scenario of the topologies file, now over GPUEngine.
     from test_sglang_topologies import *  # noqa: F401,F403,E402
 
-    # Not over fake GPU memory for now: this scenario aborted the child
-    # (SIGABRT inside kvfence_layout_new, 1 run in 4 here and once in CI,
-    # always this test, after ~36 others) and the cause is not found yet;
-    # it still runs over host memory in test_sglang_topologies.py.
-    del test_pipeline_parallel_stages  # noqa: F821
-
     def test_kv_buffers_are_device_memory():
         e = GPUEngine(2, 0, (16, 8))
         assert all(checks.is_device(p) for p in e.dev)
