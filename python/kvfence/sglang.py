@@ -1061,6 +1061,10 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         except errors.ResourceExhausted as exc:
             if time.monotonic() - self.metadata_at > m.pool_wait_s:
                 self._fail(exc)
+        except errors.Unavailable:
+            # a writer agreed to close its idle link since the check above
+            # (agent/link_quiesce.go): wait for its next link, as unlinked
+            self._timed_out(self.metadata_at, m.link_timeout_s, "prefill ranks %s not linked" % self.ranks)
         except errors.KVFenceError as exc:
             self._fail(exc)
 
