@@ -163,8 +163,9 @@ def _check_memory(args):
 
 def refuse_unsupported(server_args, kv_args, mode=None):
     """One Unimplemented error at start-up for what kvfence cannot carry.
-    DP attention is carried on both sides (decode: M:N pairing, checked
-    per prefill instance in _admit)."""
+    DP attention and DP replicas (dp-size > 1 without it) are carried on
+    both sides (decode: M:N pairing, checked per prefill instance in
+    _admit)."""
     sa = server_args
     why = []
     if sa is not None:
@@ -172,8 +173,6 @@ def refuse_unsupported(server_args, kv_args, mode=None):
         if getattr(sa, "enable_dp_attention", False):
             if dp < 1 or tp < dp or tp % dp:
                 why.append("DP attention with tp-size %d over dp-size %d" % (tp, dp))
-        elif dp > 1:
-            why.append("dp-size > 1 without DP attention")
         if int(getattr(sa, "attn_cp_size", 1) or 1) > 1:
             why.append("context parallelism")
     if int(getattr(kv_args, "dcp_size", 1) or 1) > 1:
@@ -362,11 +361,17 @@ class KVFenceKVManager(BaseKVManager):
         if self.mode != "decode" and self.pp_size > 1 and cfg.get("decode_addrs"):
             raise errors.Unimplemented("kvfence: PP (pp-size %d) needs M:N pairing: no decode_addrs on prefill "
                                        "(docs/sglang.md)" % self.pp_size)
-        self.decode_tp = len(self.addrs) // (self.pp_size if self.mode == "decode" else 1)
+        # DP replicas (dp-size > 1 without DP attention): each a whole TP
+        # group with its own KV pool and schedulers, told apart by
+        # system_dp_rank; kvfence runs them as DP groups of tp-size ranks.
+        self.replicas = 1 if getattr(server_args, "enable_dp_attention", False) else \
+            int(getattr(server_args, "dp_size", 1) or 1)
+        groups = self.pp_size * self.replicas if self.mode == "decode" else 1
+        self.decode_tp = len(self.addrs) // groups
         sa_tp = int(getattr(server_args, "tp_size", 0) or 0)
-        if self.mode == "decode" and sa_tp and sa_tp * self.pp_size != len(self.addrs):
-            raise errors.InvalidArgument("kvfence: decode TP %d x PP %d but decode_addrs names %d ranks"
-                                         % (sa_tp, self.pp_size, len(self.addrs)))
+        if self.mode == "decode" and sa_tp and sa_tp * groups != len(self.addrs):
+            raise errors.InvalidArgument("kvfence: decode TP %d x PP %d x DP replicas %d but decode_addrs names %d ranks"
+                                         % (sa_tp, self.pp_size, self.replicas, len(self.addrs)))
         if self.mode != "decode" and sa_tp:
             self.prefill_tp = sa_tp
         self.dp_size, self.dp_rank = 1, 0
@@ -381,6 +386,11 @@ class KVFenceKVManager(BaseKVManager):
                 self.decode_tp = group_tp
             else:
                 self.prefill_tp = group_tp
+        elif self.replicas > 1:
+            self.dp_size, self.dp_rank = self.replicas, int(getattr(args, "system_dp_rank", 0) or 0)
+            if not 0 <= self.dp_rank < self.dp_size:  # its rank ids would be another replica's
+                raise errors.InvalidArgument("kvfence: system_dp_rank %d outside dp-size %d"
+                                             % (self.dp_rank, self.dp_size))
         # decode: this scheduler's index in decode_addrs (stage, DP group, rank)
         self.listen = (self.pp_rank * self.dp_size + self.dp_rank) * self.decode_tp + self.rank
 
@@ -477,10 +487,11 @@ class KVFenceKVManager(BaseKVManager):
         if self.mode == "decode":
             return
         sa = self.server_args
+        rep = self.replicas > 1  # DP replicas register as SGLang's do: system_dp_*, attention DP 1
         payload = {"attn_tp_size": self.prefill_tp, "attn_tp_rank": self.rank, "attn_cp_size": 1, "attn_cp_rank": 0,
-                   "attn_dp_size": self.dp_size, "attn_dp_rank": self.dp_rank, "pp_size": self.pp_size,
-                   "pp_rank": self.pp_rank, "system_dp_size": 1,
-                   "system_dp_rank": 0, "rank_ip": socket.gethostname(), "rank_port": 0,
+                   "attn_dp_size": 1 if rep else self.dp_size, "attn_dp_rank": 0 if rep else self.dp_rank,
+                   "pp_size": self.pp_size, "pp_rank": self.pp_rank, "system_dp_size": self.dp_size if rep else 1,
+                   "system_dp_rank": self.dp_rank if rep else 0, "rank_ip": socket.gethostname(), "rank_port": 0,
                    "page_size": int(self.kv_args.page_size), "kv_cache_dtype": getattr(sa, "kv_cache_dtype", None),
                    "load_balance_method": getattr(sa, "load_balance_method", "follow_bootstrap_room"),
                    "kvfence_rank_base": self.rank_base, "kvfence_mla": self.is_mla_backend,
@@ -981,6 +992,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         """main-2606 on: init(prefill_dp_rank), the prefill DP group
         that has the request; older: init(kv_indices, aux_index,
         state_indices), which also sends the metadata (no DP group)."""
+        self.init_called = True
         dp = kwargs.pop("prefill_dp_rank", args[0] if args else None)
         try:
             self.dp = operator.index(dp)
@@ -995,6 +1007,12 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         if self.ranks is not None or self.conclude_state is not None:
             return
         self.mgr.try_ensure_parallel_info(self.bootstrap_addr)
+        info = self.mgr.prefill_info_table.get(self.bootstrap_addr)
+        if self.dp is None and not self.init_called and info is not None and int(info.dp_size or 1) > 1:
+            # SGLang main polls its pending receivers before it resolved
+            # their DP group: init(prefill_dp_rank) is still to come
+            self._timed_out(self.created, self.mgr.link_timeout_s, "no init(prefill_dp_rank)")
+            return
         ranks, why = self.mgr.instance(self.bootstrap_addr, self.dp)
         if why is not None:
             self._fail(why)
@@ -1020,6 +1038,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
                          kwargs=extra).start()
 
     prefix = None  # decode_prefix_len (tokens) once send_metadata gave it, radix cache on
+    init_called = False
     dp = None  # the prefill DP group init(prefill_dp_rank) named
 
     @_never_raises

@@ -800,6 +800,39 @@ def scenario_dp_attention():
         dep.close()
 
 
+def scenario_dp_replicas():
+    """dp-size 2 without DP attention on both sides (replicas of prefill TP2
+    and of decode TP1, follow_bootstrap_room): SGLang's own
+    _resolve_prefill_dp_rank picks room % 2 from the prefill_info_table
+    kvfence filled, each decode replica's DecodePreallocQueue runs the
+    handshake; each request lands in its decode replica's pool only,
+    written by its prefill replica's ranks."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2,), decode_tp=1, prefill_dp=2, decode_dp=2,
+                     on_demand=True, replicas=True)
+    try:
+        d_idx, p_idx, aux = [5, 9], [1, 8], 4
+        for g, room in ((0, 971), (1, 972)):
+            dep.use(0, g)
+            drs = handshake(dep, prealloc_queues(dep), 0, room)
+            rv = drs[0].kv_receiver
+            assert rv.dp == room % 2 and set(rv.ranks) == {m.kv_rank for m in dep.group(0, room % 2)[1]}
+            for dr in drs:
+                dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
+            snds = dep.senders(0, room, dp=room % 2)
+            dep.prefill(0, snds, room, 1, p_idx, aux, dp=room % 2)
+            d, p = transfer(dep, drs, snds, room, aux)
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0, (g, d, p)
+            for x in [dr.kv_receiver for dr in drs] + snds:
+                x.clear()
+        dep.use(0, 0)
+        assert dep.corrupt(971, 1, d_idx) == 0, "replica 0's pages changed by replica 1's request"
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("dp-size 2 without DP attention (prefill 2 x TP2 -> decode 2 x TP1) via SGLang's "
+              "_resolve_prefill_dp_rank and handshake: Success, 0 corrupt heads, each replica's pool only")
+    finally:
+        dep.close()
+
+
 from kvfence import staging  # noqa: E402
 
 live = staging.handles_live()
@@ -813,5 +846,6 @@ scenario_dp_attention()
 scenario_prealloc_abort_and_rebootstrap()
 scenario_pipeline_parallel()
 scenario_decode_dp_attention()
+scenario_dp_replicas()
 assert staging.handles_live() == live, "handles leaked: %d" % (staging.handles_live() - live)
 print("OK")

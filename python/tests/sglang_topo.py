@@ -106,7 +106,7 @@ def _min(states):
 class Deployment:
     def __init__(self, provider, prefill_tp=(2,), decode_tp=1, mla=False, aux_items=(16, 8), extra=None,
                  decode_extra=None, decode_instances=1, on_demand=False, engine=None, prefill_dp=1,
-                 balance="follow_bootstrap_room", decode_dp=1, pp=1):
+                 balance="follow_bootstrap_room", decode_dp=1, pp=1, replicas=False):
         """on_demand: prefill gets no decode_addrs (M:N, links on demand);
         decode_instances > 1 needs it. self.dec/self.d_eng are the decode
         instance requests use (self.use(i) picks another). engine: an
@@ -117,9 +117,13 @@ class Deployment:
         decode instance, decode_dp groups of decode_tp ranks (needs
         on_demand); self.use(i, g) picks group g. pp: pipeline stages on
         both sides (needs on_demand), each stage's engines holding their
-        own layers (Engine.layer0); self.use(i, g, stage) picks a stage."""
+        own layers (Engine.layer0); self.use(i, g, stage) picks a stage.
+        replicas: prefill_dp / decode_dp are SGLang's dp-size without DP
+        attention instead (replicas, each a whole TP group: engine_rank
+        the TP rank, system_dp_rank the replica, tp_size one replica's)."""
         self.Eng = engine or Engine
         self.mla, self.dtp, self.pdp, self.ddp, self.pp = mla, decode_tp, prefill_dp, decode_dp, pp
+        self.replicas = replicas
         self.kvargs, self.manager = provider.get_kv_class("kvargs"), provider.get_kv_class("manager")
         self.Sender, self.Receiver = provider.get_kv_class("sender"), provider.get_kv_class("receiver")
         base = dict(slots=64, source_pages=64, log_level="error", decode=dict(lease_ms=5000, max_hold_ms=10000),
@@ -145,7 +149,8 @@ class Deployment:
         dtp, ddp, pp = self.dtp, self.ddp, self.pp
         heads = 1 if self.mla else HEADS // dtp
         sa = None if ddp == 1 and pp == 1 else types.SimpleNamespace(
-            enable_dp_attention=ddp > 1, dp_size=ddp, tp_size=dtp * ddp, pp_size=pp)
+            enable_dp_attention=ddp > 1 and not self.replicas, dp_size=ddp,
+            tp_size=dtp if self.replicas else dtp * ddp, pp_size=pp)
         os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(cfg, decode_addrs=["127.0.0.1:0"] * dtp * ddp * pp))
         engs, mgrs = [], []
         for d in range(dtp * ddp * pp):
@@ -165,7 +170,8 @@ class Deployment:
         os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(cfg, bootstrap_addr=addr))
         heads, n = 1 if self.mla else HEADS // ptp, ptp * self.pdp
         sa = None if self.pdp == 1 and self.pp == 1 else types.SimpleNamespace(
-            enable_dp_attention=self.pdp > 1, dp_size=self.pdp, tp_size=n, host="127.0.0.1", pp_size=self.pp,
+            enable_dp_attention=self.pdp > 1 and not self.replicas, dp_size=self.pdp,
+            tp_size=ptp if self.replicas else n, host="127.0.0.1", pp_size=self.pp,
             disaggregation_bootstrap_port=boot.port, load_balance_method=balance)
         engs, mgrs = [], []
         for d in range(n * self.pp):
@@ -173,7 +179,10 @@ class Deployment:
             eng = self.Eng(heads, 0 if self.mla else (r % ptp) * heads, aux_items)
             eng.layer0, eng.pp = stage * 2 * LAYERS, stage
             engs.append(eng)
-            mgrs.append(self.manager(eng.kv_args(self.kvargs, r, r // ptp), "prefill", sa, self.mla))
+            # SGLang's prefill: engine_rank the global TP rank under DP
+            # attention, the replica's own TP rank for DP replicas
+            rank = r % ptp if self.replicas else r
+            mgrs.append(self.manager(eng.kv_args(self.kvargs, rank, r // ptp), "prefill", sa, self.mla))
         for m in mgrs:
             m.register_to_bootstrap()
         return dict(boot=boot, addr=addr, engs=engs, mgrs=mgrs, tp=ptp)
