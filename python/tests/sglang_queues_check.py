@@ -718,6 +718,25 @@ def scenario_prealloc_abort_and_rebootstrap():
         dep.close()
 
 
+def group_request(dep, g, room, d_idx, p_idx, aux, dp=0):
+    """One request to decode group (or replica) g from prefill group dp,
+    through each decode rank's own DecodePreallocQueue handshake and SGLang's
+    poll_and_all_reduce; every head checked; its handles cleared."""
+    dep.use(0, g)
+    drs = handshake(dep, prealloc_queues(dep), 0, room)
+    rvs = [dr.kv_receiver for dr in drs]
+    writers = set().union(*(rv.ranks for rv in rvs))
+    assert {rv.dp or 0 for rv in rvs} == {dp} and writers == {m.kv_rank for m in dep.group(0, dp)[1]}, writers
+    for dr in drs:
+        dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
+    snds = dep.senders(0, room, dp=dp)
+    dep.prefill(0, snds, room, 1, p_idx, aux, dp=dp)
+    d, p = transfer(dep, drs, snds, room, aux)
+    assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0, (g, d, p)
+    for x in [dr.kv_receiver for dr in drs] + snds:
+        x.clear()
+
+
 def scenario_decode_dp_attention():
     """DP attention on decode (2 groups of TP2, prefill TP2): each group's
     own DecodePreallocQueue runs SGLang's handshake for a request of its
@@ -726,16 +745,7 @@ def scenario_decode_dp_attention():
     try:
         d_idx, p_idx, aux = [5, 9], [1, 8], 4
         for g, room in ((0, 961), (1, 962)):
-            dep.use(0, g)
-            drs = handshake(dep, prealloc_queues(dep), 0, room)
-            for dr in drs:
-                dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
-            snds = dep.senders(0, room)
-            dep.prefill(0, snds, room, 1, p_idx, aux)
-            d, p = transfer(dep, drs, snds, room, aux)
-            assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0, (g, d, p)
-            for x in [dr.kv_receiver for dr in drs] + snds:
-                x.clear()
+            group_request(dep, g, room, d_idx, p_idx, aux)
         dep.use(0, 0)
         assert dep.corrupt(961, 1, d_idx) == 0, "group 0's pages changed by group 1's request"
         Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
@@ -812,18 +822,7 @@ def scenario_dp_replicas():
     try:
         d_idx, p_idx, aux = [5, 9], [1, 8], 4
         for g, room in ((0, 971), (1, 972)):
-            dep.use(0, g)
-            drs = handshake(dep, prealloc_queues(dep), 0, room)
-            rv = drs[0].kv_receiver
-            assert rv.dp == room % 2 and set(rv.ranks) == {m.kv_rank for m in dep.group(0, room % 2)[1]}
-            for dr in drs:
-                dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
-            snds = dep.senders(0, room, dp=room % 2)
-            dep.prefill(0, snds, room, 1, p_idx, aux, dp=room % 2)
-            d, p = transfer(dep, drs, snds, room, aux)
-            assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0, (g, d, p)
-            for x in [dr.kv_receiver for dr in drs] + snds:
-                x.clear()
+            group_request(dep, g, room, d_idx, p_idx, aux, dp=room % 2)
         dep.use(0, 0)
         assert dep.corrupt(971, 1, d_idx) == 0, "replica 0's pages changed by replica 1's request"
         Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
