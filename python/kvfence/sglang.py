@@ -174,7 +174,13 @@ def refuse_unsupported(server_args, kv_args, mode=None):
             if dp < 1 or tp < dp or tp % dp:
                 why.append("DP attention with tp-size %d over dp-size %d" % (tp, dp))
         if int(getattr(sa, "attn_cp_size", 1) or 1) > 1:
-            why.append("context parallelism")
+            # prefill CP: every CP rank holds the whole KV (SGLang all-gathers
+            # it), CP rank 0 sends it, as SGLang's backends do by default
+            if _mode(mode) != "prefill":
+                why.append("context parallelism on decode (SGLang requires decode attn-cp-size 1)")
+            elif os.environ.get("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER", "").lower() in ("1", "true", "yes", "on"):
+                why.append("context parallelism with SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER (each CP rank "
+                           "sending its share of the pages)")
     if int(getattr(kv_args, "dcp_size", 1) or 1) > 1:
         # newest upstream's KVArgs: token loc i lives on DCP rank i % dcp_size
         why.append("decode context parallelism (KVArgs.dcp_size %d)" % int(kv_args.dcp_size))
@@ -372,8 +378,11 @@ class KVFenceKVManager(BaseKVManager):
         if self.mode == "decode" and sa_tp and sa_tp * groups != len(self.addrs):
             raise errors.InvalidArgument("kvfence: decode TP %d x PP %d x DP replicas %d but decode_addrs names %d ranks"
                                          % (sa_tp, self.pp_size, self.replicas, len(self.addrs)))
+        # prefill CP (refuse_unsupported): ranks (DP group, CP rank, attention
+        # TP rank); CP rank 0's ranks are the writers, the others dummies
+        self.cp_size = int(getattr(server_args, "attn_cp_size", 1) or 1) if self.mode != "decode" else 1
         if self.mode != "decode" and sa_tp:
-            self.prefill_tp = sa_tp
+            self.prefill_tp = sa_tp // self.cp_size
         self.dp_size, self.dp_rank = 1, 0
         if getattr(server_args, "enable_dp_attention", False):
             # SGLang's DP attention: pairing and head split are the
@@ -385,12 +394,14 @@ class KVFenceKVManager(BaseKVManager):
             if self.mode == "decode":
                 self.decode_tp = group_tp
             else:
-                self.prefill_tp = group_tp
+                self.prefill_tp = group_tp // self.cp_size
         elif self.replicas > 1:
             self.dp_size, self.dp_rank = self.replicas, int(getattr(args, "system_dp_rank", 0) or 0)
             if not 0 <= self.dp_rank < self.dp_size:  # its rank ids would be another replica's
                 raise errors.InvalidArgument("kvfence: system_dp_rank %d outside dp-size %d"
                                              % (self.dp_rank, self.dp_size))
+        self.cp_rank, self.rank = divmod(self.rank, self.prefill_tp) if self.cp_size > 1 else (0, self.rank)
+        self.is_dummy_cp_rank = self.cp_rank != 0  # sends nothing, as SGLang's dummy CP ranks
         # decode: this scheduler's index in decode_addrs (stage, DP group, rank)
         self.listen = (self.pp_rank * self.dp_size + self.dp_rank) * self.decode_tp + self.rank
 
@@ -432,6 +443,11 @@ class KVFenceKVManager(BaseKVManager):
                                                      self.is_mla_backend, "prefill")
         self._size_extra()
         self.agents = []
+        if self.is_dummy_cp_rank:  # no agent: CP rank 0 of its group sends the whole KV
+            self.kv_rank, self.targets, self.agent = None, [], None
+            if self.server_args is not None or cfg.get("bootstrap_addr"):
+                threading.Thread(target=self._register_quietly, daemon=True).start()
+            return
         if not self.cfg.get("decode_addrs"):
             # M:N: each request's decode ranks announce where they are at
             # this instance's bootstrap server; agents are made on demand.
@@ -488,7 +504,8 @@ class KVFenceKVManager(BaseKVManager):
             return
         sa = self.server_args
         rep = self.replicas > 1  # DP replicas register as SGLang's do: system_dp_*, attention DP 1
-        payload = {"attn_tp_size": self.prefill_tp, "attn_tp_rank": self.rank, "attn_cp_size": 1, "attn_cp_rank": 0,
+        payload = {"attn_tp_size": self.prefill_tp, "attn_tp_rank": self.rank, "attn_cp_size": self.cp_size,
+                   "attn_cp_rank": self.cp_rank,
                    "attn_dp_size": 1 if rep else self.dp_size, "attn_dp_rank": 0 if rep else self.dp_rank,
                    "pp_size": self.pp_size, "pp_rank": self.pp_rank, "system_dp_size": self.dp_size if rep else 1,
                    "system_dp_rank": self.dp_rank if rep else 0, "rank_ip": socket.gethostname(), "rank_port": 0,
@@ -529,9 +546,8 @@ class KVFenceKVManager(BaseKVManager):
     def _admit(self, addr, info):
         import types
         why = None
-        if info.get("kvfence_attn_cp_size", 1) != 1:
-            why = errors.Unimplemented("kvfence: prefill %s uses context parallelism: not supported" % addr)
-        elif int(info.get("kvfence_pp_size", 1)) != self.pp_size:
+        # a prefill with CP: its CP rank 0 writes (the ranks instance() names)
+        if int(info.get("kvfence_pp_size", 1)) != self.pp_size:
             why = errors.Unimplemented("kvfence: prefill %s has PP %s, this decode PP %d: kvfence carries equal "
                                        "PP sizes only (docs/sglang.md)"
                                        % (addr, info.get("kvfence_pp_size"), self.pp_size))
@@ -929,6 +945,10 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
     linked_once = False
 
     def _transfer_state(self):
+        if self.mgr.is_dummy_cp_rank:  # done once SGLang sent its last chunk, as SGLang's dummy CP ranks
+            if self.sent >= self.total:
+                self.conclude_state = KVPoll.Success
+            return self.conclude_state or KVPoll.WaitingForInput
         st = KVPoll.Success
         staged = self.staged or self.sent >= self.total  # once the last gather ended, no need to ask again
         for snd, _, _ in self.snds:

@@ -726,7 +726,8 @@ def group_request(dep, g, room, d_idx, p_idx, aux, dp=0):
     drs = handshake(dep, prealloc_queues(dep), 0, room)
     rvs = [dr.kv_receiver for dr in drs]
     writers = set().union(*(rv.ranks for rv in rvs))
-    assert {rv.dp or 0 for rv in rvs} == {dp} and writers == {m.kv_rank for m in dep.group(0, dp)[1]}, writers
+    want = {m.kv_rank for m in dep.group(0, dp)[1] if not m.is_dummy_cp_rank}
+    assert {rv.dp or 0 for rv in rvs} == {dp} and writers == want, writers
     for dr in drs:
         dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
     snds = dep.senders(0, room, dp=dp)
@@ -832,6 +833,21 @@ def scenario_dp_replicas():
         dep.close()
 
 
+def scenario_prefill_cp():
+    """Prefill attn-cp-size 2 (TP2 per CP rank) -> decode TP1: SGLang's
+    handshake resolves the instance; senders on all four prefill ranks,
+    MIN-reduced by SGLang's poll_and_all_reduce; CP rank 0 writes, the
+    dummies' other bytes never land."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2,), decode_tp=1, cp=2, on_demand=True)
+    try:
+        group_request(dep, 0, 981, [5, 9], [1, 8], 4)
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("prefill CP 2 x TP2 -> decode TP1 via SGLang's handshake and poll_and_all_reduce over every CP rank: "
+              "Success, 0 corrupt heads (CP rank 0 writes)")
+    finally:
+        dep.close()
+
+
 from kvfence import staging  # noqa: E402
 
 live = staging.handles_live()
@@ -846,5 +862,6 @@ scenario_prealloc_abort_and_rebootstrap()
 scenario_pipeline_parallel()
 scenario_decode_dp_attention()
 scenario_dp_replicas()
+scenario_prefill_cp()
 assert staging.handles_live() == live, "handles leaked: %d" % (staging.handles_live() - live)
 print("OK")

@@ -418,6 +418,43 @@ def test_poll_before_init_waits_for_the_dp_rank(replicas):
         dep.close()
 
 
+@pytest.mark.parametrize("ptp,dtp,cp,pdp,on_demand", [(1, 1, 2, 1, False), (2, 1, 2, 1, True),
+                                                     (1, 2, 4, 1, True), (2, 2, 2, 2, True)])
+def test_prefill_context_parallelism(ptp, dtp, cp, pdp, on_demand):
+    """Prefill with attn-cp-size > 1 (optionally under DP attention): every
+    CP rank holds the request's KV (SGLang all-gathers it), CP rank 0 of
+    the group sends it and the others are dummies (no agent, no link;
+    WaitingForInput, then Success after their last chunk), as SGLang's
+    backends by default. The dummies hold other bytes: a write from one
+    would show as corrupt heads."""
+    from kvfence import sglang_bootstrap
+    dep = Deployment(P, prefill_tp=(ptp,), decode_tp=dtp, cp=cp, prefill_dp=pdp, on_demand=on_demand,
+                     extra=dict(idle_close_s=0.5))
+    try:
+        base = staging.handles_live() + sum(m.agent is None for m in dep.dec)
+        st, info = sglang_bootstrap.request("GET", "http://%s/route?prefill_dp_rank=-1&prefill_cp_rank=-1"
+                                            "&target_tp_rank=-1&target_pp_rank=-1" % dep.instances[0]["addr"])
+        assert st == 200 and (info["attn_cp_size"], info["attn_tp_size"], info["dp_size"]) == (cp, ptp, pdp), info
+        for room in (90, 91):
+            dp = room % pdp
+            rvs, snds, d, p = dep.request(room, 2, [3, 8], [5, 1], aux_index=room % 8, dp=dp)
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, [3, 8]) == 0
+            mgrs = dep.group(0, dp)[1]
+            assert len(snds) == ptp * cp and set().union(*(rv.ranks for rv in rvs)) == \
+                {m.kv_rank for m in mgrs if not m.is_dummy_cp_rank}
+            assert sum(m.is_dummy_cp_rank for m in mgrs) == ptp * (cp - 1)
+            assert all(not s.snds for s, m in zip(snds, mgrs) if m.is_dummy_cp_rank), "a dummy CP rank sends"
+            for e in dep.d_eng:
+                assert e.aux_row(room % 8) == dep.group(0, dp)[0][0].aux_row(room % 8)
+            finish(rvs, snds)
+        if on_demand:
+            dep.until(lambda: not any(m.links.count() for m in dep.instances[0]["mgrs"] if m.links is not None),
+                      "idle links closed", 60)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
 def test_decode_dp_attention_refuses_static_pairing():
     """A prefill paired statically (decode_addrs: one group's ranks) would
     write every request to that group: a DP decode fails the requests
@@ -509,7 +546,7 @@ def test_start_up_refusals():
     from kvfence.sglang import refuse_unsupported
     a = types.SimpleNamespace(state_types=[])
     for sa, word in ((types.SimpleNamespace(enable_dp_attention=True), "DP attention"),
-                     (types.SimpleNamespace(attn_cp_size=2), "context parallelism")):
+                     (types.SimpleNamespace(attn_cp_size=2), "context parallelism on decode")):
         with pytest.raises(errors.Unimplemented, match=word):
             refuse_unsupported(sa, a)
     with pytest.raises(errors.Unimplemented, match="state"):
@@ -523,6 +560,16 @@ def test_start_up_refusals():
     refuse_unsupported(dpa, a, "prefill")  # carried on both sides
     refuse_unsupported(dpa, a, "decode")
     refuse_unsupported(types.SimpleNamespace(dp_size=2, tp_size=2), a, "prefill")  # DP replicas: carried
+    cp = types.SimpleNamespace(attn_cp_size=2, tp_size=2)
+    refuse_unsupported(cp, a, "prefill")  # CP rank 0 sends: carried
+    with pytest.raises(errors.Unimplemented, match="context parallelism on decode"):
+        refuse_unsupported(cp, a, "decode")
+    os.environ["SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER"] = "true"
+    try:
+        with pytest.raises(errors.Unimplemented, match="ALL_CP_RANKS_TRANSFER"):
+            refuse_unsupported(cp, a, "prefill")
+    finally:
+        del os.environ["SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER"]
     with pytest.raises(errors.Unimplemented, match="tp-size 3 over dp-size 2"):
         refuse_unsupported(types.SimpleNamespace(enable_dp_attention=True, dp_size=2, tp_size=3), a, "prefill")
 
