@@ -123,6 +123,7 @@ type Decode struct {
 	routers  map[*link]bool
 	tags     map[core.RequestKey]*decTag
 	deadline map[core.RankID]time.Time // link lost at; PeerDead once PeerDeadAfter passed
+	quiesced map[core.RankID]bool      // ranks whose link closed after the close handshake (link_quiesce.go)
 	stats    DecodeStats
 	started  time.Time
 	lastSamp time.Time
@@ -155,7 +156,7 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 		log = hclog.NewNullLogger()
 	}
 	d := &Decode{cfg: cfg, log: log, tr: tr, links: map[core.RankID]*link{}, routers: map[*link]bool{},
-		tags: map[core.RequestKey]*decTag{}, deadline: map[core.RankID]time.Time{}, lp: newLoop(), started: time.Now()}
+		tags: map[core.RequestKey]*decTag{}, deadline: map[core.RankID]time.Time{}, quiesced: map[core.RankID]bool{}, lp: newLoop(), started: time.Now()}
 	d.slotB = cfg.ShardBytes * int64(cfg.Shards)
 	if cfg.Restart != nil {
 		if err := d.startRestart(ctx); err != nil {
@@ -396,6 +397,7 @@ func (d *Decode) serveLink(l *link) {
 		}
 		d.links[rank] = l
 		delete(d.deadline, rank)
+		delete(d.quiesced, rank)
 		d.Metrics.tail(rank, d.core.Tail(rank))
 		d.log.Info("prefill rank linked", "rank", rank, "declared_tail", declared, "tail", d.core.Tail(rank))
 	})
@@ -403,6 +405,9 @@ func (d *Decode) serveLink(l *link) {
 		if d.links[rank] == l {
 			delete(d.links, rank)
 			d.deadline[rank] = time.Now()
+			if l.quiescing { // closed after the handshake: no request until it links again
+				d.quiesced[rank] = true
+			}
 			d.log.Warn("prefill rank link lost", "rank", rank)
 		}
 	})
@@ -417,6 +422,15 @@ func (d *Decode) serveLink(l *link) {
 // onFrame checks one frame from a prefill rank's link and queues it for the
 // loop; false when the link ended while it waited for its turn.
 func (d *Decode) onFrame(l *link, f *frame) bool {
+	if handled, up := quiesceFrame(f, l, d.lp, func(t frameType) {
+		if t == frameQuiesce {
+			d.onQuiesce(l)
+		} else if t == frameResume {
+			d.onResume(l)
+		}
+	}); handled {
+		return up
+	}
 	m, ok := coreMessage(f, d.Metrics)
 	if !ok {
 		return true
@@ -511,6 +525,9 @@ func (d *Decode) tick() {
 // or in direct mode the engine's pages idx.
 func (d *Decode) admit(key core.RequestKey, pages int, idx []uint32, ranks []core.RankID, rv *KVReceiver) (core.Tag, error) {
 	if err := d.checkAdmission(key, pages, ranks); err != nil {
+		return core.Tag{}, err
+	}
+	if err := d.checkQuiesced(key, ranks); err != nil {
 		return core.Tag{}, err
 	}
 	var tag core.Tag

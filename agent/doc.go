@@ -13,6 +13,9 @@
 //   - Prefill side: NewPrefill(ctx, PrefillConfig, transport) → *Prefill;
 //     Prefill.NewSender(key) → *KVSender with Init (reserve source pages),
 //     Page (memory to fill), Send, Finish, Poll / Done / Err, Abort, Close.
+//   - Closing an idle prefill agent: Prefill.QuiesceLink asks decode over
+//     the link (link_quiesce.go); once agreed, decode exposes nothing to
+//     that rank until ResumeLink or its next link, so no Assign is lost.
 //   - PollState: SGLang's KVPoll values (Failed 0 … Success 4). Poll never
 //     waits for the agent's loop: the loop publishes a request's state at
 //     each change (an engine polls every scheduler iteration; a busy or

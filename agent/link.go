@@ -75,6 +75,9 @@ type link struct {
 	// cmdRate bounds the commands read from a router's link, shared by
 	// its certificate's links (admission.go); nil elsewhere.
 	cmdRate *rate.Limiter
+	// quiescing: the prefill rank at the far end asked to close this
+	// link and decode agreed (link_quiesce.go); decode's loop only.
+	quiescing bool
 }
 
 func newLink(s stream, peer peerHello, cancel func()) *link {

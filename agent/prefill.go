@@ -90,6 +90,11 @@ type Prefill struct {
 	reqs        map[core.RequestKey]*preReq
 	free        []int
 	swept       time.Time // last expireKeys
+	// the close handshake (link_quiesce.go): an answer awaited, or agreed
+	// (then no new link is installed until ResumeLink)
+	quiesceWait chan bool
+	closeAgreed bool
+	dialing     bool // connectLoop has a dial in flight
 }
 
 type tagKeys struct {
@@ -219,7 +224,9 @@ func (p *Prefill) Linked() bool {
 }
 
 // connectLoop keeps a link to decode, reconnecting (a restarted decode is a
-// new instance; the core sorts out old tags by their instance).
+// new instance; the core sorts out old tags by their instance). It dials
+// only while the agent has not agreed to close (link_quiesce.go): decode
+// would take a new link as one to assign over.
 func (p *Prefill) connectLoop() {
 	backoff := 50 * time.Millisecond
 	for {
@@ -228,17 +235,26 @@ func (p *Prefill) connectLoop() {
 			return
 		default:
 		}
+		may := false
+		if !p.lp.call(func() { may = p.startDial() }) {
+			return
+		}
+		if !may {
+			if !p.pause(backoff) {
+				return
+			}
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		l, _, err := dial(ctx, p.cfg.DecodeAddr, p.cfg.TLS, identity{RoleDecode, uint32(p.cfg.DecodeRank)}, p.hello)
 		cancel()
 		if err != nil {
+			p.lp.post(p.endDial)
 			if !errdefs.IsUnavailable(err) { // refused, not unreachable: say why (a restarted decode may still accept)
 				p.log.Error("no link to decode (refused, or not the decode meant)", "error", err)
 			}
-			select {
-			case <-p.quit:
+			if !p.pause(backoff) {
 				return
-			case <-time.After(backoff):
 			}
 			if backoff < time.Second {
 				backoff *= 2
@@ -250,16 +266,15 @@ func (p *Prefill) connectLoop() {
 			// are laid out otherwise would be written out of place.
 			p.log.Error("refusing decode", "rank", l.peer.Rank, "error", err)
 			l.close()
-			select {
-			case <-p.quit:
+			p.lp.post(p.endDial)
+			if !p.pause(time.Second) {
 				return
-			case <-time.After(time.Second):
 			}
 			continue
 		}
 		backoff = 50 * time.Millisecond
 		l.gate = p.cfg.Limits.gate()
-		if !p.lp.call(func() { p.linked(l) }) {
+		if !p.lp.call(func() { p.endDial(); p.linked(l) }) {
 			l.close()
 			return
 		}
@@ -269,6 +284,16 @@ func (p *Prefill) connectLoop() {
 				p.link = nil
 			}
 		})
+	}
+}
+
+// pause waits d; false when the agent stops meanwhile.
+func (p *Prefill) pause(d time.Duration) bool {
+	select {
+	case <-p.quit:
+		return false
+	case <-time.After(d):
+		return true
 	}
 }
 
@@ -321,6 +346,13 @@ func (p *Prefill) readDecode(l *link) {
 func (p *Prefill) onFrame(l *link, f *frame) bool {
 	if f.Type == frameTargets {
 		return p.onTargets(l, f.Hello)
+	}
+	if handled, up := quiesceFrame(f, l, p.lp, func(t frameType) {
+		if t == frameQuiesceOK {
+			p.onQuiesceOK(l)
+		}
+	}); handled {
+		return up
 	}
 	m, ok := coreMessage(f, p.Metrics)
 	if !ok {

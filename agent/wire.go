@@ -29,6 +29,11 @@ const (
 	frameCommand frameType = 5 // router → agent (commandLink)
 	frameEvent   frameType = 6 // agent → router (commandLink)
 	frameTargets frameType = 7 // decode → prefill: its target instances' data endpoints changed (restart.go)
+	// Closing an idle link is a handshake (link_quiesce.go); a peer that
+	// does not know these frames ignores them, and the link stays open.
+	frameQuiesce   frameType = 8  // prefill → decode: may this link close? (idle here)
+	frameQuiesceOK frameType = 9  // decode → prefill: no Assign after this one until frameResume or a new link
+	frameResume    frameType = 10 // prefill → decode: not closing after all
 )
 
 // frame is one control-plane frame. Seq grows by one per frame on a link in

@@ -20,6 +20,7 @@ var exported = map[string]any{
 	"kvfence_version": kvfence_version, "kvfence_decode_open": kvfence_decode_open,
 	"kvfence_prefill_open": kvfence_prefill_open, "kvfence_close": kvfence_close,
 	"kvfence_agent_addr": kvfence_agent_addr, "kvfence_prefill_linked": kvfence_prefill_linked,
+	"kvfence_prefill_quiesce": kvfence_prefill_quiesce, "kvfence_prefill_resume": kvfence_prefill_resume,
 	"kvfence_agent_metrics": kvfence_agent_metrics, "kvfence_agent_stats": kvfence_agent_stats,
 	"kvfence_decode_linked": kvfence_decode_linked, "kvfence_page_bytes": kvfence_page_bytes,
 	"kvfence_receiver_new": kvfence_receiver_new, "kvfence_receiver_init": kvfence_receiver_init,

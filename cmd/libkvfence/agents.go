@@ -6,6 +6,7 @@ import "C"
 import (
 	"bytes"
 	"encoding/json"
+	"time"
 	"unsafe"
 
 	"github.com/prometheus/common/expfmt"
@@ -107,6 +108,47 @@ func kvfence_prefill_linked(h C.kvfence_handle) (code C.int) {
 		return 1
 	}
 	return 0
+}
+
+// kvfence_prefill_quiesce asks decode whether this prefill rank's idle link
+// may close (the close handshake, agent/link_quiesce.go): 1 when decode
+// agreed and no Assign is held here (the caller then closes the agent or
+// calls kvfence_prefill_resume), 0 when busy or unanswered within
+// timeout_ms, or a negated error code.
+//
+//export kvfence_prefill_quiesce
+func kvfence_prefill_quiesce(h C.kvfence_handle, timeoutMs C.int64_t) (code C.int) {
+	defer guard(nil, &code)
+	a, err := prefillAgent(h)
+	if err != nil {
+		return -codeOf(err)
+	}
+	if a.pre.QuiesceLink(time.Duration(timeoutMs) * time.Millisecond) {
+		return 1
+	}
+	return 0
+}
+
+// kvfence_prefill_resume undoes an agreed kvfence_prefill_quiesce: decode
+// may expose requests to this rank again. 0 or a negated error code.
+//
+//export kvfence_prefill_resume
+func kvfence_prefill_resume(h C.kvfence_handle) (code C.int) {
+	defer guard(nil, &code)
+	a, err := prefillAgent(h)
+	if err != nil {
+		return -codeOf(err)
+	}
+	a.pre.ResumeLink()
+	return 0
+}
+
+func prefillAgent(h C.kvfence_handle) (*agentObj, error) {
+	a, err := lookup[*agentObj](uint64(h), "agent")
+	if err == nil && a.pre == nil {
+		err = invalid("handle %d is a decode rank", h)
+	}
+	return a, err
 }
 
 // kvfence_agent_metrics writes the rank's Prometheus metrics (text

@@ -49,6 +49,8 @@ _SIGNATURES = {
     "kvfence_close": (I, [H, E]),
     "kvfence_agent_addr": (I, [H, ctypes.c_char_p, S, E]),
     "kvfence_prefill_linked": (I, [H]),
+    "kvfence_prefill_quiesce": (I, [H, ctypes.c_int64]),
+    "kvfence_prefill_resume": (I, [H]),
     "kvfence_decode_linked": (I, [H, ctypes.c_uint32]),
     "kvfence_agent_metrics": (I, [H, ctypes.c_char_p, S, ctypes.POINTER(S), E]),
     "kvfence_agent_stats": (I, [H, ctypes.c_char_p, S, ctypes.POINTER(S), E]),

@@ -154,6 +154,17 @@ class Prefill(_Agent):
                 raise _lib.errors.Unavailable("prefill rank not linked to decode after %.1fs" % timeout)
             time.sleep(0.01)
 
+    def quiesce(self, timeout=5.0):
+        """The close handshake (agent/link_quiesce.go): True once decode
+        agreed that this idle agent may close and no Assign is held here;
+        the caller then closes it or calls resume(). False: busy, or no
+        answer within timeout (nothing to undo)."""
+        return _lib.check_state(_lib.ret("kvfence_prefill_quiesce", self._handle(), int(timeout * 1000))) == 1
+
+    def resume(self):
+        """Undoes an agreed quiesce(): decode may expose requests here again."""
+        _lib.check_state(_lib.ret("kvfence_prefill_resume", self._handle()))
+
     def sender(self, room, gen=1):
         h = _lib.H(0)
         _lib.call("kvfence_sender_new", self._handle(), room, gen, ctypes.byref(h))

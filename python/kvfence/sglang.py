@@ -163,8 +163,9 @@ def _check_memory(args):
 
 def refuse_unsupported(server_args, kv_args, mode=None):
     """One Unimplemented error at start-up for what kvfence cannot carry.
-    DP attention is carried on both sides (decode: M:N pairing, checked
-    per prefill instance in _admit)."""
+    DP attention and DP replicas (dp-size > 1 without it) are carried on
+    both sides (decode: M:N pairing, checked per prefill instance in
+    _admit)."""
     sa = server_args
     why = []
     if sa is not None:
@@ -172,10 +173,14 @@ def refuse_unsupported(server_args, kv_args, mode=None):
         if getattr(sa, "enable_dp_attention", False):
             if dp < 1 or tp < dp or tp % dp:
                 why.append("DP attention with tp-size %d over dp-size %d" % (tp, dp))
-        elif dp > 1:
-            why.append("dp-size > 1 without DP attention")
         if int(getattr(sa, "attn_cp_size", 1) or 1) > 1:
-            why.append("context parallelism")
+            # prefill CP: every CP rank holds the whole KV (SGLang all-gathers
+            # it), CP rank 0 sends it, as SGLang's backends do by default
+            if _mode(mode) != "prefill":
+                why.append("context parallelism on decode (SGLang requires decode attn-cp-size 1)")
+            elif os.environ.get("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER", "").lower() in ("1", "true", "yes", "on"):
+                why.append("context parallelism with SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER (each CP rank "
+                           "sending its share of the pages)")
     if int(getattr(kv_args, "dcp_size", 1) or 1) > 1:
         # newest upstream's KVArgs: token loc i lives on DCP rank i % dcp_size
         why.append("decode context parallelism (KVArgs.dcp_size %d)" % int(kv_args.dcp_size))
@@ -362,13 +367,22 @@ class KVFenceKVManager(BaseKVManager):
         if self.mode != "decode" and self.pp_size > 1 and cfg.get("decode_addrs"):
             raise errors.Unimplemented("kvfence: PP (pp-size %d) needs M:N pairing: no decode_addrs on prefill "
                                        "(docs/sglang.md)" % self.pp_size)
-        self.decode_tp = len(self.addrs) // (self.pp_size if self.mode == "decode" else 1)
+        # DP replicas (dp-size > 1 without DP attention): each a whole TP
+        # group with its own KV pool and schedulers, told apart by
+        # system_dp_rank; kvfence runs them as DP groups of tp-size ranks.
+        self.replicas = 1 if getattr(server_args, "enable_dp_attention", False) else \
+            int(getattr(server_args, "dp_size", 1) or 1)
+        groups = self.pp_size * self.replicas if self.mode == "decode" else 1
+        self.decode_tp = len(self.addrs) // groups
         sa_tp = int(getattr(server_args, "tp_size", 0) or 0)
-        if self.mode == "decode" and sa_tp and sa_tp * self.pp_size != len(self.addrs):
-            raise errors.InvalidArgument("kvfence: decode TP %d x PP %d but decode_addrs names %d ranks"
-                                         % (sa_tp, self.pp_size, len(self.addrs)))
+        if self.mode == "decode" and sa_tp and sa_tp * groups != len(self.addrs):
+            raise errors.InvalidArgument("kvfence: decode TP %d x PP %d x DP replicas %d but decode_addrs names %d ranks"
+                                         % (sa_tp, self.pp_size, self.replicas, len(self.addrs)))
+        # prefill CP (refuse_unsupported): ranks (DP group, CP rank, attention
+        # TP rank); CP rank 0's ranks are the writers, the others dummies
+        self.cp_size = int(getattr(server_args, "attn_cp_size", 1) or 1) if self.mode != "decode" else 1
         if self.mode != "decode" and sa_tp:
-            self.prefill_tp = sa_tp
+            self.prefill_tp = sa_tp // self.cp_size
         self.dp_size, self.dp_rank = 1, 0
         if getattr(server_args, "enable_dp_attention", False):
             # SGLang's DP attention: pairing and head split are the
@@ -380,7 +394,14 @@ class KVFenceKVManager(BaseKVManager):
             if self.mode == "decode":
                 self.decode_tp = group_tp
             else:
-                self.prefill_tp = group_tp
+                self.prefill_tp = group_tp // self.cp_size
+        elif self.replicas > 1:
+            self.dp_size, self.dp_rank = self.replicas, int(getattr(args, "system_dp_rank", 0) or 0)
+            if not 0 <= self.dp_rank < self.dp_size:  # its rank ids would be another replica's
+                raise errors.InvalidArgument("kvfence: system_dp_rank %d outside dp-size %d"
+                                             % (self.dp_rank, self.dp_size))
+        self.cp_rank, self.rank = divmod(self.rank, self.prefill_tp) if self.cp_size > 1 else (0, self.rank)
+        self.is_dummy_cp_rank = self.cp_rank != 0  # sends nothing, as SGLang's dummy CP ranks
         # decode: this scheduler's index in decode_addrs (stage, DP group, rank)
         self.listen = (self.pp_rank * self.dp_size + self.dp_rank) * self.decode_tp + self.rank
 
@@ -422,6 +443,11 @@ class KVFenceKVManager(BaseKVManager):
                                                      self.is_mla_backend, "prefill")
         self._size_extra()
         self.agents = []
+        if self.is_dummy_cp_rank:  # no agent: CP rank 0 of its group sends the whole KV
+            self.kv_rank, self.targets, self.agent = None, [], None
+            if self.server_args is not None or cfg.get("bootstrap_addr"):
+                threading.Thread(target=self._register_quietly, daemon=True).start()
+            return
         if not self.cfg.get("decode_addrs"):
             # M:N: each request's decode ranks announce where they are at
             # this instance's bootstrap server; agents are made on demand.
@@ -477,10 +503,12 @@ class KVFenceKVManager(BaseKVManager):
         if self.mode == "decode":
             return
         sa = self.server_args
-        payload = {"attn_tp_size": self.prefill_tp, "attn_tp_rank": self.rank, "attn_cp_size": 1, "attn_cp_rank": 0,
-                   "attn_dp_size": self.dp_size, "attn_dp_rank": self.dp_rank, "pp_size": self.pp_size,
-                   "pp_rank": self.pp_rank, "system_dp_size": 1,
-                   "system_dp_rank": 0, "rank_ip": socket.gethostname(), "rank_port": 0,
+        rep = self.replicas > 1  # DP replicas register as SGLang's do: system_dp_*, attention DP 1
+        payload = {"attn_tp_size": self.prefill_tp, "attn_tp_rank": self.rank, "attn_cp_size": self.cp_size,
+                   "attn_cp_rank": self.cp_rank,
+                   "attn_dp_size": 1 if rep else self.dp_size, "attn_dp_rank": 0 if rep else self.dp_rank,
+                   "pp_size": self.pp_size, "pp_rank": self.pp_rank, "system_dp_size": self.dp_size if rep else 1,
+                   "system_dp_rank": self.dp_rank if rep else 0, "rank_ip": socket.gethostname(), "rank_port": 0,
                    "page_size": int(self.kv_args.page_size), "kv_cache_dtype": getattr(sa, "kv_cache_dtype", None),
                    "load_balance_method": getattr(sa, "load_balance_method", "follow_bootstrap_room"),
                    "kvfence_rank_base": self.rank_base, "kvfence_mla": self.is_mla_backend,
@@ -518,9 +546,8 @@ class KVFenceKVManager(BaseKVManager):
     def _admit(self, addr, info):
         import types
         why = None
-        if info.get("kvfence_attn_cp_size", 1) != 1:
-            why = errors.Unimplemented("kvfence: prefill %s uses context parallelism: not supported" % addr)
-        elif int(info.get("kvfence_pp_size", 1)) != self.pp_size:
+        # a prefill with CP: its CP rank 0 writes (the ranks instance() names)
+        if int(info.get("kvfence_pp_size", 1)) != self.pp_size:
             why = errors.Unimplemented("kvfence: prefill %s has PP %s, this decode PP %d: kvfence carries equal "
                                        "PP sizes only (docs/sglang.md)"
                                        % (addr, info.get("kvfence_pp_size"), self.pp_size))
@@ -918,6 +945,10 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
     linked_once = False
 
     def _transfer_state(self):
+        if self.mgr.is_dummy_cp_rank:  # done once SGLang sent its last chunk, as SGLang's dummy CP ranks
+            if self.sent >= self.total:
+                self.conclude_state = KVPoll.Success
+            return self.conclude_state or KVPoll.WaitingForInput
         st = KVPoll.Success
         staged = self.staged or self.sent >= self.total  # once the last gather ended, no need to ask again
         for snd, _, _ in self.snds:
@@ -981,6 +1012,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         """main-2606 on: init(prefill_dp_rank), the prefill DP group
         that has the request; older: init(kv_indices, aux_index,
         state_indices), which also sends the metadata (no DP group)."""
+        self.init_called = True
         dp = kwargs.pop("prefill_dp_rank", args[0] if args else None)
         try:
             self.dp = operator.index(dp)
@@ -995,6 +1027,12 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         if self.ranks is not None or self.conclude_state is not None:
             return
         self.mgr.try_ensure_parallel_info(self.bootstrap_addr)
+        info = self.mgr.prefill_info_table.get(self.bootstrap_addr)
+        if self.dp is None and not self.init_called and info is not None and int(info.dp_size or 1) > 1:
+            # SGLang main polls its pending receivers before it resolved
+            # their DP group: init(prefill_dp_rank) is still to come
+            self._timed_out(self.created, self.mgr.link_timeout_s, "no init(prefill_dp_rank)")
+            return
         ranks, why = self.mgr.instance(self.bootstrap_addr, self.dp)
         if why is not None:
             self._fail(why)
@@ -1020,6 +1058,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
                          kwargs=extra).start()
 
     prefix = None  # decode_prefix_len (tokens) once send_metadata gave it, radix cache on
+    init_called = False
     dp = None  # the prefill DP group init(prefill_dp_rank) named
 
     @_never_raises
@@ -1061,6 +1100,10 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         except errors.ResourceExhausted as exc:
             if time.monotonic() - self.metadata_at > m.pool_wait_s:
                 self._fail(exc)
+        except errors.Unavailable:
+            # a writer agreed to close its idle link since the check above
+            # (agent/link_quiesce.go): wait for its next link, as unlinked
+            self._timed_out(self.metadata_at, m.link_timeout_s, "prefill ranks %s not linked" % self.ranks)
         except errors.KVFenceError as exc:
             self._fail(exc)
 

@@ -5,13 +5,16 @@ per request (M:N). The prefill rank learns where the request's decode ranks
 listen from its own bootstrap server (each decode rank announces itself
 there for the room: PUT /kvfence/decode, done off the scheduler thread by
 the receiver), and keeps one kvfence prefill agent per decode rank address
-it serves. An agent with no request for idle_close_s is closed; the next
-request to that address makes a new one. Mutual TLS stays: discovery says
+it serves. An agent with no request for idle_close_s is closed once decode
+agreed (a handshake over the link, agent/link_quiesce.go); the next request
+to that address makes a new one. Mutual TLS stays: discovery says
 where, the certificates say who may write.
 
 Owns: the agents by address, their use counts and idle clocks, the per-room
-look-ups. Never: touches pages, staging or a request's state (the sender
-does), nor blocks the scheduler thread (look-ups run on threads).
+look-ups, the close handshake's Python half (the sweeper thread). Never:
+touches pages, staging or a request's state (the sender does), nor blocks
+the scheduler thread (look-ups and the handshake run on threads), nor
+closes an agent decode did not agree to let go (its Assign would be lost).
 """
 import concurrent.futures
 import threading
@@ -53,13 +56,9 @@ class Links:
         self.lookups = {}   # (bootstrap addr, room, gen) -> None while running, else addrs list
         self.closed_idle = 0
         self.closing = 0    # agents taken out but still closing
-        self.stop = threading.Event()
+        self.stop, self.wake = threading.Event(), threading.Event()
         # Idle links close on time even when no request comes to sweep them.
         threading.Thread(target=self._sweeper, daemon=True).start()
-
-    def _sweeper(self):
-        while not self.stop.wait(max(0.05, self.idle_close_s / 4)):
-            self.sweep()
 
     def acquire(self, addr, dr):
         """The agent for (addr, dr), made if none; counted as in use."""
@@ -87,38 +86,66 @@ class Links:
                         e[2] = time.monotonic()
                     return
 
+    # False only in the known-unsafe variant the tests catch: an agent is
+    # closed once it holds no stream, without asking decode (an Assign on
+    # the wire, or sent between the check and the close, is lost).
+    handshake = True
+    quiesce_timeout_s = 5.0
+
+    @staticmethod
+    def _interleave(where, key):
+        """A test's hook: runs once an idle agent was found closable, just
+        before it is closed (the race tests act there as decode would)."""
+
     def sweep(self):
-        """Closes agents no request used for idle_close_s and that hold no
-        stream: decode exposes a request to the link it has, so an agent
-        idle here may already hold the next request's Assign (made before
-        prefill's sender acquires the agent); closed, that Assign is lost
-        and the request fails when decode's lease lapses."""
+        """Wakes the sweeper: the close handshake is a round trip to
+        decode, never run on a scheduler thread."""
+        self.wake.set()
+
+    def _sweeper(self):
+        while not self.stop.is_set():
+            self.wake.wait(max(0.05, self.idle_close_s / 4))
+            self.wake.clear()
+            if not self.stop.is_set():
+                self._sweep()
+
+    def _sweep(self):
+        """Closes agents no request used for idle_close_s, once decode
+        agreed (kvfence_prefill_quiesce): decode exposes a request to the
+        link it has, so an idle agent may be getting the next request's
+        Assign. Decode answers on the same ordered link after it stopped
+        exposing requests to this rank, and the agent agrees only if it
+        then holds no stream; a request that acquired the agent meanwhile
+        keeps it (resumed)."""
         now = time.monotonic()
         with self.lock:
-            idle = [k for k, e in self.agents.items() if e[1] == 0 and now - e[2] >= self.idle_close_s]
-        busy = {k for k in idle if self._has_streams(k)}
-        with self.lock:
-            gone = []
-            for k in idle:
+            idle = [(k, e[0]) for k, e in self.agents.items() if e[1] == 0 and now - e[2] >= self.idle_close_s]
+        for k, agent in idle:
+            agreed = self._agree(k, agent)
+            if agreed:
+                self._interleave("closable", k)
+            with self.lock:
                 e = self.agents.get(k)
-                if k in busy or e is None or e[1] != 0:
-                    continue  # a stream, or acquired since
-                gone.append(self.agents.pop(k)[0])
-            self.closing += len(gone)
-        for a in gone:
-            try:
-                a.close()
-            finally:
-                with self.lock:
-                    self.closing -= 1
-                    self.closed_idle += 1
+                close = agreed and e is not None and e[0] is agent and e[1] == 0
+                if close:
+                    del self.agents[k]
+                    self.closing += 1
+            if close:
+                try:
+                    agent.close()
+                finally:
+                    with self.lock:
+                        self.closing -= 1
+                        self.closed_idle += 1
+            elif agreed and self.handshake:
+                agent.resume()  # acquired since: decode may expose to it again
 
-    def _has_streams(self, key):
-        with self.lock:
-            e = self.agents.get(key)
+    def _agree(self, key, agent):
         try:
-            return e is not None and e[0].stats().get("Streams", 0) > 0
-        except Exception:  # noqa: BLE001  (a closed or failing agent holds nothing to keep)
+            if self.handshake:
+                return agent.quiesce(self.quiesce_timeout_s)
+            return agent.stats().get("Streams", 0) == 0
+        except Exception:  # noqa: BLE001  (a failing agent is kept until it answers; closed with the manager)
             return False
 
     def count(self):
@@ -157,6 +184,7 @@ class Links:
 
     def close(self):
         self.stop.set()
+        self.wake.set()
         with self.lock:
             gone = [e[0] for e in self.agents.values()]
             self.agents.clear()

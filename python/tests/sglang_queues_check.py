@@ -718,6 +718,26 @@ def scenario_prealloc_abort_and_rebootstrap():
         dep.close()
 
 
+def group_request(dep, g, room, d_idx, p_idx, aux, dp=0):
+    """One request to decode group (or replica) g from prefill group dp,
+    through each decode rank's own DecodePreallocQueue handshake and SGLang's
+    poll_and_all_reduce; every head checked; its handles cleared."""
+    dep.use(0, g)
+    drs = handshake(dep, prealloc_queues(dep), 0, room)
+    rvs = [dr.kv_receiver for dr in drs]
+    writers = set().union(*(rv.ranks for rv in rvs))
+    want = {m.kv_rank for m in dep.group(0, dp)[1] if not m.is_dummy_cp_rank}
+    assert {rv.dp or 0 for rv in rvs} == {dp} and writers == want, writers
+    for dr in drs:
+        dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
+    snds = dep.senders(0, room, dp=dp)
+    dep.prefill(0, snds, room, 1, p_idx, aux, dp=dp)
+    d, p = transfer(dep, drs, snds, room, aux)
+    assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0, (g, d, p)
+    for x in [dr.kv_receiver for dr in drs] + snds:
+        x.clear()
+
+
 def scenario_decode_dp_attention():
     """DP attention on decode (2 groups of TP2, prefill TP2): each group's
     own DecodePreallocQueue runs SGLang's handshake for a request of its
@@ -726,16 +746,7 @@ def scenario_decode_dp_attention():
     try:
         d_idx, p_idx, aux = [5, 9], [1, 8], 4
         for g, room in ((0, 961), (1, 962)):
-            dep.use(0, g)
-            drs = handshake(dep, prealloc_queues(dep), 0, room)
-            for dr in drs:
-                dr.kv_receiver.send_metadata(d_idx, aux, [], decode_prefix_len=0)
-            snds = dep.senders(0, room)
-            dep.prefill(0, snds, room, 1, p_idx, aux)
-            d, p = transfer(dep, drs, snds, room, aux)
-            assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0, (g, d, p)
-            for x in [dr.kv_receiver for dr in drs] + snds:
-                x.clear()
+            group_request(dep, g, room, d_idx, p_idx, aux)
         dep.use(0, 0)
         assert dep.corrupt(961, 1, d_idx) == 0, "group 0's pages changed by group 1's request"
         Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
@@ -800,6 +811,43 @@ def scenario_dp_attention():
         dep.close()
 
 
+def scenario_dp_replicas():
+    """dp-size 2 without DP attention on both sides (replicas of prefill TP2
+    and of decode TP1, follow_bootstrap_room): SGLang's own
+    _resolve_prefill_dp_rank picks room % 2 from the prefill_info_table
+    kvfence filled, each decode replica's DecodePreallocQueue runs the
+    handshake; each request lands in its decode replica's pool only,
+    written by its prefill replica's ranks."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2,), decode_tp=1, prefill_dp=2, decode_dp=2,
+                     on_demand=True, replicas=True)
+    try:
+        d_idx, p_idx, aux = [5, 9], [1, 8], 4
+        for g, room in ((0, 971), (1, 972)):
+            group_request(dep, g, room, d_idx, p_idx, aux, dp=room % 2)
+        dep.use(0, 0)
+        assert dep.corrupt(971, 1, d_idx) == 0, "replica 0's pages changed by replica 1's request"
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("dp-size 2 without DP attention (prefill 2 x TP2 -> decode 2 x TP1) via SGLang's "
+              "_resolve_prefill_dp_rank and handshake: Success, 0 corrupt heads, each replica's pool only")
+    finally:
+        dep.close()
+
+
+def scenario_prefill_cp():
+    """Prefill attn-cp-size 2 (TP2 per CP rank) -> decode TP1: SGLang's
+    handshake resolves the instance; senders on all four prefill ranks,
+    MIN-reduced by SGLang's poll_and_all_reduce; CP rank 0 writes, the
+    dummies' other bytes never land."""
+    dep = Deployment(kv.KVFenceBackendProvider(), prefill_tp=(2,), decode_tp=1, cp=2, on_demand=True)
+    try:
+        group_request(dep, 0, 981, [5, 9], [1, 8], 4)
+        Deployment.until(lambda: dep.held() == 0 and dep.slots_in_use() == 0, "holds released")
+        print("prefill CP 2 x TP2 -> decode TP1 via SGLang's handshake and poll_and_all_reduce over every CP rank: "
+              "Success, 0 corrupt heads (CP rank 0 writes)")
+    finally:
+        dep.close()
+
+
 from kvfence import staging  # noqa: E402
 
 live = staging.handles_live()
@@ -813,5 +861,7 @@ scenario_dp_attention()
 scenario_prealloc_abort_and_rebootstrap()
 scenario_pipeline_parallel()
 scenario_decode_dp_attention()
+scenario_dp_replicas()
+scenario_prefill_cp()
 assert staging.handles_live() == live, "handles leaked: %d" % (staging.handles_live() - live)
 print("OK")

@@ -38,6 +38,7 @@ class Engine:
 
     layer0 = 0  # the first layer's buffer index in the whole model (PP stage s holds its own layers)
     pp = 0  # its PP stage
+    cp = 0  # its prefill CP rank
 
     def kv_args(self, cls, rank, dp=0):
         """SGLang's KVArgs: rank is the engine_rank (prefill: global TP
@@ -106,7 +107,7 @@ def _min(states):
 class Deployment:
     def __init__(self, provider, prefill_tp=(2,), decode_tp=1, mla=False, aux_items=(16, 8), extra=None,
                  decode_extra=None, decode_instances=1, on_demand=False, engine=None, prefill_dp=1,
-                 balance="follow_bootstrap_room", decode_dp=1, pp=1):
+                 balance="follow_bootstrap_room", decode_dp=1, pp=1, replicas=False, cp=1):
         """on_demand: prefill gets no decode_addrs (M:N, links on demand);
         decode_instances > 1 needs it. self.dec/self.d_eng are the decode
         instance requests use (self.use(i) picks another). engine: an
@@ -117,9 +118,17 @@ class Deployment:
         decode instance, decode_dp groups of decode_tp ranks (needs
         on_demand); self.use(i, g) picks group g. pp: pipeline stages on
         both sides (needs on_demand), each stage's engines holding their
-        own layers (Engine.layer0); self.use(i, g, stage) picks a stage."""
+        own layers (Engine.layer0); self.use(i, g, stage) picks a stage.
+        replicas: prefill_dp / decode_dp are SGLang's dp-size without DP
+        attention instead (replicas, each a whole TP group: engine_rank
+        the TP rank, system_dp_rank the replica, tp_size one replica's).
+        cp: SGLang's attn-cp-size on every prefill instance: each group's
+        ranks are CP ranks of prefill_tp ranks; every CP rank holds the
+        request's KV, but CP ranks other than 0 hold it as another
+        generation's bytes, so a write from one of them shows as corrupt."""
         self.Eng = engine or Engine
         self.mla, self.dtp, self.pdp, self.ddp, self.pp = mla, decode_tp, prefill_dp, decode_dp, pp
+        self.replicas, self.cp = replicas, cp
         self.kvargs, self.manager = provider.get_kv_class("kvargs"), provider.get_kv_class("manager")
         self.Sender, self.Receiver = provider.get_kv_class("sender"), provider.get_kv_class("receiver")
         base = dict(slots=64, source_pages=64, log_level="error", decode=dict(lease_ms=5000, max_hold_ms=10000),
@@ -145,7 +154,8 @@ class Deployment:
         dtp, ddp, pp = self.dtp, self.ddp, self.pp
         heads = 1 if self.mla else HEADS // dtp
         sa = None if ddp == 1 and pp == 1 else types.SimpleNamespace(
-            enable_dp_attention=ddp > 1, dp_size=ddp, tp_size=dtp * ddp, pp_size=pp)
+            enable_dp_attention=ddp > 1 and not self.replicas, dp_size=ddp,
+            tp_size=dtp if self.replicas else dtp * ddp, pp_size=pp)
         os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(cfg, decode_addrs=["127.0.0.1:0"] * dtp * ddp * pp))
         engs, mgrs = [], []
         for d in range(dtp * ddp * pp):
@@ -163,17 +173,23 @@ class Deployment:
         boot = KVFenceBootstrapServer("127.0.0.1", 0)
         addr = "127.0.0.1:%d" % boot.port
         os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(cfg, bootstrap_addr=addr))
-        heads, n = 1 if self.mla else HEADS // ptp, ptp * self.pdp
-        sa = None if self.pdp == 1 and self.pp == 1 else types.SimpleNamespace(
-            enable_dp_attention=self.pdp > 1, dp_size=self.pdp, tp_size=n, host="127.0.0.1", pp_size=self.pp,
+        cp = self.cp
+        heads, n = 1 if self.mla else HEADS // ptp, ptp * cp * self.pdp
+        sa = None if self.pdp == 1 and self.pp == 1 and cp == 1 else types.SimpleNamespace(
+            enable_dp_attention=self.pdp > 1 and not self.replicas, dp_size=self.pdp, attn_cp_size=cp,
+            tp_size=ptp * cp if self.replicas else n, host="127.0.0.1", pp_size=self.pp,
             disaggregation_bootstrap_port=boot.port, load_balance_method=balance)
         engs, mgrs = [], []
         for d in range(n * self.pp):
             stage, r = divmod(d, n)
-            eng = self.Eng(heads, 0 if self.mla else (r % ptp) * heads, aux_items)
-            eng.layer0, eng.pp = stage * 2 * LAYERS, stage
+            group, within = divmod(r, ptp * cp)  # SGLang's rank layout: (DP group, CP rank, TP rank)
+            eng = self.Eng(heads, 0 if self.mla else (within % ptp) * heads, aux_items)
+            eng.layer0, eng.pp, eng.cp = stage * 2 * LAYERS, stage, within // ptp
             engs.append(eng)
-            mgrs.append(self.manager(eng.kv_args(self.kvargs, r, r // ptp), "prefill", sa, self.mla))
+            # SGLang's prefill: engine_rank the global TP rank under DP
+            # attention, the replica's own TP rank for DP replicas
+            rank = within if self.replicas else r
+            mgrs.append(self.manager(eng.kv_args(self.kvargs, rank, group), "prefill", sa, self.mla))
         for m in mgrs:
             m.register_to_bootstrap()
         return dict(boot=boot, addr=addr, engs=engs, mgrs=mgrs, tp=ptp)
@@ -199,8 +215,9 @@ class Deployment:
     def group(self, inst, dp):
         """(engines, managers) of prefill instance inst's DP group dp."""
         i = self.instances[inst]
-        lo = (self.stage * self.pdp + dp) * i["tp"]
-        return i["engs"][lo:lo + i["tp"]], i["mgrs"][lo:lo + i["tp"]]
+        n = i["tp"] * self.cp  # with CP, the group's CP ranks too (senders on each, as SGLang)
+        lo = (self.stage * self.pdp + dp) * n
+        return i["engs"][lo:lo + n], i["mgrs"][lo:lo + n]
 
     def receivers(self, inst, room, dp=0):
         """DecodePreallocQueue.add + init(prefill_dp_rank) +
@@ -257,14 +274,14 @@ class Deployment:
             s.init(len(p_idx), aux_index)
         engs = self.group(inst, dp)[0]
         for e in engs:
-            e.fill(room, gen, p_idx, self.mla)
+            e.fill(room, gen + 1000 * e.cp, p_idx, self.mla)
         step = max(1, -(-len(p_idx) // chunks))
         for lo in range(0, len(p_idx), step):
             hi = min(lo + step, len(p_idx))
             last = hi == len(p_idx)
             for e, s in zip(engs, snds):
                 if last:
-                    e.set_aux(aux_index, room, salt)
+                    e.set_aux(aux_index, room, salt + 1000 * e.cp)
                 if not s.should_send_kv_chunk(hi - lo, last):
                     continue
                 if position is None:

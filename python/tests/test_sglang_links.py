@@ -221,3 +221,95 @@ def test_idle_link_holding_the_next_assign_stays_open():
         finish(rvs, snds)
     finally:
         dep.close()
+
+
+def _close_race(unsafe):
+    """Decode picks the idle link for the next request at the worst moment:
+    the sweeper found the agent closable (the handshake agreed, or in the
+    known-unsafe variant it held no stream) and is about to close it. The
+    hook runs decode's send_metadata there. Returns (exposed in the hook,
+    decode's state, prefill's state, why)."""
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1, on_demand=True, extra=dict(idle_close_s=30))
+    try:
+        deliver(dep, 501, [1, 2], [3, 4], 1, 0)
+        links_ = dep.instances[0]["mgrs"][0].links
+        links_.handshake = not unsafe
+        rvs = dep.receivers(0, 502)
+        seen = []
+
+        def hook(where, key):
+            if seen:
+                return
+            for rv in rvs:
+                rv.send_metadata([5, 6], 2, None, decode_prefix_len=0)
+            seen.append(all(rv.exposed for rv in rvs))
+        links_._interleave = hook
+        links_.idle_close_s = 0.05
+        links_.sweep()
+        dep.until(lambda: seen and links_.closed_idle == 1, "the idle agent closed after the hook")
+        snds = [dep.Sender(m, dep.instances[0]["addr"], 502, [r], 0) for r, m in enumerate(dep.instances[0]["mgrs"])]
+        links_.idle_close_s = 30  # the next link stays while the request runs
+        dep.until(lambda: min(s.poll() for s in snds) != 1, "prefill bootstrap", 60)
+        dep.prefill(0, snds, 502, 1, [3, 4], 2)
+        # decode fails when its lease (5 s) lapses; prefill's sender may wait
+        # for an Assign that never comes, so decode's end is what is judged
+        dep.until(lambda: dep.decode_state(rvs, 2, 502) in (0, 4), "decode's end", 60,
+                  show=lambda: dep.describe(snds, rvs))
+        d = dep.decode_state(rvs, 2, 502)
+        if d == 4:
+            d, p = dep.run(rvs, snds, 2, 502)
+            assert dep.corrupt(502, 1, [5, 6]) == 0
+        else:
+            p = min(s.poll() for s in snds)
+        out = seen[0], d, p, why(rvs + snds)
+        for x in rvs + snds:
+            x.abort() if x.conclude_state is None else None
+        finish(rvs, snds)
+        return out
+    finally:
+        dep.close()
+
+
+def test_idle_close_is_a_handshake_no_assign_is_lost():
+    """The sweeper closes the agent right after decode picked the link: with
+    the handshake decode had already agreed not to expose requests to the
+    closing link, so the request waits for the next link and completes."""
+    exposed, d, p, _ = _close_race(unsafe=False)
+    assert not exposed, "decode exposed a request to a link its rank agreed to close"
+    assert (d, p) == (4, 4)
+
+
+def test_idle_close_without_handshake_loses_the_assign():
+    """Known-unsafe variant: close once no stream is held, without asking
+    decode. The request decode exposed between the check and the close
+    loses its Assign and fails (the flake of
+    test_router_pairs_any_decode_with_any_prefill)."""
+    exposed, d, _, reasons = _close_race(unsafe=True)
+    assert exposed, "the interleaving did not happen: decode never used the link"
+    assert d == 0, "the lost Assign went unnoticed: %s" % reasons
+
+
+def test_idle_close_keeps_a_link_that_got_an_assign_first():
+    """The Assign reaches the agent before the handshake: decode's answer
+    follows it on the link, the agent holds a stream, so it stays open
+    (resumed) and the request runs over it."""
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1, on_demand=True, extra=dict(idle_close_s=30))
+    try:
+        deliver(dep, 601, [1, 2], [3, 4], 1, 0)
+        links_ = dep.instances[0]["mgrs"][0].links
+        rvs = dep.receivers(0, 602)
+        for rv in rvs:
+            rv.send_metadata([5, 6], 2, None, decode_prefix_len=0)
+        assert all(rv.exposed for rv in rvs)
+        agent = next(iter(links_.agents.values()))[0]
+        dep.until(lambda: agent.stats()["Streams"] > 0, "the Assign at the idle agent")
+        assert not agent.quiesce(5.0), "an agent holding an Assign agreed to close"
+        for rv in rvs:  # decode was told to carry on: nothing refused
+            assert rv.poll() in (2, 3)
+        snds = dep.senders(0, 602)
+        dep.prefill(0, snds, 602, 1, [3, 4], 2)
+        assert dep.run(rvs, snds, 2, 602) == (4, 4), why(rvs + snds)
+        assert links_.closed_idle == 0
+        finish(rvs, snds)
+    finally:
+        dep.close()

@@ -342,6 +342,119 @@ def test_decode_dp_attention_groups(ptp, dtp, pdp):
         dep.close()
 
 
+@pytest.mark.parametrize("ptp,dtp,pdp,ddp,on_demand", [(1, 1, 2, 1, False), (2, 1, 2, 1, False),
+                                                      (1, 2, 1, 2, True), (2, 2, 2, 2, True)])
+def test_dp_replicas_without_dp_attention(ptp, dtp, pdp, ddp, on_demand):
+    """dp-size > 1 without DP attention: SGLang runs dp-size replicas, each
+    a whole TP group (engine_rank its own TP rank, so replicas repeat TP
+    ranks; system_dp_rank tells them apart) with its own KV pool. Each
+    replica's ranks get their own kvfence rank ids (prefill) and address
+    and pool (decode); the bootstrap server sees SGLang's system_dp_*
+    registration. Requests alternate replicas on both sides at the same
+    page indices: every head in place, written by the right replica's
+    writers only, the other decode replica's pages untouched."""
+    from kvfence import sglang_bootstrap
+    dep = Deployment(P, prefill_tp=(ptp,), decode_tp=dtp, prefill_dp=pdp, decode_dp=ddp, on_demand=on_demand,
+                     replicas=True, extra=dict(idle_close_s=0.5))
+    try:
+        base = staging.handles_live() + sum(m.agent is None for _, ms in dep.decodes for m in ms)
+        ids = [m.kv_rank for m in dep.instances[0]["mgrs"]]
+        assert len(set(ids)) == ptp * pdp, "replicas share kvfence rank ids: %s" % ids
+        st, info = sglang_bootstrap.request("GET", "http://%s/route?prefill_dp_rank=-1&prefill_cp_rank=-1"
+                                            "&target_tp_rank=-1&target_pp_rank=-1" % dep.instances[0]["addr"])
+        assert st == 200 and (info["dp_size"], info["attn_tp_size"]) == (pdp, ptp), info
+        d_idx, last = [3, 8], {}
+        for g, room in ((0, 70), (ddp - 1, 71), (0, 72), (ddp - 1, 73)):
+            dep.use(0, g)
+            rvs, snds, d, p = dep.request(room, 2, d_idx, [5, 1], aux_index=room % 8, dp=room % pdp)
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, d_idx) == 0
+            group = {m.kv_rank for m in dep.group(0, room % pdp)[1]}
+            assert set().union(*(rv.ranks for rv in rvs)) == group
+            finish(rvs, snds)
+            last[g] = room
+            for h, r in last.items():
+                dep.use(0, h)
+                assert dep.corrupt(r, 1, d_idx) == 0, "replica %d's pages changed by a request of replica %d" % (h, g)
+        assert [m.listen for m in dep.decodes[0][1]] == list(range(ddp * dtp))
+        if pdp > 1:  # a request on the replica its room does not follow fails at once, as SGLang's senders
+            wrong = [dep.Sender(m, dep.instances[0]["addr"], 74, [r], 0) for r, m in enumerate(dep.group(0, 1)[1])]
+            for s in wrong:
+                assert s.poll() == 0
+                with pytest.raises(errors.FailedPrecondition, match="follow_bootstrap_room"):
+                    s.failure_exception()
+            finish([], wrong)
+        if on_demand:
+            dep.until(lambda: not any(m.links.count() for m in dep.instances[0]["mgrs"]), "idle links closed", 60)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+@pytest.mark.parametrize("replicas", [False, True])
+def test_poll_before_init_waits_for_the_dp_rank(replicas):
+    """SGLang main's _update_handshake_waiters polls every receiver in the
+    prealloc queue, also those whose prefill DP group it has not resolved
+    yet (init(prefill_dp_rank) not called). Against a DP prefill instance
+    such a poll stays Bootstrapping; it used to fail the request ("gave no
+    prefill_dp_rank") once the instance's layout had arrived."""
+    dep = Deployment(P, prefill_tp=(1,), decode_tp=1, prefill_dp=2, replicas=replicas)
+    try:
+        base = staging.handles_live()
+        addr = dep.instances[0]["addr"]
+        rv = dep.Receiver(dep.dec[0], addr, 81)
+        dep.until(lambda: rv.poll() is not None and addr in dep.dec[0].prefill_info_table, "layout fetched")
+        for _ in range(3):
+            assert rv.poll() == 1, rv.error
+        rv.init(1)
+        dep.until(lambda: rv.poll() == 2, "resolved after init(prefill_dp_rank)")
+        assert set(rv.ranks) == {m.kv_rank for m in dep.group(0, 1)[1]}
+        rv.send_metadata([2, 6], 3, None, decode_prefix_len=0)
+        snds = dep.senders(0, 81, dp=1)
+        dep.prefill(0, snds, 81, 1, [7, 9], 3, dp=1)
+        assert dep.run([rv], snds, 3, 81) == (4, 4) and dep.corrupt(81, 1, [2, 6]) == 0
+        finish([rv], snds)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
+@pytest.mark.parametrize("ptp,dtp,cp,pdp,on_demand", [(1, 1, 2, 1, False), (2, 1, 2, 1, True),
+                                                     (1, 2, 4, 1, True), (2, 2, 2, 2, True)])
+def test_prefill_context_parallelism(ptp, dtp, cp, pdp, on_demand):
+    """Prefill with attn-cp-size > 1 (optionally under DP attention): every
+    CP rank holds the request's KV (SGLang all-gathers it), CP rank 0 of
+    the group sends it and the others are dummies (no agent, no link;
+    WaitingForInput, then Success after their last chunk), as SGLang's
+    backends by default. The dummies hold other bytes: a write from one
+    would show as corrupt heads."""
+    from kvfence import sglang_bootstrap
+    dep = Deployment(P, prefill_tp=(ptp,), decode_tp=dtp, cp=cp, prefill_dp=pdp, on_demand=on_demand,
+                     extra=dict(idle_close_s=0.5))
+    try:
+        base = staging.handles_live() + sum(m.agent is None for m in dep.dec)
+        st, info = sglang_bootstrap.request("GET", "http://%s/route?prefill_dp_rank=-1&prefill_cp_rank=-1"
+                                            "&target_tp_rank=-1&target_pp_rank=-1" % dep.instances[0]["addr"])
+        assert st == 200 and (info["attn_cp_size"], info["attn_tp_size"], info["dp_size"]) == (cp, ptp, pdp), info
+        for room in (90, 91):
+            dp = room % pdp
+            rvs, snds, d, p = dep.request(room, 2, [3, 8], [5, 1], aux_index=room % 8, dp=dp)
+            assert (d, p) == (4, 4) and dep.corrupt(room, 1, [3, 8]) == 0
+            mgrs = dep.group(0, dp)[1]
+            assert len(snds) == ptp * cp and set().union(*(rv.ranks for rv in rvs)) == \
+                {m.kv_rank for m in mgrs if not m.is_dummy_cp_rank}
+            assert sum(m.is_dummy_cp_rank for m in mgrs) == ptp * (cp - 1)
+            assert all(not s.snds for s, m in zip(snds, mgrs) if m.is_dummy_cp_rank), "a dummy CP rank sends"
+            for e in dep.d_eng:
+                assert e.aux_row(room % 8) == dep.group(0, dp)[0][0].aux_row(room % 8)
+            finish(rvs, snds)
+        if on_demand:
+            dep.until(lambda: not any(m.links.count() for m in dep.instances[0]["mgrs"] if m.links is not None),
+                      "idle links closed", 60)
+        settle(dep, base)
+    finally:
+        dep.close()
+
+
 def test_decode_dp_attention_refuses_static_pairing():
     """A prefill paired statically (decode_addrs: one group's ranks) would
     write every request to that group: a DP decode fails the requests
@@ -433,8 +546,7 @@ def test_start_up_refusals():
     from kvfence.sglang import refuse_unsupported
     a = types.SimpleNamespace(state_types=[])
     for sa, word in ((types.SimpleNamespace(enable_dp_attention=True), "DP attention"),
-                     (types.SimpleNamespace(dp_size=2), "dp-size"),
-                     (types.SimpleNamespace(attn_cp_size=2), "context parallelism")):
+                     (types.SimpleNamespace(attn_cp_size=2), "context parallelism on decode")):
         with pytest.raises(errors.Unimplemented, match=word):
             refuse_unsupported(sa, a)
     with pytest.raises(errors.Unimplemented, match="state"):
@@ -447,6 +559,17 @@ def test_start_up_refusals():
     dpa = types.SimpleNamespace(enable_dp_attention=True, dp_size=2, tp_size=4)
     refuse_unsupported(dpa, a, "prefill")  # carried on both sides
     refuse_unsupported(dpa, a, "decode")
+    refuse_unsupported(types.SimpleNamespace(dp_size=2, tp_size=2), a, "prefill")  # DP replicas: carried
+    cp = types.SimpleNamespace(attn_cp_size=2, tp_size=2)
+    refuse_unsupported(cp, a, "prefill")  # CP rank 0 sends: carried
+    with pytest.raises(errors.Unimplemented, match="context parallelism on decode"):
+        refuse_unsupported(cp, a, "decode")
+    os.environ["SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER"] = "true"
+    try:
+        with pytest.raises(errors.Unimplemented, match="ALL_CP_RANKS_TRANSFER"):
+            refuse_unsupported(cp, a, "prefill")
+    finally:
+        del os.environ["SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER"]
     with pytest.raises(errors.Unimplemented, match="tp-size 3 over dp-size 2"):
         refuse_unsupported(types.SimpleNamespace(enable_dp_attention=True, dp_size=2, tp_size=3), a, "prefill")
 
