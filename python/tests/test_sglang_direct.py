@@ -36,7 +36,7 @@ if not CHILD:
         fakecuda.run_child(__file__, 1200)
 else:
     from kvfence import errors, staging
-    from kvfence.sglang import KVFenceBackendProvider, KVFenceKVManager
+    from kvfence.sglang import KVFenceBackendProvider, KVFenceKVManager, KVFenceKVReceiver
     import sglang_topo
 
     P = KVFenceBackendProvider()
@@ -327,9 +327,15 @@ else:
         finally:
             dep.close()
 
-    def test_control_pages_released_to_sglang_at_abort_are_caught(monkeypatch):
-        """The known-unsafe variant: the manager says safe at once."""
-        monkeypatch.setattr(KVFenceKVManager, "is_abort_release_safe", lambda self, room, required_acks=None: True)
+    @pytest.mark.parametrize("variant", ["safe_at_once", "not_notified"])
+    def test_control_pages_released_to_sglang_at_abort_are_caught(monkeypatch, variant):
+        """The known-unsafe variants of pages released to SGLang at abort:
+        the manager says safe at once, or the receiver does not ask SGLang
+        to hold (abort_notified false: SGLang frees at once)."""
+        if variant == "safe_at_once":
+            monkeypatch.setattr(KVFenceKVManager, "is_abort_release_safe", lambda self, room, required_acks=None: True)
+        else:
+            monkeypatch.setattr(KVFenceKVReceiver, "abort_notified", False)
         dep = DirectDeployment(1, 1)
         try:
             clobbered, late = _late_write_run(dep)
