@@ -167,15 +167,17 @@ else:
         dep.free += pages  # the request ran and finished: SGLang frees its pages
         return pages
 
-    @pytest.mark.parametrize("ptp,dtp", [(1, 1), (2, 2), (1, 2)])
-    def test_direct_pages_land_in_sglangs_buffers(ptp, dtp):
-        """Decode TP 1 and 2: every head of every page where SGLang said,
-        read back through the driver; nothing lent at the end."""
-        dep = DirectDeployment(ptp, dtp)
+    @pytest.mark.parametrize("ptp,dtp,on_demand", [(1, 1, False), (2, 2, False), (1, 2, False), (2, 2, True)])
+    def test_direct_pages_land_in_sglangs_buffers(ptp, dtp, on_demand):
+        """Decode TP 1 and 2 (static pairing, and M:N where decode sizes
+        itself from the prefill instance): every head of every page where
+        SGLang said, read back through the driver; nothing lent at the end."""
+        dep = DirectDeployment(ptp, dtp, on_demand=on_demand)
         try:
-            base = staging.handles_live()
             assert all(m.direct for m in dep.dec)
-            for i in range(6):
+            _good_request(dep, 700)  # M:N: decode's agents are made for the first request
+            base = staging.handles_live()
+            for i in range(1, 6):
                 _good_request(dep, 700 + i, n=1 + i % 3)
             dep.settle(base)
         finally:
@@ -359,6 +361,22 @@ else:
         finally:
             os.environ.pop("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE", None)
             os.environ.pop("KVFENCE_SGLANG_CONFIG", None)  # the refused deployment's
+
+    def test_mn_decode_refuses_an_instance_it_cannot_take_direct():
+        """M:N: decode sizes itself from the first prefill instance; two
+        prefill ranks per decode rank at page_size 2 fail that instance's
+        requests Unimplemented (the engine keeps running)."""
+        dep = DirectDeployment(2, 1, on_demand=True)
+        try:
+            rv = dep.Receiver(dep.dec[0], dep.instances[0]["addr"], 830)
+            rv.init(0)
+            dep.until(lambda: rv.poll() == 0, "the request fails")
+            with pytest.raises(errors.Unimplemented, match="page_size 1"):
+                rv.failure_exception()
+            assert not rv.abort_notified
+            rv.clear()
+        finally:
+            dep.close()
 
     def _manager_with_aux(eng):
         import json
