@@ -31,7 +31,8 @@ bindings-py: bindings bindings-deps
 	PYTHONPATH=python $(PYTHON) -c 'from kvfence.sglang import KVFenceBackendProvider'
 	PYTHONPATH=python $(PYTHON) -c 'from kvfence.vllm import KVFenceConnector'
 	PYTHONPATH=python KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
-	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider --ignore=python/tests/test_sglang_gpu.py --ignore=python/tests/test_vllm_gpu.py python/tests
+	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider --ignore=python/tests/test_sglang_gpu.py --ignore=python/tests/test_sglang_direct.py \
+	  --ignore=python/tests/test_vllm_gpu.py python/tests
 	@echo "(boundary cost: make bindings-bench)"
 
 TEST_STEPS += bindings-c bindings-py

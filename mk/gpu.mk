@@ -12,8 +12,11 @@
 #                   with every KV buffer in fake GPU memory
 #                   (python/tests/test_sglang_gpu.py) and the vLLM connector
 #                   scenarios with every cache layer in fake GPU memory
-#                   (python/tests/test_vllm_gpu.py); bindings-py leaves both
-#                   to this step. ~4 min
+#                   (python/tests/test_vllm_gpu.py), and SGLang's decode in
+#                   direct mode with its deferred release and the
+#                   released-at-abort control arm
+#                   (python/tests/test_sglang_direct.py); bindings-py leaves
+#                   them to this step. ~4 min
 #   make gpu-check  on a machine with an NVIDIA driver: page integrity with
 #                   aborts against the real driver, then staged copy bandwidth
 #                   as a ratio of cuMemcpy of the same bytes (goal >= 0.9),
@@ -44,7 +47,8 @@ gpu-fake: bindings bindings-deps
 	$(GO) test -count=1 ./gpumem/...
 	$(GO) test -count=1 ./cmd/libkvfence -run '^TestStaging'
 	PYTHONPATH=python KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
-	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider python/tests/test_sglang_gpu.py python/tests/test_vllm_gpu.py
+	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider python/tests/test_sglang_gpu.py python/tests/test_sglang_direct.py \
+	  python/tests/test_vllm_gpu.py
 	arms=$$($(GO) test -count=1 -tags kvfenceunsafe -v ./gpumem -run '^(TestLateWriteNeverReachesGPUPage|TestDirectHoldUntilReleased)$$' 2>&1 | grep -E 'control arm caught'); \
 	  printf '%s\n' "$$arms"; [ "$$(printf '%s\n' "$$arms" | grep -c .)" = 3 ] || \
 	  { echo "gpu-fake: a control arm was not caught (copy before success; direct mode's pages free at abort, one buffer and one per layer)"; exit 1; }
@@ -53,6 +57,6 @@ gpu-fake: bindings bindings-deps
 	out=$$(KVFENCE_CUDA_LIB=/nonexistent/libcuda.so.1 $(MAKE) --no-print-directory -s gpu-check); \
 	  [ "$$(printf '%s\n' "$$out" | wc -l)" = 1 ] && printf '%s\n' "$$out" | grep -q '^gpu-check: skipped' || \
 	  { echo "gpu-fake: gpu-check without a driver printed: $$out"; exit 1; }
-	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes, the vLLM connector), and direct mode end to end over TCP plugin processes (gpumem: one buffer, and one per layer); every control arm caught; gpu-check skips cleanly without a driver"
+	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes, the vLLM connector), and direct mode end to end over TCP plugin processes (gpumem: one buffer, and one per layer; SGLang's decode); every control arm caught; gpu-check skips cleanly without a driver"
 
 LONG_STEPS += gpu-fake

@@ -16,7 +16,10 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
   into the engine's pages and reports Success once it is done. No transport
   ever writes engine memory, so SGLang may free its own pages at once after
   an abort; kvfence holds its slots until every prefill rank's writes are
-  proven stopped (drained, fenced or timeout).
+  proven stopped (drained, fenced or timeout). Direct mode (decode's
+  gpu_mode "direct", kvfence.sglang_direct) instead lands the KV in
+  SGLang's pages and holds them through SGLang's deferred decode-KV
+  release (abort_notified, is_abort_release_safe).
 - Nothing raises into SGLang's scheduler: send(), poll(), init() and
   send_metadata() record a failure instead (conclude_state = KVPoll.Failed,
   failure_exception() raises the classified error). A full pool is
@@ -92,8 +95,10 @@ object of --disaggregation-transfer-backend-extra-config (the fork's flag):
                  state type, the same on both sides (default 1)
   plugin, plugin_env, tls_cert, tls_key, tls_ca, log_level, log_file,
   gpu_mode       the library's config fields both sides take (gpu_mode:
-                 "staged", the default, or "direct", refused at start-up
-                 until the agent places writes at engine page indices)
+                 "staged", the default, or "direct": decode's transport
+                 writes into SGLang's own KV pages, held through SGLang's
+                 deferred decode-KV release; what it refuses:
+                 kvfence.sglang_direct)
   decode, prefill  objects of further library config fields for that side
 """
 import ctypes
@@ -105,7 +110,8 @@ import threading
 import time
 import zlib
 
-from . import api, checks, errors, sglang_bootstrap, sglang_layout, sglang_links, sglang_state, staging
+from . import (api, checks, errors, sglang_bootstrap, sglang_direct, sglang_layout, sglang_links, sglang_state,
+               staging)
 
 try:  # SGLang's base classes when SGLang is there; plain ones otherwise.
     from sglang.srt.disaggregation.base.conn import (BaseKVBootstrapServer, BaseKVManager, BaseKVReceiver,
@@ -319,9 +325,12 @@ class KVFenceKVManager(BaseKVManager):
     rank's kvfence agents (one per decode rank it serves)."""
 
     # kvfence keeps aborted requests' memory held until every prefill rank's
-    # writes are proven stopped; SGLang's engine pages are never a transfer
-    # target, so they are free at once (see the module doc).
+    # writes are proven stopped. Staged: SGLang's engine pages are never a
+    # transfer target, so they are free at once (receivers say
+    # abort_notified False). Direct: the held memory is SGLang's pages, kept
+    # by SGLang's deferred release until is_abort_release_safe.
     supports_deferred_decode_kv_release = True
+    direct = False  # decode with gpu_mode "direct" (kvfence.sglang_direct)
 
     def __init__(self, args, disaggregation_mode, server_args, is_mla_backend=False):
         self.kv_args, self.mode, self.server_args = args, _mode(disaggregation_mode), server_args
@@ -413,6 +422,9 @@ class KVFenceKVManager(BaseKVManager):
         return self.pp_rank * self.dp_size + int(dp or 0)
 
     def _init_decode(self, cfg, passthrough):
+        self.direct = passthrough.get("gpu_mode") == "direct"
+        if self.direct:
+            sglang_direct.refuse_at_start(self.kv_args, self.aux_bytes, self.state_bytes)
         self._fetching, self._bad, self._bases = set(), {}, {}
         self.agents, self.agent = [], None
         self._sizing = (cfg, passthrough)
@@ -431,8 +443,12 @@ class KVFenceKVManager(BaseKVManager):
         self._size_extra()
         passthrough = dict(passthrough)
         passthrough.setdefault("control_addr", self.addrs[self.listen % len(self.addrs)])
+        slots = int(cfg.get("slots", 1024))
+        if self.direct:  # SGLang's pages are the slots: as many lent at once as SGLang has
+            passthrough.update(sglang_direct.config(self.kv_args, self.shards, self.is_mla_backend))
+            slots = int(cfg.get("slots", passthrough["direct_pages"]))
         # Sized lazily on a fetch thread: made on the lasting thread (sglang_links).
-        self.agent = sglang_links.on_lasting_thread(api.Decode, rank=self.rank, slots=int(cfg.get("slots", 1024)),
+        self.agent = sglang_links.on_lasting_thread(api.Decode, rank=self.rank, slots=slots,
                                                     shard_bytes=self.shard_bytes, shards=self.shards, **passthrough)
 
     def _init_prefill(self, cfg, passthrough):
@@ -1095,7 +1111,10 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         try:
             if self.rv is None:
                 self.rv = m.agent.receiver(self.room, self.gen)
-            self.rv.init(len(self.kv_indices) + m.extra_pages, self.ranks)
+            if m.direct:  # the KV lands in SGLang's pages kv_indices (no extra pages: sglang_direct)
+                staging.init_at(self.rv, self.kv_indices, self.ranks)
+            else:
+                self.rv.init(len(self.kv_indices) + m.extra_pages, self.ranks)
             self.exposed = True
         except errors.ResourceExhausted as exc:
             if time.monotonic() - self.metadata_at > m.pool_wait_s:
@@ -1126,9 +1145,11 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             except errors.KVFenceError:
                 pass
             self.scattering = False
-        if self.exposed:
-            self.rv.abandon()  # finished if handed off (also since the last poll), else aborted
         self.held = True
+        if not self.exposed:  # init refused (a page still lent, ...): nothing was lent, nothing to hold
+            self.rv.close()
+            return
+        self.rv.abandon()  # finished if handed off (also since the last poll), else aborted
         self.mgr.hold(self.room, self.rv)
 
     @_never_raises
@@ -1147,11 +1168,45 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         if self.scattering:
             return self._scatter_state()
         st = self.rv.poll()
+        if st == KVPoll.Success and self.mgr.direct:
+            return self._landed()
         if st == KVPoll.Success:
             return self._start_scatter()
         if st == KVPoll.Failed:
             return self._fail(self.rv.failure() or errors.Unavailable("kvfence: room %d failed" % self.room))
         return st
+
+    def _landed(self):
+        """Direct mode: the KV is in SGLang's pages already; finishing gives
+        kvfence's account of them back (SGLang owns them from here on)."""
+        self.rv.finish()
+        self.conclude_state = KVPoll.Success
+        return KVPoll.Success
+
+    # ---- SGLang's deferred decode-KV release (direct mode's hold) ----
+
+    @property
+    def abort_notified(self):
+        """What SGLang's transfer queue reads on a failed request: true
+        (hold its pages until the manager's is_abort_release_safe) when
+        kvfence's transport may have written SGLang's pages, i.e. a direct
+        request that was exposed. Staged requests never touch them."""
+        return bool(self.mgr.direct and self.exposed)
+
+    @property
+    def bootstrap_infos(self):
+        """One entry per prefill rank that may write (SGLang's required
+        acks); is_abort_release_safe answers for all of them at once."""
+        return [{"rank": r} for r in (self.ranks or [])] if self.exposed else []
+
+    def ensure_abort_notified(self, force_arm=False):
+        """Newest SGLang on a failure decode did not start: kvfence's hold
+        already began when the request failed; make sure it did."""
+        self.abort()
+
+    def retry_abort(self):
+        """Newest SGLang after its release timeout: the hold is kvfence's
+        and still bounded by drain, fence or max_hold; nothing to resend."""
 
     def _start_scatter(self):
         """Handed off: the aux row is read now (small), the pages are copied

@@ -27,6 +27,7 @@ _SIGNATURES = {
     "kvfence_sender_gather_wait": (_I, [_H, _I64, _E]),
     "kvfence_receiver_scatter": (_I, [_H, _H, _I32P, _I, _I, _I, _E]),
     "kvfence_receiver_scatter_done": (_I, [_H, _I64, _E]),
+    "kvfence_receiver_init_at": (_I, [_H, _I32P, _I, ctypes.POINTER(ctypes.c_uint32), _I, _E]),
     "kvfence_handles_live": (_I64, []),
 }
 _declared = False
@@ -115,6 +116,19 @@ def gather_wait(sender, timeout=0.0):
     """True once every queued gather ended well; False while one runs;
     raises the first failure's classified error."""
     return _call("kvfence_sender_gather_wait", sender._handle(), int(timeout * 1000)) == 0
+
+
+def init_at(receiver, kv_indices, ranks):
+    """Receiver.init_at without its per-page Python check: SGLang's page
+    indices (as_indices' int32 array) passed in place, as the gathers and
+    scatters take them (direct mode, kvfence.sglang_direct)."""
+    ptr, n, keep = _indices(kv_indices)
+    rs = (ctypes.c_uint32 * max(1, len(ranks)))(*[int(r) for r in ranks])
+    err = _lib.Error()
+    code = lib().kvfence_receiver_init_at(receiver._handle(), ptr, n, rs, len(ranks), ctypes.byref(err))
+    del keep
+    if code != 0:  # every code is an error here (UNKNOWN is 1: not _call's "not done yet")
+        raise errors.from_code(abs(code), err.message.decode("utf-8", "replace"))
 
 
 def scatter(receiver, layout, kv_indices, shards=1, mla=False):

@@ -59,6 +59,19 @@ for mine, theirs in pairs:
 assert ks.KVPoll is base.KVPoll
 print("base classes: kvfence's five classes subclass SGLang's and leave no abstract method")
 
+# Direct mode needs SGLang's deferred decode-KV release (kvfence.sglang_direct).
+from kvfence import errors as kerrors, sglang_direct  # noqa: E402
+if not hasattr(base.BaseKVManager, "supports_deferred_decode_kv_release"):
+    assert not sglang_direct.sglang_defers()
+    try:
+        sglang_direct.refuse_at_start(types.SimpleNamespace(kv_data_ptrs=[1 << 20]), 0, 0)
+        raise AssertionError("direct mode accepted by an SGLang without the deferred release")
+    except kerrors.Unimplemented as exc:
+        assert "deferred decode-KV release" in str(exc), exc
+    print("direct mode: refused at start-up (this SGLang has no deferred decode-KV release)")
+else:
+    print("direct mode: this SGLang declares the deferred decode-KV release")
+
 # One request in scheduler order through classes SGLang's ABCs now govern.
 sys.path.insert(0, HERE)
 from sglang_harness import Cluster, check_decode  # noqa: E402

@@ -1,0 +1,393 @@
+"""SGLang's decode in direct mode (gpu_mode "direct", kvfence.sglang_direct)
+on the fake CUDA driver: the TCP plugin process writes each request's KV
+straight into decode's KV buffers (fake device memory, exported as a
+dma-buf) at SGLang's page indices, no scatter; every head of every page
+is read back through the driver.
+
+The test plays SGLang's decode scheduler around kvfence's classes
+(sglang_topo's order, TP polls MIN-reduced) and its page allocator with
+the deferred decode-KV release: a failed request whose receiver says
+abort_notified keeps its pages until every TP rank's manager answers
+is_abort_release_safe(room, len(bootstrap_infos)); only then may another
+request (or a running request's next token) get them.
+
+The known-unsafe variant (the manager says safe at once: pages released
+to SGLang at abort) is caught by a late write: while kvfence still holds
+an aborted request's pages (the transport may still write them; the
+decode plugin process is stopped so the hold cannot end under the test),
+the test writes into them through the driver, as a late NIC write would,
+after the page's next owner wrote its own bytes there.
+
+Direct mode is refused at start-up where it cannot keep its promise:
+aux or state rows (no landing pages), an SGLang without the deferred
+release, several writers per page with page_size > 1."""
+import ctypes
+import os
+import signal
+
+import pytest
+
+import fakecuda
+
+CHILD = os.environ.get("KVFENCE_GPU_TEST_CHILD") == "1"
+
+if not CHILD:
+    def test_sglang_direct_mode_on_the_fake_driver():
+        fakecuda.run_child(__file__, 1200)
+else:
+    from kvfence import errors, staging
+    from kvfence.sglang import KVFenceBackendProvider, KVFenceKVManager, KVFenceKVReceiver, _released_or_closed
+    import sglang_topo
+
+    P = KVFenceBackendProvider()
+    CUDA = fakecuda.Cuda(os.environ["KVFENCE_CUDA_LIB"])
+    # 128 pages: every buffer's pages x page bytes a multiple of the host
+    # page (the dma-buf export's rule) at decode TP 1 and 2.
+    sglang_topo.PAGES = PAGES = 128
+
+    class DevEngine(sglang_topo.Engine):
+        """KV buffers in fake device memory (self.kv is the host image,
+        moved only through the driver); no aux rows (direct mode has no
+        landing pages for them)."""
+
+        def __init__(self, heads, first_head, aux_items):
+            super().__init__(heads, first_head, ())
+            self.dev = [CUDA.alloc(len(b)) for b in self.kv]
+            self.sync(up=True)
+
+        def sync(self, up):
+            for d, b in zip(self.dev, self.kv):
+                (CUDA.upload(d, b) if up else CUDA.download(b, d))
+
+        def kv_args(self, cls, rank, dp=0):
+            a = super().kv_args(cls, rank, dp)
+            a.kv_data_ptrs = list(self.dev)
+            return a
+
+        def fill(self, *a, **kw):
+            self.sync(up=False)
+            super().fill(*a, **kw)
+            self.sync(up=True)
+
+        def corrupt_heads(self, *a, **kw):
+            self.sync(up=False)
+            return super().corrupt_heads(*a, **kw)
+
+        def stamp(self, pages, byte):
+            """A page's next owner (another request, a running request's
+            tokens) writes its bytes there."""
+            for d in self.dev:
+                for p in pages:
+                    CUDA.upload(d + p * self.item, (ctypes.c_char * self.item)(*([byte] * self.item)))
+
+        def stamped(self, pages, byte):
+            """Pages of pages whose owner's bytes were overwritten."""
+            bad = set()
+            for d in self.dev:
+                for p in pages:
+                    got = (ctypes.c_char * self.item)()
+                    CUDA.download(got, d + p * self.item)
+                    if bytes(got) != bytes([byte]) * self.item:
+                        bad.add(p)
+            return sorted(bad)
+
+    def _children():
+        pids = set()
+        for t in os.listdir("/proc/self/task"):
+            try:
+                with open("/proc/self/task/%s/children" % t) as f:
+                    pids.update(int(x) for x in f.read().split())
+            except FileNotFoundError:  # a thread that just ended
+                pass
+        return pids
+
+    class DirectDeployment(sglang_topo.Deployment):
+        """sglang_topo's deployment with decode in direct mode; remembers
+        decode's plugin processes; no aux row, so no metadata gate."""
+
+        def __init__(self, prefill_tp=1, decode_tp=1, **kw):
+            extra = dict(gpu_mode="direct", decode=dict(lease_ms=5000, max_hold_ms=60000))
+            super().__init__(P, prefill_tp=(prefill_tp,), decode_tp=decode_tp, aux_items=(), extra=extra,
+                             engine=DevEngine, **kw)
+            self.free = list(range(1, PAGES))  # SGLang's allocator; page 0 is its padding page
+            self.deferred = []  # (room, receivers, pages): SGLang's deferred releases
+
+        def _decode_instance(self, cfg, aux_items):
+            before = _children()
+            out = super()._decode_instance(cfg, aux_items)
+            self.decode_plugins = sorted(_children() - before)
+            return out
+
+        def decode_state(self, rvs, aux_index, room):
+            return sglang_topo._min(rv.poll() for rv in rvs)
+
+        def alloc(self, n):
+            pages, self.free = self.free[:n], self.free[n:]
+            assert len(pages) == n, "SGLang's pool is empty: pages leaked"
+            return pages
+
+        def release(self, room, rvs, pages):
+            """pop_transferred on a failed request: deferred while a rank's
+            receiver says abort_notified, else freed at once."""
+            if any(rv.abort_notified for rv in rvs):
+                self.deferred.append((room, rvs, pages))
+            else:
+                self.free += pages
+            self.resolve()
+
+        def resolve(self):
+            """resolve_deferred_releases: a hold ends once every TP rank's
+            manager says its room is safe."""
+            keep = []
+            for room, rvs, pages in self.deferred:
+                if all(rv.mgr.is_abort_release_safe(room, len(rv.bootstrap_infos)) for rv in rvs):
+                    self.free += pages
+                else:
+                    keep.append((room, rvs, pages))
+            self.deferred = keep
+
+        def settle(self, handles, timeout=120):
+            self.until(lambda: (self.resolve(), not self.deferred)[1], "SGLang's deferred releases", timeout,
+                       show=self.describe)
+            self.until(lambda: not self.held() and not self.slots_in_use(), "holds released and pages back",
+                       timeout, show=self.describe)
+            assert sorted(self.free) == list(range(1, PAGES)), "SGLang pages lost"
+            assert staging.handles_live() == handles
+
+    def _finish(xs):
+        for x in xs:
+            x.clear()
+
+    def _good_request(dep, room, n=3):
+        pages = dep.alloc(n)
+        rvs, snds, d, p = dep.request(room, n, pages, [5, 6, 7][:n], aux_index=0)
+        assert (d, p) == (4, 4), (d, p)
+        assert dep.corrupt(room, 1, pages) == 0, "a head landed wrong in SGLang's pages"
+        _finish(rvs + snds)
+        dep.free += pages  # the request ran and finished: SGLang frees its pages
+        return pages
+
+    @pytest.mark.parametrize("ptp,dtp,on_demand", [(1, 1, False), (2, 2, False), (1, 2, False), (2, 2, True)])
+    def test_direct_pages_land_in_sglangs_buffers(ptp, dtp, on_demand):
+        """Decode TP 1 and 2 (static pairing, and M:N where decode sizes
+        itself from the prefill instance): every head of every page where
+        SGLang said, read back through the driver; nothing lent at the end."""
+        dep = DirectDeployment(ptp, dtp, on_demand=on_demand)
+        try:
+            assert all(m.direct for m in dep.dec)
+            _good_request(dep, 700)  # M:N: decode's agents are made for the first request
+            base = staging.handles_live()
+            for i in range(1, 6):
+                _good_request(dep, 700 + i, n=1 + i % 3)
+            dep.settle(base)
+        finally:
+            dep.close()
+
+    def _abort_at(dep, where, room):
+        """One request aborted at where (docs/sglang.md's abort points; at
+        "exposed" it is left exposed with one page sent, not aborted);
+        returns (receivers, senders, pages)."""
+        pages = dep.alloc(2)
+        rvs = [dep.Receiver(m, dep.instances[0]["addr"], room) for m in dep.dec]
+        snds = []
+        if where == "before_init":
+            for rv in rvs:
+                rv.abort()
+            return rvs, snds, pages
+        for rv in rvs:
+            rv.init(0)
+        dep.until(lambda: min(rv.poll() for rv in rvs) >= 2, "handshake")
+        if where == "prealloc":
+            for rv in rvs:
+                rv.abort()
+                rv.send_metadata(pages, 0, None, decode_prefix_len=0)  # never exposed
+            return rvs, snds, pages
+        for rv in rvs:
+            rv.send_metadata(pages, 0, None, decode_prefix_len=0)
+        snds = dep.senders(0, room)
+        if where == "after_metadata":
+            for rv in rvs:
+                rv.abort()
+        for s in snds:
+            s.init(2, 0)
+        if where in ("mid_transfer", "after_handoff", "exposed"):
+            for s, e in zip(snds, dep.instances[0]["engs"]):
+                e.fill(room, 1, [3, 4], False)
+                s.send([3], None)
+        if where == "exposed":  # its first page landed: the transport holds keys over the pages
+            dep.until(lambda: dep.corrupt(room, 1, pages[:1]) == 0, "the first page lands")
+        if where == "after_handoff":
+            for s in snds:
+                s.send([4], [])
+            dep.until(lambda: all(rv.rv.poll() == 4 for rv in rvs), "kvfence hands off")
+        if where in ("mid_transfer", "after_handoff"):
+            for rv in rvs:
+                rv.abort()
+        if where == "prefill_side":
+            for s in snds:
+                s.abort()
+            dep.until(lambda: min(rv.poll() for rv in rvs) == 0, "decode learns of prefill's abort")
+        return rvs, snds, pages
+
+    @pytest.mark.parametrize("dtp", [1, 2])
+    @pytest.mark.parametrize("where", ["before_init", "prealloc", "after_metadata", "mid_transfer", "after_handoff",
+                                       "prefill_side"])
+    def test_direct_abort_points_hold_sglangs_pages(where, dtp):
+        """Each abort point: the request fails; SGLang keeps its pages
+        (abort_notified) exactly when kvfence exposed them, until every
+        rank says safe; then the same pages carry a good request."""
+        dep = DirectDeployment(dtp, dtp)
+        try:
+            base = staging.handles_live()
+            rvs, snds, pages = _abort_at(dep, where, 800)
+            assert min(rv.poll() for rv in rvs) == 0
+            for rv in rvs:
+                with pytest.raises(errors.KVFenceError):
+                    rv.failure_exception()
+            exposed = where not in ("before_init", "prealloc")
+            assert [rv.abort_notified for rv in rvs] == [exposed] * dtp
+            assert all(len(rv.bootstrap_infos) == (1 if exposed else 0) for rv in rvs)
+            dep.release(800, rvs, pages)
+            for room, held_rvs, _ in dep.deferred:  # held by SGLang only while kvfence holds
+                assert not all(rv.mgr.is_abort_release_safe(room, 1) for rv in held_rvs)
+            _finish(rvs + snds)
+            dep.settle(base)
+            dep.free = pages + [p for p in dep.free if p not in pages]  # the next request gets them
+            assert _good_request(dep, 801, n=2) == pages
+            dep.settle(base)
+        finally:
+            dep.close()
+
+    def test_a_page_kvfence_still_holds_fails_the_request():
+        """An SGLang that handed out a page kvfence still holds (what the
+        deferred release prevents): the new request fails
+        FailedPrecondition and nothing is exposed over the page."""
+        dep = DirectDeployment(1, 1)
+        try:
+            base = staging.handles_live()
+            rvs, snds, pages = _abort_at(dep, "exposed", 820)
+            _stopped(dep.decode_plugins)  # the hold cannot end meanwhile
+            try:
+                for rv in rvs:
+                    rv.abort()
+                again = dep.receivers(0, 821)
+                again[0].send_metadata(pages, 0, None, decode_prefix_len=0)
+                dep.until(lambda: again[0].poll() == 0, "the request over a held page fails")
+                with pytest.raises(errors.FailedPrecondition, match="still lent"):
+                    again[0].failure_exception()
+                assert not again[0].abort_notified, "a request never exposed made SGLang hold its pages"
+            finally:
+                for pid in dep.decode_plugins:
+                    os.kill(pid, signal.SIGCONT)
+            dep.release(820, rvs, pages)
+            _finish(rvs + snds + again)
+            dep.settle(base)
+        finally:
+            dep.close()
+
+    def _stopped(pids):
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+
+    def _late_write_run(dep, rounds=4):
+        """Aborts exposed requests (one page sent) with decode's plugin
+        stopped, lets SGLang release and reuse what it may, and writes late
+        into every aborted page while kvfence still holds it. Returns (the
+        pages whose next owner's bytes were overwritten, how many rounds
+        wrote late): a round whose hold had ended already (kvfence then
+        proved no write can land) writes nothing."""
+        clobbered, late = [], 0
+        for k in range(rounds):
+            room = 900 + k
+            rvs, snds, pages = _abort_at(dep, "exposed", room)
+            _stopped(dep.decode_plugins)
+            try:
+                for rv in rvs:
+                    rv.abort()
+                dep.release(room, rvs, pages)
+                reused = [p for p in pages if p in dep.free]
+                for e in dep.d_eng:
+                    e.stamp(reused, 0x5A)  # the next owner
+                if not all(_released_or_closed(rv.rv) for rv in rvs if rv.rv is not None):
+                    late += 1
+                    for e in dep.d_eng:
+                        e.stamp(pages, 0xEE)  # the late write, while kvfence holds the pages
+                clobbered += [p for e in dep.d_eng for p in e.stamped(reused, 0x5A)]
+            finally:
+                for pid in dep.decode_plugins:
+                    os.kill(pid, signal.SIGCONT)
+            _finish(rvs + snds)
+        return clobbered, late
+
+    def test_late_write_never_reaches_a_page_sglang_reused():
+        dep = DirectDeployment(1, 1)
+        try:
+            base = staging.handles_live()
+            assert dep.decode_plugins, "decode's plugin process not found"
+            clobbered, late = _late_write_run(dep)
+            assert late, "no round wrote late: the test showed nothing"
+            assert clobbered == [], "a late write reached pages SGLang had given to another owner"
+            dep.settle(base)
+        finally:
+            dep.close()
+
+    @pytest.mark.parametrize("variant", ["safe_at_once", "not_notified"])
+    def test_control_pages_released_to_sglang_at_abort_are_caught(monkeypatch, variant):
+        """The known-unsafe variants of pages released to SGLang at abort:
+        the manager says safe at once, or the receiver does not ask SGLang
+        to hold (abort_notified false: SGLang frees at once)."""
+        if variant == "safe_at_once":
+            monkeypatch.setattr(KVFenceKVManager, "is_abort_release_safe", lambda self, room, required_acks=None: True)
+        else:
+            monkeypatch.setattr(KVFenceKVReceiver, "abort_notified", False)
+        dep = DirectDeployment(1, 1)
+        try:
+            clobbered, late = _late_write_run(dep)
+            assert clobbered, "control arm not caught: no late write reached a page SGLang had reused (%d late)" % late
+            print("control arm caught: %d reused pages overwritten by %d late writes" % (len(clobbered), late))
+        finally:
+            monkeypatch.undo()
+            dep.close()
+
+    def test_direct_refusals_at_start_up():
+        """Unimplemented, with the reason, before anything is opened."""
+        eng = DevEngine(4, 0, ())
+        with pytest.raises(errors.Unimplemented, match="aux row"):
+            _manager_with_aux(eng)
+        try:
+            with pytest.raises(errors.Unimplemented, match="page_size 1"):
+                DirectDeployment(2, 1)  # two writers per page, page_size 2: their heads are strided
+            os.environ["SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"] = "false"
+            with pytest.raises(errors.Unimplemented, match="deferred decode-KV release"):
+                DirectDeployment(1, 1)
+        finally:
+            os.environ.pop("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE", None)
+            os.environ.pop("KVFENCE_SGLANG_CONFIG", None)  # the refused deployment's
+
+    def test_mn_decode_refuses_an_instance_it_cannot_take_direct():
+        """M:N: decode sizes itself from the first prefill instance; two
+        prefill ranks per decode rank at page_size 2 fail that instance's
+        requests Unimplemented (the engine keeps running)."""
+        dep = DirectDeployment(2, 1, on_demand=True)
+        try:
+            rvs = [dep.Receiver(m, dep.instances[0]["addr"], 830) for m in dep.dec]
+            for rv in rvs:
+                rv.init(0)
+            dep.until(lambda: min(rv.poll() for rv in rvs) == 0, "the instance's request fails")
+            assert not any(rv.abort_notified for rv in rvs)  # nothing exposed: SGLang frees at once
+            with pytest.raises(errors.Unimplemented, match="page_size 1"):
+                rvs[0].failure_exception()
+            _finish(rvs)
+        finally:
+            dep.close()
+
+    def _manager_with_aux(eng):
+        import json
+        a = eng.kv_args(P.get_kv_class("kvargs"), 0)
+        aux = (ctypes.c_char * 64)()
+        a.aux_data_ptrs, a.aux_data_lens, a.aux_item_lens = [ctypes.addressof(aux)], [64], [8]
+        os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(gpu_mode="direct", prefill_tp=1))
+        try:
+            return P.get_kv_class("manager")(a, "decode", None, False)
+        finally:
+            del os.environ["KVFENCE_SGLANG_CONFIG"]
