@@ -49,7 +49,7 @@ func newBenchBoundaryCommand() *cobra.Command {
 	var o boundaryOptions
 	cmd := &cobra.Command{
 		Use:   "boundary",
-		Short: "plugin boundary cost: TCP sender out of process (rings with the default asynchronous Post, rings with synchronous Post, gRPC) vs in process (and its twin, the noise floor), 4 KiB/64 KiB/1 MiB, interleaved",
+		Short: "plugin boundary cost: TCP sender out of process (rings with the default asynchronous Post, the same on v1 rings with futex doorbells, rings with synchronous Post, gRPC) vs in process (and its twin, the noise floor), 4 KiB/64 KiB/1 MiB, interleaved",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBoundary(cmd.Context(), o)
@@ -64,12 +64,14 @@ func newBenchBoundaryCommand() *cobra.Command {
 	return cmd
 }
 
-// boundaryArms starts one in-process receiver and five senders: in
+// boundaryArms starts one in-process receiver and six senders: in
 // process, its twin (in process again: their difference is the noise
 // floor), this executable as a plugin on the rings as every host opens it
-// (asynchronous Post, the default), again with synchronous Post
-// (OpenOptions.SyncPost), and with the rings off (KVFENCE_RINGS=off while
-// it is opened: the gRPC data path).
+// (asynchronous Post, the default), again on the older rings with futex
+// doorbells (KVFENCE_RINGS=v1 while it is opened: the change of issue 21
+// against its own baseline, in the same run), with synchronous Post
+// (OpenOptions.SyncPost), and with the rings off (KVFENCE_RINGS=off: the
+// gRPC data path).
 func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 	var closers []func()
 	closeAll := func() {
@@ -88,9 +90,9 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 	if err != nil {
 		return nil, closeAll, err
 	}
-	open := func(dataPath sdk.DataPath, async bool) (sdk.Transport, int, error) {
-		if dataPath == sdk.DataPathGRPC {
-			os.Setenv("KVFENCE_RINGS", "off")
+	open := func(dataPath sdk.DataPath, async bool, rings string) (sdk.Transport, int, error) {
+		if rings != "" { // KVFENCE_RINGS while it is opened: off, or v1 (futex doorbells)
+			os.Setenv("KVFENCE_RINGS", rings)
 			defer os.Unsetenv("KVFENCE_RINGS")
 		}
 		p, err := sdk.Open(self, sdk.OpenOptions{Args: []string{"__plugin-tcp"}, SyncPost: !async})
@@ -114,9 +116,10 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 	}{
 		{"in_process", "", "in-process", newTCP},
 		{"in_process_twin", "noise_floor_", "in-process twin (noise floor)", newTCP},
-		{"out_of_process", "", "rings, async Post (default)", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, true) }},
-		{"sync_out_of_process", "sync_", "rings, sync Post", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, false) }},
-		{"grpc_out_of_process", "grpc_", "gRPC", func() (sdk.Transport, int, error) { return open(sdk.DataPathGRPC, false) }},
+		{"out_of_process", "", "rings, async Post (default)", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, true, "") }},
+		{"v1_out_of_process", "v1_", "rings v1 (futex bells), async", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, true, "v1") }},
+		{"sync_out_of_process", "sync_", "rings, sync Post", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, false, "") }},
+		{"grpc_out_of_process", "grpc_", "gRPC", func() (sdk.Transport, int, error) { return open(sdk.DataPathGRPC, false, "off") }},
 	} {
 		s, pid, err := a.start()
 		if err != nil {
