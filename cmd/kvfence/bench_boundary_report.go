@@ -110,8 +110,8 @@ func median(v []float64) float64 {
 // the noise floor; then the goals.
 func printBoundary(w io.Writer, arms []*boundaryArm, res map[string]any) {
 	load := res["load_average_1m"].([]float64)
-	fmt.Fprintf(w, "plugin boundary: TCP sender, one write per batch, %d in flight, %d interleaved reps, load average %.1f → %.1f (%d busy-loop processes added)\n",
-		res["window"], res["reps"], load[0], load[1], res["load_processes"])
+	fmt.Fprintf(w, "plugin boundary: TCP sender, one write per batch, %d in flight, %d interleaved reps, receiver %s, load average %.1f → %.1f (%d busy-loop processes added)\n",
+		res["window"], res["reps"], res["receiver"], load[0], load[1], res["load_processes"])
 	fmt.Fprintf(w, "%-4s %-30s %9s  %-28s %-22s %s\n", "size", "arm", "µs/batch", "added µs: median, 95% CI", "throughput vs in-proc", "switches/batch")
 	for _, size := range boundarySizes {
 		n := size.name
