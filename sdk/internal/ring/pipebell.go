@@ -80,7 +80,17 @@ func Pipe() (rd, wr *os.File, path string, err error) {
 }
 
 // OpenPipe opens a doorbell pipe the host offered (by its /proc path)
-// for reading and writing, non-blocking, so the runtime polls it.
+// for reading and writing, non-blocking, so the runtime polls it. A path
+// that is not a pipe is refused: a file that reads at once (a device, a
+// regular file) would turn every sleep into a busy loop.
 func OpenPipe(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		_ = f.Close()
+		return nil, fmt.Errorf("%s is not a pipe", path)
+	}
+	return f, nil
 }

@@ -148,3 +148,18 @@ func TestPipeBellNeverBlocksTheProducer(t *testing.T) {
 		t.Fatalf("%d wakes, want 100", prod.Wakes())
 	}
 }
+
+// Only a pipe is taken as a doorbell: a file that reads at once would
+// make every sleep a busy loop.
+func TestOpenPipeRefusesOtherFiles(t *testing.T) {
+	regular := t.TempDir() + "/file"
+	if err := os.WriteFile(regular, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/dev/zero", regular} {
+		if f, err := OpenPipe(path); err == nil {
+			_ = f.Close()
+			t.Errorf("%s was taken as a doorbell pipe", path)
+		}
+	}
+}
