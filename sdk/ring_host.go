@@ -47,11 +47,16 @@ func AsyncPostFromEnv(async bool) (bool, error) {
 // ringsAttachMethod is the negotiation: a plugin whose SDK knows the rings
 // serves it; an older one answers Unimplemented and the host keeps Post on
 // gRPC. It reuses the Endpoint message, so the protocol file is unchanged:
-// Transport names the data path, Address the memfd path to map, Opaque the
-// ring capacity (8 bytes, little endian).
+// Transport names the data path and its version, Address the memfd path
+// to map, Opaque the ring capacity (8 bytes, little endian) and, from v2
+// on, the doorbell pipes' paths after it (submissions', then
+// completions', separated by a newline). The host offers v2 first; a
+// plugin that knows only v1 refuses it as InvalidArgument (it checks the
+// transport name and the 8 bytes), and the host offers v1 again.
 const (
 	ringsAttachMethod = "/kvfence.transport.v1.Rings/Attach"
-	ringsDataPath     = "kvfence-rings/v1"
+	ringsDataPath     = "kvfence-rings/v1" // futex doorbells
+	ringsDataPathV2   = "kvfence-rings/v2" // pipe doorbells (ring/pipebell.go)
 )
 
 // DataPath names how Post and Completion cross the plugin boundary.
@@ -66,9 +71,10 @@ const (
 // consumes completions. A synchronous Post (OpenOptions.SyncPost) waits
 // for its plugin's verdict on a channel the consumer fills.
 type hostRings struct {
-	shm  *SharedMemory
-	sub  *ring.Ring // host produces
-	comp *ring.Ring // host consumes
+	shm   *SharedMemory
+	bells []*os.File // the doorbell pipes, both ends (v2; none with v1)
+	sub   *ring.Ring // host produces
+	comp  *ring.Ring // host consumes
 
 	mu      sync.Mutex // the submission ring's one producer
 	closed  bool
@@ -95,34 +101,81 @@ type hostRings struct {
 
 // attachRings offers the plugin a pair of rings. It returns nil (and no
 // error) when the plugin does not know them or the host disabled them.
+// KVFENCE_RINGS=v1 offers only the futex doorbells (as older hosts do).
 func attachRings(ctx context.Context, conn grpc.ClientConnInterface, host *remote, violation func(string)) (*hostRings, error) {
 	if os.Getenv(envRings) == "off" {
 		return nil, nil
 	}
+	if os.Getenv(envRings) != "v1" {
+		h, err := offerRings(ctx, conn, host, violation, true)
+		if err == nil || (!errors.Is(err, errNoPipes) && errdefs.ClassOf(err) != errdefs.InvalidArgument) {
+			return h, err
+		}
+		// a plugin that knows only v1 (or cannot open the pipes), or no pipes here
+	}
+	return offerRings(ctx, conn, host, violation, false)
+}
+
+// offerRings makes a layout (and, with pipes, the two doorbell pipes) and
+// offers it; nil, nil when the plugin does not know the rings at all.
+func offerRings(ctx context.Context, conn grpc.ClientConnInterface, host *remote, violation func(string), pipes bool) (*hostRings, error) {
 	capacity := uint64(ring.DefaultSize)
 	shm, err := NewSharedMemory("rings", ring.LayoutSize(capacity))
 	if err != nil {
 		return nil, err
 	}
 	ring.InitLayout(shm.Bytes(), capacity)
-	desc := shm.Desc()
-	opaque := binary.LittleEndian.AppendUint64(nil, capacity)
-	var res pb.Endpoint
-	err = conn.Invoke(ctx, ringsAttachMethod, &pb.Endpoint{Transport: ringsDataPath, Address: desc.Path, Opaque: opaque}, &res)
-	if err != nil || res.GetTransport() != ringsDataPath {
-		_ = shm.Close()
-		if err != nil && errdefs.ClassOf(fromStatusError(err)) != errdefs.Unimplemented {
-			return nil, fromStatusError(err)
-		}
-		return nil, nil // an older plugin: gRPC Post
-	}
 	h := &hostRings{
 		shm: shm, sub: ring.Submission(shm.Bytes(), capacity), comp: ring.Completion(shm.Bytes(), capacity),
 		waiters: map[uint64]chan error{}, unanswered: map[uint64]BatchID{}, stop: make(chan struct{}), stopped: make(chan struct{}), dead: make(chan struct{}),
 		host: host, violation: violation,
 	}
+	offer := &pb.Endpoint{Transport: ringsDataPath, Address: shm.Desc().Path, Opaque: binary.LittleEndian.AppendUint64(nil, capacity)}
+	if pipes {
+		paths, err := h.pipeBells()
+		if err != nil {
+			h.release()
+			return nil, fmt.Errorf("%w: %v", errNoPipes, err)
+		}
+		offer.Transport, offer.Opaque = ringsDataPathV2, append(offer.Opaque, paths...)
+	}
+	var res pb.Endpoint
+	err = conn.Invoke(ctx, ringsAttachMethod, offer, &res)
+	if err != nil || res.GetTransport() != offer.Transport {
+		h.release()
+		if err != nil && errdefs.ClassOf(fromStatusError(err)) != errdefs.Unimplemented {
+			return nil, fromStatusError(err)
+		}
+		return nil, nil // an older plugin: gRPC Post
+	}
 	go h.consume()
 	return h, nil
+}
+
+// errNoPipes: this host could not make the doorbell pipes; it offers v1.
+var errNoPipes = errors.New("rings: no doorbell pipes")
+
+// pipeBells makes the two doorbell pipes (the host keeps both ends of
+// each, so neither ever sees its peer gone) and returns their paths as
+// offered: submissions' (the plugin waits on it), newline, completions'.
+func (h *hostRings) pipeBells() ([]byte, error) {
+	subR, subW, subPath, err := ring.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	h.bells = append(h.bells, subR, subW)
+	compR, compW, compPath, err := ring.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	h.bells = append(h.bells, compR, compW)
+	if err := h.sub.UsePipe(nil, subW); err != nil {
+		return nil, err
+	}
+	if err := h.comp.UsePipe(compR, compW); err != nil {
+		return nil, err
+	}
+	return []byte(subPath + "\n" + compPath), nil
 }
 
 // errRingUnsent: the batch never entered the ring (too big, or the rings
@@ -338,7 +391,12 @@ func (h *hostRings) shutdown() {
 
 // release unmaps the rings; only after shutdown and once no Post can
 // still touch them (closed is set under mu, which every put holds).
-func (h *hostRings) release() { _ = h.shm.Close() }
+func (h *hostRings) release() {
+	_ = h.shm.Close()
+	for _, f := range h.bells {
+		_ = f.Close()
+	}
+}
 
 // refusalClass is the class of a plugin's refusal as the host will
 // report it: a class outside the vocabulary (or none) is a plugin bug,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -49,12 +51,9 @@ var ringsServiceDesc = grpc.ServiceDesc{
 // then on the completion stream carries no completions: it only ends, and
 // its end still tells the host that this plugin is gone.
 func (s *grpcServer) attach(ctx context.Context, req *pb.Endpoint) (*pb.Endpoint, error) {
-	if req.GetTransport() != ringsDataPath || len(req.GetOpaque()) != 8 {
-		return nil, fail(ctx, errdefs.Errorf(errdefs.InvalidArgument, "rings: unknown data path %q", req.GetTransport()))
-	}
-	capacity := binary.LittleEndian.Uint64(req.GetOpaque())
-	if !ring.ValidCapacity(capacity) {
-		return nil, fail(ctx, errdefs.Errorf(errdefs.InvalidArgument, "rings: capacity %d", capacity))
+	capacity, bells, err := parseRingsOffer(req)
+	if err != nil {
+		return nil, fail(ctx, err)
 	}
 	s.streamMu.Lock()
 	defer s.streamMu.Unlock()
@@ -71,9 +70,64 @@ func (s *grpcServer) attach(ctx context.Context, req *pb.Endpoint) (*pb.Endpoint
 	}
 	pr := &pluginRings{m: m, impl: s.impl, sub: ring.Submission(m.Bytes(), capacity), comp: ring.Completion(m.Bytes(), capacity),
 		flags: ring.HostFlags(m.Bytes()), stop: make(chan struct{}), stopped: make(chan struct{})}
+	if err := pr.usePipes(bells); err != nil {
+		pr.closeBells()
+		_ = m.Close()
+		return nil, fail(ctx, err)
+	}
 	s.rings = pr
 	go pr.consume()
-	return &pb.Endpoint{Transport: ringsDataPath}, nil
+	return &pb.Endpoint{Transport: req.GetTransport()}, nil
+}
+
+// parseRingsOffer reads the host's offer: the capacity and, with v2, the
+// doorbell pipes' paths. KVFENCE_RINGS=v1 refuses v2 as a plugin that
+// predates it does (InvalidArgument), so the host's fallback can be tried.
+func parseRingsOffer(req *pb.Endpoint) (capacity uint64, bells []string, err error) {
+	o := req.GetOpaque()
+	switch {
+	case req.GetTransport() == ringsDataPath && len(o) == 8:
+	case req.GetTransport() == ringsDataPathV2 && len(o) > 8 && os.Getenv(envRings) != "v1":
+		bells = strings.Split(string(o[8:]), "\n")
+		if len(bells) != 2 {
+			return 0, nil, errdefs.Errorf(errdefs.InvalidArgument, "rings: want 2 doorbell pipes, got %d", len(bells))
+		}
+	default:
+		return 0, nil, errdefs.Errorf(errdefs.InvalidArgument, "rings: unknown data path %q", req.GetTransport())
+	}
+	capacity = binary.LittleEndian.Uint64(o)
+	if !ring.ValidCapacity(capacity) {
+		return 0, nil, errdefs.Errorf(errdefs.InvalidArgument, "rings: capacity %d", capacity)
+	}
+	return capacity, bells, nil
+}
+
+// usePipes opens the host's doorbell pipes (v2): the plugin sleeps on the
+// submissions' and rings the completions'. None: the futex (v1).
+func (p *pluginRings) usePipes(paths []string) error {
+	for _, path := range paths {
+		f, err := ring.OpenPipe(path)
+		if err != nil {
+			return errdefs.Errorf(errdefs.InvalidArgument, "rings: doorbell pipe: %v", err)
+		}
+		p.bells = append(p.bells, f)
+	}
+	if len(p.bells) == 0 {
+		return nil
+	}
+	if err := p.sub.UsePipe(p.bells[0], p.bells[0]); err != nil {
+		return errdefs.Errorf(errdefs.InvalidArgument, "rings: doorbell pipe: %v", err)
+	}
+	if err := p.comp.UsePipe(nil, p.bells[1]); err != nil {
+		return errdefs.Errorf(errdefs.InvalidArgument, "rings: doorbell pipe: %v", err)
+	}
+	return nil
+}
+
+func (p *pluginRings) closeBells() {
+	for _, f := range p.bells {
+		_ = f.Close()
+	}
 }
 
 // takeRings hands the attached rings to the completion stream, once.
@@ -88,9 +142,10 @@ func (s *grpcServer) takeRings() *pluginRings {
 // pluginRings is the plugin's end: it consumes submissions and produces
 // verdicts and completions.
 type pluginRings struct {
-	m    *Mapping
-	impl Transport
-	sub  *ring.Ring // plugin consumes
+	m     *Mapping
+	bells []*os.File // the host's doorbell pipes (v2): submissions', completions'
+	impl  Transport
+	sub   *ring.Ring // plugin consumes
 
 	compMu sync.Mutex // verdicts (consumer goroutine) and completions (stream goroutine) share it
 	comp   *ring.Ring
@@ -238,6 +293,7 @@ func (p *pluginRings) close() {
 	p.compMu.Lock()
 	p.unmapped = true
 	_ = p.m.Close()
+	p.closeBells()
 	p.compMu.Unlock()
 }
 

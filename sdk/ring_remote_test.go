@@ -92,6 +92,27 @@ func (p *oldPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.
 	return c, nil
 }
 
+// v1RingsPlugin is a plugin from before the pipe doorbells: its Attach
+// takes only kvfence-rings/v1 with an 8-byte capacity, and refuses
+// anything else as InvalidArgument, as that SDK did.
+type v1RingsPlugin struct{ oldPlugin }
+
+type v1Attacher struct{ *grpcServer }
+
+func (a v1Attacher) attach(ctx context.Context, req *pb.Endpoint) (*pb.Endpoint, error) {
+	if req.GetTransport() != ringsDataPath || len(req.GetOpaque()) != 8 {
+		return nil, fail(ctx, errdefs.Errorf(errdefs.InvalidArgument, "rings: unknown data path %q", req.GetTransport()))
+	}
+	return a.grpcServer.attach(ctx, req)
+}
+
+func (p *v1RingsPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	srv := newGRPCServer(p.impl)
+	pb.RegisterTransportServer(s, srv)
+	s.RegisterService(&ringsServiceDesc, v1Attacher{srv})
+	return nil
+}
+
 // connectTest serves impl in process with set (nil: this SDK's) and
 // returns the host's remote.
 func connectTest(t *testing.T, impl Transport, set plugin.Plugin) *remote {
@@ -117,31 +138,41 @@ func connectTest(t *testing.T, impl Transport, set plugin.Plugin) *remote {
 
 func oneOp() []Op { return []Op{{Kind: OpWrite, LocalRegion: 1, RemoteKey: 1, Length: 1}} }
 
-// The rings are the default when both sides have them; an old plugin, or
-// KVFENCE_RINGS=off, gets gRPC Post. Either way: refusals keep their
-// class, accepted batches get exactly one completion, and Close turns
-// what is pending into InDoubt.
+// The rings are the default when both sides have them, with pipe
+// doorbells (v2); a plugin that knows only v1 rings, or KVFENCE_RINGS=v1,
+// gets the futex doorbells; an old plugin, or KVFENCE_RINGS=off, gets
+// gRPC Post. Either way: refusals keep their class, accepted batches get
+// exactly one completion, and Close turns what is pending into InDoubt.
 func TestDataPathNegotiation(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		old   bool
-		env   string
-		wantP DataPath
+		name      string
+		plugin    string // "": this SDK's; "old": no rings; "v1": rings without pipes
+		env       string
+		wantP     DataPath
+		wantPipes bool
 	}{
-		{"both-sides-rings", false, "", DataPathRings},
-		{"old-plugin", true, "", DataPathGRPC},
-		{"host-rings-off", false, "off", DataPathGRPC},
+		{"both-sides-rings", "", "", DataPathRings, true},
+		{"v1-rings-plugin", "v1", "", DataPathRings, false},
+		{"host-rings-v1", "", "v1", DataPathRings, false},
+		{"old-plugin", "old", "", DataPathGRPC, false},
+		{"host-rings-off", "", "off", DataPathGRPC, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(envRings, tc.env)
 			impl := newHeldTransport()
 			var set plugin.Plugin
-			if tc.old {
+			switch tc.plugin {
+			case "old":
 				set = &oldPlugin{impl: impl}
+			case "v1":
+				set = &v1RingsPlugin{oldPlugin{impl: impl}}
 			}
 			r := connectTest(t, impl, set)
 			if got := r.dataPath(); got != tc.wantP {
 				t.Fatalf("data path %s, want %s", got, tc.wantP)
+			}
+			if r.rings != nil && (r.rings.sub.Piped() != tc.wantPipes || r.rings.comp.Piped() != tc.wantPipes) {
+				t.Fatalf("pipe doorbells %v/%v, want %v", r.rings.sub.Piped(), r.rings.comp.Piped(), tc.wantPipes)
 			}
 			ctx := context.Background()
 			if err := r.Post(ctx, Batch{ID: 1}); !errdefs.Is(err, errdefs.InvalidArgument) {

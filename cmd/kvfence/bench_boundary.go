@@ -41,6 +41,7 @@ type boundaryOptions struct {
 	reps, window, load int
 	asJSON             bool
 	report             string
+	receiver           string // where the receiver runs: in-process or plugin
 }
 
 // kvfence bench boundary: what crossing the plugin boundary costs per
@@ -49,7 +50,7 @@ func newBenchBoundaryCommand() *cobra.Command {
 	var o boundaryOptions
 	cmd := &cobra.Command{
 		Use:   "boundary",
-		Short: "plugin boundary cost: TCP sender out of process (rings with the default asynchronous Post, rings with synchronous Post, gRPC) vs in process (and its twin, the noise floor), 4 KiB/64 KiB/1 MiB, interleaved",
+		Short: "plugin boundary cost: TCP sender out of process (rings with the default asynchronous Post, the same on v1 rings with futex doorbells, rings with synchronous Post, gRPC) vs in process (and its twin, the noise floor), 4 KiB/64 KiB/1 MiB, interleaved",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBoundary(cmd.Context(), o)
@@ -61,16 +62,21 @@ func newBenchBoundaryCommand() *cobra.Command {
 	fl.IntVar(&o.load, "load", 0, "busy-loop processes to run beside the measurement (machine load), 0..64")
 	fl.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fl.StringVar(&o.report, "report", "", "write an HTML report (charts) to this path")
+	fl.StringVar(&o.receiver, "receiver", "in-process", "where the receiver runs: in-process (this process, beside the in-process senders) or plugin (a plugin process of its own, for every arm; its CPU and switches count)")
 	return cmd
 }
 
-// boundaryArms starts one in-process receiver and five senders: in
+// boundaryArms starts one receiver (in this process, or with --receiver
+// plugin in a plugin process of its own, so that no sender shares its Go
+// runtime with the receiver) and six senders: in
 // process, its twin (in process again: their difference is the noise
 // floor), this executable as a plugin on the rings as every host opens it
-// (asynchronous Post, the default), again with synchronous Post
-// (OpenOptions.SyncPost), and with the rings off (KVFENCE_RINGS=off while
-// it is opened: the gRPC data path).
-func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
+// (asynchronous Post, the default), again on the older rings with futex
+// doorbells (KVFENCE_RINGS=v1 while it is opened: the change of issue 21
+// against its own baseline, in the same run), with synchronous Post
+// (OpenOptions.SyncPost), and with the rings off (KVFENCE_RINGS=off: the
+// gRPC data path).
+func boundaryArms(ctx context.Context, receiver string) ([]*boundaryArm, func(), error) {
 	var closers []func()
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -88,9 +94,9 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 	if err != nil {
 		return nil, closeAll, err
 	}
-	open := func(dataPath sdk.DataPath, async bool) (sdk.Transport, int, error) {
-		if dataPath == sdk.DataPathGRPC {
-			os.Setenv("KVFENCE_RINGS", "off")
+	open := func(dataPath sdk.DataPath, async bool, rings string) (sdk.Transport, int, error) {
+		if rings != "" { // KVFENCE_RINGS while it is opened: off, or v1 (futex doorbells)
+			os.Setenv("KVFENCE_RINGS", rings)
 			defer os.Unsetenv("KVFENCE_RINGS")
 		}
 		p, err := sdk.Open(self, sdk.OpenOptions{Args: []string{"__plugin-tcp"}, SyncPost: !async})
@@ -103,7 +109,10 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 		}
 		return p.Transport(), p.Pid(), nil
 	}
-	recv, _, err := newTCP()
+	recv, recvPID, err := newTCP()
+	if receiver == "plugin" {
+		recv, recvPID, err = open(sdk.DataPathRings, true, "")
+	}
 	if err != nil {
 		return nil, closeAll, err
 	}
@@ -114,9 +123,10 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 	}{
 		{"in_process", "", "in-process", newTCP},
 		{"in_process_twin", "noise_floor_", "in-process twin (noise floor)", newTCP},
-		{"out_of_process", "", "rings, async Post (default)", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, true) }},
-		{"sync_out_of_process", "sync_", "rings, sync Post", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, false) }},
-		{"grpc_out_of_process", "grpc_", "gRPC", func() (sdk.Transport, int, error) { return open(sdk.DataPathGRPC, false) }},
+		{"out_of_process", "", "rings, async Post (default)", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, true, "") }},
+		{"v1_out_of_process", "v1_", "rings v1 (futex bells), async", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, true, "v1") }},
+		{"sync_out_of_process", "sync_", "rings, sync Post", func() (sdk.Transport, int, error) { return open(sdk.DataPathRings, false, "") }},
+		{"grpc_out_of_process", "grpc_", "gRPC", func() (sdk.Transport, int, error) { return open(sdk.DataPathGRPC, false, "off") }},
 	} {
 		s, pid, err := a.start()
 		if err != nil {
@@ -127,6 +137,9 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 			return nil, closeAll, fmt.Errorf("%s: %w", a.name, err)
 		}
 		closers = append(closers, rig.Close)
+		if recvPID != 0 {
+			rig.CountProcess(recvPID)
+		}
 		arms = append(arms, &boundaryArm{name: a.name, prefix: a.prefix, label: a.label, rig: rig,
 			us: map[string][]float64{}, cpu: map[string][]float64{}, sw: map[string][]float64{}})
 	}
@@ -138,6 +151,9 @@ func boundaryArms(ctx context.Context) ([]*boundaryArm, func(), error) {
 func runBoundary(ctx context.Context, o boundaryOptions) error {
 	if o.reps < 1 || o.reps > 1000 || o.window < 1 || o.window > 1024 || o.load < 0 || o.load > 64 {
 		return usagef("--reps must be 1..1000, --window 1..1024 and --load 0..64")
+	}
+	if o.receiver != "in-process" && o.receiver != "plugin" {
+		return usagef("--receiver must be in-process or plugin, not %q", o.receiver)
 	}
 	if o.report != "" {
 		if err := checkWritableFile(o.report); err != nil {
@@ -151,7 +167,7 @@ func runBoundary(ctx context.Context, o boundaryOptions) error {
 	if err != nil {
 		return err
 	}
-	arms, closeAll, err := boundaryArms(ctx)
+	arms, closeAll, err := boundaryArms(ctx, o.receiver)
 	defer closeAll()
 	if err != nil {
 		return err
@@ -163,6 +179,7 @@ func runBoundary(ctx context.Context, o boundaryOptions) error {
 	res := boundaryReport(arms, o.reps, o.window)
 	res["load_average_1m"] = []float64{load0, loadAverage()}
 	res["load_processes"] = o.load
+	res["receiver"] = o.receiver
 	if o.report != "" {
 		if err := writeBoundaryReport(o.report, arms, res); err != nil {
 			return err

@@ -106,13 +106,15 @@ func median(v []float64) float64 {
 
 // printBoundary prints the report for a person, on one screen: per size,
 // every arm's µs per batch, what it adds to the in-process arm (median,
-// the paired mean's 95% CI) and its throughput ratio; the twin's row is
-// the noise floor; then the goals.
+// the paired mean's 95% CI), its throughput ratio, and its switches and
+// CPU per batch (what a spin or a wake-up costs the host, whatever the
+// load does to the times); the twin's row is the noise floor; then the
+// goals.
 func printBoundary(w io.Writer, arms []*boundaryArm, res map[string]any) {
 	load := res["load_average_1m"].([]float64)
-	fmt.Fprintf(w, "plugin boundary: TCP sender, one write per batch, %d in flight, %d interleaved reps, load average %.1f → %.1f (%d busy-loop processes added)\n",
-		res["window"], res["reps"], load[0], load[1], res["load_processes"])
-	fmt.Fprintf(w, "%-4s %-30s %9s  %-28s %-22s %s\n", "size", "arm", "µs/batch", "added µs: median, 95% CI", "throughput vs in-proc", "switches/batch")
+	fmt.Fprintf(w, "plugin boundary: TCP sender, one write per batch, %d in flight, %d interleaved reps, receiver %s, load average %.1f → %.1f (%d busy-loop processes added)\n",
+		res["window"], res["reps"], res["receiver"], load[0], load[1], res["load_processes"])
+	fmt.Fprintf(w, "%-4s %-30s %9s  %-28s %-22s %-15s %s\n", "size", "arm", "µs/batch", "added µs: median, 95% CI", "throughput vs in-proc", "switches/batch", "CPU µs/batch")
 	for _, size := range boundarySizes {
 		n := size.name
 		for i, a := range arms {
@@ -130,7 +132,7 @@ func printBoundary(w io.Writer, arms []*boundaryArm, res map[string]any) {
 					fmt.Sprintf("%+.1f [%+.1f, %+.1f]", res[k+n], res[k+"ci95_low_"+n], res[k+"ci95_high_"+n]),
 					fmt.Sprintf("%.3f [%.3f, %.3f]", res[t+n], res[t+"ci95_low_"+n], res[t+"ci95_high_"+n]))
 			}
-			fmt.Fprintf(w, " %.2f\n", res[a.name+"_context_switches_per_batch_"+n])
+			fmt.Fprintf(w, " %-15.2f %.1f\n", res[a.name+"_context_switches_per_batch_"+n], res[a.name+"_cpu_us_per_batch_"+n])
 		}
 	}
 	fmt.Fprintf(w, "goals (default arm): ≤ %.0f µs added per 4 KiB batch: %+.1f µs, %s; ≥ %.2f of in-process throughput at 64 KiB: %.3f, %s\n",

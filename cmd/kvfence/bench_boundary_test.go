@@ -30,10 +30,10 @@ func TestBenchBoundaryReportsArmsIntervalsNoiseFloorAndPlots(t *testing.T) {
 	}
 	for _, size := range []string{"4k", "64k", "1m"} {
 		for _, k := range []string{"in_process_us_per_batch_", "in_process_twin_us_per_batch_", "out_of_process_us_per_batch_",
-			"sync_out_of_process_us_per_batch_", "grpc_out_of_process_us_per_batch_",
+			"v1_out_of_process_us_per_batch_", "sync_out_of_process_us_per_batch_", "grpc_out_of_process_us_per_batch_",
 			"boundary_added_us_per_batch_", "boundary_added_us_per_batch_ci95_low_", "boundary_added_us_per_batch_ci95_high_",
 			"noise_floor_boundary_added_us_per_batch_", "noise_floor_boundary_added_us_per_batch_ci95_high_",
-			"throughput_ratio_", "throughput_ratio_ci95_low_", "sync_throughput_ratio_", "grpc_throughput_ratio_",
+			"throughput_ratio_", "throughput_ratio_ci95_low_", "v1_throughput_ratio_", "sync_throughput_ratio_", "grpc_throughput_ratio_",
 			"out_of_process_context_switches_per_batch_"} {
 			if _, ok := res[k+size].(float64); !ok {
 				t.Errorf("no %s%s in %s", k, size, stdout.String())

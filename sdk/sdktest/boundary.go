@@ -19,7 +19,8 @@ import (
 // the difference is the boundary. It measures; it never asserts on speed.
 type BoundaryRig struct {
 	sender    sdk.Transport
-	senderPID int // the plugin process, for its CPU time; 0 in process
+	senderPID int   // the plugin process, for its CPU time; 0 in process
+	others    []int // more processes whose CPU and switches count (CountProcess)
 	src, dst  *sdk.SharedMemory
 	srcID     sdk.RegionID
 	key       sdk.Key
@@ -132,23 +133,35 @@ func (g *BoundaryRig) Run(ctx context.Context, batches, window int, opBytes uint
 	return BoundaryResult{Batches: batches, Wall: wall, CPU: g.cpu() - cpu0, Switches: g.switches() - sw0}, nil
 }
 
-// cpu is this process's CPU time plus the plugin process's.
+// CountProcess adds pid's CPU time and context switches to every
+// result: a receiver in a process of its own is part of the run's cost.
+func (g *BoundaryRig) CountProcess(pid int) { g.others = append(g.others, pid) }
+
+// processes are the plugin processes whose cost counts besides this one.
+func (g *BoundaryRig) processes() []int {
+	if g.senderPID > 0 {
+		return append([]int{g.senderPID}, g.others...)
+	}
+	return g.others
+}
+
+// cpu is this process's CPU time plus the plugin processes'.
 func (g *BoundaryRig) cpu() time.Duration {
 	var ru unix.Rusage
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
 	d := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	if g.senderPID > 0 {
-		d += processCPU(g.senderPID)
+	for _, pid := range g.processes() {
+		d += processCPU(pid)
 	}
 	return d
 }
 
 // switches sums the context switches of this process's threads and the
-// plugin's (threads that ended meanwhile are not counted).
+// plugins' (threads that ended meanwhile are not counted).
 func (g *BoundaryRig) switches() uint64 {
 	n := threadSwitches(os.Getpid())
-	if g.senderPID > 0 {
-		n += threadSwitches(g.senderPID)
+	for _, pid := range g.processes() {
+		n += threadSwitches(pid)
 	}
 	return n
 }

@@ -1,8 +1,11 @@
 // Package ring is the shared-memory data path between a kvfence host and
 // its plugin process: two single-producer, single-consumer byte rings in
-// one memfd, with futex doorbells. It is the sdk's internals, not part of
-// its contract: package sdk frames Post and Completion into its records
-// (ring_host.go, ring_plugin.go) and negotiates the rings over gRPC.
+// one memfd, with doorbells: a futex word in the layout (v1), or a pipe
+// per ring that the consumer's goroutine waits on in Go's netpoller (v2,
+// pipebell.go). It is the sdk's internals, not part of its contract:
+// package sdk frames Post and Completion into its records (ring_host.go,
+// ring_plugin.go) and negotiates the rings, and their doorbells, over
+// gRPC.
 //
 // The data path between host and plugin: two single-producer,
 // single-consumer byte rings in one shared memfd — submissions (Post,
@@ -21,11 +24,13 @@
 //
 // It owns: the layout (control page, host flags, two data areas), the
 // record format, publishing (Publish, PublishQuiet, Doorbell: one wake-up
-// per sleep of the consumer), reading with validation (Next), and the
-// consumer's adaptive polling and sleep (Wait).
+// per sleep of the consumer, on the futex or the pipe), reading with
+// validation (Next), and the consumer's adaptive polling and sleep (Wait).
 //
-// It must never: trust an index or a record header it did not write
-// (every one is checked against its own private position), read a
+// It must never: block a producer on its doorbell (a pipe the consumer
+// does not drain is written without waiting), trust an index or a record
+// header it did not write (every one is checked against its own private
+// position), read a
 // record's bytes from shared memory twice, or know what a record means
 // (Post, verdict and Completion are package sdk's).
 package ring

@@ -1,5 +1,7 @@
 package ring
 
+import "time"
+
 // Forge lets a test play a hostile producer on this view: it continues
 // where the real producer is (the published tail), f writes what it likes
 // into the data area at pos and returns the tail to publish. Never called
@@ -15,3 +17,7 @@ func (r *Ring) Capacity() uint64 { return r.capacity }
 // AnnounceSleep marks this view's consumer as asleep, as Wait does before
 // its futex wait, so a test can see who rings for it.
 func (r *Ring) AnnounceSleep() { r.sleeping.Store(1) }
+
+// SleepFor bounds this view's sleeps by d instead of the default, so a
+// test can tell a wake-up from a sleep that merely timed out.
+func (r *Ring) SleepFor(d time.Duration) { r.sleepFor = d }

@@ -105,6 +105,8 @@ type Ring struct {
 	pos      uint64
 	hdr      [HeaderSize]byte
 	spin     time.Duration // adaptive: how long the consumer polls before sleeping
+	pipe     *pipeBell     // the doorbell is a pipe (layout v2); nil: the futex
+	sleepFor time.Duration // one sleep's bound; 0: ringSleepTimeout (tests lengthen it)
 	wakes    atomic.Uint64 // futex wakes this side issued (private memory)
 }
 
@@ -185,9 +187,8 @@ func (r *Ring) PublishQuiet() { r.tail.Store(r.pos) }
 // consumer between its announcement and its futex wait does not sleep.
 func (r *Ring) Doorbell() {
 	if r.sleeping.Load() != 0 && r.sleeping.CompareAndSwap(1, 0) {
-		r.bell.Add(1)
 		r.wakes.Add(1)
-		futexWake(r.bell)
+		r.wake()
 	}
 }
 
@@ -291,16 +292,34 @@ func (r *Ring) Wait(stop <-chan struct{}) {
 		return
 	default:
 	}
-	futexWait(r.bell, bell, ringSleepTimeout)
+	d := ringSleepTimeout
+	if r.sleepFor > 0 {
+		d = r.sleepFor
+	}
+	if r.pipe != nil {
+		r.pipe.sleep(d)
+		return
+	}
+	futexWait(r.bell, bell, d)
 }
 
-// Interrupt wakes this ring's consumer from its sleep (it was told to
-// stop): the bell is loaded before the stop check in wait, so a wake that
-// comes between them still ends the futex wait at once.
-func (r *Ring) Interrupt() {
+// wake rings the bell: a byte on the pipe, or the futex word moved before
+// its wake (so a consumer between loading it and its futex wait does not
+// sleep).
+func (r *Ring) wake() {
+	if r.pipe != nil {
+		r.pipe.ringPipe()
+		return
+	}
 	r.bell.Add(1)
 	futexWake(r.bell)
 }
+
+// Interrupt wakes this ring's consumer from its sleep (it was told to
+// stop): the futex word is loaded before the stop check in wait, and a
+// pipe's byte stays until read, so a wake that comes between them still
+// ends the sleep at once.
+func (r *Ring) Interrupt() { r.wake() }
 
 // WaitRoom is the producer's side of a full ring: rare (the consumer
 // drains continuously), so it just naps until there is room.
