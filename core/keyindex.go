@@ -42,8 +42,9 @@ type keyIndex[V comparable] struct {
 	// is never read). An input looks its key up many times over (request,
 	// streams, tombstones); this answers the repeats without hashing or
 	// probing. Only del and grow move slots, and they forget it.
-	memoKey  RequestKey
-	memoSlot int
+	memoKey   RequestKey
+	memoSlot  int
+	memoEntry uint32
 }
 
 // keySlot is one slot: fp 0 is empty.
@@ -61,26 +62,31 @@ func (x *keyIndex[V]) fingerprint(k RequestKey) uint32 {
 	return uint32(mix64(mix64(k.Room^x.seed)^k.Gen)>>32)&^x.loose | 1<<31
 }
 
-// find returns k's slot and whether k is there; if not, the slot is the
-// empty one where k would go (-1: no slots). It reads only control bytes
-// until one matches k's.
-func (x *keyIndex[V]) find(k RequestKey, fp uint32) (int, bool) {
-	if len(x.ctrl) == 0 {
-		return -1, false
+// locate returns k's slot and entry number and whether k is there; if
+// not, the slot is the empty one where k would go (-1: no slots).
+func (x *keyIndex[V]) locate(k RequestKey) (int, uint32, bool) {
+	if x.memoSlot >= 0 && x.memoKey == k && len(x.ctrl) > 0 {
+		return x.memoSlot, x.memoEntry, true
 	}
-	if x.memoKey == k && x.memoSlot >= 0 {
-		return x.memoSlot, true
+	return x.find(k, x.fingerprint(k))
+}
+
+// find is locate without the remembered key. It reads only control bytes
+// until one matches k's.
+func (x *keyIndex[V]) find(k RequestKey, fp uint32) (int, uint32, bool) {
+	if len(x.ctrl) == 0 {
+		return -1, 0, false
 	}
 	mask := len(x.ctrl) - 1
 	c := ctrlOf(fp)
 	for i := int(fp) & mask; ; i = (i + 1) & mask {
 		switch x.ctrl[i] {
 		case 0:
-			return i, false
+			return i, 0, false
 		case c:
 			if s := x.slots[i]; s.fp == fp && x.entries[s.entry].key == k {
-				x.memoKey, x.memoSlot = k, i
-				return i, true
+				x.memoKey, x.memoSlot, x.memoEntry = k, i, s.entry
+				return i, s.entry, true
 			}
 		}
 	}
@@ -93,8 +99,8 @@ func ctrlOf(fp uint32) uint8 { return uint8(fp>>24) | 0x80 }
 
 // get returns k's record, or the zero V.
 func (x *keyIndex[V]) get(k RequestKey) V {
-	if i, ok := x.find(k, x.fingerprint(k)); ok {
-		return x.entries[x.slots[i].entry].val
+	if _, e, ok := x.locate(k); ok {
+		return x.entries[e].val
 	}
 	var zero V
 	return zero
@@ -102,17 +108,16 @@ func (x *keyIndex[V]) get(k RequestKey) V {
 
 // put sets k's record (v must not be the zero V).
 func (x *keyIndex[V]) put(k RequestKey, v V) {
-	fp := x.fingerprint(k)
-	i, ok := x.find(k, fp)
+	i, e, ok := x.locate(k)
 	if ok {
-		x.entries[x.slots[i].entry].val = v
+		x.entries[e].val = v
 		return
 	}
+	fp := x.fingerprint(k)
 	if 8*(x.n+1) > 7*len(x.ctrl) {
 		x.grow()
-		i, _ = x.find(k, fp)
+		i, _, _ = x.find(k, fp)
 	}
-	var e uint32
 	if n := len(x.free); n > 0 {
 		e = x.free[n-1]
 		x.free = x.free[:n-1]
@@ -122,18 +127,17 @@ func (x *keyIndex[V]) put(k RequestKey, v V) {
 		x.entries = append(x.entries, keyEntry[V]{key: k, val: v})
 	}
 	x.ctrl[i], x.slots[i] = ctrlOf(fp), keySlot{fp: fp, entry: e}
-	x.memoKey, x.memoSlot = k, i
+	x.memoKey, x.memoSlot, x.memoEntry = k, i, e
 	x.n++
 }
 
 // del forgets k, shifting the rest of its run back into the hole.
 func (x *keyIndex[V]) del(k RequestKey) {
-	i, ok := x.find(k, x.fingerprint(k))
+	i, e, ok := x.locate(k)
 	if !ok {
 		return
 	}
 	x.memoSlot = -1
-	e := x.slots[i].entry
 	x.entries[e] = keyEntry[V]{}
 	x.free = append(x.free, e)
 	mask := len(x.ctrl) - 1
