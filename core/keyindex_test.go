@@ -8,10 +8,15 @@ import (
 
 // TestKeyIndexMatchesMap: any sequence of puts and deletes over a few
 // rooms (so that runs collide and wrap) leaves keyIndex agreeing with a Go
-// map on every key, and every entry reachable from its home.
+// map on every key, and every entry reachable from its home. Half the runs
+// keep only 4 bits of fingerprint, so that distinct keys share one and only
+// the key comparison tells them apart.
 func TestKeyIndexMatchesMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		x := keyIndex[*int]{seed: rapid.Uint64().Draw(t, "seed")}
+		if rapid.Bool().Draw(t, "loose") {
+			x.loose = 0x7ffffff0
+		}
 		want := map[RequestKey]*int{}
 		keys := rapid.IntRange(1, 64).Draw(t, "keys")
 		for i, n := 0, rapid.IntRange(1, 400).Draw(t, "ops"); i < n; i++ {
@@ -47,4 +52,25 @@ func TestKeyIndexMatchesMap(t *testing.T) {
 			t.Fatalf("each saw %d entries, want %d", seen, len(want))
 		}
 	})
+}
+
+// TestKeyIndexFingerprintCollision: two keys with one fingerprint (and so
+// one home) are two entries; deleting one leaves the other. Without the key
+// comparison in find, the second put would overwrite the first.
+func TestKeyIndexFingerprintCollision(t *testing.T) {
+	x := keyIndex[*int]{seed: 7, loose: 0x7ffffff0}
+	a := RequestKey{Room: 1, Gen: 1}
+	b := a
+	for b.Room++; x.fingerprint(b) != x.fingerprint(a); b.Room++ {
+	}
+	va, vb := new(int), new(int)
+	x.put(a, va)
+	x.put(b, vb)
+	if x.len() != 2 || x.get(a) != va || x.get(b) != vb {
+		t.Fatalf("colliding keys: len %d, get(a) %p (want %p), get(b) %p (want %p)", x.len(), x.get(a), va, x.get(b), vb)
+	}
+	x.del(a)
+	if x.len() != 1 || x.get(a) != nil || x.get(b) != vb {
+		t.Fatalf("after del(a): len %d, get(a) %p, get(b) %p (want %p)", x.len(), x.get(a), x.get(b), vb)
+	}
 }
