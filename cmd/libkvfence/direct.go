@@ -170,7 +170,7 @@ func landingOnly(a *agentObj, call string, pages [][]byte, first int) error {
 	}
 	for i, p := range pages {
 		if p == nil {
-			return errdefs.Errorf(errdefs.FailedPrecondition, "%s: direct mode: page %d of the request is an engine page, already in the engine's own memory (only host landing pages, direct_host_pages, are read)", call, first+i)
+			return errdefs.Errorf(errdefs.FailedPrecondition, "%s: direct mode: page %d of the request is an engine page: its KV is already in the engine's own pages (only host landing pages, direct_host_pages, are read)", call, first+i)
 		}
 	}
 	return nil
