@@ -28,6 +28,7 @@ Direct mode is refused at start-up where it cannot keep its promise: an
 SGLang without the deferred release, several writers per page with
 page_size > 1."""
 import ctypes
+import hashlib
 import os
 import signal
 
@@ -112,11 +113,11 @@ else:
         decode's plugin processes; with aux rows (aux_items, default as
         sglang_topo's) SGLang's metadata gate, without them none."""
 
-        def __init__(self, prefill_tp=1, decode_tp=1, aux_items=(16, 8), **kw):
+        def __init__(self, prefill_tp=1, decode_tp=1, aux_items=(16, 8), engine=None, **kw):
             extra = dict(gpu_mode="direct", decode=dict(lease_ms=5000, max_hold_ms=60000))
             self.aux_items = aux_items
             super().__init__(P, prefill_tp=(prefill_tp,), decode_tp=decode_tp, aux_items=aux_items, extra=extra,
-                             engine=DevEngine, **kw)
+                             engine=engine or DevEngine, **kw)
             self.free = list(range(1, PAGES))  # SGLang's allocator; page 0 is its padding page
             self.deferred = []  # (room, receivers, pages): SGLang's deferred releases
 
@@ -199,6 +200,62 @@ else:
             base = staging.handles_live()
             for i in range(1, 6):
                 _good_request(dep, 700 + i, n=1 + i % 3, aux_index=i % sglang_topo.AUX_ROWS)
+            dep.settle(base)
+        finally:
+            dep.close()
+
+    class StateDevEngine(DevEngine):
+        """DevEngine with a Mamba-like state buffer pair in host memory
+        (older SGLang's flat KVArgs form: one state_type)."""
+        STATE_ITEMS = (40, 24)
+
+        def __init__(self, heads, first_head, aux_items):
+            super().__init__(heads, first_head, aux_items)
+            self.state = [(ctypes.c_char * (4 * n))() for n in self.STATE_ITEMS]
+
+        def kv_args(self, cls, rank, dp=0):
+            a = super().kv_args(cls, rank, dp)
+            a.state_type = "mamba"
+            a.state_data_ptrs = [ctypes.addressof(b) for b in self.state]
+            a.state_data_lens = [len(b) for b in self.state]
+            a.state_item_lens = list(self.STATE_ITEMS)
+            return a
+
+        def set_state(self, slot, room):
+            for i, (b, n) in enumerate(zip(self.state, self.STATE_ITEMS)):
+                b[slot * n:(slot + 1) * n] = hashlib.shake_128(b"state/%d/%d" % (room, i)).digest(n)
+
+        def state_row(self, slot):
+            return b"".join(bytes(b[slot * n:(slot + 1) * n]) for b, n in zip(self.state, self.STATE_ITEMS))
+
+    def test_direct_state_row_lands_with_the_aux_row():
+        """A model with a Mamba state row: the request's KV lands in
+        SGLang's pages, its aux row and state row in decode's host landing
+        pages, copied into SGLang's aux and state buffers on Success."""
+        dep = DirectDeployment(1, 1, engine=StateDevEngine)
+        try:
+            assert all(m.state_pages for m in dep.dec)
+            base = staging.handles_live()
+            for k, (aux, dslot, pslot) in enumerate([(3, 2, 1), (5, 0, 3)]):
+                room, pages = 860 + k, dep.alloc(2)
+                rvs = dep.receivers(0, room)
+                for rv in rvs:
+                    rv.send_metadata(pages, aux, [dslot], decode_prefix_len=0)
+                snds = dep.senders(0, room)
+                for s, e in zip(snds, dep.instances[0]["engs"]):
+                    s.init(2, aux)
+                    e.fill(room, 1, [3, 4], False)
+                    e.set_aux(aux, room, 1)
+                    e.set_state(pslot, room)
+                    s.send([3], None)
+                    s.send([4], [pslot])
+                assert dep.run(rvs, snds, aux, room) == (4, 4)
+                assert dep.corrupt(room, 1, pages) == 0, "a head landed wrong in SGLang's pages"
+                assert dep.aux_landed(aux), "the aux row is not prefill's"
+                want = dep.instances[0]["engs"][0].state_row(pslot)
+                assert all(e.state_row(dslot) == want for e in dep.d_eng), "the state row is not prefill's"
+                _finish(rvs + snds)
+                dep.free += pages
             dep.settle(base)
         finally:
             dep.close()
