@@ -213,23 +213,25 @@ func landingAbort(t *testing.T) landingAbortRun {
 	if !run.early {
 		waitFor(t, "C admitted", func() bool { _, err := c.InitAt(idx, ranks); return err == nil })
 	}
-	for i, pg := range idx {
-		got := d.slotMem(uint32(pg))
-		if pg < 32 {
-			got = mem.Bytes()[pg*4096 : (pg+1)*4096]
-		}
-		if bytes.Equal(got, snd.Page(i)) {
-			if pg < 32 {
-				run.lateKV++
-			} else {
-				run.lateLanding++
-			}
-		}
-	}
+	run.lateKV, run.lateLanding = holding(d, mem, idx, snd)
 	c.Abort()
 	waitFor(t, "C released", c.Released)
 	run.stats = d.Stats()
 	return run
+}
+
+// holding counts the pages of idx (engine pages in mem, landing pages)
+// that hold snd's page.
+func holding(d *Decode, mem *sdk.SharedMemory, idx []int, snd *KVSender) (kv, landing int) {
+	for i, pg := range idx {
+		if pg < 32 && bytes.Equal(mem.Bytes()[pg*4096:(pg+1)*4096], snd.Page(i)) {
+			kv++
+		}
+		if pg >= 32 && bytes.Equal(d.slotMem(uint32(pg)), snd.Page(i)) {
+			landing++
+		}
+	}
+	return kv, landing
 }
 
 // TestDirectHostLandingAbortInFlight: a request aborted while its batch
