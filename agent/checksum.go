@@ -74,11 +74,10 @@ func (d *Decode) checkCommit(m core.Message) bool {
 	if pos < 0 || int(m.Coverage) > len(dt.slots) {
 		return true // the core refuses it
 	}
-	mem := d.memBytes()
 	shards := make([][]byte, m.Coverage)
 	for i := range shards {
-		off := int64(dt.slots[i])*d.slotB + int64(pos)*d.cfg.ShardBytes
-		shards[i] = mem[off : off+d.cfg.ShardBytes]
+		off := int64(pos) * d.cfg.ShardBytes
+		shards[i] = d.slotMem(dt.slots[i])[off : off+d.cfg.ShardBytes] // a host view: checkEngine
 	}
 	if got := commitChecksum(shards); got == m.Checksum {
 		return true

@@ -32,11 +32,10 @@ type ContentCheck interface {
 
 // shards calls f with each shard of each page of dt (loop only).
 func (d *Decode) shards(dt *decTag, f func(page int, slot uint32, pos int, shard []byte)) {
-	mem := d.memBytes()
 	for p, s := range dt.slots {
-		base := int64(s) * d.slotB
+		mem := d.slotMem(s) // checkEngine refused the check without a host view
 		for r := 0; r < d.cfg.Shards; r++ {
-			off := base + int64(r)*d.cfg.ShardBytes
+			off := int64(r) * d.cfg.ShardBytes
 			f(p, s, r, mem[off:off+d.cfg.ShardBytes])
 		}
 	}

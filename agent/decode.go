@@ -109,6 +109,9 @@ type Decode struct {
 	// layers: direct mode's engine buffers, one region each
 	// (direct_layers.go); nil with one region.
 	layers []engineLayer
+	// landing: direct mode's host landing pages (direct_host.go); nil
+	// without EngineMemory.HostPages.
+	landing *landing
 
 	core    *core.Receiver
 	lp      *loop

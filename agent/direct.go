@@ -36,6 +36,12 @@ type EngineMemory struct {
 	// split across them (direct_layers.go); their PageBytes add up to
 	// ShardBytes × Shards.
 	Buffers []EngineBuffer
+	// HostPages, when set, are host landing pages past the engine's:
+	// indices Pages..Pages+HostPages-1 name pages of host memory the agent
+	// maps and registers (direct_host.go), for the rows a request carries
+	// after its KV pages (SGLang's aux and state rows). The engine reads
+	// them through KVReceiver.Pages after Success.
+	HostPages int
 }
 
 // checkEngine refuses a direct-mode configuration that cannot keep its
@@ -47,8 +53,8 @@ func (d *Decode) checkEngine() error {
 	switch {
 	case cfg.Restart != nil:
 		return errdefs.Errorf(errdefs.InvalidArgument, "decode: direct mode (Engine) and the restart fence cannot be combined: the fence restarts instances over the agent's own pool")
-	case e.Pages <= 0 || e.Pages > 1<<31:
-		return errdefs.Errorf(errdefs.InvalidArgument, "decode: direct mode needs 1..2^31 engine pages, got %d", e.Pages)
+	case e.Pages <= 0 || e.HostPages < 0 || int64(e.Pages)+int64(e.HostPages) > 1<<31:
+		return errdefs.Errorf(errdefs.InvalidArgument, "decode: direct mode needs 1..2^31 engine pages and host landing pages together, got %d and %d", e.Pages, e.HostPages)
 	case split:
 		return d.checkBuffers()
 	case e.Desc.Size < uint64(need):
@@ -63,6 +69,9 @@ func (d *Decode) checkEngine() error {
 // without the fence, one key covers all of it.
 func (d *Decode) registerEngine(ctx context.Context) error {
 	if err := d.checkEngine(); err != nil {
+		return err
+	}
+	if err := d.mapLanding(ctx); err != nil {
 		return err
 	}
 	if len(d.cfg.Engine.Buffers) > 0 {
@@ -86,7 +95,7 @@ func (cfg DecodeConfig) enginePages() int {
 	if cfg.Engine == nil {
 		return 0
 	}
-	return cfg.Engine.Pages
+	return cfg.Engine.Pages + cfg.Engine.HostPages
 }
 
 // memBytes is the host's view of the slots: the pool, or in direct mode

@@ -99,8 +99,12 @@ func (d *Decode) layouts() []layout {
 }
 
 // poolRef is a page's key without the fence: the pool key at the slot, or
-// one part per engine buffer (keysFor adds the rank's shard).
+// one part per engine buffer, or the host landing pages' key
+// (direct_host.go); keysFor adds the rank's shard.
 func (d *Decode) poolRef(s uint32) keyRef {
+	if d.isLanding(s) {
+		return d.landingRef(s)
+	}
 	if len(d.layers) == 0 {
 		return keyRef{Key: uint64(d.poolKey), Base: uint64(int64(s) * d.slotB)}
 	}
@@ -134,12 +138,16 @@ func (d *Decode) shiftToShard(k keyRef, pos int) keyRef {
 // pageWindows is the windows over the rank at pos's shards of slots (or,
 // from pos 0 unshifted, every rank's) in every layout, and each page's
 // window and base per layout, layout by layout — moved to the rank's shard
-// where the windows are whole slots (shift).
+// where the windows are whole slots (shift). Engine pages come first, in
+// each engine layout; host landing pages last, in theirs (joinLayers).
 func (d *Decode) pageWindows(slots []uint32, pos int, shift bool) ([]sdk.Window, []pageKey) {
 	var ws []sdk.Window
 	var pages []pageKey
-	for _, lay := range d.layouts() {
-		w, p := d.rankWindowsIn(lay, slots, pos)
+	add := func(lay layout, ss []uint32) {
+		if len(ss) == 0 {
+			return
+		}
+		w, p := d.rankWindowsIn(lay, ss, pos)
 		for i := range p {
 			p[i].win += len(ws)
 			if shift {
@@ -148,24 +156,44 @@ func (d *Decode) pageWindows(slots []uint32, pos int, shift bool) ([]sdk.Window,
 		}
 		ws, pages = append(ws, w...), append(pages, p...)
 	}
+	kv, host := d.splitLanding(slots)
+	for _, lay := range d.layouts() {
+		add(lay, kv)
+	}
+	if d.landing != nil {
+		add(d.landing.layout, host)
+	}
 	return ws, pages
 }
 
-// joinLayers turns the per-layout page keys pageWindows laid out (layout
-// by layout, n pages each) into one key per page with a part per engine
-// buffer; with the pool (no layers) they are already one per page.
-func (d *Decode) joinLayers(refs []keyRef, n int) []keyRef {
-	if len(d.layers) == 0 {
+// joinLayers turns the page keys pageWindows laid out (engine layout by
+// layout, its engine pages each, then the host landing pages) into one
+// key per page of slots, in order: an engine page's with a part per
+// engine buffer (with one region, its one key), a landing page's whole.
+func (d *Decode) joinLayers(refs []keyRef, slots []uint32) []keyRef {
+	if len(d.layers) == 0 && d.landing == nil {
 		return refs
 	}
-	out := make([]keyRef, n)
-	for i := range n {
-		parts := make([]keyPart, len(d.layers))
-		for l, lay := range d.layers {
-			r := refs[l*n+i]
-			parts[l] = keyPart{Key: r.Key, Base: r.Base, Len: uint64(lay.shardB)}
+	kv, _ := d.splitLanding(slots)
+	nl, n := max(1, len(d.layers)), len(kv)
+	out := make([]keyRef, len(slots))
+	k, h := 0, nl*n
+	for i, s := range slots {
+		switch {
+		case d.isLanding(s):
+			out[i], h = refs[h], h+1
+			continue
+		case len(d.layers) == 0:
+			out[i] = refs[k]
+		default:
+			parts := make([]keyPart, len(d.layers))
+			for l, lay := range d.layers {
+				r := refs[l*n+k]
+				parts[l] = keyPart{Key: r.Key, Base: r.Base, Len: uint64(lay.shardB)}
+			}
+			out[i] = withParts(parts)
 		}
-		out[i] = withParts(parts)
+		k++
 	}
 	return out
 }

@@ -43,16 +43,7 @@ func engineBuffers(t *testing.T) ([]*sdk.SharedMemory, func(*DecodeConfig)) {
 // touched — with the fence (keys bound to shards as pieces, as windows, or
 // whole pages) and without it (one key per buffer).
 func TestDirectSplitAcrossBuffers(t *testing.T) {
-	for _, arm := range []struct {
-		name   string
-		fence  bool
-		bounds *sdk.Bounds
-	}{
-		{"fence pieces", true, nil},
-		{"fence window", true, ptr(sdk.BoundsWindow)},
-		{"fence none", true, ptr(sdk.BoundsNone)},
-		{"no fence", false, nil},
-	} {
+	for _, arm := range keyArms {
 		t.Run(arm.name, func(t *testing.T) {
 			mems, tweak := engineBuffers(t)
 			d, p := startPair(t, func(c *DecodeConfig) {
@@ -75,6 +66,20 @@ func TestDirectSplitAcrossBuffers(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// keyArms are the ways decode keys a page in direct mode: with the fence,
+// bound to shards as pieces, windows or whole pages; without it, one key
+// per region.
+var keyArms = []struct {
+	name   string
+	fence  bool
+	bounds *sdk.Bounds
+}{
+	{"fence pieces", true, nil},
+	{"fence window", true, ptr(sdk.BoundsWindow)},
+	{"fence none", true, ptr(sdk.BoundsNone)},
+	{"no fence", false, nil},
+}
 
 // checkSplitPages: engine page idx[i] holds request page i's pieces, in
 // buffer order, and every other page of every buffer is untouched.

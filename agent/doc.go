@@ -9,7 +9,10 @@
 //     direct mode (DecodeConfig.Engine, direct.go) the engine's own memory
 //     is registered instead of the pool and InitAt names the engine pages;
 //     with EngineMemory.Buffers (one buffer per layer) a page is split
-//     across them, one key per buffer (direct_layers.go).
+//     across them, one key per buffer (direct_layers.go); with
+//     EngineMemory.HostPages, indices past the engine's pages are host
+//     landing pages the agent maps (a request's aux and state rows), held
+//     by the same rules and read through Pages (direct_host.go).
 //   - Prefill side: NewPrefill(ctx, PrefillConfig, transport) → *Prefill;
 //     Prefill.NewSender(key) → *KVSender with Init (reserve source pages),
 //     Page (memory to fill), Send, Finish, Poll / Done / Err, Abort, Close.

@@ -137,7 +137,9 @@ func (r *KVReceiver) Err() error {
 // Pages gives the slot memory of every page of a handed-off request (each
 // page holds one shard per tensor-parallel rank, in the order of the ranks
 // given to Init). The memory is the engine's to read until Finish; nil when
-// the request is not handed off.
+// the request is not handed off. In direct mode an engine page without a
+// host view is a nil entry (the engine reads its own page); host landing
+// pages (EngineMemory.HostPages) always have their bytes.
 func (r *KVReceiver) Pages() [][]byte {
 	var pages [][]byte
 	r.d.lp.call(func() {
@@ -145,13 +147,8 @@ func (r *KVReceiver) Pages() [][]byte {
 		if dt == nil || dt.tag != r.tag || dt.state != PollSuccess {
 			return
 		}
-		mem := r.d.memBytes()
-		if mem == nil {
-			return // direct mode without a host view: the engine reads its own pages
-		}
 		for _, s := range dt.slots {
-			off := int64(s) * r.d.slotB
-			pages = append(pages, mem[off:off+r.d.slotB:off+r.d.slotB])
+			pages = append(pages, r.d.slotMem(s))
 		}
 	})
 	return pages

@@ -162,7 +162,7 @@ func (d *Decode) grantAll(dt *decTag, reqs []*grantReq) {
 		for i, p := range r.pages {
 			refs[i] = keyRef{Key: uint64(keys[p.win]), Base: p.base}
 		}
-		r.refs = d.joinLayers(refs, len(dt.slots))
+		r.refs = d.joinLayers(refs, dt.slots)
 	}
 }
 

@@ -13,13 +13,8 @@ func UnsafeSlots(r *KVReceiver) [][]byte {
 		if dt == nil || dt.tag != r.tag {
 			return
 		}
-		mem := r.d.memBytes()
-		if mem == nil {
-			return // direct mode without a host view
-		}
 		for _, s := range dt.slots {
-			off := int64(s) * r.d.slotB
-			pages = append(pages, mem[off:off+r.d.slotB:off+r.d.slotB])
+			pages = append(pages, r.d.slotMem(s))
 		}
 	})
 	return pages

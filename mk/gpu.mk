@@ -15,7 +15,10 @@
 #                   (python/tests/test_vllm_gpu.py), and SGLang's decode in
 #                   direct mode with its deferred release and the
 #                   released-at-abort control arm
-#                   (python/tests/test_sglang_direct.py); bindings-py leaves
+#                   (python/tests/test_sglang_direct.py, with aux rows in
+#                   host landing pages), and the landing pages' control arm
+#                   (the agent's release-on-abort core: a late write lands
+#                   in a landing page lent again); bindings-py leaves
 #                   them to this step. ~4 min
 #   make gpu-check  on a machine with an NVIDIA driver: page integrity with
 #                   aborts against the real driver, then staged copy bandwidth
@@ -52,11 +55,13 @@ gpu-fake: bindings bindings-deps
 	arms=$$($(GO) test -count=1 -tags kvfenceunsafe -v ./gpumem -run '^(TestLateWriteNeverReachesGPUPage|TestDirectHoldUntilReleased)$$' 2>&1 | grep -E 'control arm caught'); \
 	  printf '%s\n' "$$arms"; [ "$$(printf '%s\n' "$$arms" | grep -c .)" = 3 ] || \
 	  { echo "gpu-fake: a control arm was not caught (copy before success; direct mode's pages free at abort, one buffer and one per layer)"; exit 1; }
+	arm=$$($(GO) test -count=1 -tags kvfenceunsafe -v ./agent -run '^TestDirectHostLandingControlReleaseOnAbort$$' 2>&1 | grep -E 'control arm caught'); \
+	  printf '%s\n' "$$arm"; [ -n "$$arm" ] || { echo "gpu-fake: the host landing pages' control arm (released at abort) was not caught"; exit 1; }
 	$(CC) -Wall -shared -fPIC -O1 -pthread -o $(BIN)/libfakecuda.so gpumem/testdata/fakecuda.c
 	KVFENCE_CUDA_LIB=$(abspath $(BIN))/libfakecuda.so $(MAKE) --no-print-directory gpu-check GPU_CHECK_FLAGS='--bytes 16777216 --rounds 2'
 	out=$$(KVFENCE_CUDA_LIB=/nonexistent/libcuda.so.1 $(MAKE) --no-print-directory -s gpu-check); \
 	  [ "$$(printf '%s\n' "$$out" | wc -l)" = 1 ] && printf '%s\n' "$$out" | grep -q '^gpu-check: skipped' || \
 	  { echo "gpu-fake: gpu-check without a driver printed: $$out"; exit 1; }
-	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes, the vLLM connector), and direct mode end to end over TCP plugin processes (gpumem: one buffer, and one per layer; SGLang's decode); every control arm caught; gpu-check skips cleanly without a driver"
+	@echo "gpu-fake: staged mode on the fake driver passes (gpumem, the C ABI, the SGLang classes, the vLLM connector), and direct mode end to end over TCP plugin processes (gpumem: one buffer, and one per layer; SGLang's decode); every control arm caught (host landing pages included); gpu-check skips cleanly without a driver"
 
 LONG_STEPS += gpu-fake

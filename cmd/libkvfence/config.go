@@ -60,6 +60,10 @@ type decodeJSON struct {
 	// layer, in place of DirectBuffer (direct.go).
 	DirectBuffers   []uint64 `json:"direct_buffers"`
 	DirectPageBytes []int64  `json:"direct_page_bytes"`
+	// DirectHostPages: host landing pages past direct_pages, for the rows
+	// a request carries after its KV pages (SGLang's aux and state rows;
+	// direct.go).
+	DirectHostPages int `json:"direct_host_pages"`
 }
 
 type prefillJSON struct {

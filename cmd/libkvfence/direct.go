@@ -20,20 +20,26 @@ import (
 // and vLLM keep their KV), a page split across them at p ×
 // direct_page_bytes[b] in buffer b; kvfence_receiver_init_at names the
 // engine pages a request lands in. The engine may reuse a page only once
-// kvfence_receiver_released says 1.
+// kvfence_receiver_released says 1. direct_host_pages adds host landing
+// pages at indices direct_pages.. (the agent maps them): a request's aux
+// and state rows land there, and kvfence_receiver_read copies them out
+// after SUCCESS, under the same hold as the engine's pages.
 
 // directEngine exports the config's engine buffers for decode's agent (nil
 // in staged mode). The exports stay with a until it closes.
 func (j decodeJSON) directEngine(a *agentObj) (*agent.EngineMemory, error) {
 	if j.GPUMode != "direct" {
-		if j.DirectBuffer != 0 || j.DirectPages != 0 || j.DirectBuffers != nil || j.DirectPageBytes != nil {
-			return nil, invalid("config: direct_buffer(s), direct_page_bytes and direct_pages need gpu_mode \"direct\"")
+		if j.DirectBuffer != 0 || j.DirectPages != 0 || j.DirectBuffers != nil || j.DirectPageBytes != nil || j.DirectHostPages != 0 {
+			return nil, invalid("config: direct_buffer(s), direct_page_bytes, direct_pages and direct_host_pages need gpu_mode \"direct\"")
 		}
 		return nil, nil
 	}
 	bufs, err := j.directLayout()
 	if err != nil {
 		return nil, err
+	}
+	if j.DirectHostPages < 0 || j.DirectHostPages > maxPages-j.DirectPages {
+		return nil, invalid("config: direct_host_pages must be 0..%d (with direct_pages %d), got %d", maxPages-j.DirectPages, j.DirectPages, j.DirectHostPages)
 	}
 	dev, err := gpumem.Shared()
 	if err != nil {
@@ -46,10 +52,14 @@ func (j decodeJSON) directEngine(a *agentObj) (*agent.EngineMemory, error) {
 		}
 		a.direct = append(a.direct, x)
 	}
-	if len(a.direct) == 1 && j.DirectBuffers == nil {
-		return a.direct[0].EngineMemory(), nil
+	mem := a.direct[0].EngineMemory()
+	if len(a.direct) > 1 || j.DirectBuffers != nil {
+		if mem, err = gpumem.EngineBuffers(a.direct); err != nil {
+			return nil, err
+		}
 	}
-	return gpumem.EngineBuffers(a.direct)
+	mem.HostPages = j.DirectHostPages
+	return mem, nil
 }
 
 // maxDirectBuffers bounds direct_buffers (a 128-layer model with K and V
@@ -148,4 +158,20 @@ func notDirect(a *agentObj, call string) error {
 		return nil
 	}
 	return errdefs.Errorf(errdefs.FailedPrecondition, "%s: direct mode: the request's KV is already in the engine's own pages", call)
+}
+
+// landingOnly refuses, on a direct-mode rank, a read of pages that are not
+// all host landing pages (the agent's Pages has no bytes for an engine
+// page): the KV is already in the engine's own pages; only the rows past
+// it (direct_host_pages) are read out.
+func landingOnly(a *agentObj, call string, pages [][]byte, first int) error {
+	if len(a.direct) == 0 {
+		return nil
+	}
+	for i, p := range pages {
+		if p == nil {
+			return errdefs.Errorf(errdefs.FailedPrecondition, "%s: direct mode: page %d of the request is an engine page: its KV is already in the engine's own pages (only host landing pages, direct_host_pages, are read)", call, first+i)
+		}
+	}
+	return nil
 }

@@ -105,7 +105,8 @@ func kvfence_receiver_init(r C.kvfence_handle, pages C.int, ranks *C.uint32_t, n
 // kvfence_receiver_read copies count pages from first on of a handed-off
 // request (state SUCCESS) into dst: count × page_bytes bytes, each page
 // holding one shard per prefill rank. Before Success it is
-// FAILED_PRECONDITION.
+// FAILED_PRECONDITION. In direct mode only host landing pages
+// (direct_host_pages) are read; an engine page is FAILED_PRECONDITION.
 //
 //export kvfence_receiver_read
 func kvfence_receiver_read(r C.kvfence_handle, first, count C.int, dst unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
@@ -114,14 +115,14 @@ func kvfence_receiver_read(r C.kvfence_handle, first, count C.int, dst unsafe.Po
 	if err != nil {
 		return fail(e, err)
 	}
-	if err := notDirect(o.a, "kvfence_receiver_read"); err != nil {
-		return fail(e, err)
-	}
 	pages := o.rv.Pages()
 	if pages == nil {
 		return fail(e, errdefs.Errorf(errdefs.FailedPrecondition, "request not handed off (state %s)", o.rv.Poll()))
 	}
 	if err := pageRange(first, count, len(pages)); err != nil {
+		return fail(e, err)
+	}
+	if err := landingOnly(o.a, "kvfence_receiver_read", pages[first:first+count], int(first)); err != nil {
 		return fail(e, err)
 	}
 	out, err := bytesAt("dst", dst, size, int64(count)*o.a.pageBytes)

@@ -19,7 +19,8 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
   proven stopped (drained, fenced or timeout). Direct mode (decode's
   gpu_mode "direct", kvfence.sglang_direct) instead lands the KV in
   SGLang's pages and holds them through SGLang's deferred decode-KV
-  release (abort_notified, is_abort_release_safe).
+  release (abort_notified, is_abort_release_safe); the aux and state rows
+  land in decode's host landing pages and are copied as staged mode does.
 - Nothing raises into SGLang's scheduler: send(), poll(), init() and
   send_metadata() record a failure instead (conclude_state = KVPoll.Failed,
   failure_exception() raises the classified error). A full pool is
@@ -424,7 +425,7 @@ class KVFenceKVManager(BaseKVManager):
     def _init_decode(self, cfg, passthrough):
         self.direct = passthrough.get("gpu_mode") == "direct"
         if self.direct:
-            sglang_direct.refuse_at_start(self.kv_args, self.aux_bytes, self.state_bytes)
+            sglang_direct.refuse_at_start(self.kv_args)
         self._fetching, self._bad, self._bases = set(), {}, {}
         self.agents, self.agent = [], None
         self._sizing = (cfg, passthrough)
@@ -445,8 +446,9 @@ class KVFenceKVManager(BaseKVManager):
         passthrough.setdefault("control_addr", self.addrs[self.listen % len(self.addrs)])
         slots = int(cfg.get("slots", 1024))
         if self.direct:  # SGLang's pages are the slots: as many lent at once as SGLang has
-            passthrough.update(sglang_direct.config(self.kv_args, self.shards, self.is_mla_backend))
-            slots = int(cfg.get("slots", passthrough["direct_pages"]))
+            passthrough.update(sglang_direct.config(self.kv_args, self.shards, self.is_mla_backend, self.extra_pages))
+            self.direct_pages = passthrough["direct_pages"]  # the first host landing page's index
+            slots = int(cfg.get("slots", self.direct_pages + passthrough.get("direct_host_pages", 0)))
         # Sized lazily on a fetch thread: made on the lasting thread (sglang_links).
         self.agent = sglang_links.on_lasting_thread(api.Decode, rank=self.rank, slots=slots,
                                                     shard_bytes=self.shard_bytes, shards=self.shards, **passthrough)
@@ -1111,8 +1113,9 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         try:
             if self.rv is None:
                 self.rv = m.agent.receiver(self.room, self.gen)
-            if m.direct:  # the KV lands in SGLang's pages kv_indices (no extra pages: sglang_direct)
-                staging.init_at(self.rv, self.kv_indices, self.ranks)
+            if m.direct:  # the KV lands in SGLang's pages kv_indices, the rows in host landing pages
+                staging.init_at(self.rv, sglang_direct.landing_indices(
+                    self.kv_indices, self.aux_index, m.direct_pages, m.extra_pages), self.ranks)
             else:
                 self.rv.init(len(self.kv_indices) + m.extra_pages, self.ranks)
             self.exposed = True
@@ -1177,8 +1180,14 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         return st
 
     def _landed(self):
-        """Direct mode: the KV is in SGLang's pages already; finishing gives
-        kvfence's account of them back (SGLang owns them from here on)."""
+        """Direct mode: the KV is in SGLang's pages already; the aux and
+        state rows are copied from their host landing pages, then finishing
+        gives kvfence's account of them back (SGLang owns them from here on)."""
+        try:
+            self._read_extra()
+        except errors.KVFenceError as exc:
+            return self._fail(exc)
+        self._write_extra()
         self.rv.finish()
         self.conclude_state = KVPoll.Success
         return KVPoll.Success
@@ -1213,15 +1222,29 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         into the engine on Go threads; Success once both are in place."""
         m = self.mgr
         try:
-            if m.aux_pages and self.aux_index is not None:
-                self.aux_row = self._read_rows(len(self.kv_indices), m.aux_pages)
-            if m.state_pages:
-                self.state_row = self._read_rows(len(self.kv_indices) + m.aux_pages, m.state_pages)
+            self._read_extra()
             staging.scatter(self.rv, m.layout, self.kv_indices, shards=m.shards, mla=m.is_mla_backend)
         except errors.KVFenceError as exc:
             return self._fail(exc)
         self.scattering = True
         return self._scatter_state()
+
+    def _read_extra(self):
+        """The aux and state rows, read from the pages after the KV pages
+        (staged slots, or direct mode's host landing pages)."""
+        m = self.mgr
+        if m.aux_pages and self.aux_index is not None:
+            self.aux_row = self._read_rows(len(self.kv_indices), m.aux_pages)
+        if m.state_pages:
+            self.state_row = self._read_rows(len(self.kv_indices) + m.aux_pages, m.state_pages)
+
+    def _write_extra(self):
+        """Copies the rows into SGLang's buffers, the aux row last: it opens
+        SGLang's metadata gate."""
+        if self.state_row is not None:
+            sglang_state.write_row(self.mgr.kv_args, self.state_indices, self.mgr.state_items, self.state_row)
+        if self.aux_row is not None:
+            _write_aux(self.mgr.kv_args, self.aux_index, self.aux_row)
 
     def _read_rows(self, first, count):
         """count pages from first on as one row: page j of writer 0 is shard
@@ -1239,10 +1262,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         except errors.KVFenceError as exc:
             return self._fail(exc)
         self.scattering = False
-        if self.state_row is not None:
-            sglang_state.write_row(self.mgr.kv_args, self.state_indices, self.mgr.state_items, self.state_row)
-        if self.aux_row is not None:
-            _write_aux(self.mgr.kv_args, self.aux_index, self.aux_row)  # opens SGLang's metadata gate: last
+        self._write_extra()
         self.rv.finish()
         self.conclude_state = KVPoll.Success
         return KVPoll.Success

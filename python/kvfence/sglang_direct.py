@@ -20,15 +20,18 @@ SGLang without it frees them as soon as a poll says Failed (and TP ranks
 MIN-reduce their polls, so one rank's Failed frees every rank's pages).
 Such an SGLang is refused, as is one with the release turned off.
 
-What stays staged, and why refused in direct mode instead: a request's
-aux row and Mamba state row travel as extra pages after its KV pages.
-In direct mode every page of the request lands in an engine page, and
-SGLang has no engine page to spare for them (its allocator owns every
-page but the padding page 0, which CUDA-graph padding writes). Landing
-them needs host pages next to the engine buffers in the decode agent,
-which the library does not have; until it does, a decode rank whose
-model has aux or state buffers is refused (Unimplemented) rather than
-silently dropping the row that opens SGLang's metadata gate.
+Aux and state rows: a request's aux row and Mamba state row travel as
+extra pages after its KV pages. SGLang has no engine page to spare for
+them (its allocator owns every page but the padding page 0, which
+CUDA-graph padding writes), so they land in host landing pages the decode
+agent maps next to the engine buffers (direct_host_pages: indices
+direct_pages.. ; one set of extra pages per aux row, at direct_pages +
+aux_index * extra_pages, so SGLang's metadata slot names them and its
+deferred release keeps them with the request's pages). kvfence lends,
+holds and releases them like the engine's pages; on Success the receiver
+reads them (kvfence_receiver_read) and copies the rows into SGLang's
+buffers, the aux row last (it opens SGLang's metadata gate), as staged
+mode does.
 
 Must never: hand SGLang a page kvfence still holds, or write engine
 memory from host code (the transport does, through the dma-buf)."""
@@ -62,7 +65,7 @@ def sglang_defers(manager_base=None):
     return hasattr(base, "supports_deferred_decode_kv_release") and not _release_off()
 
 
-def start_up_refusal(args, aux_bytes, state_bytes, manager_base=None):
+def start_up_refusal(args, manager_base=None):
     """The reasons a decode rank cannot run direct, known at start-up
     (empty: it may)."""
     why = []
@@ -70,23 +73,30 @@ def start_up_refusal(args, aux_bytes, state_bytes, manager_base=None):
         why.append("this SGLang has no deferred decode-KV release (or it is off: "
                    "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE), so an aborted request's pages would be "
                    "reused while writes may still land")
-    if aux_bytes or state_bytes:
-        why.append("the aux row (%d bytes) and state row (%d bytes) need host landing pages the direct decode "
-                   "agent does not have" % (aux_bytes, state_bytes))
     if not list(getattr(args, "kv_data_ptrs", []) or []):
         why.append("no KV buffers")
     return why
 
 
-def refuse_at_start(args, aux_bytes, state_bytes, manager_base=None):
-    why = start_up_refusal(args, aux_bytes, state_bytes, manager_base)
+def refuse_at_start(args, manager_base=None):
+    why = start_up_refusal(args, manager_base)
     if why:
         raise errors.Unimplemented("kvfence: gpu_mode \"direct\" on decode: %s (docs/gpu-direct.md; use gpu_mode "
                                    "\"staged\")" % "; ".join(why))
 
 
-def config(args, shards, mla):
-    """The library's decode config keys for SGLang's KV buffers. Several
+def aux_rows(args):
+    """How many aux rows (metadata slots) SGLang has: the fewest any of
+    its aux buffers holds."""
+    rows = [int(n) // int(i) for n, i in zip(getattr(args, "aux_data_lens", []) or [],
+                                            getattr(args, "aux_item_lens", []) or []) if int(i) > 0]
+    return min(rows) if rows else 0
+
+
+def config(args, shards, mla, extra_pages=0):
+    """The library's decode config keys for SGLang's KV buffers, with
+    extra_pages host landing pages per aux row (its aux and state rows).
+    Several
     writers per page (prefill TP > decode TP) each write the pos-th part
     of every buffer's page, which is their heads only when a page is one
     token ([heads, head_dim]); with page_size > 1 a page is token-major and
@@ -97,4 +107,29 @@ def config(args, shards, mla):
         raise errors.Unimplemented(
             "kvfence: gpu_mode \"direct\" with %d prefill ranks per decode rank needs page_size 1 and no MLA "
             "(page_size %d%s): use gpu_mode \"staged\"" % (shards, page_size, ", MLA" if mla else ""))
-    return api.direct_layers(args.kv_data_ptrs, args.kv_data_lens, args.kv_item_lens)
+    out = api.direct_layers(args.kv_data_ptrs, args.kv_data_lens, args.kv_item_lens)
+    if extra_pages:
+        rows = aux_rows(args)
+        if not rows:
+            raise errors.Unimplemented("kvfence: gpu_mode \"direct\": %d extra pages a request (state rows) and no aux "
+                                       "buffer to name their landing pages: use gpu_mode \"staged\"" % extra_pages)
+        out["direct_host_pages"] = rows * extra_pages
+    return out
+
+
+def landing_indices(kv_indices, aux_index, direct_pages, extra_pages):
+    """The page indices a request lands at: SGLang's KV pages, then its
+    extra pages' host landing pages (those of its aux row). Without extra
+    pages, kv_indices itself (passed in place)."""
+    if not extra_pages:
+        return kv_indices
+    if aux_index is None:
+        raise errors.InvalidArgument("kvfence: direct mode: a request without aux_index has no landing pages for "
+                                     "its %d extra pages" % extra_pages)
+    first = direct_pages + int(aux_index) * extra_pages
+    try:
+        import numpy as np
+        return np.concatenate([np.asarray(kv_indices, dtype=np.int32),
+                               np.arange(first, first + extra_pages, dtype=np.int32)])
+    except ImportError:
+        return [int(i) for i in kv_indices] + list(range(first, first + extra_pages))

@@ -18,10 +18,17 @@ decode plugin process is stopped so the hold cannot end under the test),
 the test writes into them through the driver, as a late NIC write would,
 after the page's next owner wrote its own bytes there.
 
-Direct mode is refused at start-up where it cannot keep its promise:
-aux or state rows (no landing pages), an SGLang without the deferred
-release, several writers per page with page_size > 1."""
+Every deployment has SGLang's aux rows (as every real SGLang decode
+does) unless a test says otherwise: a request's aux row lands in decode's
+host landing pages (direct_host_pages, the pages of its aux_index) and
+is copied into SGLang's aux buffers on Success, where the metadata gate
+(bootstrap_room in the row) must open and the whole row match prefill's.
+
+Direct mode is refused at start-up where it cannot keep its promise: an
+SGLang without the deferred release, several writers per page with
+page_size > 1."""
 import ctypes
+import hashlib
 import os
 import signal
 
@@ -47,11 +54,11 @@ else:
 
     class DevEngine(sglang_topo.Engine):
         """KV buffers in fake device memory (self.kv is the host image,
-        moved only through the driver); no aux rows (direct mode has no
-        landing pages for them)."""
+        moved only through the driver); aux rows in host memory, as SGLang
+        keeps them."""
 
         def __init__(self, heads, first_head, aux_items):
-            super().__init__(heads, first_head, ())
+            super().__init__(heads, first_head, aux_items)
             self.dev = [CUDA.alloc(len(b)) for b in self.kv]
             self.sync(up=True)
 
@@ -103,12 +110,14 @@ else:
 
     class DirectDeployment(sglang_topo.Deployment):
         """sglang_topo's deployment with decode in direct mode; remembers
-        decode's plugin processes; no aux row, so no metadata gate."""
+        decode's plugin processes; with aux rows (aux_items, default as
+        sglang_topo's) SGLang's metadata gate, without them none."""
 
-        def __init__(self, prefill_tp=1, decode_tp=1, **kw):
+        def __init__(self, prefill_tp=1, decode_tp=1, aux_items=(16, 8), engine=None, **kw):
             extra = dict(gpu_mode="direct", decode=dict(lease_ms=5000, max_hold_ms=60000))
-            super().__init__(P, prefill_tp=(prefill_tp,), decode_tp=decode_tp, aux_items=(), extra=extra,
-                             engine=DevEngine, **kw)
+            self.aux_items = aux_items
+            super().__init__(P, prefill_tp=(prefill_tp,), decode_tp=decode_tp, aux_items=aux_items, extra=extra,
+                             engine=engine or DevEngine, **kw)
             self.free = list(range(1, PAGES))  # SGLang's allocator; page 0 is its padding page
             self.deferred = []  # (room, receivers, pages): SGLang's deferred releases
 
@@ -119,7 +128,14 @@ else:
             return out
 
         def decode_state(self, rvs, aux_index, room):
+            if self.aux_items:
+                return super().decode_state(rvs, aux_index, room)
             return sglang_topo._min(rv.poll() for rv in rvs)
+
+        def aux_landed(self, aux_index):
+            """Every decode rank's aux row at aux_index is prefill's."""
+            want = self.instances[0]["engs"][0].aux_row(aux_index)
+            return all(e.aux_row(aux_index) == want for e in self.d_eng)
 
         def alloc(self, n):
             pages, self.free = self.free[:n], self.free[n:]
@@ -158,27 +174,88 @@ else:
         for x in xs:
             x.clear()
 
-    def _good_request(dep, room, n=3):
+    def _good_request(dep, room, n=3, aux_index=0):
         pages = dep.alloc(n)
-        rvs, snds, d, p = dep.request(room, n, pages, [5, 6, 7][:n], aux_index=0)
+        rvs, snds, d, p = dep.request(room, n, pages, [5, 6, 7][:n], aux_index=aux_index)
         assert (d, p) == (4, 4), (d, p)
         assert dep.corrupt(room, 1, pages) == 0, "a head landed wrong in SGLang's pages"
+        assert not dep.aux_items or dep.aux_landed(aux_index), "the aux row is not prefill's"
         _finish(rvs + snds)
         dep.free += pages  # the request ran and finished: SGLang frees its pages
         return pages
 
+    @pytest.mark.parametrize("aux", [(16, 8), ()], ids=["aux", "no_aux"])
     @pytest.mark.parametrize("ptp,dtp,on_demand", [(1, 1, False), (2, 2, False), (1, 2, False), (2, 2, True)])
-    def test_direct_pages_land_in_sglangs_buffers(ptp, dtp, on_demand):
+    def test_direct_pages_land_in_sglangs_buffers(ptp, dtp, on_demand, aux):
         """Decode TP 1 and 2 (static pairing, and M:N where decode sizes
         itself from the prefill instance): every head of every page where
-        SGLang said, read back through the driver; nothing lent at the end."""
-        dep = DirectDeployment(ptp, dtp, on_demand=on_demand)
+        SGLang said, read back through the driver; with aux rows, each row
+        (at its own aux_index, so in its own landing pages) is prefill's
+        and opened SGLang's metadata gate; nothing lent at the end."""
+        dep = DirectDeployment(ptp, dtp, aux_items=aux, on_demand=on_demand)
         try:
             assert all(m.direct for m in dep.dec)
             _good_request(dep, 700)  # M:N: decode's agents are made for the first request
+            assert [bool(m.extra_pages) for m in dep.dec] == [bool(aux)] * dtp  # landing pages only with aux rows
             base = staging.handles_live()
             for i in range(1, 6):
-                _good_request(dep, 700 + i, n=1 + i % 3)
+                _good_request(dep, 700 + i, n=1 + i % 3, aux_index=i % sglang_topo.AUX_ROWS)
+            dep.settle(base)
+        finally:
+            dep.close()
+
+    class StateDevEngine(DevEngine):
+        """DevEngine with a Mamba-like state buffer pair in host memory
+        (older SGLang's flat KVArgs form: one state_type)."""
+        STATE_ITEMS = (40, 24)
+
+        def __init__(self, heads, first_head, aux_items):
+            super().__init__(heads, first_head, aux_items)
+            self.state = [(ctypes.c_char * (4 * n))() for n in self.STATE_ITEMS]
+
+        def kv_args(self, cls, rank, dp=0):
+            a = super().kv_args(cls, rank, dp)
+            a.state_type = "mamba"
+            a.state_data_ptrs = [ctypes.addressof(b) for b in self.state]
+            a.state_data_lens = [len(b) for b in self.state]
+            a.state_item_lens = list(self.STATE_ITEMS)
+            return a
+
+        def set_state(self, slot, room):
+            for i, (b, n) in enumerate(zip(self.state, self.STATE_ITEMS)):
+                b[slot * n:(slot + 1) * n] = hashlib.shake_128(b"state/%d/%d" % (room, i)).digest(n)
+
+        def state_row(self, slot):
+            return b"".join(bytes(b[slot * n:(slot + 1) * n]) for b, n in zip(self.state, self.STATE_ITEMS))
+
+    def test_direct_state_row_lands_with_the_aux_row():
+        """A model with a Mamba state row: the request's KV lands in
+        SGLang's pages, its aux row and state row in decode's host landing
+        pages, copied into SGLang's aux and state buffers on Success."""
+        dep = DirectDeployment(1, 1, engine=StateDevEngine)
+        try:
+            assert all(m.state_pages for m in dep.dec)
+            base = staging.handles_live()
+            for k, (aux, dslot, pslot) in enumerate([(3, 2, 1), (5, 0, 3)]):
+                room, pages = 860 + k, dep.alloc(2)
+                rvs = dep.receivers(0, room)
+                for rv in rvs:
+                    rv.send_metadata(pages, aux, [dslot], decode_prefix_len=0)
+                snds = dep.senders(0, room)
+                for s, e in zip(snds, dep.instances[0]["engs"]):
+                    s.init(2, aux)
+                    e.fill(room, 1, [3, 4], False)
+                    e.set_aux(aux, room, 1)
+                    e.set_state(pslot, room)
+                    s.send([3], None)
+                    s.send([4], [pslot])
+                assert dep.run(rvs, snds, aux, room) == (4, 4)
+                assert dep.corrupt(room, 1, pages) == 0, "a head landed wrong in SGLang's pages"
+                assert dep.aux_landed(aux), "the aux row is not prefill's"
+                want = dep.instances[0]["engs"][0].state_row(pslot)
+                assert all(e.state_row(dslot) == want for e in dep.d_eng), "the state row is not prefill's"
+                _finish(rvs + snds)
+                dep.free += pages
             dep.settle(base)
         finally:
             dep.close()
@@ -186,8 +263,10 @@ else:
     def _abort_at(dep, where, room):
         """One request aborted at where (docs/sglang.md's abort points; at
         "exposed" it is left exposed with one page sent, not aborted);
-        returns (receivers, senders, pages)."""
-        pages = dep.alloc(2)
+        returns (receivers, senders, pages). Each room has its own aux_index
+        (room % AUX_ROWS), as SGLang's metadata slots: a held request keeps
+        its slot, so its aux landing page is not asked for again."""
+        pages, aux = dep.alloc(2), room % sglang_topo.AUX_ROWS
         rvs = [dep.Receiver(m, dep.instances[0]["addr"], room) for m in dep.dec]
         snds = []
         if where == "before_init":
@@ -200,16 +279,16 @@ else:
         if where == "prealloc":
             for rv in rvs:
                 rv.abort()
-                rv.send_metadata(pages, 0, None, decode_prefix_len=0)  # never exposed
+                rv.send_metadata(pages, aux, None, decode_prefix_len=0)  # never exposed
             return rvs, snds, pages
         for rv in rvs:
-            rv.send_metadata(pages, 0, None, decode_prefix_len=0)
+            rv.send_metadata(pages, aux, None, decode_prefix_len=0)
         snds = dep.senders(0, room)
         if where == "after_metadata":
             for rv in rvs:
                 rv.abort()
         for s in snds:
-            s.init(2, 0)
+            s.init(2, aux)
         if where in ("mid_transfer", "after_handoff", "exposed"):
             for s, e in zip(snds, dep.instances[0]["engs"]):
                 e.fill(room, 1, [3, 4], False)
@@ -276,11 +355,20 @@ else:
                 with pytest.raises(errors.FailedPrecondition, match="still lent"):
                     again[0].failure_exception()
                 assert not again[0].abort_notified, "a request never exposed made SGLang hold its pages"
+                # Free KV pages, but the held request's aux_index: its
+                # landing page is still lent, so no second writer either.
+                fresh = dep.alloc(2)
+                aux_again = dep.receivers(0, 822)
+                aux_again[0].send_metadata(fresh, 820 % sglang_topo.AUX_ROWS, None, decode_prefix_len=0)
+                dep.until(lambda: aux_again[0].poll() == 0, "the request over a held aux landing page fails")
+                with pytest.raises(errors.FailedPrecondition, match="still lent"):
+                    aux_again[0].failure_exception()
+                dep.free += fresh
             finally:
                 for pid in dep.decode_plugins:
                     os.kill(pid, signal.SIGCONT)
             dep.release(820, rvs, pages)
-            _finish(rvs + snds + again)
+            _finish(rvs + snds + again + aux_again)
             dep.settle(base)
         finally:
             dep.close()
@@ -351,9 +439,6 @@ else:
 
     def test_direct_refusals_at_start_up():
         """Unimplemented, with the reason, before anything is opened."""
-        eng = DevEngine(4, 0, ())
-        with pytest.raises(errors.Unimplemented, match="aux row"):
-            _manager_with_aux(eng)
         try:
             with pytest.raises(errors.Unimplemented, match="page_size 1"):
                 DirectDeployment(2, 1)  # two writers per page, page_size 2: their heads are strided
@@ -380,14 +465,3 @@ else:
             _finish(rvs)
         finally:
             dep.close()
-
-    def _manager_with_aux(eng):
-        import json
-        a = eng.kv_args(P.get_kv_class("kvargs"), 0)
-        aux = (ctypes.c_char * 64)()
-        a.aux_data_ptrs, a.aux_data_lens, a.aux_item_lens = [ctypes.addressof(aux)], [64], [8]
-        os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(gpu_mode="direct", prefill_tp=1))
-        try:
-            return P.get_kv_class("manager")(a, "decode", None, False)
-        finally:
-            del os.environ["KVFENCE_SGLANG_CONFIG"]
