@@ -294,6 +294,21 @@ class _Outcome:
         return False
 
     def failure_exception(self):
+        """SGLang calls this once the poll, MIN-reduced over the TP (and
+        CP) group, is Failed, and frees the request's KV pages right after
+        (prefill.py: the inflight queue and handle_bootstrap_failure call
+        failure_exception() before release_kv_cache; decode.py:
+        pop_transferred and the prealloc queue alike). Failed is the
+        minimum, so this rank's own poll may still have been Transferring
+        while another rank failed: its copy out of (prefill) or into
+        (decode) those pages may still run. The request is failed here
+        first, which fences that copy (_fail waits for it), so no page is
+        read or written once SGLang may give it to another request."""
+        with self._serial:
+            if self.conclude_state is None:
+                err = errors.Unavailable("kvfence: room %d: another rank of the request failed" % self.room)
+                err.is_from_another_rank = True  # SGLang logs it at debug level, as its own backends' errors
+                self._fail(err)
         raise self.error or errors.Unavailable("kvfence: room %d failed" % self.room)
 
 
@@ -785,7 +800,21 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
 
     @_never_raises
     def send(self, kv_indices, state_indices=None, token_position_offset=0, *args, **kwargs):
-        """Queues the chunk's copy on Go threads and returns; never raises."""
+        """Queues the chunk's copy on Go threads and returns; never raises.
+
+        The copy reads SGLang's pages after send() returned. That is safe
+        because SGLang frees a prefill request's KV pages (release_kv_cache)
+        only once the TP-reduced poll() is Success or Failed (prefill.py:
+        process_disagg_prefill_inflight_queue, handle_bootstrap_failure;
+        an optimistic prefill is released only while its bootstrap is
+        pending, before any send()). So no copy may run once poll() is
+        terminal: Success needs every page acked, and the library marks
+        pages sendable and the request finished only after the gather job
+        copied them (kvfence_sender_gather); Failed is reported only after
+        _fail aborted the kvfence senders (Abort waits for the step being
+        copied, the queued steps stop, close settles them); and
+        failure_exception() fails the request the same way when another
+        rank's Failed ended it."""
         if self.conclude_state is not None or self.aborted:
             return
         if sglang_state.given(state_indices) or (self.mgr.state_pages and state_indices is not None):
