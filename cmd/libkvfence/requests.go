@@ -227,12 +227,9 @@ func kvfence_sender_init(s C.kvfence_handle, pages C.int, e *C.kvfence_error) (c
 //export kvfence_sender_write
 func kvfence_sender_write(s C.kvfence_handle, first, count C.int, src unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
-	o, err := lookup[*senderObj](uint64(s), "sender")
+	o, err := senderRange(s, first, count)
 	if err != nil {
 		return fail(e, err)
-	}
-	if err := pageRange(first, count, o.s.Pages()); err != nil {
-		return fail(e, invalid("%v (init first)", err))
 	}
 	in, err := bytesAt("src", src, size, int64(count)*o.a.pageBytes)
 	if err == nil {
@@ -245,6 +242,19 @@ func kvfence_sender_write(s C.kvfence_handle, first, count C.int, src unsafe.Poi
 	// the request's pages went back to the pool (they may be another
 	// request's).
 	return fail(e, o.s.Write(int(first), in))
+}
+
+// senderRange is sender s, if pages [first, first+count) are among its
+// reserved pages.
+func senderRange(s C.kvfence_handle, first, count C.int) (*senderObj, error) {
+	o, err := lookup[*senderObj](uint64(s), "sender")
+	if err != nil {
+		return nil, err
+	}
+	if err := pageRange(first, count, o.s.Pages()); err != nil {
+		return nil, invalid("%v (init first)", err)
+	}
+	return o, nil
 }
 
 // kvfence_sender_send marks pages [0, upto) computed and sendable.

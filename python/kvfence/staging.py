@@ -25,6 +25,7 @@ _SIGNATURES = {
                                 ctypes.POINTER(_H), _E]),
     "kvfence_sender_gather": (_I, [_H, _H, _I32P, _I, _I, _I, _I, _I, _I, _E]),
     "kvfence_sender_gather_wait": (_I, [_H, _I64, _E]),
+    "kvfence_sender_write_queued": (_I, [_H, _I, _I, ctypes.c_void_p, ctypes.c_size_t, _E]),
     "kvfence_receiver_scatter": (_I, [_H, _H, _I32P, _I, _I, _I, _E]),
     "kvfence_receiver_scatter_done": (_I, [_H, _I64, _E]),
     "kvfence_handles_live": (_I64, []),
@@ -109,6 +110,13 @@ def gather(sender, layout, kv_indices, first, upto=0, total=0, part=0, parts=1):
     ptr, n, keep = _indices(kv_indices)
     _call("kvfence_sender_gather", sender._handle(), layout._h, ptr, n, part, parts, first, upto, total)
     del keep  # Go copied the indices before returning
+
+
+def write_queued(sender, first, addr, size, count=1):
+    """Queues the write of size bytes at addr, zero-padded to count pages,
+    into sender's source pages from first on, after its queued gathers (the
+    bytes are copied before this returns). gather_wait reports it."""
+    _call("kvfence_sender_write_queued", sender._handle(), first, count, addr, size)
 
 
 def gather_wait(sender, timeout=0.0):

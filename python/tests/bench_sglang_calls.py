@@ -11,10 +11,12 @@ Checks every byte.
   PYTHONPATH=python:python/tests KVFENCE_LIB=bin/libkvfence.so \
     KVFENCE_PLUGIN=bin/kvfence-plugin-tcp python3 python/tests/bench_sglang_calls.py
 
-With --compare OLD.so [--rounds N] [--requests M] it runs this script in
-child processes alternately on OLD.so and $KVFENCE_LIB (M requests each,
-N rounds) and prints each arm's p99 over all its calls, first, middle and
-last send() apart, and the load before and after.
+With --compare OLD.so [--old-python DIR] [--rounds N] [--requests M] it
+runs this script in child processes alternately on OLD.so (with the
+kvfence package in DIR, e.g. `git archive REV python | tar -x`, when the
+Python side changed too) and on $KVFENCE_LIB (M requests each, N rounds),
+and prints each arm's p99 over all its calls, first, middle and last
+send() apart, and the load before and after each child.
 """
 import ctypes
 import json
@@ -164,14 +166,17 @@ def load():
         return f.read().split()[0]
 
 
-def compare(old, rounds, requests):
+def compare(old, old_python, rounds, requests):
     """Alternates child runs on the old library and $KVFENCE_LIB."""
-    arms = {"old " + old: old, "new " + os.environ["KVFENCE_LIB"]: os.environ["KVFENCE_LIB"]}
+    here = os.path.dirname(os.path.abspath(__file__))
+    new_python = os.path.dirname(here)
+    arms = {"old " + old: (old, old_python or new_python),
+            "new " + os.environ["KVFENCE_LIB"]: (os.environ["KVFENCE_LIB"], new_python)}
     got = {a: {} for a in arms}
     loads = [load()]
     for _ in range(rounds):
-        for a, lib in arms.items():
-            env = dict(os.environ, KVFENCE_LIB=lib)
+        for a, (lib, py) in arms.items():
+            env = dict(os.environ, KVFENCE_LIB=lib, PYTHONPATH=os.pathsep.join([py, here]))
             res = subprocess.run([sys.executable, __file__, "--child", str(requests)], env=env, check=True,
                                  stdout=subprocess.PIPE, text=True)
             for k, xs in json.loads(res.stdout.splitlines()[-1]).items():
@@ -192,7 +197,7 @@ def main():
         print(json.dumps(run(int(args[1]), quiet=True)))
     elif args[:1] == ["--compare"]:
         opt = dict(zip(args[2::2], args[3::2]))
-        compare(args[1], int(opt.get("--rounds", 4)), int(opt.get("--requests", 6)))
+        compare(args[1], opt.get("--old-python"), int(opt.get("--rounds", 4)), int(opt.get("--requests", 6)))
     else:
         run()
 
