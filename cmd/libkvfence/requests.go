@@ -110,18 +110,8 @@ func kvfence_receiver_init(r C.kvfence_handle, pages C.int, ranks *C.uint32_t, n
 //export kvfence_receiver_read
 func kvfence_receiver_read(r C.kvfence_handle, first, count C.int, dst unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
-	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	o, pages, err := handedOff(r, first, count, "kvfence_receiver_read")
 	if err != nil {
-		return fail(e, err)
-	}
-	if err := notDirect(o.a, "kvfence_receiver_read"); err != nil {
-		return fail(e, err)
-	}
-	pages := o.rv.Pages()
-	if pages == nil {
-		return fail(e, errdefs.Errorf(errdefs.FailedPrecondition, "request not handed off (state %s)", o.rv.Poll()))
-	}
-	if err := pageRange(first, count, len(pages)); err != nil {
 		return fail(e, err)
 	}
 	out, err := bytesAt("dst", dst, size, int64(count)*o.a.pageBytes)
@@ -133,6 +123,24 @@ func kvfence_receiver_read(r C.kvfence_handle, first, count C.int, dst unsafe.Po
 			copy(out[i*int(o.a.pageBytes):], p)
 		}
 	}))
+}
+
+// handedOff is receiver r and its handed-off slots, if [first,
+// first+count) are among them (call names the ABI function, for direct
+// mode's refusal).
+func handedOff(r C.kvfence_handle, first, count C.int, call string) (*receiverObj, [][]byte, error) {
+	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := notDirect(o.a, call); err != nil {
+		return nil, nil, err
+	}
+	pages := o.rv.Pages()
+	if pages == nil {
+		return nil, nil, errdefs.Errorf(errdefs.FailedPrecondition, "request not handed off (state %s)", o.rv.Poll())
+	}
+	return o, pages, pageRange(first, count, len(pages))
 }
 
 // kvfence_receiver_finish gives a handed-off request's slots back.

@@ -148,6 +148,34 @@ func kvfence_sender_write_queued(s C.kvfence_handle, first, count C.int, src uns
 	return fail(e, nil)
 }
 
+// kvfence_receiver_read_row copies the first size bytes of the row that
+// shard 0 (its first shard bytes) of the handed-off request's slots [first,
+// first+count) hold, in order, to dst: SGLang's aux row and state row, which
+// writer 0 sends after the KV pages. Only the row's bytes are read: reading
+// whole 128 KiB slots that another process just wrote cost decode's poll()
+// ~160 µs of CPU for a row of tens of bytes.
+//
+//export kvfence_receiver_read_row
+func kvfence_receiver_read_row(r C.kvfence_handle, first, count, shard C.int, dst unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, pages, err := handedOff(r, first, count, "kvfence_receiver_read_row")
+	if err != nil {
+		return fail(e, err)
+	}
+	if shard <= 0 || int64(shard) > o.a.pageBytes || uint64(size) > uint64(count)*uint64(shard) {
+		return fail(e, invalid("a row of %d bytes from %d shards of %d bytes (slots of %d)", uint64(size), count, shard, o.a.pageBytes))
+	}
+	out, err := bytesAt("dst", dst, size, int64(size))
+	if err != nil {
+		return fail(e, err)
+	}
+	return fail(e, touch("dst", func() {
+		for i := 0; len(out) > 0; i++ {
+			out = out[copy(out, pages[int(first)+i][:shard]):]
+		}
+	}))
+}
+
 // runPool keeps gather plans between gathers: a 64 MiB request at page
 // size 1 is 32768 runs (768 KiB), and a fresh slice each time cost more in
 // allocation and page faults (2-14 ms measured on a loaded host) than its

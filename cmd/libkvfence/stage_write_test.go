@@ -10,7 +10,8 @@ import (
 // row is copied at the call, written after the gathers queued before it,
 // zero-padded to whole pages (a source page may hold an earlier request's
 // bytes), and sent by the next gather's send; bad input is refused at the
-// call with nothing queued; after an abort the queued write refuses.
+// call with nothing queued; after an abort the queued write refuses. On
+// decode, kvfence_receiver_read_row reads the row back (checkReadRow).
 func TestWriteQueuedAfterGathersZeroPadded(t *testing.T) {
 	dec, pre := openPairT(t)
 	m := testMem(t)
@@ -70,6 +71,7 @@ func TestWriteQueuedAfterGathersZeroPadded(t *testing.T) {
 		t.Errorf("decode got other bytes: pages equal %v %v %v (page 2 begins %q)", bytes.Equal(got[:item], want[:item]),
 			bytes.Equal(got[item:2*item], want[item:2*item]), bytes.Equal(got[2*item:], want[2*item:]), got[2*item:2*item+32])
 	}
+	checkReadRow(t, rv, got, item)
 	abi(kvfence_receiver_finish, rv, e.p())
 
 	ab := newSenderT(t, pre, 52, 1)
@@ -79,6 +81,29 @@ func TestWriteQueuedAfterGathersZeroPadded(t *testing.T) {
 	}
 	if rc := abi(kvfence_sender_gather_wait, ab, 60_000, e.p()); rc != -codeFailedPrecondition {
 		t.Errorf("a queued write after the abort: %d, want -FAILED_PRECONDITION", rc)
+	}
+}
+
+// checkReadRow: kvfence_receiver_read_row gives the row shard 0 of
+// consecutive slots hold (got: the request's slots as read whole), only
+// its bytes, and refuses rows past the slots or longer than their shards.
+func checkReadRow(t *testing.T, rv uint64, got []byte, slot int) {
+	t.Helper()
+	var e errBuf
+	row := make([]byte, 21)
+	if rc := abi(kvfence_receiver_read_row, rv, 2, 1, slot, unsafe.Pointer(&row[0]), len(row), e.p()); rc != 0 || string(row) != "aux row: ids and room" {
+		t.Errorf("read_row of the aux row: %d %q", rc, row)
+	}
+	const shard = 8 // two slots' first 8 bytes, the row 12 bytes long
+	if rc := abi(kvfence_receiver_read_row, rv, 1, 2, shard, unsafe.Pointer(&row[0]), 12, e.p()); rc != 0 ||
+		!bytes.Equal(row[:12], append(bytes.Clone(got[slot:slot+shard]), got[2*slot:2*slot+4]...)) {
+		t.Errorf("read_row across two slots: %d %x", rc, row[:12])
+	}
+	for name, args := range map[string][4]int{"past the slots": {2, 2, shard, 8}, "longer than the shards": {1, 2, shard, 17},
+		"shard 0": {0, 1, 0, 0}, "shard over a slot": {0, 1, slot + 1, 8}} {
+		if rc := abi(kvfence_receiver_read_row, rv, args[0], args[1], args[2], unsafe.Pointer(&row[0]), args[3], e.p()); rc != codeInvalid {
+			t.Errorf("read_row %s: %d, want InvalidArgument", name, rc)
+		}
 	}
 }
 

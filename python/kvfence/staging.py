@@ -28,6 +28,7 @@ _SIGNATURES = {
     "kvfence_sender_write_queued": (_I, [_H, _I, _I, ctypes.c_void_p, ctypes.c_size_t, _E]),
     "kvfence_receiver_scatter": (_I, [_H, _H, _I32P, _I, _I, _I, _E]),
     "kvfence_receiver_scatter_done": (_I, [_H, _I64, _E]),
+    "kvfence_receiver_read_row": (_I, [_H, _I, _I, _I, ctypes.c_void_p, ctypes.c_size_t, _E]),
     "kvfence_handles_live": (_I64, []),
 }
 _declared = False
@@ -131,6 +132,15 @@ def scatter(receiver, layout, kv_indices, shards=1, mla=False):
     ptr, n, keep = _indices(kv_indices)
     _call("kvfence_receiver_scatter", receiver._handle(), layout._h, ptr, n, int(shards), 1 if mla else 0)
     del keep
+
+
+def read_row(receiver, first, count, shard, size):
+    """The first size bytes of the row that shard 0 (shard bytes) of a
+    handed-off request's slots [first, first+count) hold, as a ctypes
+    buffer; only those bytes are read."""
+    row = (ctypes.c_char * size)()
+    _call("kvfence_receiver_read_row", receiver._handle(), first, count, shard, ctypes.addressof(row), size)
+    return row
 
 
 def scatter_done(receiver, timeout=0.0):
