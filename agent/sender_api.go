@@ -29,9 +29,11 @@ type KVSender struct {
 	// (Init, Send, the core's Sent or Failure, the source release): Poll
 	// never waits for a turn of the loop.
 	pub atomic.Int32
-	// fills and writes (sender_fill.go): fillMu is held while a step is
-	// copied; fillStop, once set, stops every fill before its next step
-	fillMu   sync.Mutex
+	// fills and writes (sender_fill.go): fillMu is read-held while a step
+	// is copied (fills of different pages, e.g. a gather and the aux row's
+	// Write, copy at once); Abort and Close take it to wait for them.
+	// fillStop, once set, stops every fill before its next step.
+	fillMu   sync.RWMutex
 	fillStop atomic.Bool
 }
 

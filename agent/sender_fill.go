@@ -53,9 +53,15 @@ func (s *KVSender) FillPieces(first, count int, fill func(at int, pages [][]byte
 // gives back while any pin holds (abort, close, failure) stay out of the
 // free list until the last pin goes, so no other request is handed a page
 // this fill may still write. step checks that the request has not ended
-// (Abort, Close, the pages released, the agent closed), and holds fillMu
-// until the next step or the end: Abort and Close return only after the
-// step being copied ended, so nothing is written after them.
+// (Abort, Close, the pages released, the agent closed), and read-holds
+// fillMu until the next step or the end: Abort and Close return only after
+// every step being copied ended, so nothing is written after them. A read
+// lock, because fills of one request may run at once (the C ABI's gather
+// job and the last send()'s aux row Write): with a plain mutex the Write
+// waited for the gather's copy to let go between two 256 KiB steps, which
+// Go's mutex does not grant a waiter before 1 ms of starvation (the last
+// send() took 0.1-1.9 ms, docs/sglang.md). Abort's write lock still goes
+// first: a pending writer holds back new readers.
 func (s *KVSender) FillRange(first, count int, fill func(pages [][]byte, step func() error) error) error {
 	if first < 0 || count < 0 || first+count > s.pages {
 		return errdefs.Errorf(errdefs.InvalidArgument, "pages [%d, %d) of the %d reserved", first, first+count, s.pages)
@@ -78,14 +84,14 @@ func (s *KVSender) FillRange(first, count int, fill func(pages [][]byte, step fu
 	held := false
 	defer func() {
 		if held {
-			s.fillMu.Unlock()
+			s.fillMu.RUnlock()
 		}
 	}()
 	return fill(pages, func() error {
 		if held { // a waiting Abort or Close goes in between steps
-			s.fillMu.Unlock()
+			s.fillMu.RUnlock()
 		}
-		s.fillMu.Lock()
+		s.fillMu.RLock()
 		held = true
 		if s.fillStop.Load() || s.p.lp.stopped() || r.pins.Load()&pinReleased != 0 {
 			return errEnded(s)
@@ -132,7 +138,7 @@ func (r *preReq) releasePinned() bool {
 }
 
 // stopFills makes s's fills stop before their next step and waits for the
-// step being copied, if any. Abort and Close call it after the loop ended
+// steps being copied, if any. Abort and Close call it after the loop ended
 // the request (not from a fill's callback: fillMu is held there).
 func (s *KVSender) stopFills() {
 	s.fillStop.Store(true)

@@ -103,3 +103,42 @@ func TestPollAfterCloseIsFailed(t *testing.T) {
 		t.Fatalf("after close: decode %v, prefill %v (want Failed, Failed)", rv.Poll(), snd.Poll())
 	}
 }
+
+// A Write (the aux row of SGLang's last send()) copies while another fill
+// of the same request is inside a step (the C ABI's gather job copying the
+// earlier chunks): fills of different pages share the fence. With a plain
+// mutex the Write waited for the fill to let go between steps (and Go's
+// mutex hands it over only after 1 ms of starvation): here the fill waits
+// for the Write, so that variant never ends this test.
+func TestWriteCopiesWhileAFillIsInAStep(t *testing.T) {
+	_, p := startPair(t, nil, nil, nil)
+	snd := p.NewSender(core.RequestKey{Room: 9, Gen: 1})
+	if err := snd.Init(2); err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan error, 1)
+	err := snd.Fill(0, 1, func(i int, page []byte) error {
+		go func() { wrote <- snd.Write(1, make([]byte, len(page))) }()
+		return <-wrote // inside the fill's step
+	})
+	if err != nil {
+		t.Fatalf("a Write during a fill's step: %v", err)
+	}
+	// Abort still waits for the step in progress, and a Write after it
+	// is refused.
+	aborted := make(chan struct{})
+	err = snd.Fill(0, 1, func(i int, page []byte) error {
+		go func() { snd.Abort(); close(aborted) }()
+		for !snd.fillStop.Load() {
+			runtime.Gosched()
+		}
+		return nil
+	})
+	<-aborted
+	if err != nil {
+		t.Fatalf("a step begun before the abort: %v", err)
+	}
+	if err := snd.Write(1, make([]byte, len(snd.Page(1)))); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("a Write after the abort: %v (want FailedPrecondition)", err)
+	}
+}

@@ -29,6 +29,7 @@ var exported = map[string]any{
 	"kvfence_receiver_abort": kvfence_receiver_abort, "kvfence_receiver_released": kvfence_receiver_released,
 	"kvfence_sender_new": kvfence_sender_new, "kvfence_sender_init": kvfence_sender_init,
 	"kvfence_sender_write": kvfence_sender_write, "kvfence_sender_send": kvfence_sender_send,
+	"kvfence_sender_write_queued": kvfence_sender_write_queued, "kvfence_receiver_read_row": kvfence_receiver_read_row,
 	"kvfence_sender_finish": kvfence_sender_finish, "kvfence_sender_abort": kvfence_sender_abort,
 	"kvfence_poll": kvfence_poll, "kvfence_wait": kvfence_wait, "kvfence_failure": kvfence_failure,
 	"kvfence_poll_go_ns": kvfence_poll_go_ns, "kvfence_page_bytes_go_ns": kvfence_page_bytes_go_ns,

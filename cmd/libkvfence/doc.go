@@ -14,8 +14,10 @@
 //     error", so concurrent callers never see each other's errors.
 //   - Bytes cross by copy into and out of caller memory (write_page,
 //     read_page); the runtime's pools never leave Go's control. Staging
-//     (stage.go: layout, gather, scatter) copies on Go threads after the
-//     call returned, so the caller keeps its KV buffers allocated until
+//     (stage.go: layout, gather, scatter; stage_abi.go's write_queued
+//     copies a small row at the call and writes it after the gathers)
+//     copies on Go threads after the call returned, so the caller keeps
+//     its KV buffers allocated until
 //     the gather is waited for or the request ended, and a receiver's
 //     finish and close wait for its scatter. Buffers the CUDA driver says
 //     are device memory are copied through gpumem (stage_gpu.go), never

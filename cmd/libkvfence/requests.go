@@ -111,18 +111,8 @@ func kvfence_receiver_init(r C.kvfence_handle, pages C.int, ranks *C.uint32_t, n
 //export kvfence_receiver_read
 func kvfence_receiver_read(r C.kvfence_handle, first, count C.int, dst unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
-	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	o, pages, err := handedOff(r, first, count, "kvfence_receiver_read")
 	if err != nil {
-		return fail(e, err)
-	}
-	pages := o.rv.Pages()
-	if pages == nil {
-		return fail(e, errdefs.Errorf(errdefs.FailedPrecondition, "request not handed off (state %s)", o.rv.Poll()))
-	}
-	if err := pageRange(first, count, len(pages)); err != nil {
-		return fail(e, err)
-	}
-	if err := landingOnly(o.a, "kvfence_receiver_read", pages[first:first+count], int(first)); err != nil {
 		return fail(e, err)
 	}
 	out, err := bytesAt("dst", dst, size, int64(count)*o.a.pageBytes)
@@ -134,6 +124,24 @@ func kvfence_receiver_read(r C.kvfence_handle, first, count C.int, dst unsafe.Po
 			copy(out[i*int(o.a.pageBytes):], p)
 		}
 	}))
+}
+
+// handedOff is receiver r and its handed-off slots, if [first,
+// first+count) are among them; in direct mode only host landing pages are
+// (call names the ABI function, for the refusal of an engine page).
+func handedOff(r C.kvfence_handle, first, count C.int, call string) (*receiverObj, [][]byte, error) {
+	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	if err != nil {
+		return nil, nil, err
+	}
+	pages := o.rv.Pages()
+	if pages == nil {
+		return nil, nil, errdefs.Errorf(errdefs.FailedPrecondition, "request not handed off (state %s)", o.rv.Poll())
+	}
+	if err := pageRange(first, count, len(pages)); err != nil {
+		return nil, nil, err
+	}
+	return o, pages, landingOnly(o.a, call, pages[first:first+count], int(first))
 }
 
 // kvfence_receiver_finish gives a handed-off request's slots back.
@@ -228,12 +236,9 @@ func kvfence_sender_init(s C.kvfence_handle, pages C.int, e *C.kvfence_error) (c
 //export kvfence_sender_write
 func kvfence_sender_write(s C.kvfence_handle, first, count C.int, src unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
-	o, err := lookup[*senderObj](uint64(s), "sender")
+	o, err := senderRange(s, first, count)
 	if err != nil {
 		return fail(e, err)
-	}
-	if err := pageRange(first, count, o.s.Pages()); err != nil {
-		return fail(e, invalid("%v (init first)", err))
 	}
 	in, err := bytesAt("src", src, size, int64(count)*o.a.pageBytes)
 	if err == nil {
@@ -246,6 +251,19 @@ func kvfence_sender_write(s C.kvfence_handle, first, count C.int, src unsafe.Poi
 	// the request's pages went back to the pool (they may be another
 	// request's).
 	return fail(e, o.s.Write(int(first), in))
+}
+
+// senderRange is sender s, if pages [first, first+count) are among its
+// reserved pages.
+func senderRange(s C.kvfence_handle, first, count C.int) (*senderObj, error) {
+	o, err := lookup[*senderObj](uint64(s), "sender")
+	if err != nil {
+		return nil, err
+	}
+	if err := pageRange(first, count, o.s.Pages()); err != nil {
+		return nil, invalid("%v (init first)", err)
+	}
+	return o, nil
 }
 
 // kvfence_sender_send marks pages [0, upto) computed and sendable.

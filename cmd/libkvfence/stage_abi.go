@@ -105,6 +105,77 @@ func fillHost(o *senderObj, l *stage.Layout, sl stage.Slice, pages []int32, firs
 	})
 }
 
+// kvfence_sender_write_queued copies size bytes at src (at most count
+// pages: the caller may reuse src once it returns) and queues their write,
+// zero-padded to count whole pages, into the source pages from first on,
+// after the sender's queued gathers; kvfence_sender_gather_wait reports it,
+// and a later gather's send covers the pages only after it. SGLang's last
+// send() writes its aux row so: a synchronous kvfence_sender_write of a
+// whole page (128 KiB for Llama-3-8B) on the scheduler thread took
+// 80-120 µs of its CPU, competing with the running gather for memory
+// bandwidth; a row is tens of bytes.
+//
+//export kvfence_sender_write_queued
+func kvfence_sender_write_queued(s C.kvfence_handle, first, count C.int, src unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, err := senderRange(s, first, count)
+	if err != nil {
+		return fail(e, err)
+	}
+	if limit := int64(count) * o.a.pageBytes; uint64(size) > uint64(limit) {
+		return fail(e, invalid("src: %d bytes do not fit %d pages of %d bytes", uint64(size), count, o.a.pageBytes))
+	}
+	in, err := bytesAt("src", src, size, int64(size))
+	data := make([]byte, len(in))
+	if err == nil {
+		err = touch("src", func() { copy(data, in) })
+	}
+	if err != nil {
+		return fail(e, err)
+	}
+	shard := int(o.a.pageBytes)
+	queue(uint64(s), func() error {
+		return o.s.FillRange(int(first), int(count), func(pages [][]byte, step func() error) error {
+			for i, page := range pages {
+				if err := step(); err != nil {
+					return err
+				}
+				clear(page[copy(page, data[min(i*shard, len(data)):]):])
+			}
+			return nil
+		})
+	})
+	return fail(e, nil)
+}
+
+// kvfence_receiver_read_row copies the first size bytes of the row that
+// shard 0 (its first shard bytes) of the handed-off request's slots [first,
+// first+count) hold, in order, to dst: SGLang's aux row and state row, which
+// writer 0 sends after the KV pages. Only the row's bytes are read: reading
+// whole 128 KiB slots that another process just wrote cost decode's poll()
+// ~160 µs of CPU for a row of tens of bytes.
+//
+//export kvfence_receiver_read_row
+func kvfence_receiver_read_row(r C.kvfence_handle, first, count, shard C.int, dst unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	o, pages, err := handedOff(r, first, count, "kvfence_receiver_read_row")
+	if err != nil {
+		return fail(e, err)
+	}
+	if shard <= 0 || int64(shard) > o.a.pageBytes || uint64(size) > uint64(count)*uint64(shard) {
+		return fail(e, invalid("a row of %d bytes from %d shards of %d bytes (slots of %d)", uint64(size), count, shard, o.a.pageBytes))
+	}
+	out, err := bytesAt("dst", dst, size, int64(size))
+	if err != nil {
+		return fail(e, err)
+	}
+	return fail(e, touch("dst", func() {
+		for i := 0; len(out) > 0; i++ {
+			out = out[copy(out, pages[int(first)+i][:shard]):]
+		}
+	}))
+}
+
 // runPool keeps gather plans between gathers: a 64 MiB request at page
 // size 1 is 32768 runs (768 KiB), and a fresh slice each time cost more in
 // allocation and page faults (2-14 ms measured on a loaded host) than its

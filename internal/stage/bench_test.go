@@ -85,11 +85,15 @@ func benchGather(b *testing.B, l *Layout, idx []int32) {
 		}
 	}}
 	gathers = append(gathers, func() {
-		useAVX2 = false
+		useAVX512 = false
 		gathers[0]()
-		useAVX2 = true
+		useAVX512 = true
+	}, func() {
+		useAVX2, useAVX512 = false, false
+		gathers[0]()
+		useAVX2, useAVX512 = true, true
 	})
-	names := []string{"bufmajor-", "bufmajor-sse-"}
+	names := []string{"bufmajor-", "bufmajor-avx2-", "bufmajor-sse-"}
 	for _, a := range arms { // page by page
 		gathers = append(gathers, func() {
 			for n, p := range idx {

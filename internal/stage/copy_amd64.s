@@ -68,3 +68,23 @@ vloop:
 	VZEROUPPER
 vdone:
 	RET
+
+// func streamCopyAVX512(dst, src unsafe.Pointer, n uintptr)
+// streamCopy with one 64-byte load and non-temporal store per block (dst
+// 64-byte aligned, n a multiple of 64).
+TEXT ·streamCopyAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $6, CX
+	JZ   zdone
+zloop:
+	VMOVDQU64 0(SI), Z0
+	VMOVNTDQ  Z0, 0(DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ  zloop
+	VZEROUPPER
+zdone:
+	RET

@@ -17,3 +17,7 @@ func prefetchRange(p unsafe.Pointer, n uintptr) {}
 const haveAVX2 = false
 
 func streamCopyAVX2(dst, src unsafe.Pointer, n uintptr) { streamCopy(dst, src, n) }
+
+const haveAVX512 = false
+
+func streamCopyAVX512(dst, src unsafe.Pointer, n uintptr) { streamCopy(dst, src, n) }

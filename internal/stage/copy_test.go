@@ -10,13 +10,13 @@ import (
 
 // TestHostCopyExact: every run length around the streaming threshold, the
 // 64-byte block and the assembly call's piece, at dst misalignments up to
-// 33 and src ones up to 16, with 16- and 32-byte streaming stores, copies
+// 65 and src ones up to 16, with 16-, 32- and 64-byte streaming stores, copies
 // exactly its bytes: a dropped head or tail, a block too many or a write
-// past the run fails here.
+// past the run fails here. With 64-byte stores too where the CPU has them.
 func TestHostCopyExact(t *testing.T) {
-	defer func(old bool) { useAVX2 = old }(useAVX2)
-	for _, wide := range []bool{false, true} {
-		useAVX2 = wide
+	defer func(a2, a5 bool) { useAVX2, useAVX512 = a2, a5 }(useAVX2, useAVX512)
+	for _, w := range [][2]bool{{false, false}, {true, false}, {true, true}} {
+		useAVX2, useAVX512 = w[0], w[1]
 		hostCopyExact(t)
 	}
 }
@@ -29,7 +29,7 @@ func hostCopyExact(t *testing.T) {
 		for i := range src {
 			src[i] = byte(i*7 + i>>8 + 1)
 		}
-		for da := 0; da <= 33; da += 3 {
+		for da := 0; da <= 65; da += 3 {
 			for sa := 0; sa <= 16; sa += 5 {
 				dst := make([]byte, n+2*guard)
 				var runs []Run
@@ -40,7 +40,7 @@ func hostCopyExact(t *testing.T) {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(dst[guard+da:guard+da+n], src[guard+sa:guard+sa+n]) {
-					t.Fatalf("len %d, dst+%d, src+%d, avx2 %v: bytes differ", n, da, sa, useAVX2)
+					t.Fatalf("len %d, dst+%d, src+%d, avx2 %v, avx512 %v: bytes differ", n, da, sa, useAVX2, useAVX512)
 				}
 				for i, b := range dst {
 					if (i < guard+da || i >= guard+da+n) && b != 0 {

@@ -306,6 +306,21 @@ class _Outcome:
         return False
 
     def failure_exception(self):
+        """SGLang calls this once the poll, MIN-reduced over the TP (and
+        CP) group, is Failed, and frees the request's KV pages right after
+        (prefill.py: the inflight queue and handle_bootstrap_failure call
+        failure_exception() before release_kv_cache; decode.py:
+        pop_transferred and the prealloc queue alike). Failed is the
+        minimum, so this rank's own poll may still have been Transferring
+        while another rank failed: its copy out of (prefill) or into
+        (decode) those pages may still run. The request is failed here
+        first, which fences that copy (_fail waits for it), so no page is
+        read or written once SGLang may give it to another request."""
+        with self._serial:
+            if self.conclude_state is None:
+                err = errors.Unavailable("kvfence: room %d: another rank of the request failed" % self.room)
+                err.is_from_another_rank = True  # SGLang logs it at debug level, as its own backends' errors
+                self._fail(err)
         raise self.error or errors.Unavailable("kvfence: room %d failed" % self.room)
 
 
@@ -830,7 +845,21 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
 
     @_never_raises
     def send(self, kv_indices, state_indices=None, token_position_offset=0, *args, **kwargs):
-        """Queues the chunk's copy on Go threads and returns; never raises."""
+        """Queues the chunk's copy on Go threads and returns; never raises.
+
+        The copy reads SGLang's pages after send() returned. That is safe
+        because SGLang frees a prefill request's KV pages (release_kv_cache)
+        only once the TP-reduced poll() is Success or Failed (prefill.py:
+        process_disagg_prefill_inflight_queue, handle_bootstrap_failure;
+        an optimistic prefill is released only while its bootstrap is
+        pending, before any send()). So no copy may run once poll() is
+        terminal: Success needs every page acked, and the library marks
+        pages sendable and the request finished only after the gather job
+        copied them (kvfence_sender_gather); Failed is reported only after
+        _fail aborted the kvfence senders (Abort waits for the step being
+        copied, the queued steps stop, close settles them); and
+        failure_exception() fails the request the same way when another
+        rank's Failed ended it."""
         if self.conclude_state is not None or self.aborted:
             return
         if sglang_state.given(state_indices) or (self.mgr.state_pages and state_indices is not None):
@@ -890,11 +919,15 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         self.bytes += n * self.mgr.shard_bytes * len(self.snds)
 
     def _write_extra(self, snd):
-        """The aux row and the state row are small: written here into the
-        pages after the KV pages, sent with the last pages."""
+        """The aux row and the state row go into the pages after the KV
+        pages, sent with the last pages. The aux row (tens of bytes) is
+        copied now and written, zero-padded to whole pages, on a Go thread
+        after the queued gathers (a whole-page write here cost the last
+        send() 80-120 µs)."""
         m = self.mgr
         if m.aux_pages:
-            snd.write(self.total, _aux_row(m.kv_args, self.aux_index, m.aux_pages * m.shard_bytes), count=m.aux_pages)
+            row = _aux_row(m.kv_args, self.aux_index, m.aux_bytes)
+            staging.write_queued(snd, self.total, ctypes.addressof(row), len(row), count=m.aux_pages)
         if m.state_pages:
             if self.state_row is None:
                 raise errors.InvalidArgument("kvfence: room %d: the last chunk carried no state_indices for a model "
@@ -1234,7 +1267,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         (staged slots, or direct mode's host landing pages)."""
         m = self.mgr
         if m.aux_pages and self.aux_index is not None:
-            self.aux_row = self._read_rows(len(self.kv_indices), m.aux_pages)
+            self.aux_row = self._read_rows(len(self.kv_indices), m.aux_pages, m.aux_bytes)
         if m.state_pages:
             self.state_row = self._read_rows(len(self.kv_indices) + m.aux_pages, m.state_pages)
 
@@ -1246,14 +1279,14 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         if self.aux_row is not None:
             _write_aux(self.mgr.kv_args, self.aux_index, self.aux_row)
 
-    def _read_rows(self, first, count):
-        """count pages from first on as one row: page j of writer 0 is shard
-        0 of slot j (the aux and state rows are written by writer 0's rank
-        alike; every writer sends them)."""
+    def _read_rows(self, first, count, size=None):
+        """The first size bytes (all by default) of count pages from first
+        on as one row: page j of writer 0 is shard 0 of slot j (the aux and
+        state rows are written by writer 0's rank alike; every writer sends
+        them). Only the row's bytes are read (whole 128 KiB slots, just
+        written by the plugin, cost decode's poll() ~300 µs of CPU)."""
         m = self.mgr
-        slots, slot = self.rv.read(first, count), m.agent.page_bytes
-        return (ctypes.c_char * (count * m.shard_bytes)).from_buffer_copy(
-            b"".join(bytes(slots[j * slot:j * slot + m.shard_bytes]) for j in range(count)))
+        return staging.read_row(self.rv, first, count, m.shard_bytes, count * m.shard_bytes if size is None else size)
 
     def _scatter_state(self):
         try:

@@ -25,9 +25,11 @@ _SIGNATURES = {
                                 ctypes.POINTER(_H), _E]),
     "kvfence_sender_gather": (_I, [_H, _H, _I32P, _I, _I, _I, _I, _I, _I, _E]),
     "kvfence_sender_gather_wait": (_I, [_H, _I64, _E]),
+    "kvfence_sender_write_queued": (_I, [_H, _I, _I, ctypes.c_void_p, ctypes.c_size_t, _E]),
     "kvfence_receiver_scatter": (_I, [_H, _H, _I32P, _I, _I, _I, _E]),
     "kvfence_receiver_scatter_done": (_I, [_H, _I64, _E]),
     "kvfence_receiver_init_at": (_I, [_H, _I32P, _I, ctypes.POINTER(ctypes.c_uint32), _I, _E]),
+    "kvfence_receiver_read_row": (_I, [_H, _I, _I, _I, ctypes.c_void_p, ctypes.c_size_t, _E]),
     "kvfence_handles_live": (_I64, []),
 }
 _declared = False
@@ -112,6 +114,13 @@ def gather(sender, layout, kv_indices, first, upto=0, total=0, part=0, parts=1):
     del keep  # Go copied the indices before returning
 
 
+def write_queued(sender, first, addr, size, count=1):
+    """Queues the write of size bytes at addr, zero-padded to count pages,
+    into sender's source pages from first on, after its queued gathers (the
+    bytes are copied before this returns). gather_wait reports it."""
+    _call("kvfence_sender_write_queued", sender._handle(), first, count, addr, size)
+
+
 def gather_wait(sender, timeout=0.0):
     """True once every queued gather ended well; False while one runs;
     raises the first failure's classified error."""
@@ -137,6 +146,15 @@ def scatter(receiver, layout, kv_indices, shards=1, mla=False):
     ptr, n, keep = _indices(kv_indices)
     _call("kvfence_receiver_scatter", receiver._handle(), layout._h, ptr, n, int(shards), 1 if mla else 0)
     del keep
+
+
+def read_row(receiver, first, count, shard, size):
+    """The first size bytes of the row that shard 0 (shard bytes) of a
+    handed-off request's slots [first, first+count) hold, as a ctypes
+    buffer; only those bytes are read."""
+    row = (ctypes.c_char * size)()
+    _call("kvfence_receiver_read_row", receiver._handle(), first, count, shard, ctypes.addressof(row), size)
+    return row
 
 
 def scatter_done(receiver, timeout=0.0):

@@ -2,17 +2,29 @@
 one 512-token Llama-3-8B-shaped request (32 layers x K,V = 64 buffers,
 8 KV heads x 128 x bf16 = 2 KiB per token, page size 1: 64 MiB), prefill
 TP1 -> decode TP1 over loopback. Times every send() and poll() call on both
-sides, and, in the same run, the per-token Python memmove staging the
-previous release did for the same pages (the baseline). Checks every byte.
+sides, wall and the calling thread's CPU time (a loaded host preempts the
+thread inside any call: the wall tail is mostly that, the CPU time is what
+the call itself costs), and, in the same run, the per-token Python memmove
+staging the previous release did for the same pages (the baseline).
+Checks every byte.
 
   PYTHONPATH=python:python/tests KVFENCE_LIB=bin/libkvfence.so \
     KVFENCE_PLUGIN=bin/kvfence-plugin-tcp python3 python/tests/bench_sglang_calls.py
+
+With --compare OLD.so [--old-python DIR] [--rounds N] [--requests M] it
+runs this script in child processes alternately on OLD.so (with the
+kvfence package in DIR, e.g. `git archive REV python | tar -x`, when the
+Python side changed too) and on $KVFENCE_LIB (M requests each, N rounds),
+and prints each arm's p99 over all its calls, first, middle and last
+send() apart, and the load before and after each child.
 """
 import ctypes
 import json
 import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 
 from kvfence import staging
@@ -42,6 +54,19 @@ class Engine:
         return a
 
 
+def timed(samples, fn, *args):
+    """Calls fn, appending (wall, thread CPU) seconds to samples."""
+    t0, c0 = time.perf_counter(), time.thread_time()
+    r = fn(*args)
+    samples.append((time.perf_counter() - t0, time.thread_time() - c0))
+    return r
+
+
+def p99(xs):
+    xs = sorted(xs)
+    return xs[max(0, int(len(xs) * 0.99) - 1)]
+
+
 def us(xs):
     xs = sorted(xs)
     return "median %.0f µs, p99 %.0f µs, max %.0f µs (%d calls)" % (
@@ -61,7 +86,9 @@ def old_staging(eng, idx):
     return time.perf_counter() - t0
 
 
-def main():
+def run(requests=3, quiet=False):
+    """Runs requests one after another; per-call (wall, CPU) samples by kind."""
+    out = {k: [] for k in ("first", "middle", "last", "prefill poll", "decode poll")}
     P = KVFenceBackendProvider()
     kvargs, manager = P.get_kv_class("kvargs"), P.get_kv_class("manager")
     boot = KVFenceBootstrapServer("127.0.0.1", 0)
@@ -80,7 +107,7 @@ def main():
     p_idx = np.array(rnd.sample(range(POOL), TOKENS), dtype=np.int32)
     d_idx = np.array(rnd.sample(range(POOL), TOKENS), dtype=np.int32)
     try:
-        for rep in range(3):
+        for rep in range(requests):
             room = 900 + rep
             rv = P.get_kv_class("receiver")(dec, addr, room)
             rv.init(0)
@@ -95,38 +122,84 @@ def main():
             sends, ppolls, dpolls = [], [], []
             t_start = time.perf_counter()
             for lo in range(0, TOKENS, CHUNK):
-                t0 = time.perf_counter()
-                snd.send(p_idx[lo:lo + CHUNK], None)
-                sends.append(time.perf_counter() - t0)
+                timed(sends, snd.send, p_idx[lo:lo + CHUNK], None)
             d = p = 0
             while d != 4 or p != 4:
-                t0 = time.perf_counter()
-                p = snd.poll()
-                t1 = time.perf_counter()
-                d = rv.poll()
-                dpolls.append(time.perf_counter() - t1)
-                ppolls.append(t1 - t0)
+                p = timed(ppolls, snd.poll)
+                d = timed(dpolls, rv.poll)
                 assert 0 not in (d, p), (d, p)
                 time.sleep(0.001)  # a scheduler iteration
             total = time.perf_counter() - t_start
             bad = sum(ctypes.string_at(ctypes.addressof(d_eng.kv[b]) + di * ITEM, ITEM)
                       != ctypes.string_at(ctypes.addressof(p_eng.kv[b]) + pi * ITEM, ITEM)
                       for di, pi in zip(d_idx.tolist(), p_idx.tolist()) for b in range(BUFS))
-            old = old_staging(p_eng, p_idx)
-            print("run %d: request of 64 MiB done in %.0f ms, %d corrupt items" % (rep, total * 1e3, bad))
-            print("  send():         " + us(sends) + "; all four sends %.1f ms (per chunk %s µs; the last "
-                  "also writes the aux row)" % (sum(sends) * 1e3, " ".join("%.0f" % (x * 1e6) for x in sends)))
-            print("  prefill poll(): " + us(ppolls))
-            print("  decode poll():  " + us(dpolls))
-            print("  previous release's per-token Python staging of the same pages: %.0f ms on the scheduler "
-                  "thread (x%.0f the four sends)" % (old * 1e3, old / sum(sends)))
+            assert bad == 0, "%d corrupt items" % bad
+            out["first"].append(sends[0])
+            out["middle"] += sends[1:-1]
+            out["last"].append(sends[-1])
+            out["prefill poll"] += ppolls
+            out["decode poll"] += dpolls
+            if not quiet:
+                old = old_staging(p_eng, p_idx)
+                wall = [w for w, _ in sends]
+                print("run %d: request of 64 MiB done in %.0f ms, %d corrupt items" % (rep, total * 1e3, bad))
+                print("  send():         " + us(wall) + "; all four sends %.1f ms (per chunk %s µs wall, %s µs CPU; "
+                      "the last also writes the aux row)" % (sum(wall) * 1e3, " ".join("%.0f" % (w * 1e6) for w, _ in sends),
+                                                              " ".join("%.0f" % (c * 1e6) for _, c in sends)))
+                print("  prefill poll(): " + us([w for w, _ in ppolls]))
+                print("  decode poll():  " + us([w for w, _ in dpolls]))
+                print("  previous release's per-token Python staging of the same pages: %.0f ms on the scheduler "
+                      "thread (x%.0f the four sends)" % (old * 1e3, old / sum(wall)))
             rv.clear()
             snd.clear()
-        print("handles open at the end: %d (agents and layouts)" % staging.handles_live())
+        if not quiet:
+            print("handles open at the end: %d (agents and layouts)" % staging.handles_live())
     finally:
         pre.close()
         dec.close()
         boot.close()
+    return out
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+def compare(old, old_python, rounds, requests):
+    """Alternates child runs on the old library and $KVFENCE_LIB."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    new_python = os.path.dirname(here)
+    arms = {"old " + old: (old, old_python or new_python),
+            "new " + os.environ["KVFENCE_LIB"]: (os.environ["KVFENCE_LIB"], new_python)}
+    got = {a: {} for a in arms}
+    loads = [load()]
+    for _ in range(rounds):
+        for a, (lib, py) in arms.items():
+            env = dict(os.environ, KVFENCE_LIB=lib, PYTHONPATH=os.pathsep.join([py, here]))
+            res = subprocess.run([sys.executable, __file__, "--child", str(requests)], env=env, check=True,
+                                 stdout=subprocess.PIPE, text=True)
+            for k, xs in json.loads(res.stdout.splitlines()[-1]).items():
+                got[a].setdefault(k, []).extend(xs)
+            loads.append(load())
+    print("load average (1 min) before and after each child run: %s" % " ".join(loads))
+    for a in arms:
+        print(a)
+        for k, xs in got[a].items():
+            print("  %-13s p99 wall %5.0f µs, CPU %5.0f µs; median wall %4.0f µs, CPU %4.0f µs (%d calls)" % (
+                k, p99([w for w, _ in xs]) * 1e6, p99([c for _, c in xs]) * 1e6,
+                statistics.median(w for w, _ in xs) * 1e6, statistics.median(c for _, c in xs) * 1e6, len(xs)))
+
+
+def main():
+    args = sys.argv[1:]
+    if args[:1] == ["--child"]:
+        print(json.dumps(run(int(args[1]), quiet=True)))
+    elif args[:1] == ["--compare"]:
+        opt = dict(zip(args[2::2], args[3::2]))
+        compare(args[1], opt.get("--old-python"), int(opt.get("--rounds", 4)), int(opt.get("--requests", 6)))
+    else:
+        run()
 
 
 if __name__ == "__main__":
