@@ -75,8 +75,8 @@ func TestControlChannelAuthenticates(t *testing.T) {
 }
 
 // A kernel fault on the veth that touched no packet of a write is NOT RUN
-// (a skip), never a pass: the reached guards of the drop, reset and reject
-// faults, with nothing sent while they held.
+// (a skip), never a pass: the reached and carried guards of the drop, reset
+// and reject faults, with nothing sent while they held.
 func TestVethFaultsReachNothingWithoutTraffic(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces (ip netns add)")
@@ -104,6 +104,13 @@ func TestVethFaultsReachNothingWithoutTraffic(t *testing.T) {
 		var sk skipError
 		if err := f.reachedBy(1 << 20); !errors.As(err, &sk) {
 			t.Errorf("%s: nothing crossed the link, yet reached said %v (want a skip)", f.name, err)
+		}
+		// A Succeeded under it is a write that never met it (the reject
+		// had no such guard: link-lossy passed whatever the rule matched).
+		if f.carried == nil {
+			t.Errorf("%s: no guard for a Succeeded that went around it", f.name)
+		} else if err := f.carried(1 << 20); !errors.As(err, &sk) {
+			t.Errorf("%s: nothing crossed the link, yet carried said %v (want a skip)", f.name, err)
 		}
 	}
 	slow := n.slowFault()
