@@ -71,6 +71,10 @@ type DecodeConfig struct {
 	// one or more addresses, so proxies can sit on the data path (the
 	// demo's delaying proxy, one per lane).
 	AdvertiseData func(sdk.Endpoint) []sdk.Endpoint
+	// unsafeGrantRace is a known-unsafe variant for tests
+	// (async_grant.go): a revocation does not wait for the exposure's
+	// grant in flight, and keys go out to a released exposure.
+	unsafeGrantRace bool
 	// Restart, when set, turns on the restart fence (restart.go): decode
 	// opens its own target instances with Restart.Open, and NewDecode's
 	// transport argument must be nil. Per-exposure keys (Fence) are not
@@ -136,11 +140,17 @@ type decTag struct {
 	keys     []keyRef                 // shared (bounds none): every rank without its own, at its shard's offset
 	rankKeys map[core.RankID][]keyRef // one rank's own, over its shards (nil entry: refused keys)
 	granted  []sdk.Key                // per-exposure keys still to revoke
-	state    PollState
-	reason   string
-	corrupt  map[int]bool
-	recv     *KVReceiver
-	hold     holdTrack // the hold log (holdlog.go)
+	// granting: its keys are being made off the loop (async_grant.go);
+	// held are its messages until then, revokeAsked a revocation the core
+	// asked meanwhile.
+	granting    bool
+	held        []heldFrame
+	revokeAsked bool
+	state       PollState
+	reason      string
+	corrupt     map[int]bool
+	recv        *KVReceiver
+	hold        holdTrack // the hold log (holdlog.go)
 }
 
 // NewDecode starts a decode agent on an opened transport: it maps the KV
@@ -534,6 +544,11 @@ func (d *Decode) admit(key core.RequestKey, pages int, idx []uint32, ranks []cor
 	d.checkFree(dt)
 	d.tags[key] = dt
 	rv.publish(PollWaitingForInput)
+	if d.fence && !d.restartFenced() {
+		d.grantAsync(dt) // the Assigns wait for the keys, not Init
+		d.act()
+		return tag, nil
+	}
 	if err := d.grant(dt); err != nil {
 		d.log.Error("grant failed: aborting the exposure", "tag", tag, "error", err)
 		d.act() // the Assigns go out without keys: nothing can be written
@@ -568,15 +583,15 @@ func (d *Decode) act() {
 	t := now()
 	for _, env := range out.Messages {
 		f := &frame{Type: frameCore, Core: core.AppendMessage(nil, &env.Msg)}
+		if d.holdFrame(env.To, &env.Msg, f) {
+			continue
+		}
 		if env.Msg.Kind == core.KindAssign {
 			if dt := d.tags[env.Msg.Tag.Key()]; dt != nil && dt.tag == env.Msg.Tag {
 				f.Keys = dt.keysFor(d, env.To)
 			}
 		}
-		l := d.links[env.To]
-		if l == nil || !l.send(f) {
-			d.Metrics.failedSend("control")
-		}
+		d.sendFrame(env.To, f)
 	}
 	// Copy what later inputs need: Output slices die with the next input.
 	revokes := append([]core.Revoke(nil), out.Revokes...)
@@ -606,20 +621,33 @@ func (d *Decode) act() {
 	for _, rel := range releases {
 		hygiene = append(hygiene, d.release(rel, t)...)
 	}
-	if len(hygiene) > 0 {
-		// Nothing should still write under these keys (drained, or handed
-		// off), so revoking them only frees the plugin's state, and a
-		// second line of defence: one call for every release of the input.
-		d.revokes.Add(1)
-		go func() {
-			defer d.revokes.Done()
-			_ = d.revokeKeys([][]sdk.Key{hygiene})
-		}()
-	}
+	d.hygieneRevoke(hygiene)
 	for _, r := range restarts {
 		d.restartTarget(r)
 	}
 	d.publish()
+}
+
+// sendFrame sends a control frame to a rank (loop only).
+func (d *Decode) sendFrame(to core.RankID, f *frame) {
+	l := d.links[to]
+	if l == nil || !l.send(f) {
+		d.Metrics.failedSend("control")
+	}
+}
+
+// hygieneRevoke revokes keys nothing should still write under (drained,
+// handed off, or never sent), off the loop: it only frees the plugin's
+// state, and is a second line of defence. One call for all of them.
+func (d *Decode) hygieneRevoke(keys []sdk.Key) {
+	if len(keys) == 0 {
+		return
+	}
+	d.revokes.Add(1)
+	go func() {
+		defer d.revokes.Done()
+		_ = d.revokeKeys([][]sdk.Key{keys})
+	}()
 }
 
 // revokeAll revokes the keys of every exposure the core asked to fence in
@@ -637,7 +665,7 @@ func (d *Decode) revokeAll(rvs []core.Revoke) {
 			continue
 		}
 		dt := d.tags[rv.Tag.Key()]
-		if dt == nil || dt.tag != rv.Tag {
+		if dt == nil || dt.tag != rv.Tag || d.awaitGrant(dt) {
 			continue
 		}
 		tags, groups = append(tags, rv.Tag), append(groups, dt.granted)

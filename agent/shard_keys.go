@@ -131,9 +131,11 @@ func (d *Decode) sharedReq(dt *decTag) *grantReq {
 
 // grantAll grants the windows of every request in one call (sdk.GrantKeys:
 // one RPC where the plugin takes batches, else one per window in
-// parallel) and fills each request's refs and err. Every key granted goes
-// to dt.granted, to be revoked even when its request failed.
-func (d *Decode) grantAll(dt *decTag, reqs []*grantReq) {
+// parallel) and fills each request's refs and err for an exposure of n
+// slots. It returns every key granted, to be revoked even when its
+// request failed. It touches no loop state: grantAsync runs it off the
+// loop.
+func (d *Decode) grantAll(n int, reqs []*grantReq) []sdk.Key {
 	var ws []sdk.Window
 	for _, r := range reqs {
 		for _, w := range r.ws {
@@ -144,6 +146,7 @@ func (d *Decode) grantAll(dt *decTag, reqs []*grantReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	got := sdk.GrantKeys(ctx, d.granter, ws)
+	var granted []sdk.Key
 	for _, r := range reqs {
 		keys := make([]sdk.Key, len(r.ws))
 		var errs []error
@@ -155,26 +158,33 @@ func (d *Decode) grantAll(dt *decTag, reqs []*grantReq) {
 				continue
 			}
 			keys[i] = g.Key
-			dt.granted = append(dt.granted, g.Key)
+			granted = append(granted, g.Key)
 		}
 		r.err = errors.Join(errs...)
 		refs := make([]keyRef, len(r.pages))
 		for i, p := range r.pages {
 			refs[i] = keyRef{Key: uint64(keys[p.win]), Base: p.base}
 		}
-		r.refs = d.joinLayers(refs, len(dt.slots))
+		r.refs = d.joinLayers(refs, n)
 	}
+	return granted
 }
 
-// grantFenced makes an exposure's per-exposure keys (loop only): each rank
-// its own, over its shards, bound to its data identity where the
+// grantFenced makes an exposure's per-exposure keys in the loop (the
+// synchronous form of grantAsync; tests).
+func (d *Decode) grantFenced(dt *decTag) error {
+	reqs, shared := d.planGrants(dt)
+	dt.granted = append(dt.granted, d.grantAll(len(dt.slots), reqs)...)
+	return d.finishGrants(dt, reqs, shared)
+}
+
+// planGrants is an exposure's first grant call (loop only): each rank its
+// own keys, over its shards, bound to its data identity where the
 // transport can; a rank that announces no identity to a transport that
 // binds writers gets none. Every rank's keys go in one grant call; a
-// second one is needed only for writers not connected yet (takeGrants).
-func (d *Decode) grantFenced(dt *decTag) error {
+// second one is needed only for writers not connected yet (finishGrants).
+func (d *Decode) planGrants(dt *decTag) (reqs []*grantReq, shared bool) {
 	dt.rankKeys = map[core.RankID][]keyRef{}
-	var reqs []*grantReq
-	shared := false
 	for pos, rank := range dt.ranks {
 		writer := ""
 		if l := d.links[rank]; l != nil && d.bindWriters {
@@ -195,7 +205,13 @@ func (d *Decode) grantFenced(dt *decTag) error {
 	if shared {
 		reqs = append(reqs, d.sharedReq(dt))
 	}
-	d.grantAll(dt, reqs)
+	return reqs, shared
+}
+
+// finishGrants stores what the first grant call made (loop only) and
+// grants again, in the loop, for writers not connected to our transport
+// yet (their first request only).
+func (d *Decode) finishGrants(dt *decTag, reqs []*grantReq, shared bool) error {
 	retry, needShared, err := d.takeGrants(dt, reqs)
 	if err != nil {
 		return err
@@ -206,7 +222,7 @@ func (d *Decode) grantFenced(dt *decTag) error {
 	if len(retry) == 0 {
 		return nil
 	}
-	d.grantAll(dt, retry)
+	dt.granted = append(dt.granted, d.grantAll(len(dt.slots), retry)...)
 	_, _, err = d.takeGrants(dt, retry) // unbound: nothing left to retry
 	return err
 }
