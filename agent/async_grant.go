@@ -1,9 +1,6 @@
 package agent
 
-import (
-	"github.com/kvfence/kvfence/core"
-	"github.com/kvfence/kvfence/sdk"
-)
+import "github.com/kvfence/kvfence/core"
 
 // This file: an exposure's keys are granted off the loop and off the
 // admission (issue 21 item 1). A grant is a round trip to the plugin
@@ -35,25 +32,32 @@ type heldFrame struct {
 	assign bool
 }
 
-// grantAsync starts granting an exposure's keys off the loop (loop only);
-// keysMade takes the result back in the loop.
+// grantAsync queues an exposure's grant (loop only): the grant queue
+// makes the keys off the loop, in one call with the grants queued with it
+// (grantBatch), and keysMade takes them back in the loop.
 func (d *Decode) grantAsync(dt *decTag) {
 	reqs, shared := d.planGrants(dt)
 	dt.granting = true
-	n := len(dt.slots)
-	d.revokes.Add(1)
-	go func() {
-		defer d.revokes.Done()
-		keys := d.grantAll(n, reqs)
-		d.lp.post(func() { d.keysMade(dt, reqs, shared, keys) })
-	}()
+	d.grantQ.add(&grantJob{dt: dt, reqs: reqs, shared: shared, n: len(dt.slots)})
+}
+
+// grantBatch grants a batch of exposures' keys in one call and hands them
+// to the loop in one input.
+func (d *Decode) grantBatch(jobs []*grantJob) {
+	d.grantMany(jobs)
+	d.lp.post(func() {
+		for _, j := range jobs {
+			d.keysMade(j)
+		}
+	})
 }
 
 // keysMade ends an exposure's grant (loop only): its held messages go out
 // with their keys, then a revocation asked meanwhile runs.
-func (d *Decode) keysMade(dt *decTag, reqs []*grantReq, shared bool, keys []sdk.Key) {
+func (d *Decode) keysMade(j *grantJob) {
+	dt := j.dt
 	dt.granting = false
-	dt.granted = append(dt.granted, keys...)
+	dt.granted = append(dt.granted, j.keys...)
 	if d.tags[dt.tag.Key()] != dt && !d.cfg.unsafeGrantRace {
 		// Released while its keys were made: no rank has them, and no
 		// rank ever will.
@@ -61,7 +65,7 @@ func (d *Decode) keysMade(dt *decTag, reqs []*grantReq, shared bool, keys []sdk.
 		dt.granted, dt.held = nil, nil
 		return
 	}
-	err := d.finishGrants(dt, reqs, shared)
+	err := d.finishGrants(dt, j.reqs, j.shared)
 	held := dt.held
 	dt.held = nil
 	for _, h := range held {

@@ -119,8 +119,13 @@ type Decode struct {
 	srv     *server
 	Metrics *Metrics
 	snap    atomic.Pointer[core.ReceiverMetrics]
-	revokes sync.WaitGroup
-	targets []*target // with a restart fence (restart.go); loop-owned after NewDecode
+	revokes sync.WaitGroup // key calls off the loop; Close waits for them
+	// grantQ and hygieneQ coalesce key calls (coalesce.go): exposures'
+	// grants (async_grant.go) and revocations of keys nothing should
+	// still write under.
+	grantQ   *coalescer[*grantJob]
+	hygieneQ *coalescer[[]sdk.Key]
+	targets  []*target // with a restart fence (restart.go); loop-owned after NewDecode
 
 	// loop-owned
 	links    map[core.RankID]*link
@@ -167,6 +172,8 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	d := &Decode{cfg: cfg, log: log, tr: tr, links: map[core.RankID]*link{}, routers: map[*link]bool{},
 		tags: map[core.RequestKey]*decTag{}, deadline: map[core.RankID]time.Time{}, lp: newLoop(), started: time.Now()}
 	d.slotB = cfg.ShardBytes * int64(cfg.Shards)
+	d.grantQ = &coalescer[*grantJob]{run: d.grantBatch, wg: &d.revokes}
+	d.hygieneQ = &coalescer[[]sdk.Key]{run: func(g [][]sdk.Key) { _ = d.revokeKeys(g) }, wg: &d.revokes}
 	if cfg.Restart != nil {
 		if err := d.startRestart(ctx); err != nil {
 			return nil, err
@@ -638,16 +645,12 @@ func (d *Decode) sendFrame(to core.RankID, f *frame) {
 
 // hygieneRevoke revokes keys nothing should still write under (drained,
 // handed off, or never sent), off the loop: it only frees the plugin's
-// state, and is a second line of defence. One call for all of them.
+// state, and is a second line of defence. The hygiene queue revokes all
+// those queued while its last call ran in one call.
 func (d *Decode) hygieneRevoke(keys []sdk.Key) {
-	if len(keys) == 0 {
-		return
+	if len(keys) > 0 {
+		d.hygieneQ.add(keys)
 	}
-	d.revokes.Add(1)
-	go func() {
-		defer d.revokes.Done()
-		_ = d.revokeKeys([][]sdk.Key{keys})
-	}()
 }
 
 // revokeAll revokes the keys of every exposure the core asked to fence in

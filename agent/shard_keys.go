@@ -129,25 +129,51 @@ func (d *Decode) sharedReq(dt *decTag) *grantReq {
 	return &grantReq{shared: true, ws: ws, pages: pages}
 }
 
-// grantAll grants the windows of every request in one call (sdk.GrantKeys:
-// one RPC where the plugin takes batches, else one per window in
-// parallel) and fills each request's refs and err for an exposure of n
-// slots. It returns every key granted, to be revoked even when its
-// request failed. It touches no loop state: grantAsync runs it off the
-// loop.
+// grantJob is one exposure's grant call: its requests, for an exposure of
+// n slots; keys is every key granted, to be revoked even when its request
+// failed.
+type grantJob struct {
+	dt     *decTag
+	reqs   []*grantReq
+	shared bool
+	n      int
+	keys   []sdk.Key
+}
+
+// grantAll grants the windows of every request in one call and fills each
+// request's refs and err; it returns every key granted.
 func (d *Decode) grantAll(n int, reqs []*grantReq) []sdk.Key {
+	j := &grantJob{reqs: reqs, n: n}
+	d.grantMany([]*grantJob{j})
+	return j.keys
+}
+
+// grantMany grants the windows of every job in one call (sdk.GrantKeys:
+// one RPC where the plugin takes batches, else one per window in
+// parallel) and fills each job. It touches no loop state: the grant queue
+// runs it off the loop (async_grant.go).
+func (d *Decode) grantMany(jobs []*grantJob) {
 	var ws []sdk.Window
-	for _, r := range reqs {
-		for _, w := range r.ws {
-			w.Writer = r.writer
-			ws = append(ws, w)
+	for _, j := range jobs {
+		for _, r := range j.reqs {
+			for _, w := range r.ws {
+				w.Writer = r.writer
+				ws = append(ws, w)
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	got := sdk.GrantKeys(ctx, d.granter, ws)
-	var granted []sdk.Key
-	for _, r := range reqs {
+	for _, j := range jobs {
+		got = d.takeGranted(j, got)
+	}
+}
+
+// takeGranted fills job j's requests from the first answers of got and
+// returns the rest.
+func (d *Decode) takeGranted(j *grantJob, got []sdk.Granted) []sdk.Granted {
+	for _, r := range j.reqs {
 		keys := make([]sdk.Key, len(r.ws))
 		var errs []error
 		for i := range r.ws {
@@ -158,16 +184,16 @@ func (d *Decode) grantAll(n int, reqs []*grantReq) []sdk.Key {
 				continue
 			}
 			keys[i] = g.Key
-			granted = append(granted, g.Key)
+			j.keys = append(j.keys, g.Key)
 		}
 		r.err = errors.Join(errs...)
 		refs := make([]keyRef, len(r.pages))
 		for i, p := range r.pages {
 			refs[i] = keyRef{Key: uint64(keys[p.win]), Base: p.base}
 		}
-		r.refs = d.joinLayers(refs, n)
+		r.refs = d.joinLayers(refs, j.n)
 	}
-	return granted
+	return got
 }
 
 // grantFenced makes an exposure's per-exposure keys in the loop (the
