@@ -75,6 +75,9 @@ type DecodeConfig struct {
 	// (async_grant.go): a revocation does not wait for the exposure's
 	// grant in flight, and keys go out to a released exposure.
 	unsafeGrantRace bool
+	// syncGrants grants in Init, on the loop, as before issue 21: the
+	// baseline arm of BenchmarkGrantPath.
+	syncGrants bool
 	// Restart, when set, turns on the restart fence (restart.go): decode
 	// opens its own target instances with Restart.Open, and NewDecode's
 	// transport argument must be nil. Per-exposure keys (Fence) are not
@@ -551,7 +554,7 @@ func (d *Decode) admit(key core.RequestKey, pages int, idx []uint32, ranks []cor
 	d.checkFree(dt)
 	d.tags[key] = dt
 	rv.publish(PollWaitingForInput)
-	if d.fence && !d.restartFenced() {
+	if d.fence && !d.restartFenced() && !d.cfg.syncGrants {
 		d.grantAsync(dt) // the Assigns wait for the keys, not Init
 		d.act()
 		return tag, nil
