@@ -128,7 +128,12 @@ type Decode struct {
 	// still write under.
 	grantQ   *coalescer[*grantJob]
 	hygieneQ *coalescer[[]sdk.Key]
-	targets  []*target // with a restart fence (restart.go); loop-owned after NewDecode
+	// fenceTags and fenceKeys are the exposures the core asked fenced in
+	// this loop turn and their keys (loop-owned): flushRevokes revokes
+	// them in one call at the turn's end.
+	fenceTags []core.Tag
+	fenceKeys [][]sdk.Key
+	targets   []*target // with a restart fence (restart.go); loop-owned after NewDecode
 
 	// loop-owned
 	links    map[core.RankID]*link
@@ -333,6 +338,7 @@ func (d *Decode) listen(log hclog.Logger) (*Decode, error) {
 		d.closeTargets()
 		return nil, err
 	}
+	d.lp.turnEnd = d.flushRevokes
 	go d.lp.run(cfg.Tick, d.tick)
 	log.Info("decode agent up", "rank", cfg.Rank, "instance", cfg.Instance, "control", d.srv.Addr(),
 		"data", d.data.Address, "slots", cfg.Slots, "slot_bytes", d.slotB, "fence", d.fence, "writer_bound", d.bindWriters, "shard_keys", d.shardKeys.String(), "max_tail", d.info.Capabilities.MaxTail, "targets", len(d.targets),
@@ -656,12 +662,11 @@ func (d *Decode) hygieneRevoke(keys []sdk.Key) {
 	}
 }
 
-// revokeAll revokes the keys of every exposure the core asked to fence in
-// one input, in one call off the loop (sdk.RevokeKeys: one RPC where the
-// plugin takes batches); each exposure whose keys all went is Revoked.
+// revokeAll queues the keys of every exposure the core asked to fence in
+// one input; flushRevokes revokes the whole loop turn's in one call off
+// the loop (sdk.RevokeKeys: one RPC where the plugin takes batches), and
+// each exposure whose keys all went is Revoked.
 func (d *Decode) revokeAll(rvs []core.Revoke) {
-	var tags []core.Tag
-	var groups [][]sdk.Key
 	for _, rv := range rvs {
 		if rv.All {
 			// Our pool is fresh memory of this process, registered under
@@ -674,12 +679,19 @@ func (d *Decode) revokeAll(rvs []core.Revoke) {
 		if dt == nil || dt.tag != rv.Tag || d.awaitGrant(dt) {
 			continue
 		}
-		tags, groups = append(tags, rv.Tag), append(groups, dt.granted)
+		d.fenceTags, d.fenceKeys = append(d.fenceTags, rv.Tag), append(d.fenceKeys, dt.granted)
 		dt.granted = nil
 	}
+}
+
+// flushRevokes revokes the keys revokeAll queued this loop turn (loop
+// only, at the turn's end).
+func (d *Decode) flushRevokes() {
+	tags, groups := d.fenceTags, d.fenceKeys
 	if len(tags) == 0 {
 		return
 	}
+	d.fenceTags, d.fenceKeys = nil, nil
 	d.revokes.Add(1)
 	go func() {
 		defer d.revokes.Done()
