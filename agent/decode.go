@@ -71,6 +71,13 @@ type DecodeConfig struct {
 	// one or more addresses, so proxies can sit on the data path (the
 	// demo's delaying proxy, one per lane).
 	AdvertiseData func(sdk.Endpoint) []sdk.Endpoint
+	// unsafeGrantRace is a known-unsafe variant for tests
+	// (async_grant.go): a revocation does not wait for the exposure's
+	// grant in flight, and keys go out to a released exposure.
+	unsafeGrantRace bool
+	// syncGrants grants in Init, on the loop, as before issue 21: the
+	// baseline arm of BenchmarkGrantPath.
+	syncGrants bool
 	// Restart, when set, turns on the restart fence (restart.go): decode
 	// opens its own target instances with Restart.Open, and NewDecode's
 	// transport argument must be nil. Per-exposure keys (Fence) are not
@@ -118,8 +125,18 @@ type Decode struct {
 	srv     *server
 	Metrics *Metrics
 	snap    atomic.Pointer[core.ReceiverMetrics]
-	revokes sync.WaitGroup
-	targets []*target // with a restart fence (restart.go); loop-owned after NewDecode
+	revokes sync.WaitGroup // key calls off the loop; Close waits for them
+	// grantQ and hygieneQ coalesce key calls (coalesce.go): exposures'
+	// grants (async_grant.go) and revocations of keys nothing should
+	// still write under.
+	grantQ   *coalescer[*grantJob]
+	hygieneQ *coalescer[[]sdk.Key]
+	// fenceTags and fenceKeys are the exposures the core asked fenced in
+	// this loop turn and their keys (loop-owned): flushRevokes revokes
+	// them in one call at the turn's end.
+	fenceTags []core.Tag
+	fenceKeys [][]sdk.Key
+	targets   []*target // with a restart fence (restart.go); loop-owned after NewDecode
 
 	// loop-owned
 	links    map[core.RankID]*link
@@ -140,11 +157,17 @@ type decTag struct {
 	keys     []keyRef                 // shared (bounds none): every rank without its own, at its shard's offset
 	rankKeys map[core.RankID][]keyRef // one rank's own, over its shards (nil entry: refused keys)
 	granted  []sdk.Key                // per-exposure keys still to revoke
-	state    PollState
-	reason   string
-	corrupt  map[int]bool
-	recv     *KVReceiver
-	hold     holdTrack // the hold log (holdlog.go)
+	// granting: its keys are being made off the loop (async_grant.go);
+	// held are its messages until then, revokeAsked a revocation the core
+	// asked meanwhile.
+	granting    bool
+	held        []heldFrame
+	revokeAsked bool
+	state       PollState
+	reason      string
+	corrupt     map[int]bool
+	recv        *KVReceiver
+	hold        holdTrack // the hold log (holdlog.go)
 }
 
 // NewDecode starts a decode agent on an opened transport: it maps the KV
@@ -161,6 +184,8 @@ func NewDecode(ctx context.Context, cfg DecodeConfig, tr sdk.Transport) (*Decode
 	d := &Decode{cfg: cfg, log: log, tr: tr, links: map[core.RankID]*link{}, routers: map[*link]bool{},
 		tags: map[core.RequestKey]*decTag{}, deadline: map[core.RankID]time.Time{}, quiesced: map[core.RankID]bool{}, lp: newLoop(), started: time.Now()}
 	d.slotB = cfg.ShardBytes * int64(cfg.Shards)
+	d.grantQ = &coalescer[*grantJob]{run: d.grantBatch, wg: &d.revokes}
+	d.hygieneQ = &coalescer[[]sdk.Key]{run: func(g [][]sdk.Key) { _ = d.revokeKeys(g) }, wg: &d.revokes}
 	if cfg.Restart != nil {
 		if err := d.startRestart(ctx); err != nil {
 			return nil, err
@@ -317,6 +342,7 @@ func (d *Decode) listen(log hclog.Logger) (*Decode, error) {
 		d.closeTargets()
 		return nil, err
 	}
+	d.lp.turnEnd = d.flushRevokes
 	go d.lp.run(cfg.Tick, d.tick)
 	log.Info("decode agent up", "rank", cfg.Rank, "instance", cfg.Instance, "control", d.srv.Addr(),
 		"data", d.data.Address, "slots", cfg.Slots, "slot_bytes", d.slotB, "fence", d.fence, "writer_bound", d.bindWriters, "shard_keys", d.shardKeys.String(), "max_tail", d.info.Capabilities.MaxTail, "targets", len(d.targets),
@@ -554,6 +580,11 @@ func (d *Decode) admit(key core.RequestKey, pages int, idx []uint32, ranks []cor
 	d.checkFree(dt)
 	d.tags[key] = dt
 	rv.publish(PollWaitingForInput)
+	if d.fence && !d.restartFenced() && !d.cfg.syncGrants {
+		d.grantAsync(dt) // the Assigns wait for the keys, not Init
+		d.act()
+		return tag, nil
+	}
 	if err := d.grant(dt); err != nil {
 		d.log.Error("grant failed: aborting the exposure", "tag", tag, "error", err)
 		d.act() // the Assigns go out without keys: nothing can be written
@@ -588,15 +619,15 @@ func (d *Decode) act() {
 	t := now()
 	for _, env := range out.Messages {
 		f := &frame{Type: frameCore, Core: core.AppendMessage(nil, &env.Msg)}
+		if d.holdFrame(env.To, &env.Msg, f) {
+			continue
+		}
 		if env.Msg.Kind == core.KindAssign {
 			if dt := d.tags[env.Msg.Tag.Key()]; dt != nil && dt.tag == env.Msg.Tag {
 				f.Keys = dt.keysFor(d, env.To)
 			}
 		}
-		l := d.links[env.To]
-		if l == nil || !l.send(f) {
-			d.Metrics.failedSend("control")
-		}
+		d.sendFrame(env.To, f)
 	}
 	// Copy what later inputs need: Output slices die with the next input.
 	revokes := append([]core.Revoke(nil), out.Revokes...)
@@ -626,28 +657,36 @@ func (d *Decode) act() {
 	for _, rel := range releases {
 		hygiene = append(hygiene, d.release(rel, t)...)
 	}
-	if len(hygiene) > 0 {
-		// Nothing should still write under these keys (drained, or handed
-		// off), so revoking them only frees the plugin's state, and a
-		// second line of defence: one call for every release of the input.
-		d.revokes.Add(1)
-		go func() {
-			defer d.revokes.Done()
-			_ = d.revokeKeys([][]sdk.Key{hygiene})
-		}()
-	}
+	d.hygieneRevoke(hygiene)
 	for _, r := range restarts {
 		d.restartTarget(r)
 	}
 	d.publish()
 }
 
-// revokeAll revokes the keys of every exposure the core asked to fence in
-// one input, in one call off the loop (sdk.RevokeKeys: one RPC where the
-// plugin takes batches); each exposure whose keys all went is Revoked.
+// sendFrame sends a control frame to a rank (loop only).
+func (d *Decode) sendFrame(to core.RankID, f *frame) {
+	l := d.links[to]
+	if l == nil || !l.send(f) {
+		d.Metrics.failedSend("control")
+	}
+}
+
+// hygieneRevoke revokes keys nothing should still write under (drained,
+// handed off, or never sent), off the loop: it only frees the plugin's
+// state, and is a second line of defence. The hygiene queue revokes all
+// those queued while its last call ran in one call.
+func (d *Decode) hygieneRevoke(keys []sdk.Key) {
+	if len(keys) > 0 {
+		d.hygieneQ.add(keys)
+	}
+}
+
+// revokeAll queues the keys of every exposure the core asked to fence in
+// one input; flushRevokes revokes the whole loop turn's in one call off
+// the loop (sdk.RevokeKeys: one RPC where the plugin takes batches), and
+// each exposure whose keys all went is Revoked.
 func (d *Decode) revokeAll(rvs []core.Revoke) {
-	var tags []core.Tag
-	var groups [][]sdk.Key
 	for _, rv := range rvs {
 		if rv.All {
 			// Our pool is fresh memory of this process, registered under
@@ -657,15 +696,22 @@ func (d *Decode) revokeAll(rvs []core.Revoke) {
 			continue
 		}
 		dt := d.tags[rv.Tag.Key()]
-		if dt == nil || dt.tag != rv.Tag {
+		if dt == nil || dt.tag != rv.Tag || d.awaitGrant(dt) {
 			continue
 		}
-		tags, groups = append(tags, rv.Tag), append(groups, dt.granted)
+		d.fenceTags, d.fenceKeys = append(d.fenceTags, rv.Tag), append(d.fenceKeys, dt.granted)
 		dt.granted = nil
 	}
+}
+
+// flushRevokes revokes the keys revokeAll queued this loop turn (loop
+// only, at the turn's end).
+func (d *Decode) flushRevokes() {
+	tags, groups := d.fenceTags, d.fenceKeys
 	if len(tags) == 0 {
 		return
 	}
+	d.fenceTags, d.fenceKeys = nil, nil
 	d.revokes.Add(1)
 	go func() {
 		defer d.revokes.Done()

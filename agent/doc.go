@@ -73,11 +73,13 @@
 // machine; every input — engine call, control message, completion, tick,
 // revoke or quiesce result — goes through it), the mapping of core Posts to
 // sdk batches and of sdk completions back to core.Completed, per-exposure
-// keys on decode (granted per Assign — per rank, over that rank's shards
+// keys on decode (granted per Assign, off the loop, the exposure's
+// messages held until they exist and a revocation waiting for them
+// (async_grant.go) — per rank, over that rank's shards
 // only where the transport's Bounds allow (shard_keys.go), bound to the
 // rank's data identity where it declares WriterBound — revoked when the
-// core asks, the result fed back as Revoked), the restart fence's target
-// instances on decode for transports that cannot revoke (restart.go: each
+// core asks, one call per loop turn, the result fed back as Revoked),
+// the restart fence's target instances on decode for transports that cannot revoke (restart.go: each
 // exposure's keys come from the instance the core bound it to; an instance
 // is reaped before TargetRestarted is fed back, never after), the hold log,
 // metrics and logs. The demo's router,

@@ -18,7 +18,17 @@ type loop struct {
 	inbox    chan func()
 	stop     chan struct{}
 	done     chan struct{}
+	// turnEnd, when set before run, runs at the end of a loop turn: once
+	// the inbox is empty after an input, or after maxTurn inputs in a row
+	// (so a busy loop still gets there). Decode revokes there, in one call,
+	// the keys every input of the turn asked revoked.
+	turnEnd func()
+	inTurn  int
 }
+
+// maxTurn bounds a loop turn: a revocation waits for at most this many
+// other inputs.
+const maxTurn = 32
 
 func newLoop() *loop {
 	return &loop{inbox: make(chan func(), 1<<14), stop: make(chan struct{}), done: make(chan struct{})}
@@ -42,6 +52,18 @@ func (l *loop) run(tick time.Duration, onTick func()) {
 			l.deferred = l.deferred[1:]
 			f()
 		}
+		l.endTurn()
+	}
+}
+
+// endTurn runs turnEnd when the turn ended (see turnEnd).
+func (l *loop) endTurn() {
+	if l.turnEnd == nil {
+		return
+	}
+	if l.inTurn++; len(l.inbox) == 0 || l.inTurn >= maxTurn {
+		l.inTurn = 0
+		l.turnEnd()
 	}
 }
 

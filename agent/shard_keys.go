@@ -129,22 +129,51 @@ func (d *Decode) sharedReq(dt *decTag) *grantReq {
 	return &grantReq{shared: true, ws: ws, pages: pages}
 }
 
-// grantAll grants the windows of every request in one call (sdk.GrantKeys:
+// grantJob is one exposure's grant call: its requests, for an exposure of
+// these slots; keys is every key granted, to be revoked even when its request
+// failed.
+type grantJob struct {
+	dt     *decTag
+	reqs   []*grantReq
+	shared bool
+	slots  []uint32
+	keys   []sdk.Key
+}
+
+// grantAll grants the windows of every request in one call and fills each
+// request's refs and err; it returns every key granted.
+func (d *Decode) grantAll(slots []uint32, reqs []*grantReq) []sdk.Key {
+	j := &grantJob{reqs: reqs, slots: slots}
+	d.grantMany([]*grantJob{j})
+	return j.keys
+}
+
+// grantMany grants the windows of every job in one call (sdk.GrantKeys:
 // one RPC where the plugin takes batches, else one per window in
-// parallel) and fills each request's refs and err. Every key granted goes
-// to dt.granted, to be revoked even when its request failed.
-func (d *Decode) grantAll(dt *decTag, reqs []*grantReq) {
+// parallel) and fills each job. It touches no loop state: the grant queue
+// runs it off the loop (async_grant.go).
+func (d *Decode) grantMany(jobs []*grantJob) {
 	var ws []sdk.Window
-	for _, r := range reqs {
-		for _, w := range r.ws {
-			w.Writer = r.writer
-			ws = append(ws, w)
+	for _, j := range jobs {
+		for _, r := range j.reqs {
+			for _, w := range r.ws {
+				w.Writer = r.writer
+				ws = append(ws, w)
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	got := sdk.GrantKeys(ctx, d.granter, ws)
-	for _, r := range reqs {
+	for _, j := range jobs {
+		got = d.takeGranted(j, got)
+	}
+}
+
+// takeGranted fills job j's requests from the first answers of got and
+// returns the rest.
+func (d *Decode) takeGranted(j *grantJob, got []sdk.Granted) []sdk.Granted {
+	for _, r := range j.reqs {
 		keys := make([]sdk.Key, len(r.ws))
 		var errs []error
 		for i := range r.ws {
@@ -155,26 +184,33 @@ func (d *Decode) grantAll(dt *decTag, reqs []*grantReq) {
 				continue
 			}
 			keys[i] = g.Key
-			dt.granted = append(dt.granted, g.Key)
+			j.keys = append(j.keys, g.Key)
 		}
 		r.err = errors.Join(errs...)
 		refs := make([]keyRef, len(r.pages))
 		for i, p := range r.pages {
 			refs[i] = keyRef{Key: uint64(keys[p.win]), Base: p.base}
 		}
-		r.refs = d.joinLayers(refs, dt.slots)
+		r.refs = d.joinLayers(refs, j.slots)
 	}
+	return got
 }
 
-// grantFenced makes an exposure's per-exposure keys (loop only): each rank
-// its own, over its shards, bound to its data identity where the
+// grantFenced makes an exposure's per-exposure keys in the loop (the
+// synchronous form of grantAsync; tests).
+func (d *Decode) grantFenced(dt *decTag) error {
+	reqs, shared := d.planGrants(dt)
+	dt.granted = append(dt.granted, d.grantAll(dt.slots, reqs)...)
+	return d.finishGrants(dt, reqs, shared)
+}
+
+// planGrants is an exposure's first grant call (loop only): each rank its
+// own keys, over its shards, bound to its data identity where the
 // transport can; a rank that announces no identity to a transport that
 // binds writers gets none. Every rank's keys go in one grant call; a
-// second one is needed only for writers not connected yet (takeGrants).
-func (d *Decode) grantFenced(dt *decTag) error {
+// second one is needed only for writers not connected yet (finishGrants).
+func (d *Decode) planGrants(dt *decTag) (reqs []*grantReq, shared bool) {
 	dt.rankKeys = map[core.RankID][]keyRef{}
-	var reqs []*grantReq
-	shared := false
 	for pos, rank := range dt.ranks {
 		writer := ""
 		if l := d.links[rank]; l != nil && d.bindWriters {
@@ -195,7 +231,13 @@ func (d *Decode) grantFenced(dt *decTag) error {
 	if shared {
 		reqs = append(reqs, d.sharedReq(dt))
 	}
-	d.grantAll(dt, reqs)
+	return reqs, shared
+}
+
+// finishGrants stores what the first grant call made (loop only) and
+// grants again, in the loop, for writers not connected to our transport
+// yet (their first request only).
+func (d *Decode) finishGrants(dt *decTag, reqs []*grantReq, shared bool) error {
 	retry, needShared, err := d.takeGrants(dt, reqs)
 	if err != nil {
 		return err
@@ -206,7 +248,7 @@ func (d *Decode) grantFenced(dt *decTag) error {
 	if len(retry) == 0 {
 		return nil
 	}
-	d.grantAll(dt, retry)
+	dt.granted = append(dt.granted, d.grantAll(dt.slots, retry)...)
 	_, _, err = d.takeGrants(dt, retry) // unbound: nothing left to retry
 	return err
 }

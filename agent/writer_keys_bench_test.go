@@ -16,6 +16,8 @@ type benchCluster struct {
 	d    *Decode
 	pre  []*Prefill
 	room uint64
+	// initSum is the time decode's Init took, summed over requests.
+	initSum time.Duration
 }
 
 func startBenchCluster(b *testing.B, unbound bool) *benchCluster {
@@ -68,9 +70,11 @@ func (c *benchCluster) request(pages int) error {
 	c.room++
 	key := core.RequestKey{Room: c.room, Gen: 1}
 	rv := c.d.NewReceiver(key)
+	start := time.Now()
 	if err := c.init(rv, pages); err != nil { // direct_layers_bench_test.go
 		return err
 	}
+	c.initSum += time.Since(start)
 	var senders []*KVSender
 	for _, p := range c.pre {
 		s := p.NewSender(key)

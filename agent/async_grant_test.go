@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/sdk"
+	"github.com/kvfence/kvfence/sdk/sdktest"
+)
+
+// gatedGrants is decode's plugin whose batch grants wait, once armed, until
+// the test opens the gate: the exposure's keys are still being made.
+type gatedGrants struct {
+	sdk.Transport
+	kb    sdk.KeyBatcher
+	armed atomic.Bool
+	gate  chan struct{}
+}
+
+func (g *gatedGrants) Grant(ctx context.Context, w sdk.Window) (sdk.Key, error) {
+	return g.Transport.(sdk.Granter).Grant(ctx, w)
+}
+
+func (g *gatedGrants) Revoke(ctx context.Context, k sdk.Key) (sdk.RevokeResult, error) {
+	return g.Transport.(sdk.Granter).Revoke(ctx, k)
+}
+
+func (g *gatedGrants) GrantMany(ctx context.Context, ws []sdk.Window) []sdk.Granted {
+	if g.armed.Load() {
+		<-g.gate
+	}
+	return g.kb.GrantMany(ctx, ws)
+}
+
+func (g *gatedGrants) RevokeMany(ctx context.Context, keys []sdk.Key) []sdk.Revoked {
+	return g.kb.RevokeMany(ctx, keys)
+}
+
+// TestRevokeWaitsForGrantInFlight (issue 21 item 1): keys are granted off
+// the loop, so the core may fence an exposure (an abort) while its keys
+// are still being made. The fence must wait for them: the keys are
+// granted, sent with the held Assign, revoked, and only then is the
+// exposure released — so a write under them after the release is refused.
+// The known-unsafe variant (unsafeGrantRace: Revoked at once, keys sent to
+// whatever exposure) lands that write in freed memory: the test can fail.
+func TestRevokeWaitsForGrantInFlight(t *testing.T) {
+	for _, unsafe := range []bool{false, true} {
+		name := map[bool]string{false: "safe", true: "known-unsafe-grant-race"}[unsafe]
+		t.Run(name, func(t *testing.T) {
+			c := grantRaceWrite(t, unsafe)
+			t.Logf("%s: write under the Assign's key after the release: %v %s", name, c.Status, c.Detail)
+			if landed := c.Status == sdk.Succeeded; landed != unsafe {
+				t.Fatalf("%s: a write after the release landed: %v (want %v)", name, landed, unsafe)
+			}
+		})
+	}
+}
+
+// grantRaceWrite aborts an exposure while its grant is held at the gate,
+// opens the gate, waits for the release, and writes under the key the
+// rank's Assign carried.
+func grantRaceWrite(t *testing.T, unsafe bool) sdk.Completion {
+	const shard = 4096
+	plug := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{}).Transport()
+	g := &gatedGrants{Transport: plug, kb: plug.(sdk.KeyBatcher), gate: make(chan struct{})}
+	d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 4, ShardBytes: shard, Shards: 1,
+		Lease: 10 * time.Second, MaxHold: 20 * time.Second, Fence: true, EagerRevoke: true, ControlAddr: "127.0.0.1:0",
+		unsafeGrantRace: unsafe}, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	a := newFakeRank(t, d, 1, shard)
+	warmUp(t, d, a)
+	g.armed.Store(true)
+	rv := d.NewReceiver(core.RequestKey{Room: 2, Gen: 1})
+	tag, err := rv.Init(1, []core.RankID{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv.Abort() // the core fences it now (EagerRevoke); its keys do not exist yet
+	close(g.gate)
+	_, keys := a.assign(t, tag)
+	waitFor(t, "the aborted exposure released", rv.Released)
+	return a.write(t, 50, keys[0], keys[0].Base, 0x33)
+}
