@@ -64,7 +64,7 @@ from kvfence import errors as kerrors, sglang_direct  # noqa: E402
 if not hasattr(base.BaseKVManager, "supports_deferred_decode_kv_release"):
     assert not sglang_direct.sglang_defers()
     try:
-        sglang_direct.refuse_at_start(types.SimpleNamespace(kv_data_ptrs=[1 << 20]), 0, 0)
+        sglang_direct.refuse_at_start(types.SimpleNamespace(kv_data_ptrs=[1 << 20]))
         raise AssertionError("direct mode accepted by an SGLang without the deferred release")
     except kerrors.Unimplemented as exc:
         assert "deferred decode-KV release" in str(exc), exc
