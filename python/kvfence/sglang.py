@@ -32,8 +32,9 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
   rank base from it, so several prefill instances never collide.
 - Topologies: kvfence.sglang_layout pairs ranks as SGLang does (prefill TP
   over, equal to or under decode TP, SGLang's contiguous head split, MLA).
-  Mamba state buffers (state_indices) travel as extra pages after the aux
-  row (kvfence.sglang_state; equal TP, host memory). DP attention on
+  Hybrid models' state buffers (state_indices: Mamba, SWA, DSA) travel as
+  extra pages after the aux row (kvfence.sglang_state; equal TP, host
+  memory; SWA/DSA need a state_items bound). DP attention on
   prefill: kvfence rank ids follow the global TP rank (unique over DP
   groups), pairing and head split the attention TP group; decode reads the
   writers of the group init(prefill_dp_rank) names, and a prefill sender
@@ -46,10 +47,11 @@ this module imports without SGLang). Underneath, kvfence's guarantees hold:
   stage is a group of its own (rank ids per stage, decode_addrs stage
   major, announcements as one stage-major list); unequal sizes fail each
   request Unimplemented. dp-size > 1 without DP attention, context
-  parallelism and SWA/DSA state buffers are refused with one Unimplemented
-  error at start-up. send()'s token_position_offset is
-  checked (non-negative, never decreasing) and moves no page, as in
-  SGLang's in-tree backends for these models.
+  parallelism, state buffers in device memory and SWA/DSA state without a
+  state_items bound are refused with one Unimplemented error at start-up.
+  send()'s token_position_offset is checked (non-negative, never
+  decreasing) and moves no page, as in SGLang's in-tree backends for these
+  models.
 - The aux metadata row (incl. bootstrap_room), of any size, travels as
   extra pages of the same request and is written into decode's aux buffer
   after the KV pages, so SGLang's metadata gate opens only for a complete
@@ -92,8 +94,11 @@ object of --disaggregation-transfer-backend-extra-config (the fork's flag):
                  bootstrap server and prefill waits for it before
                  WaitingForInput (M:N pairing only; a prefill with
                  decode_addrs never asks)
-  state_items    hybrid (Mamba) models: state indices per request and
-                 state type, the same on both sides (default 1)
+  state_items    hybrid models: state indices per request, the same on
+                 both sides; an int (every type) or per type, e.g.
+                 {"mamba": 1, "swa": 9}: Mamba exactly (default 1),
+                 SWA/DSA at most (no default: the rows reserve that
+                 much; SWA: ceil((window + page - 1) / page) pages)
   plugin, plugin_env, tls_cert, tls_key, tls_ca, log_level, log_file,
   gpu_mode       the library's config fields both sides take (gpu_mode:
                  "staged", the default, or "direct": decode's transport
@@ -168,12 +173,15 @@ def _check_memory(args):
                 "(docs/bindings.md: GPU memory)" % int(p))
 
 
-def refuse_unsupported(server_args, kv_args, mode=None):
+def refuse_unsupported(server_args, kv_args, mode=None, cfg=None):
     """One Unimplemented error at start-up for what kvfence cannot carry.
     DP attention and DP replicas (dp-size > 1 without it) are carried on
     both sides (decode: M:N pairing, checked per prefill instance in
-    _admit)."""
+    _admit). cfg: kvfence's config (default: read as the manager does);
+    SWA/DSA state needs its state_items bound there."""
     sa = server_args
+    if cfg is None:
+        cfg = _config(server_args)
     why = []
     if sa is not None:
         dp, tp = int(getattr(sa, "dp_size", 1) or 1), int(getattr(sa, "tp_size", 0) or 0)
@@ -191,7 +199,7 @@ def refuse_unsupported(server_args, kv_args, mode=None):
     if int(getattr(kv_args, "dcp_size", 1) or 1) > 1:
         # newest upstream's KVArgs: token loc i lives on DCP rank i % dcp_size
         why.append("decode context parallelism (KVArgs.dcp_size %d)" % int(kv_args.dcp_size))
-    state = sglang_state.refusal(kv_args)
+    state = sglang_state.refusal(kv_args, cfg.get("state_items"))
     if state:
         why.append(state)
     if why:
@@ -352,7 +360,7 @@ class KVFenceKVManager(BaseKVManager):
         self.kv_args, self.mode, self.server_args = args, _mode(disaggregation_mode), server_args
         self.is_mla_backend = bool(is_mla_backend)
         self.cfg = cfg = _config(server_args)
-        refuse_unsupported(server_args, args, self.mode)
+        refuse_unsupported(server_args, args, self.mode, cfg)
         _check_memory(args)
         # What SGLang's scheduler reads from a manager (Common* attributes).
         self.is_dummy_cp_rank = False
@@ -361,7 +369,7 @@ class KVFenceKVManager(BaseKVManager):
         self.rank = int(getattr(args, "engine_rank", 0))
         self.page_bytes = sum(int(x) for x in args.kv_item_lens)
         self.aux_bytes = sum(int(x) for x in getattr(args, "aux_item_lens", []) or [])
-        self.state_items = int(cfg.get("state_items", 1))
+        self.state_items = cfg.get("state_items")  # None, an int or per type (kvfence.sglang_state.bound)
         self.radix = bool(getattr(server_args, "disaggregation_decode_enable_radix_cache", False)
                           or cfg.get("decode_radix_cache", False))
         self.state_bytes = sglang_state.row_bytes(args, self.state_items)
@@ -505,12 +513,14 @@ class KVFenceKVManager(BaseKVManager):
 
     def _size_extra(self):
         """Pages after a request's KV pages: its aux row, then its state
-        row (Mamba models: equal TP only, see kvfence.sglang_state)."""
+        row (hybrid models: equal TP only, see kvfence.sglang_state). A
+        fixed count per manager: SWA/DSA rows are sized for their bound."""
         self.aux_pages = sglang_layout.aux_pages(self.aux_bytes, self.shard_bytes)
         self.state_pages = sglang_layout.aux_pages(self.state_bytes, self.shard_bytes)
         if self.state_pages and self.prefill_tp != self.decode_tp:
-            raise errors.Unimplemented("kvfence: Mamba state buffers with prefill TP %d != decode TP %d "
-                                       "(docs/sglang.md)" % (self.prefill_tp, self.decode_tp))
+            raise errors.Unimplemented("kvfence: %s state buffers with prefill TP %d != decode TP %d "
+                                       "(docs/sglang.md)" % (sglang_state.names(self.kv_args), self.prefill_tp,
+                                                             self.decode_tp))
         self.extra_pages = self.aux_pages + self.state_pages
 
     def next_gen(self, room):
@@ -739,7 +749,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         self.total = self.aux_index = self.waiting_since = None
         self.sent = self.bytes = 0
         self.backlog = []  # chunks sent while the pool was full, in order
-        self.state_row = None  # the Mamba state row, read at the send() that carried state_indices
+        self.state_row = None  # the state row, read at the send() that carried state_indices
         self.inited = self.aborted = self.closed = False
         self.links_used = []  # M:N: the agents this request acquired from mgr.links
         if mgr.dp_size > 1 and not self._route_dp(bootstrap_addr, req_has_disagg_prefill_dp_rank):
@@ -881,8 +891,8 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         """SGLang's token_position_offset is the request-local position of
         the chunk's first entry. Its in-tree backends place KV pages by the
         chunk's order alone (the running page count) and use the offset
-        only for compressed state buckets (DSA/SWA, refused at start-up),
-        so here it moves no page; it is checked, not trusted: a negative
+        only for compressed state buckets (DSA/SWA; kvfence carries those
+        state rows whole with the last chunk), so here it moves no page; it is checked, not trusted: a negative
         or decreasing offset means chunks out of order, and the request
         fails InvalidArgument rather than land pages where decode does not
         expect them."""
@@ -931,7 +941,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         if m.state_pages:
             if self.state_row is None:
                 raise errors.InvalidArgument("kvfence: room %d: the last chunk carried no state_indices for a model "
-                                             "with Mamba state" % self.room)
+                                             "with %s state" % (self.room, sglang_state.names(m.kv_args)))
             snd.write(self.total + m.aux_pages, self.state_row, count=m.state_pages)
 
     @_never_raises
@@ -1270,6 +1280,9 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             self.aux_row = self._read_rows(len(self.kv_indices), m.aux_pages, m.aux_bytes)
         if m.state_pages:
             self.state_row = self._read_rows(len(self.kv_indices) + m.aux_pages, m.state_pages)
+            # SWA/DSA: prefill's lists must match decode's (FailedPrecondition
+            # before any byte of the row or the aux row is written)
+            sglang_state.verify(m.kv_args, self.state_indices, m.state_items, self.state_row)
 
     def _write_extra(self):
         """Copies the rows into SGLang's buffers, the aux row last: it opens

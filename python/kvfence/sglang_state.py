@@ -1,23 +1,41 @@
 """Hybrid models' per-request state buffers (SGLang's state_indices) as
-kvfence carries them: the Mamba state of a request, one row per state index
-(every state buffer's item at that index, concatenated), sent as extra pages
-of the same request after the aux row, so the same fencing as the KV pages
-covers it and decode writes it before the aux row opens SGLang's metadata
-gate.
+kvfence carries them: one row per request (every state buffer's item at each
+of the request's state indices, concatenated), sent as extra pages of the
+same request after the aux row, so the same fencing as the KV pages covers
+it and decode writes it before the aux row opens SGLang's metadata gate.
 
-Supported: StateType MAMBA (main-2606's state_types / older state_type
-"mamba") in host memory, with equal prefill and decode TP (SGLang splits a
-Mamba state's heads by state_dim_per_tensor across a TP mismatch; kvfence
-does not), a fixed number of state indices per request (state_items,
-default 1, what SGLang's decode sends: the request's Mamba slot). SWA, DSA
-and the newer state types are refused at start-up with one Unimplemented
-error. Pure helpers: no I/O besides the host copies of one row.
+State types (SGLang's StateType, main-2606's state_types / older
+state_type), each in host memory, with equal prefill and decode TP:
+
+- MAMBA: a fixed number of state indices per request (state_items, default
+  1, what SGLang sends: the request's Mamba slot). SGLang splits a Mamba
+  state's heads by state_dim_per_tensor across a TP mismatch; kvfence does
+  not.
+- SWA and DSA: page-indexed lists whose length varies per request (SWA:
+  the SWA pool's pages of the sliding-window tail; DSA: the indexer's pages
+  of the whole sequence; docs/sglang.md "Hybrid-model state" cites SGLang).
+  The row reserves room for at most state_items[type] indices (a bound the
+  operator configures: no default), and each such type's block starts with
+  a header (count of indices prefill sent, bytes per index), so decode
+  writes only when prefill's list has exactly as many indices as its own,
+  each item as long as its own; otherwise the request fails
+  FailedPrecondition and nothing of the row is written (SGLang's Mooncake
+  backend truncates both lists to the shorter one instead).
+
+Layout of a row: the types in SGLang's order; a type's block is [header
+(SWA/DSA only)] then bound x (sum of its buffers' item bytes), index k's
+items at k x that sum, buffer after buffer; unused room is zero. Pure
+helpers: no I/O besides the host copies of one row.
 """
 import ctypes
+import struct
 
 from . import checks, errors
 
-SUPPORTED = ("mamba",)
+SUPPORTED = ("mamba", "swa", "dsa")
+PAGED = ("swa", "dsa")  # variable-length page lists, bounded by state_items
+HEADER = struct.Struct("<II")  # per paged type: indices prefill sent, bytes per index
+NAMES = {"mamba": "Mamba", "swa": "SWA", "dsa": "DSA"}
 
 
 def _name(t):
@@ -49,48 +67,99 @@ def spec(kv_args):
     return out
 
 
-def refusal(kv_args):
+def names(kv_args):
+    """The declared state types as docs and errors spell them."""
+    return ", ".join(NAMES.get(t, t) for t, _, _, _ in spec(kv_args))
+
+
+def bound(state_items, t):
+    """The number of state indices of type t a request carries (Mamba:
+    exactly, default 1) or at most (SWA, DSA: no default, None). state_items
+    is the config value: None, one int for every type, or an object per
+    type name."""
+    if isinstance(state_items, dict):
+        v = {_name(k): v for k, v in state_items.items()}.get(t)
+    else:
+        v = state_items
+    if v is None:
+        return 1 if t not in PAGED else None
+    v = int(v)
+    if v < (0 if t in PAGED else 1):
+        raise errors.InvalidArgument("kvfence: state_items %d for %s state" % (v, NAMES.get(t, t)))
+    return v
+
+
+def refusal(kv_args, state_items=None):
     """The reason kvfence cannot carry these state buffers, or None."""
     s = spec(kv_args)
     bad = sorted({t for t, _, _, _ in s if t not in SUPPORTED})
     if bad:
-        return "hybrid-model state buffers of type %s (only Mamba)" % ", ".join(bad)
+        return "hybrid-model state buffers of type %s (only Mamba, SWA, DSA)" % ", ".join(bad)
     for t, ptrs, _, _ in s:
         for p, _ in ptrs:
             if checks.is_device(p):
                 return "%s state buffer at 0x%x in CUDA device memory (state rows are copied on the host)" % (t, p)
+    for t, _, _, _ in s:
+        if t in PAGED and bound(state_items, t) is None:
+            return ("%s state buffers without a bound on a request's %s state indices (config state_items "
+                    "{\"%s\": N}, docs/sglang.md)" % (NAMES[t], NAMES[t], t))
     return None
 
 
-def row_bytes(kv_args, items_per_type=1):
+def _blocks(kv_args, state_items):
+    """(type, ptrs, items, pos, bound, block offset, block bytes) per type."""
+    off = 0
+    for t, ptrs, items, pos in spec(kv_args):
+        want = bound(state_items, t)
+        if want is None:
+            raise errors.Unimplemented("kvfence: %s state without state_items bound (docs/sglang.md)" % NAMES[t])
+        size = (HEADER.size if t in PAGED else 0) + want * sum(items)
+        yield t, ptrs, items, pos, want, off, size
+        off += size
+
+
+def row_bytes(kv_args, state_items=None):
     """Bytes of one request's state row."""
-    return sum(sum(items) * int(items_per_type) for _, _, items, _ in spec(kv_args))
+    return sum(b[-1] for b in _blocks(kv_args, state_items))
 
 
 def _indices(payload, want, t):
     """The state indices of one type: a sequence (numpy array, list) or one
-    int, exactly want of them (both sides sized their pages for that)."""
+    int; Mamba: exactly want of them, SWA/DSA: at most want (both sides
+    sized their pages for that)."""
     if payload is None:
         raise errors.InvalidArgument("kvfence: no %s state indices for a model with %s state" % (t, t))
     try:
         idx = [int(i) for i in payload]
     except TypeError:
         idx = [int(payload)]
-    if len(idx) != want:
+    if t in PAGED:
+        if len(idx) > want:
+            raise errors.InvalidArgument("kvfence: %d %s state indices, kvfence was configured for at most %d "
+                                         "(state_items)" % (len(idx), t, want))
+    elif len(idx) != want:
         raise errors.InvalidArgument("kvfence: %d %s state indices, kvfence was configured for %d (state_items)"
                                      % (len(idx), t, want))
     return idx
 
 
-def _walk(kv_args, state_indices, want):
-    """(engine address, bytes, offset in the row) of every item of the row."""
-    off = 0
-    for t, ptrs, items, pos in spec(kv_args):
-        if pos is None:
-            payload = state_indices
-        else:
-            payload = state_indices[pos] if state_indices is not None and pos < len(state_indices) else None
-        for i in _indices(payload, want, t):
+def _payload(state_indices, pos):
+    if pos is None:
+        return state_indices
+    return state_indices[pos] if state_indices is not None and pos < len(state_indices) else None
+
+
+def _walk(kv_args, state_indices, state_items, headers=None):
+    """(engine address, bytes, offset in the row) of every item of the row;
+    headers, a list, gets (type, header offset, count, bytes per index) of
+    each SWA/DSA block."""
+    for t, ptrs, items, pos, want, off, _ in _blocks(kv_args, state_items):
+        idx = _indices(_payload(state_indices, pos), want, t)
+        if t in PAGED:
+            if headers is not None:
+                headers.append((t, off, len(idx), sum(items)))
+            off += HEADER.size
+        for i in idx:
             for (p, size), item in zip(ptrs, items):
                 if i < 0 or (i + 1) * item > size:
                     raise errors.InvalidArgument("kvfence: %s state index %d outside its %d-byte buffer" % (t, i, size))
@@ -98,26 +167,47 @@ def _walk(kv_args, state_indices, want):
                 off += item
 
 
-def read_row(kv_args, state_indices, want, size):
+def read_row(kv_args, state_indices, state_items, size):
     """The request's state row (prefill's buffers), padded to size."""
     buf = (ctypes.c_char * size)()
     base = ctypes.addressof(buf)
-    for addr, n, off in _walk(kv_args, state_indices, want):
+    heads = []
+    for addr, n, off in _walk(kv_args, state_indices, state_items, heads):
         ctypes.memmove(base + off, addr, n)
+    for _, off, count, per in heads:
+        HEADER.pack_into(buf, off, count, per)
     return buf
 
 
-def check(kv_args, state_indices, want):
+def check(kv_args, state_indices, state_items):
     """Raises InvalidArgument when state_indices do not fit the declared
     state buffers (so send() and send_metadata() fail the request early)."""
-    for _ in _walk(kv_args, state_indices, want):
+    for _ in _walk(kv_args, state_indices, state_items):
         pass
 
 
-def write_row(kv_args, state_indices, want, row):
-    """Writes a received state row into decode's state buffers."""
+def verify(kv_args, state_indices, state_items, row):
+    """Raises FailedPrecondition unless prefill's row carries, for every
+    SWA/DSA type, as many indices as decode's state_indices, each of as many
+    bytes (a shorter or longer list would land prefill's pages at the wrong
+    window positions)."""
+    heads = []
+    for _ in _walk(kv_args, state_indices, state_items, heads):
+        pass
+    for t, off, count, per in heads:
+        got, got_per = HEADER.unpack_from(row, off)
+        if (got, got_per) != (count, per):
+            raise errors.FailedPrecondition(
+                "kvfence: prefill sent %d %s state indices of %d bytes each, decode expects %d of %d bytes"
+                % (got, NAMES[t], got_per, count, per))
+
+
+def write_row(kv_args, state_indices, state_items, row):
+    """Writes a received state row into decode's state buffers (verified
+    first: nothing is written when it does not match)."""
+    verify(kv_args, state_indices, state_items, row)
     base = ctypes.addressof(row)
-    for addr, n, off in _walk(kv_args, state_indices, want):
+    for addr, n, off in _walk(kv_args, state_indices, state_items):
         ctypes.memmove(addr, base + off, n)
 
 

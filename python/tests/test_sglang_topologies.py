@@ -549,7 +549,7 @@ def test_start_up_refusals():
                      (types.SimpleNamespace(attn_cp_size=2), "context parallelism on decode")):
         with pytest.raises(errors.Unimplemented, match=word):
             refuse_unsupported(sa, a)
-    with pytest.raises(errors.Unimplemented, match="state"):
+    with pytest.raises(errors.Unimplemented, match="SWA state buffers without a bound"):  # no state_items bound
         refuse_unsupported(None, types.SimpleNamespace(state_types=["swa"], state_data_ptrs=[[16]],
                                                        state_data_lens=[[8]], state_item_lens=[[8]]))
     refuse_unsupported(types.SimpleNamespace(tp_size=4), a)
