@@ -365,6 +365,10 @@ func (d *Decode) publish() {
 
 // Close stops the agent. Exposed memory is not released by it: the process
 // is going away, and a restarted instance quarantines what this one exposed.
+// The host landing pages of direct mode (EngineMemory.HostPages), which
+// the agent itself mapped, are deregistered and unmapped here when no
+// exposure can still write them (none lent for writing); else they stay
+// mapped until ReleaseHostPages, called once the transport is closed.
 func (d *Decode) Close() {
 	d.srv.Stop()
 	d.lp.shutdown()
@@ -376,6 +380,7 @@ func (d *Decode) Close() {
 	}
 	d.revokes.Wait()
 	d.closeTargets()
+	d.releaseLanding(false) // after the loop and every key call off it stopped
 }
 
 // accept decides about a Hello on the control port.

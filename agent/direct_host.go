@@ -15,6 +15,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -52,6 +53,55 @@ func (d *Decode) mapLanding(ctx context.Context) error {
 	}
 	d.landing = l
 	return nil
+}
+
+// releaseLanding deregisters and unmaps the host landing pages once no
+// write can land in them any more: when the core lends none of the
+// exposures' pages for writing (none assigned, held or quarantined — what
+// was lent has drained, been fenced or timed out, as for a page lent
+// again), or after the transport they were registered with is closed
+// (transportClosed: nothing of it can write, and the region went with it).
+// Otherwise they stay mapped: a late write lands in them, never in memory
+// the process reused. Close only (the loop has stopped); false when they
+// stay mapped.
+func (d *Decode) releaseLanding(transportClosed bool) bool {
+	l := d.landing
+	if l == nil || l.mem.Bytes() == nil {
+		return true
+	}
+	if !transportClosed {
+		m := d.core.Metrics()
+		if n := m.AssignedSlots + m.HeldSlots + m.QuarantinedSlots; n != 0 {
+			d.log.Warn("host landing pages kept mapped at close: exposures could still write them; ReleaseHostPages after the transport is closed",
+				"lent_for_writing", n)
+			return false
+		}
+		// No write can land: the keys go with the region (DeregisterMemory
+		// revokes them first), so the plugin lets go of its mapping too.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := d.tr.DeregisterMemory(ctx, l.region); err != nil {
+			d.log.Warn("deregister the host landing pages", "error", err)
+		}
+		cancel()
+	}
+	if err := l.mem.Close(); err != nil {
+		d.log.Warn("unmap the host landing pages", "error", err)
+	}
+	return true
+}
+
+// ReleaseHostPages unmaps the host landing pages (EngineMemory.HostPages)
+// that Close kept because an exposure could still write them. Call it
+// after Close, once the transport this Decode ran on is closed (its
+// plugin process gone): then nothing can write them. Without landing
+// pages, or once released, it does nothing. KVReceiver.Pages' landing
+// pages are invalid afterwards.
+func (d *Decode) ReleaseHostPages() {
+	if !d.lp.stopped() {
+		d.log.Error("ReleaseHostPages before Close: ignored (the agent could still lend them)")
+		return
+	}
+	d.releaseLanding(true)
 }
 
 // isLanding: engine index s names a host landing page.

@@ -15,6 +15,14 @@ import (
 // set, wraps prefill's transport.
 func startPair(t testing.TB, dtweak func(*DecodeConfig), ptweak func(*PrefillConfig), wrap func(sdk.Transport) sdk.Transport) (*Decode, *Prefill) {
 	t.Helper()
+	d, p, _ := startPairPlugin(t, dtweak, ptweak, wrap)
+	return d, p
+}
+
+// startPairPlugin is startPair, with decode's plugin process (for tests
+// that close decode's transport themselves).
+func startPairPlugin(t testing.TB, dtweak func(*DecodeConfig), ptweak func(*PrefillConfig), wrap func(sdk.Transport) sdk.Transport) (*Decode, *Prefill, *sdk.Plugin) {
+	t.Helper()
 	ctx := context.Background()
 	dp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
 	if err != nil {
@@ -52,5 +60,5 @@ func startPair(t testing.TB, dtweak func(*DecodeConfig), ptweak func(*PrefillCon
 	}
 	t.Cleanup(p.Close)
 	waitFor(t, "prefill linked", p.Linked)
-	return d, p
+	return d, p, dp
 }

@@ -49,7 +49,9 @@ func openAgent(config *C.char, out *C.kvfence_handle, e *C.kvfence_error, open f
 }
 
 // kvfence_close closes any handle. An agent stops (exposed memory is not
-// released by it: a restarted rank quarantines it); a receiver or sender
+// released by it: a restarted rank quarantines it; decode's host landing
+// pages, direct_host_pages, are unmapped once its plugin process is
+// closed and nothing can write them); a receiver or sender
 // handle is dropped (SGLang's clear: a hold is never dropped with it).
 //
 //export kvfence_close

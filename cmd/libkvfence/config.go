@@ -136,6 +136,9 @@ func (a *agentObj) close() {
 		a.pre.Close()
 	}
 	_ = a.plug.Close()
+	if a.dec != nil { // after the plugin, which could still write them, is gone
+		a.dec.ReleaseHostPages()
+	}
 	for _, x := range a.direct { // after the plugin let go of its import
 		_ = x.Close()
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -56,5 +58,42 @@ func TestDirectHostPagesThroughTheABI(t *testing.T) {
 	var bad uint64
 	if rc := abi(kvfence_decode_open, cstr(cfg), unsafe.Pointer(&bad), e.p()); rc != codeInvalid {
 		t.Fatalf("direct_host_pages -1: %d, want INVALID_ARGUMENT", rc)
+	}
+}
+
+// landingMaps counts this process's mappings of decode rank 0's host
+// landing pages (the memfd the agent names decode-0-landing).
+func landingMaps(t *testing.T) int {
+	t.Helper()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(maps), "kvfence-decode-0-landing")
+}
+
+// TestDirectHostPagesUnmappedAtClose: kvfence_close of a direct-mode
+// decode agent unmaps its host landing pages — after its plugin process
+// is closed, so also with a request still held over one of them (aborted,
+// its writer never drained: the hold outlives the agent).
+func TestDirectHostPagesUnmappedAtClose(t *testing.T) {
+	d := fakeDevice(t)
+	buf := devBufs(t, d, 1, 16, 4096, nil)[0]
+	before := landingMaps(t)
+	dec := openDirectWith(t, fmt.Sprintf(`"direct_buffer": %d, "direct_pages": 16, "direct_host_pages": 2`, buf))
+	if landingMaps(t) == before {
+		t.Fatal("no mapping of the host landing pages found after open")
+	}
+	rv := newReceiverT(t, dec, 43)
+	defer abi(kvfence_close, rv, nil)
+	if rc, msg := initAt(rv, 4, 16); rc != 0 {
+		t.Fatalf("receiver_init_at over an engine page and a landing page: %d %s", rc, msg)
+	}
+	abi(kvfence_receiver_abort, rv, nil) // held: rank 1 never linked, so it cannot drain
+	if rc := abi(kvfence_close, dec, nil); rc != 0 {
+		t.Fatalf("kvfence_close: %d", rc)
+	}
+	if n := landingMaps(t); n != before {
+		t.Fatalf("%d mappings of the host landing pages left after kvfence_close (before open: %d)", n, before)
 	}
 }

@@ -448,7 +448,7 @@ class KVFenceKVManager(BaseKVManager):
     def _init_decode(self, cfg, passthrough):
         self.direct = passthrough.get("gpu_mode") == "direct"
         if self.direct:
-            sglang_direct.refuse_at_start(self.kv_args)
+            sglang_direct.refuse_at_start(self.kv_args, passthrough=passthrough)
         self._fetching, self._bad, self._bases = set(), {}, {}
         self.agents, self.agent = [], None
         self._sizing = (cfg, passthrough)

@@ -18,7 +18,11 @@ the manager's is_abort_release_safe(room, len(bootstrap_infos))) is the
 only way SGLang offers a backend to keep pages out of its allocator; an
 SGLang without it frees them as soon as a poll says Failed (and TP ranks
 MIN-reduce their polls, so one rank's Failed frees every rank's pages).
-Such an SGLang is refused, as is one with the release turned off.
+Such an SGLang is refused, as is one with the release turned off, and
+one whose deferred release gives up
+(SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT: SGLang then
+frees the pages unacked) before kvfence's hold can end (max_hold_ms +
+clock_margin_ms after admission).
 
 Aux and state rows: a request's aux row and Mamba state row travel as
 extra pages after its KV pages. SGLang has no engine page to spare for
@@ -35,6 +39,8 @@ mode does.
 
 Must never: hand SGLang a page kvfence still holds, or write engine
 memory from host code (the transport does, through the dma-buf)."""
+import os
+
 from . import api, errors
 
 try:  # the deferred decode-KV release's declaration in SGLang's base classes
@@ -54,6 +60,64 @@ def _release_off():
         return os.environ.get("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE", "").lower() in ("0", "false", "no")
 
 
+# kvfence's defaults for the decode keys the hold bound is made of
+# (cmd/libkvfence/config.go: max_hold_ms 30000, clock_margin_ms 100).
+_MAX_HOLD_MS, _CLOCK_MARGIN_MS = 30000, 100
+
+_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT"
+
+
+def _release_timeout_s():
+    """SGLang's own bound on a deferred release, in seconds: after it,
+    DecodeTransferQueue.resolve_deferred_releases frees a held request's
+    pages without the manager's is_abort_release_safe (sgl-project/sglang
+    @ f1bb745d, test/registered/unit/disaggregation/
+    test_deferred_decode_kv_release.py: test_releases_on_timeout_without_ack).
+    Read through SGLang where it declares it (its default applies), else
+    from the environment; None where neither knows one."""
+    try:
+        from sglang.srt.environ import envs
+        return float(getattr(envs, _TIMEOUT_ENV).get())
+    except (ImportError, AttributeError, TypeError, ValueError):
+        v = os.environ.get(_TIMEOUT_ENV)
+        try:
+            return float(v) if v not in (None, "") else None
+        except ValueError:
+            return None
+
+
+def _hold_keys(passthrough):
+    p = passthrough or {}
+    return int(p.get("max_hold_ms") or _MAX_HOLD_MS), int(p.get("clock_margin_ms") or _CLOCK_MARGIN_MS)
+
+
+def hold_bound_ms(passthrough):
+    """The longest kvfence holds an aborted request's pages counted from
+    its admission, as far as it is known at start-up: max_hold_ms (no
+    lease reaches past admission + max_hold_ms) + clock_margin_ms. A
+    writer's transport tail (its MaxTail, at most 5 min) comes on top and
+    is known only when the writer links."""
+    hold, margin = _hold_keys(passthrough)
+    return hold + margin
+
+
+def release_timeout_refusal(passthrough):
+    """Why SGLang's deferred-release timeout is too short for kvfence's
+    hold (None when it is not, or SGLang has none): SGLang would free an
+    aborted request's pages while a late write may still land in them."""
+    timeout = _release_timeout_s()
+    if timeout is None:
+        return None
+    hold, margin = _hold_keys(passthrough)
+    if timeout * 1000 >= hold + margin:
+        return None
+    return ("SGLang frees a deferred request's pages after %s=%gs, before kvfence's hold ends (up to %d ms: "
+            "max_hold_ms %d + clock_margin_ms %d, and a writer's transport tail on top), so a late write could "
+            "land in pages SGLang reused: set %s to at least %g or lower max_hold_ms to at most %d"
+            % (_TIMEOUT_ENV, timeout, hold + margin, hold, margin, _TIMEOUT_ENV, (hold + margin) / 1000.0,
+               int(timeout * 1000) - margin))
+
+
 def sglang_defers(manager_base=None):
     """Whether the SGLang in this process keeps a failed request's decode
     pages until the manager says released. Without SGLang's base classes
@@ -65,21 +129,26 @@ def sglang_defers(manager_base=None):
     return hasattr(base, "supports_deferred_decode_kv_release") and not _release_off()
 
 
-def start_up_refusal(args, manager_base=None):
+def start_up_refusal(args, manager_base=None, passthrough=None):
     """The reasons a decode rank cannot run direct, known at start-up
-    (empty: it may)."""
+    (empty: it may). passthrough: the decode keys of the library config
+    (max_hold_ms, clock_margin_ms)."""
     why = []
     if not sglang_defers(manager_base):
         why.append("this SGLang has no deferred decode-KV release (or it is off: "
                    "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE), so an aborted request's pages would be "
                    "reused while writes may still land")
+    else:
+        short = release_timeout_refusal(passthrough)
+        if short:
+            why.append(short)
     if not list(getattr(args, "kv_data_ptrs", []) or []):
         why.append("no KV buffers")
     return why
 
 
-def refuse_at_start(args, manager_base=None):
-    why = start_up_refusal(args, manager_base)
+def refuse_at_start(args, manager_base=None, passthrough=None):
+    why = start_up_refusal(args, manager_base, passthrough)
     if why:
         raise errors.Unimplemented("kvfence: gpu_mode \"direct\" on decode: %s (docs/gpu-direct.md; use gpu_mode "
                                    "\"staged\")" % "; ".join(why))

@@ -25,8 +25,9 @@ is copied into SGLang's aux buffers on Success, where the metadata gate
 (bootstrap_room in the row) must open and the whole row match prefill's.
 
 Direct mode is refused at start-up where it cannot keep its promise: an
-SGLang without the deferred release, several writers per page with
-page_size > 1."""
+SGLang without the deferred release, or whose deferred release gives up
+(SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT) before
+kvfence's hold can end, several writers per page with page_size > 1."""
 import ctypes
 import hashlib
 import os
@@ -442,10 +443,17 @@ else:
         try:
             with pytest.raises(errors.Unimplemented, match="page_size 1"):
                 DirectDeployment(2, 1)  # two writers per page, page_size 2: their heads are strided
+            # SGLang frees a deferred request's pages after its own timeout:
+            # shorter than kvfence's hold (max_hold_ms 60000 here), refused.
+            os.environ["SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT"] = "10"
+            with pytest.raises(errors.Unimplemented, match="KV_RELEASE_TIMEOUT=10s"):
+                DirectDeployment(1, 1)
+            os.environ.pop("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT")
             os.environ["SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"] = "false"
             with pytest.raises(errors.Unimplemented, match="deferred decode-KV release"):
                 DirectDeployment(1, 1)
         finally:
+            os.environ.pop("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", None)
             os.environ.pop("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE", None)
             os.environ.pop("KVFENCE_SGLANG_CONFIG", None)  # the refused deployment's
 
