@@ -173,6 +173,7 @@ func kvfence_receiver_abort(r C.kvfence_handle, e *C.kvfence_error) (code C.int)
 	}
 	o.rv.Abort()
 	if len(o.a.direct) > 0 && o.rv.Poll() == agent.PollSuccess { // Abort ran in the agent's loop: no later success
+		settleJobs(uint64(r)) // a queued scatter of the rows still reads the host landing pages
 		o.rv.Finish()
 	}
 	return fail(e, nil)

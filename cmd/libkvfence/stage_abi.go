@@ -158,22 +158,39 @@ func kvfence_sender_write_queued(s C.kvfence_handle, first, count C.int, src uns
 //export kvfence_receiver_read_row
 func kvfence_receiver_read_row(r C.kvfence_handle, first, count, shard C.int, dst unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
-	o, pages, err := handedOff(r, first, count, "kvfence_receiver_read_row")
+	return fail(e, readRow(r, first, count, shard, 0, dst, size, "kvfence_receiver_read_row"))
+}
+
+// kvfence_receiver_read_row_at is kvfence_receiver_read_row of the row's
+// bytes [offset, offset+size): decode's poll reads the SWA/DSA headers of
+// a state row (8 bytes each) to check them before any byte of the row
+// lands, without copying the row.
+//
+//export kvfence_receiver_read_row_at
+func kvfence_receiver_read_row_at(r C.kvfence_handle, first, count, shard C.int, offset C.int64_t, dst unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	return fail(e, readRow(r, first, count, shard, int64(offset), dst, size, "kvfence_receiver_read_row_at"))
+}
+
+func readRow(r C.kvfence_handle, first, count, shard C.int, offset int64, dst unsafe.Pointer, size C.size_t, call string) error {
+	o, pages, err := handedOff(r, first, count, call)
 	if err != nil {
-		return fail(e, err)
+		return err
 	}
-	if shard <= 0 || int64(shard) > o.a.pageBytes || uint64(size) > uint64(count)*uint64(shard) {
-		return fail(e, invalid("a row of %d bytes from %d shards of %d bytes (slots of %d)", uint64(size), count, shard, o.a.pageBytes))
+	if shard <= 0 || int64(shard) > o.a.pageBytes || offset < 0 || uint64(size) > uint64(count)*uint64(shard) ||
+		uint64(offset) > uint64(count)*uint64(shard)-uint64(size) {
+		return invalid("bytes [%d, +%d) of a row from %d shards of %d bytes (slots of %d)", offset, uint64(size), count, shard, o.a.pageBytes)
 	}
 	out, err := bytesAt("dst", dst, size, int64(size))
 	if err != nil {
-		return fail(e, err)
+		return err
 	}
-	return fail(e, touch("dst", func() {
-		for i := 0; len(out) > 0; i++ {
-			out = out[copy(out, pages[int(first)+i][:shard]):]
+	return touch("dst", func() {
+		i, off := int(offset/int64(shard)), int(offset%int64(shard))
+		for ; len(out) > 0; i, off = i+1, 0 {
+			out = out[copy(out, pages[int(first)+i][off:shard]):]
 		}
-	}))
+	})
 }
 
 // runPool keeps gather plans between gathers: a 64 MiB request at page

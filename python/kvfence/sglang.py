@@ -749,7 +749,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         self.total = self.aux_index = self.waiting_since = None
         self.sent = self.bytes = 0
         self.backlog = []  # chunks sent while the pool was full, in order
-        self.state_row = None  # the state row, read at the send() that carried state_indices
+        self.state_segs = None  # the state row's segments, from the send() that carried state_indices
         self.inited = self.aborted = self.closed = False
         self.links_used = []  # M:N: the agents this request acquired from mgr.links
         if mgr.dp_size > 1 and not self._route_dp(bootstrap_addr, req_has_disagg_prefill_dp_rank):
@@ -873,9 +873,12 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         if self.conclude_state is not None or self.aborted:
             return
         if sglang_state.given(state_indices) or (self.mgr.state_pages and state_indices is not None):
-            m = self.mgr  # read now: SGLang may reuse the state slot once the request left prefill
-            self.state_row = sglang_state.read_row(m.kv_args, state_indices, m.state_items,
-                                                   max(m.state_pages, 1) * m.shard_bytes)
+            # Addresses now (SGLang may reuse its index arrays); the bytes are
+            # copied on a Go thread before Success, as the KV pages are:
+            # SGLang frees the request's state (release_kv_cache) only once
+            # poll() is Success or Failed, like its KV pages.
+            m = self.mgr
+            self.state_segs = sglang_state.segments(m.kv_args, state_indices, m.state_items)
         if not self._position_in_order(token_position_offset):
             return
         if not self.inited:
@@ -929,20 +932,24 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         self.bytes += n * self.mgr.shard_bytes * len(self.snds)
 
     def _write_extra(self, snd):
-        """The aux row and the state row go into the pages after the KV
-        pages, sent with the last pages. The aux row (tens of bytes) is
-        copied now and written, zero-padded to whole pages, on a Go thread
-        after the queued gathers (a whole-page write here cost the last
-        send() 80-120 µs)."""
+        """The state row and the aux row go into the pages after the KV
+        pages, sent with the last pages, both copied on the sender's Go
+        staging thread after the queued gathers: the state row straight
+        from SGLang's state buffers (a segment list: one Mamba slot, or an
+        SWA window of many pages; copied here it cost the last send() the
+        whole row), then the aux row (tens of bytes, copied now), last:
+        it opens SGLang's metadata gate on decode. The last gather, queued
+        after them, sends and finishes the request, so Success waits for
+        both."""
         m = self.mgr
+        if m.state_pages:
+            if self.state_segs is None:
+                raise errors.InvalidArgument("kvfence: room %d: the last chunk carried no state_indices for a model "
+                                             "with %s state" % (self.room, sglang_state.names(m.kv_args)))
+            staging.gather_segments_queued(snd, self.total + m.aux_pages, m.state_pages, self.state_segs)
         if m.aux_pages:
             row = _aux_row(m.kv_args, self.aux_index, m.aux_bytes)
             staging.write_queued(snd, self.total, ctypes.addressof(row), len(row), count=m.aux_pages)
-        if m.state_pages:
-            if self.state_row is None:
-                raise errors.InvalidArgument("kvfence: room %d: the last chunk carried no state_indices for a model "
-                                             "with %s state" % (self.room, sglang_state.names(m.kv_args)))
-            snd.write(self.total + m.aux_pages, self.state_row, count=m.state_pages)
 
     @_never_raises
     def poll(self):
@@ -1223,17 +1230,17 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         return st
 
     def _landed(self):
-        """Direct mode: the KV is in SGLang's pages already; the aux and
-        state rows are copied from their host landing pages, then finishing
-        gives kvfence's account of them back (SGLang owns them from here on)."""
+        """Direct mode: the KV is in SGLang's pages already; the state row is
+        copied from its host landing pages on a Go thread, then the aux row;
+        finishing gives kvfence's account of them back (SGLang owns them
+        from here on)."""
         try:
             self._read_extra()
+            self._scatter_state_row()
         except errors.KVFenceError as exc:
             return self._fail(exc)
-        self._write_extra()
-        self.rv.finish()
-        self.conclude_state = KVPoll.Success
-        return KVPoll.Success
+        self.scattering = True
+        return self._scatter_state()
 
     # ---- SGLang's deferred decode-KV release (direct mode's hold) ----
 
@@ -1267,28 +1274,38 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         try:
             self._read_extra()
             staging.scatter(self.rv, m.layout, self.kv_indices, shards=m.shards, mla=m.is_mla_backend)
+            self._scatter_state_row()
         except errors.KVFenceError as exc:
             return self._fail(exc)
         self.scattering = True
         return self._scatter_state()
 
+    def _scatter_state_row(self):
+        """Queues the state row's copy from the pages after the aux row into
+        SGLang's state buffers (a segment list; headers and unused room
+        skipped) on the receiver's Go thread, after the KV scatter."""
+        m = self.mgr
+        if m.state_pages:
+            segs = sglang_state.segments(m.kv_args, self.state_indices, m.state_items, gather=False)
+            staging.scatter_segments(self.rv, len(self.kv_indices) + m.aux_pages, m.state_pages, m.shard_bytes, segs)
+
     def _read_extra(self):
-        """The aux and state rows, read from the pages after the KV pages
-        (staged slots, or direct mode's host landing pages)."""
+        """The aux row, read from the pages after the KV pages (staged
+        slots, or direct mode's host landing pages), and the state row's
+        SWA/DSA headers (8 bytes each, read in place)."""
         m = self.mgr
         if m.aux_pages and self.aux_index is not None:
             self.aux_row = self._read_rows(len(self.kv_indices), m.aux_pages, m.aux_bytes)
         if m.state_pages:
-            self.state_row = self._read_rows(len(self.kv_indices) + m.aux_pages, m.state_pages)
             # SWA/DSA: prefill's lists must match decode's (FailedPrecondition
             # before any byte of the row or the aux row is written)
-            sglang_state.verify(m.kv_args, self.state_indices, m.state_items, self.state_row)
+            first = len(self.kv_indices) + m.aux_pages
+            sglang_state.verify_with(m.kv_args, self.state_indices, m.state_items, lambda off, n: staging.read_row_at(
+                self.rv, first, m.state_pages, m.shard_bytes, off, n))
 
     def _write_extra(self):
-        """Copies the rows into SGLang's buffers, the aux row last: it opens
-        SGLang's metadata gate."""
-        if self.state_row is not None:
-            sglang_state.write_row(self.mgr.kv_args, self.state_indices, self.mgr.state_items, self.state_row)
+        """Copies the aux row into SGLang's buffers once the state row's
+        queued copy ended: the aux row opens SGLang's metadata gate."""
         if self.aux_row is not None:
             _write_aux(self.mgr.kv_args, self.aux_index, self.aux_row)
 

@@ -24,13 +24,25 @@ state_type), each in host memory, with equal prefill and decode TP:
 
 Layout of a row: the types in SGLang's order; a type's block is [header
 (SWA/DSA only)] then bound x (sum of its buffers' item bytes), index k's
-items at k x that sum, buffer after buffer; unused room is zero. Pure
-helpers: no I/O besides the host copies of one row.
+items at k x that sum, buffer after buffer; unused room is zero.
+
+SGLang's classes do not copy a row on the scheduler thread: segments()
+describes it as (address, length) pairs (a 0 address: zeros on prefill,
+bytes skipped on decode), which kvfence copies on a Go thread
+(kvfence.staging.gather_segments_queued, scatter_segments). The lists are
+built with numpy when SGLang's index arrays are numpy (no Python loop per
+item); read_row and write_row, the host copies of one row, stay for tools.
 """
+import array
 import ctypes
 import struct
 
 from . import checks, errors
+
+try:  # SGLang passes numpy arrays; imported once here, never inside a call
+    import numpy as _np
+except ImportError:  # numpy-less callers pass sequences
+    _np = None
 
 SUPPORTED = ("mamba", "swa", "dsa")
 PAGED = ("swa", "dsa")  # variable-length page lists, bounded by state_items
@@ -126,13 +138,19 @@ def row_bytes(kv_args, state_items=None):
 def _indices(payload, want, t):
     """The state indices of one type: a sequence (numpy array, list) or one
     int; Mamba: exactly want of them, SWA/DSA: at most want (both sides
-    sized their pages for that)."""
+    sized their pages for that). A one-dimensional numpy array stays one
+    (int64), without a Python loop over it."""
     if payload is None:
         raise errors.InvalidArgument("kvfence: no %s state indices for a model with %s state" % (t, t))
-    try:
-        idx = [int(i) for i in payload]
-    except TypeError:
-        idx = [int(payload)]
+    if _np is not None and isinstance(payload, _np.ndarray) and payload.ndim == 1:
+        if payload.dtype.kind not in "iu":
+            raise errors.InvalidArgument("kvfence: %s state indices of type %s" % (t, payload.dtype))
+        idx = payload.astype(_np.int64)
+    else:
+        try:
+            idx = [int(i) for i in payload]
+        except TypeError:
+            idx = [int(payload)]
     if t in PAGED:
         if len(idx) > want:
             raise errors.InvalidArgument("kvfence: %d %s state indices, kvfence was configured for at most %d "
@@ -159,12 +177,127 @@ def _walk(kv_args, state_indices, state_items, headers=None):
             if headers is not None:
                 headers.append((t, off, len(idx), sum(items)))
             off += HEADER.size
-        for i in idx:
+        for i in (idx.tolist() if hasattr(idx, "tolist") else idx):
             for (p, size), item in zip(ptrs, items):
                 if i < 0 or (i + 1) * item > size:
                     raise errors.InvalidArgument("kvfence: %s state index %d outside its %d-byte buffer" % (t, i, size))
                 yield p + i * item, item, off
                 off += item
+
+
+def _in_range(t, idx, ptrs, items):
+    """Raises InvalidArgument unless every index fits every buffer (the
+    smallest and largest index checked per buffer; the first bad one named
+    as a check item by item would)."""
+    if len(idx) == 0:
+        return
+    lo, hi = int(min(idx)), int(max(idx))
+    if all(lo >= 0 and (hi + 1) * item <= size for (_, size), item in zip(ptrs, items)):
+        return
+    for i in idx:
+        for (_, size), item in zip(ptrs, items):
+            if i < 0 or (i + 1) * item > size:
+                raise errors.InvalidArgument("kvfence: %s state index %d outside its %d-byte buffer" % (t, i, size))
+
+
+_HEADERS = {}  # (count, bytes per index) -> an 8-byte header, never freed
+
+
+def _header_at(count, per):
+    """The address of an SWA/DSA header's bytes that a queued copy may read
+    at any later time (one per distinct header: count <= the bound)."""
+    buf = _HEADERS.get((count, per))
+    if buf is None:
+        buf = (ctypes.c_char * HEADER.size)()
+        HEADER.pack_into(buf, 0, count, per)
+        buf = _HEADERS.setdefault((count, per), buf)
+    return ctypes.addressof(buf)
+
+
+class Segments:
+    """A row as consecutive (address, length) segments, in the arrays the C
+    ABI takes (uint64 addresses, int64 lengths; numpy or array.array)."""
+
+    def __init__(self, addrs, lens):
+        self.addrs, self.lens = addrs, lens
+
+    def __len__(self):
+        return len(self.lens)
+
+    @staticmethod
+    def _ptr(a):
+        if not len(a):
+            return None
+        return a.ctypes.data if _np is not None and isinstance(a, _np.ndarray) else a.buffer_info()[0]
+
+    def addrs_ptr(self):
+        return self._ptr(self.addrs)
+
+    def lens_ptr(self):
+        return self._ptr(self.lens)
+
+    def bytes(self):
+        return int(sum(self.lens))
+
+
+def segments(kv_args, state_indices, state_items, gather=True):
+    """The request's state row as Segments: every item's address in the
+    engine's state buffers, in the row's order; SWA/DSA headers (gather:
+    kept bytes of the same layout read_row writes; scatter: 0, skipped) and
+    unused room (0: zeros, or skipped). Raises InvalidArgument as check()
+    does. Python work per type and buffer, not per item, when the index
+    lists are numpy arrays."""
+    addrs, lens = [], []  # pieces: lists or numpy arrays
+    for t, ptrs, items, pos, want, off, _ in _blocks(kv_args, state_items):
+        idx = _indices(_payload(state_indices, pos), want, t)
+        _in_range(t, idx, ptrs, items)
+        per = sum(items)
+        if t in PAGED:
+            addrs.append([_header_at(len(idx), per) if gather else 0])
+            lens.append([HEADER.size])
+        bufs = [(p, item) for (p, _), item in zip(ptrs, items) if item > 0]
+        if bufs and len(idx):
+            if _np is not None:
+                base = _np.array([p for p, _ in bufs], dtype=_np.uint64)
+                size = _np.array([item for _, item in bufs], dtype=_np.uint64)
+                ix = _np.asarray(idx, dtype=_np.int64).astype(_np.uint64)
+                addrs.append((ix[:, None] * size[None, :] + base[None, :]).ravel())
+                lens.append(_np.tile(size.astype(_np.int64), len(ix)))
+            else:
+                addrs.append([p + i * item for i in idx for p, item in bufs])
+                lens.append([item for _, item in bufs] * len(idx))
+        hole = (want - len(idx)) * per
+        if hole:
+            addrs.append([0])
+            lens.append([hole])
+    if _np is not None:
+        return Segments(_np.concatenate([_np.asarray(a, dtype=_np.uint64) for a in addrs] or
+                                        [_np.zeros(0, _np.uint64)]),
+                        _np.concatenate([_np.asarray(n, dtype=_np.int64) for n in lens] or
+                                        [_np.zeros(0, _np.int64)]))
+    return Segments(array.array("Q", [x for a in addrs for x in a]), array.array("q", [x for n in lens for x in n]))
+
+
+def headers(kv_args, state_indices, state_items):
+    """(type, row offset, count, bytes per index) of each SWA/DSA block's
+    header decode expects, from its own state_indices."""
+    out = []
+    for t, ptrs, items, pos, want, off, _ in _blocks(kv_args, state_items):
+        if t in PAGED:
+            idx = _indices(_payload(state_indices, pos), want, t)
+            out.append((t, off, len(idx), sum(items)))
+    return out
+
+
+def verify_with(kv_args, state_indices, state_items, read):
+    """verify() with read(offset, size) giving the row's bytes there: only
+    the headers are read."""
+    for t, off, count, per in headers(kv_args, state_indices, state_items):
+        got, got_per = HEADER.unpack(bytes(read(off, HEADER.size)))
+        if (got, got_per) != (count, per):
+            raise errors.FailedPrecondition(
+                "kvfence: prefill sent %d %s state indices of %d bytes each, decode expects %d of %d bytes"
+                % (got, NAMES[t], got_per, count, per))
 
 
 def read_row(kv_args, state_indices, state_items, size):
@@ -182,8 +315,8 @@ def read_row(kv_args, state_indices, state_items, size):
 def check(kv_args, state_indices, state_items):
     """Raises InvalidArgument when state_indices do not fit the declared
     state buffers (so send() and send_metadata() fail the request early)."""
-    for _ in _walk(kv_args, state_indices, state_items):
-        pass
+    for t, ptrs, items, pos, want, _, _ in _blocks(kv_args, state_items):
+        _in_range(t, _indices(_payload(state_indices, pos), want, t), ptrs, items)
 
 
 def verify(kv_args, state_indices, state_items, row):
@@ -191,15 +324,8 @@ def verify(kv_args, state_indices, state_items, row):
     SWA/DSA type, as many indices as decode's state_indices, each of as many
     bytes (a shorter or longer list would land prefill's pages at the wrong
     window positions)."""
-    heads = []
-    for _ in _walk(kv_args, state_indices, state_items, heads):
-        pass
-    for t, off, count, per in heads:
-        got, got_per = HEADER.unpack_from(row, off)
-        if (got, got_per) != (count, per):
-            raise errors.FailedPrecondition(
-                "kvfence: prefill sent %d %s state indices of %d bytes each, decode expects %d of %d bytes"
-                % (got, NAMES[t], got_per, count, per))
+    check(kv_args, state_indices, state_items)
+    verify_with(kv_args, state_indices, state_items, lambda off, n: row[off:off + n])
 
 
 def write_row(kv_args, state_indices, state_items, row):
@@ -217,6 +343,8 @@ def copy(state_indices):
     def one(x):
         if x is None:
             return None
+        if _np is not None and isinstance(x, _np.ndarray) and x.ndim == 1 and x.dtype.kind in "iu":
+            return x.astype(_np.int64)  # a copy, no Python loop over it
         try:
             return [int(i) for i in x]
         except TypeError:

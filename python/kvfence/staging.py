@@ -30,6 +30,9 @@ _SIGNATURES = {
     "kvfence_receiver_scatter_done": (_I, [_H, _I64, _E]),
     "kvfence_receiver_init_at": (_I, [_H, _I32P, _I, ctypes.POINTER(ctypes.c_uint32), _I, _E]),
     "kvfence_receiver_read_row": (_I, [_H, _I, _I, _I, ctypes.c_void_p, ctypes.c_size_t, _E]),
+    "kvfence_receiver_read_row_at": (_I, [_H, _I, _I, _I, _I64, ctypes.c_void_p, ctypes.c_size_t, _E]),
+    "kvfence_sender_gather_segments_queued": (_I, [_H, _I, _I, ctypes.c_void_p, ctypes.c_void_p, _I, _E]),
+    "kvfence_receiver_scatter_segments": (_I, [_H, _I, _I, _I, ctypes.c_void_p, ctypes.c_void_p, _I, _E]),
     "kvfence_handles_live": (_I64, []),
 }
 _declared = False
@@ -155,6 +158,32 @@ def read_row(receiver, first, count, shard, size):
     row = (ctypes.c_char * size)()
     _call("kvfence_receiver_read_row", receiver._handle(), first, count, shard, ctypes.addressof(row), size)
     return row
+
+
+def read_row_at(receiver, first, count, shard, offset, size):
+    """read_row's bytes [offset, offset+size) of the row, read in place."""
+    row = (ctypes.c_char * size)()
+    _call("kvfence_receiver_read_row_at", receiver._handle(), first, count, shard, offset, ctypes.addressof(row), size)
+    return row
+
+
+def gather_segments_queued(sender, first, count, segs):
+    """Queues the copy of segs (kvfence.sglang_state.Segments: addresses,
+    a 0 address meaning zeros, and lengths) as consecutive bytes into
+    sender's source pages [first, first+count), zero-padded, after its
+    queued gathers and writes. Only the lists are copied now: the memory
+    they name must stay valid until gather_wait reported the copy."""
+    _call("kvfence_sender_gather_segments_queued", sender._handle(), first, count, segs.addrs_ptr(),
+          segs.lens_ptr(), len(segs))
+
+
+def scatter_segments(receiver, first, count, shard, segs):
+    """Queues the copy of the row that shard 0 (shard bytes) of a handed-off
+    request's slots [first, first+count) hold into segs (a 0 address skips
+    that many bytes of the row), after its queued scatters; scatter_done
+    reports it."""
+    _call("kvfence_receiver_scatter_segments", receiver._handle(), first, count, shard, segs.addrs_ptr(),
+          segs.lens_ptr(), len(segs))
 
 
 def scatter_done(receiver, timeout=0.0):

@@ -17,6 +17,14 @@ kvfence package in DIR, e.g. `git archive REV python | tar -x`, when the
 Python side changed too) and on $KVFENCE_LIB (M requests each, N rounds),
 and prints each arm's p99 over all its calls, first, middle and last
 send() apart, and the load before and after each child.
+
+With KVFENCE_BENCH_STATE=swa (children inherit it) the model also has SWA
+state (hybrid-model state rows, issue 20 item 6): 32 SWA layer buffers of
+1 KiB per token (page size 1), a 4096-token window, so the last send()
+carries a 128 MiB state row of 131072 items (state_items {"swa": 4096});
+decode's "success poll" is the poll() that reports Success (it wrote the
+row into SGLang's state buffers before this change), "decode poll max" the
+costliest poll() of each request. Every state item is checked too.
 """
 import ctypes
 import json
@@ -31,6 +39,8 @@ from kvfence import staging
 from kvfence.sglang import KVFenceBackendProvider, KVFenceBootstrapServer
 
 BUFS, ITEM, TOKENS, POOL, CHUNK = 64, 2048, 512, 1024, 128
+STATE = os.environ.get("KVFENCE_BENCH_STATE", "") == "swa"
+SWA_BUFS, SWA_ITEM, WINDOW, SWA_POOL = 32, 1024, 4096, 4608
 
 
 class Engine:
@@ -40,6 +50,11 @@ class Engine:
         for b in self.kv:
             ctypes.memmove(b, rnd.randbytes(len(b)), len(b))
         self.aux = [(ctypes.c_char * (8 * n))() for n in (64, 8)]
+        self.swa = []
+        if STATE:
+            self.swa = [(ctypes.c_char * (SWA_POOL * SWA_ITEM))() for _ in range(SWA_BUFS)]
+            for b in self.swa:
+                ctypes.memmove(b, rnd.randbytes(len(b)), len(b))
 
     def kv_args(self, cls):
         a = cls()
@@ -51,6 +66,12 @@ class Engine:
         a.aux_data_lens = [len(b) for b in self.aux]
         a.aux_item_lens = [64, 8]
         a.state_types = []
+        if self.swa:
+            import types
+            a.state_types = [types.SimpleNamespace(value="swa")]
+            a.state_data_ptrs = [[ctypes.addressof(b) for b in self.swa]]
+            a.state_data_lens = [[len(b) for b in self.swa]]
+            a.state_item_lens = [[SWA_ITEM] * SWA_BUFS]
         return a
 
 
@@ -88,12 +109,16 @@ def old_staging(eng, idx):
 
 def run(requests=3, quiet=False):
     """Runs requests one after another; per-call (wall, CPU) samples by kind."""
-    out = {k: [] for k in ("first", "middle", "last", "prefill poll", "decode poll")}
+    out = {k: [] for k in ("first", "middle", "last", "prefill poll", "decode poll", "prefill success poll",
+                           "decode success poll", "decode poll max")}
     P = KVFenceBackendProvider()
     kvargs, manager = P.get_kv_class("kvargs"), P.get_kv_class("manager")
     boot = KVFenceBootstrapServer("127.0.0.1", 0)
     addr = "127.0.0.1:%d" % boot.port
-    base = dict(slots=TOKENS + 8, source_pages=TOKENS + 8, log_level="error", prefill_tp=1)
+    extra = (WINDOW * SWA_BUFS * SWA_ITEM + 8) // (BUFS * ITEM) + 2 if STATE else 0  # the state row's pages
+    base = dict(slots=TOKENS + 8 + extra, source_pages=TOKENS + 8 + extra, log_level="error", prefill_tp=1)
+    if STATE:
+        base["state_items"] = {"swa": WINDOW}
     os.environ["KVFENCE_SGLANG_CONFIG"] = json.dumps(dict(base, decode_addrs=["127.0.0.1:0"]))
     d_eng, p_eng = Engine(1), Engine(2)
     dec = manager(d_eng.kv_args(kvargs), "decode", None, False)
@@ -106,6 +131,8 @@ def run(requests=3, quiet=False):
     # int32 numpy arrays of page indices, as SGLang's kv_to_page_indices gives them
     p_idx = np.array(rnd.sample(range(POOL), TOKENS), dtype=np.int32)
     d_idx = np.array(rnd.sample(range(POOL), TOKENS), dtype=np.int32)
+    p_swa = np.array(rnd.sample(range(SWA_POOL), WINDOW), dtype=np.int32)  # the window tail's SWA pages
+    d_swa = np.array(rnd.sample(range(SWA_POOL), WINDOW), dtype=np.int32)
     try:
         for rep in range(requests):
             room = 900 + rep
@@ -113,7 +140,7 @@ def run(requests=3, quiet=False):
             rv.init(0)
             while rv.poll() != 2:
                 time.sleep(0.005)
-            rv.send_metadata(d_idx, 1, None, decode_prefix_len=0)
+            rv.send_metadata(d_idx, 1, [d_swa] if STATE else None, decode_prefix_len=0)
             snd = P.get_kv_class("sender")(pre, addr, room, [0], 0)
             while snd.poll() != 2:
                 time.sleep(0.005)
@@ -122,14 +149,26 @@ def run(requests=3, quiet=False):
             sends, ppolls, dpolls = [], [], []
             t_start = time.perf_counter()
             for lo in range(0, TOKENS, CHUNK):
-                timed(sends, snd.send, p_idx[lo:lo + CHUNK], None)
+                last = lo + CHUNK >= TOKENS
+                timed(sends, snd.send, p_idx[lo:lo + CHUNK], [p_swa] if STATE and last else None)
             d = p = 0
             while d != 4 or p != 4:
+                was = (p, d)
                 p = timed(ppolls, snd.poll)
                 d = timed(dpolls, rv.poll)
+                if p == 4 != was[0]:
+                    out["prefill success poll"].append(ppolls[-1])
+                if d == 4 != was[1]:
+                    out["decode success poll"].append(dpolls[-1])
                 assert 0 not in (d, p), (d, p)
                 time.sleep(0.001)  # a scheduler iteration
             total = time.perf_counter() - t_start
+            out["decode poll max"].append(max(dpolls))
+            if STATE:
+                bad = sum(ctypes.string_at(ctypes.addressof(d_eng.swa[b]) + di * SWA_ITEM, SWA_ITEM)
+                          != ctypes.string_at(ctypes.addressof(p_eng.swa[b]) + pi * SWA_ITEM, SWA_ITEM)
+                          for di, pi in zip(d_swa.tolist(), p_swa.tolist()) for b in range(SWA_BUFS))
+                assert bad == 0, "%d corrupt state items" % bad
             bad = sum(ctypes.string_at(ctypes.addressof(d_eng.kv[b]) + di * ITEM, ITEM)
                       != ctypes.string_at(ctypes.addressof(p_eng.kv[b]) + pi * ITEM, ITEM)
                       for di, pi in zip(d_idx.tolist(), p_idx.tolist()) for b in range(BUFS))

@@ -151,6 +151,23 @@ class Cluster:
             if s.should_send_kv_chunk(hi - lo, last):
                 s.send(p_idx[lo:hi], [] if last else None)
 
+    @staticmethod
+    def reuse_once_released(snd, reuse):
+        """Calls reuse() once snd.poll() is first Success or Failed: SGLang
+        frees a prefill request's KV pages and state (release_kv_cache) then
+        and may hand them to another request at once; kvfence copies them
+        on Go threads until then (docs/sglang.md, the copy-off-the-scheduler
+        rule), so bytes written after it must never reach decode."""
+        poll = snd.poll
+
+        def polled():
+            st = poll()
+            if st in (0, 4) and getattr(snd, "_reuse", None) is not None:
+                done, snd._reuse = snd._reuse, None
+                done()
+            return st
+        snd._reuse, snd.poll = reuse, polled
+
     def run_until_final(self, rv, senders, aux_index, room, timeout=15):
         end = time.monotonic() + timeout
         while True:

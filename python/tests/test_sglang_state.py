@@ -87,8 +87,11 @@ def send_last(c, snd, room, gen, p_idx, p_slot, aux, state=None):
         c.p_eng[0].set_slot(b, p_slot, state_bytes(room, gen, b))
     c.p_eng[0].set_aux(aux, room, 9)
     snd.send(p_idx, [[p_slot]] if state is None else state)  # SGLang: one payload per state type
-    for b in range(len(STATE_ITEMS)):
-        c.p_eng[0].set_slot(b, p_slot, SENTINEL * STATE_ITEMS[b])  # prefill reuses the slot at once
+
+    def reuse():  # prefill reuses the slot once its poll was terminal (release_kv_cache)
+        for b in range(len(STATE_ITEMS)):
+            c.p_eng[0].set_slot(b, p_slot, SENTINEL * STATE_ITEMS[b])
+    c.reuse_once_released(snd, reuse)
 
 
 def settle(c, room, end_s=30):

@@ -116,10 +116,13 @@ def send_last(c, snd, room, gen, p_idx, p_lists, aux, state=None):
                 eng.set_item(t, b, i, state_bytes(room, gen, t, b, k))
     eng.set_aux(aux, room, 9)
     snd.send(p_idx, payload(c, p_lists) if state is None else state)
-    for t in c.kinds:  # prefill reuses the pages at once
-        for i in as_list(p_lists[t]):
-            for b, n in enumerate(STATE[t][0]):
-                eng.set_item(t, b, i, SENTINEL * n)
+
+    def reuse():  # prefill reuses the pages once its poll was terminal
+        for t in c.kinds:
+            for i in as_list(p_lists[t]):
+                for b, n in enumerate(STATE[t][0]):
+                    eng.set_item(t, b, i, SENTINEL * n)
+    c.reuse_once_released(snd, reuse)
 
 
 def settle(c, room, end_s=30):
@@ -352,3 +355,98 @@ def test_tp_mismatch_refused_at_start_up(t):
                                       types.SimpleNamespace(tp_size=2), False)
     finally:
         del os.environ["KVFENCE_SGLANG_CONFIG"]
+
+
+def test_state_row_never_copied_on_the_scheduler_thread(cluster, monkeypatch):
+    """Issue 20 item 6: no copy of a request's state runs inside send() or
+    poll(). Every host copy Python could make (ctypes.memmove, memset,
+    string_at, a kvfence Sender.write) is watched while the scheduler calls
+    run; none may touch prefill's or decode's state buffers. The row still
+    lands (it went through the queued segment copies, counted)."""
+    from kvfence import api
+    c = cluster
+    spans = [(ctypes.addressof(b), len(b)) for e in (c.p_eng[0], c.d_eng) for t in c.kinds for b in e.state[t]]
+    touched, queued = [], []
+
+    def hits(addr, n):
+        addr = int(addr or 0)
+        return any(addr < lo + size and lo < addr + max(int(n), 1) for lo, size in spans)
+
+    memmove, memset, string_at = ctypes.memmove, ctypes.memset, ctypes.string_at
+
+    def mv(dst, src, n):
+        if hits(dst, n) or hits(src, n):
+            touched.append(("memmove", n))
+        return memmove(dst, src, n)
+
+    def ms(dst, v, n):
+        if hits(dst, n):
+            touched.append(("memset", n))
+        return memset(dst, v, n)
+
+    def sa(addr, n=-1):
+        if hits(addr, n):
+            touched.append(("string_at", n))
+        return string_at(addr, n)
+
+    def write(self, *args, **kwargs):
+        touched.append(("Sender.write", args[0] if args else None))
+        return sender_write(self, *args, **kwargs)
+
+    sender_write = api.Sender.write
+    for name in ("gather_segments_queued", "scatter_segments"):
+        real = getattr(staging, name)
+        monkeypatch.setattr(staging, name, lambda *a, _real=real, _name=name: (queued.append(_name), _real(*a))[1])
+
+    def watched(fn):
+        def call(*args, **kwargs):
+            with monkeypatch.context() as m:
+                m.setattr(ctypes, "memmove", mv)
+                m.setattr(ctypes, "memset", ms)
+                m.setattr(ctypes, "string_at", sa)
+                m.setattr(api.Sender, "write", write)
+                return fn(*args, **kwargs)
+        return call
+
+    for room, d_lists, p_lists in CASES:
+        reset(c)
+        rv, snd = start(c, room + 40, [3, 6], room % 8, d_lists)
+        rv.poll, snd.send = watched(rv.poll), watched(snd.send)
+        send_last(c, snd, room + 40, 1, [1, 7], p_lists, room % 8)
+        snd.poll = watched(snd.poll)  # over send_last's reuse hook (slice assignments: not watched)
+        assert c.run_until_final(rv, [snd], room % 8, room + 40, timeout=30) == (4, 4)
+        landed(c, room + 40, 1, d_lists)
+        rv.clear()
+        snd.clear()
+    assert not touched, "state bytes copied on the scheduler thread: %s" % touched[:5]
+    assert queued.count("gather_segments_queued") == len(CASES) and queued.count("scatter_segments") == len(CASES)
+
+
+@pytest.mark.parametrize("numpy_lists", [True, False])
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_segments_describe_the_row_read_row_writes(model, numpy_lists, monkeypatch):
+    """The queued copies' segment lists give the same row, byte for byte, as
+    the host copy the row format was defined by (read_row), with and
+    without numpy; decode's lists skip exactly the headers and free room."""
+    kinds = MODELS[model]
+    eng = engine_for(model)(1)
+    for t in kinds:
+        for b, n in enumerate(STATE[t][0]):
+            for i in range(STATE[t][1]):
+                eng.set_item(t, b, i, state_bytes(7, 1, t, b, i))
+    a = eng.kv_args(types.SimpleNamespace, 0)
+    bound = {t: BOUND[t] for t in kinds}
+    lists = {"mamba": 3, "swa": [5, 1, 9], "dsa": [15, 0, 7]}
+    np = pytest.importorskip("numpy") if numpy_lists else None
+    idx = [[lists[t]] if t == "mamba" else (np.array(lists[t], dtype=np.int32) if np else list(lists[t])) for t in kinds]
+    if not numpy_lists:
+        monkeypatch.setattr(sglang_state, "_np", None)
+    size = sglang_state.row_bytes(a, bound)
+    want = bytes(sglang_state.read_row(a, idx, bound, size))
+    segs = sglang_state.segments(a, idx, bound)
+    got = b"".join(ctypes.string_at(int(p), int(n)) if p else bytes(int(n)) for p, n in zip(segs.addrs, segs.lens))
+    assert got == want
+    back = sglang_state.segments(a, idx, bound, gather=False)
+    assert [int(n) for n in back.lens] == [int(n) for n in segs.lens]
+    headers = {ctypes.addressof(b) for b in sglang_state._HEADERS.values()}
+    assert [int(p) for p in back.addrs] == [0 if int(p) in headers else int(p) for p in segs.addrs]
