@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,35 @@ func TestMaxDeclaredTailRefusesLongerRankTail(t *testing.T) {
 	}
 	if abi(kvfence_prefill_linked, long) == 1 || abi(kvfence_decode_linked, dec, 1) == 1 {
 		t.Fatal("rank 1 declares an 11s tail over max_declared_tail_ms 5000 and linked")
+	}
+}
+
+// SGLang's direct mode fits every hold into SGLang's deferred-release
+// timeout through max_declared_tail_ms (python/kvfence/sglang_direct.py).
+// The restart fence would let a rank declare a longer tail whose holds
+// never end by timeout, and SGLang frees the pages at its timeout
+// regardless: the C ABI offers no way to enable it. A decode key that
+// does must be refused with gpu_mode "direct" first.
+func TestDecodeConfigHasNoRestartFence(t *testing.T) {
+	var walk func(reflect.Type)
+	walk = func(ty reflect.Type) {
+		for i := range ty.NumField() {
+			f := ty.Field(i)
+			if f.Anonymous {
+				walk(f.Type)
+				continue
+			}
+			if tag := f.Tag.Get("json"); strings.Contains(strings.ToLower(f.Name+tag), "restart") {
+				t.Errorf("decode config key %q (%s) may enable a restart fence: refuse it in direct mode (docs/gpu-direct.md), then update this test", tag, f.Name)
+			}
+		}
+	}
+	walk(reflect.TypeFor[decodeJSON]())
+	var h uint64
+	var e errBuf
+	cfg := withPlugin(`{"slots": 4, "shard_bytes": 64, "restart_fence_instances": 2}`)
+	if rc := abi(kvfence_decode_open, cstr(cfg), unsafe.Pointer(&h), e.p()); rc != codeInvalid {
+		abi(kvfence_close, h, nil)
+		t.Errorf("restart_fence_instances: code %d, want INVALID_ARGUMENT (unknown field)", rc)
 	}
 }
