@@ -216,6 +216,9 @@ func (cfg DecodeConfig) withDefaults() (DecodeConfig, error) {
 	if cfg.Slots <= 0 || cfg.ShardBytes <= 0 {
 		return cfg, errdefs.Errorf(errdefs.InvalidArgument, "decode: slots (%d) and shard bytes (%d) must be positive", cfg.Slots, cfg.ShardBytes)
 	}
+	if cfg.MaxDeclaredTail < 0 {
+		return cfg, errdefs.Errorf(errdefs.InvalidArgument, "decode: MaxDeclaredTail %v is negative (zero: core.DefaultMaxDeclaredTail)", cfg.MaxDeclaredTail)
+	}
 	if err := checkOwnCertificate(cfg.TLS, time.Now()); err != nil {
 		return cfg, err
 	}
@@ -245,6 +248,9 @@ func (d *Decode) startOnTransport(ctx context.Context) error {
 		return fmt.Errorf("decode: transport info: %w", err)
 	}
 	d.info = info
+	if err := checkOwnTail(d.cfg.MaxDeclaredTail, info.Capabilities.MaxTail); err != nil {
+		return err // before the pool is mapped or registered
+	}
 	g, ok := d.tr.(sdk.Granter)
 	if !ok {
 		return errdefs.Errorf(errdefs.FailedPrecondition, "decode: the transport cannot grant keys, so it cannot expose memory to writers")
@@ -271,6 +277,22 @@ func (d *Decode) startOnTransport(ctx context.Context) error {
 		return err
 	}
 	d.hello.DataAddresses = lanes
+	return nil
+}
+
+// checkOwnTail refuses a transport whose own declared tail is longer than
+// an explicit MaxDeclaredTail. Every timeout hold waits out the larger of
+// decode's own tail and the writer's (core: Receiver.Tail), so a configured
+// maximum that the own transport exceeds would not bound the holds; the
+// caller set it to fit something (SGLang direct mode: SGLang's
+// deferred-release timeout), so it is an error, never silently raised.
+// Zero: the core's default, which grows to the own tail.
+func checkOwnTail(maxDeclared, own time.Duration) error {
+	if maxDeclared > 0 && own > maxDeclared {
+		return errdefs.Errorf(errdefs.InvalidArgument, "decode: this rank's own transport declares a tail of %v, above the configured MaxDeclaredTail %v (max_declared_tail_ms %d): "+
+			"every timeout hold would last that long; raise MaxDeclaredTail or shorten the transport's tail (e.g. KVFENCE_TCP_WRITE_TTL)",
+			own, maxDeclared, maxDeclared.Milliseconds())
+	}
 	return nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/kvfence/kvfence/core"
 )
 
 // The C ABI's argument checks, in one place: every count, length, size,
@@ -218,8 +220,12 @@ func checkDecodeConfig(j decodeJSON) error {
 		return invalid("config: shards %d outside 1..%d", j.Shards, maxRanks)
 	case int64(j.Slots)*int64(shards) > maxPoolBytes/j.ShardBytes:
 		return invalid("config: a pool of %d slots × %d shards × %d bytes is over %d bytes", j.Slots, shards, j.ShardBytes, int64(maxPoolBytes))
+	case j.MaxDeclaredTailMs < 0:
+		return invalid("config: max_declared_tail_ms %d is negative: it is the longest transport tail a prefill rank may declare (0: the default, %v)",
+			j.MaxDeclaredTailMs, core.DefaultMaxDeclaredTail)
 	}
-	return checkMs(map[string]int64{"lease_ms": j.LeaseMs, "max_hold_ms": j.MaxHoldMs, "clock_margin_ms": j.ClockMarginMs})
+	return checkMs(map[string]int64{"lease_ms": j.LeaseMs, "max_hold_ms": j.MaxHoldMs, "clock_margin_ms": j.ClockMarginMs,
+		"max_declared_tail_ms": j.MaxDeclaredTailMs})
 }
 
 // checkPrefillConfig bounds prefill's counts, sizes and times.

@@ -50,9 +50,15 @@ type decodeJSON struct {
 	LeaseMs       int64 `json:"lease_ms"`
 	MaxHoldMs     int64 `json:"max_hold_ms"`
 	ClockMarginMs int64 `json:"clock_margin_ms"`
-	Fence         *bool `json:"fence"`
-	EagerRevoke   bool  `json:"eager_revoke"`
-	Checksums     bool  `json:"checksums"`
+	// MaxDeclaredTailMs is the longest transport tail a prefill rank may
+	// declare in its Hello (longer: refused at link time), and the most
+	// this rank's own transport may declare (more: refused at open). Every
+	// timeout hold lasts max_hold_ms + the writers' tail + clock_margin_ms
+	// past admission, so this bounds the hold. 0: core's default (5 min).
+	MaxDeclaredTailMs int64 `json:"max_declared_tail_ms"`
+	Fence             *bool `json:"fence"`
+	EagerRevoke       bool  `json:"eager_revoke"`
+	Checksums         bool  `json:"checksums"`
 	// DirectBuffer, DirectPages: gpu_mode "direct" (direct.go).
 	DirectBuffer uint64 `json:"direct_buffer"`
 	DirectPages  int    `json:"direct_pages"`
@@ -233,7 +239,7 @@ func openDecode(text string) (*agentObj, error) {
 	}
 	cfg := agent.DecodeConfig{Rank: core.RankID(j.Rank), Slots: j.Slots, ShardBytes: j.ShardBytes, Shards: orInt(j.Shards, 1),
 		Lease: ms(j.LeaseMs, 2000), MaxHold: ms(j.MaxHoldMs, 30000), ClockMargin: ms(j.ClockMarginMs, 100),
-		Fence: fence, EagerRevoke: j.EagerRevoke, Checksums: j.Checksums,
+		MaxDeclaredTail: ms(j.MaxDeclaredTailMs, 0), Fence: fence, EagerRevoke: j.EagerRevoke, Checksums: j.Checksums,
 		ControlAddr: j.ControlAddr, TLS: tlsCfg, Logger: log}
 	if cfg.ControlAddr == "" {
 		cfg.ControlAddr = "127.0.0.1:0"

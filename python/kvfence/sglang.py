@@ -449,6 +449,7 @@ class KVFenceKVManager(BaseKVManager):
         self.direct = passthrough.get("gpu_mode") == "direct"
         if self.direct:
             sglang_direct.refuse_at_start(self.kv_args, passthrough=passthrough)
+            passthrough = sglang_direct.direct_hold_keys(passthrough)  # the hold fits SGLang's release timeout
         self._fetching, self._bad, self._bases = set(), {}, {}
         self.agents, self.agent = [], None
         self._sizing = (cfg, passthrough)

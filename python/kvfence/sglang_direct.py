@@ -22,7 +22,8 @@ Such an SGLang is refused, as is one with the release turned off, and
 one whose deferred release gives up
 (SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT: SGLang then
 frees the pages unacked) before kvfence's hold can end (max_hold_ms +
-clock_margin_ms after admission).
+max_declared_tail_ms + clock_margin_ms after admission: hold_budget, which
+also picks the keys the operator left unset to fit).
 
 Aux and state rows: a request's aux row and Mamba state row travel as
 extra pages after its KV pages. SGLang has no engine page to spare for
@@ -39,6 +40,8 @@ mode does.
 
 Must never: hand SGLang a page kvfence still holds, or write engine
 memory from host code (the transport does, through the dma-buf)."""
+import logging
+import math
 import os
 
 from . import api, errors
@@ -61,10 +64,17 @@ def _release_off():
 
 
 # kvfence's defaults for the decode keys the hold bound is made of
-# (cmd/libkvfence/config.go: max_hold_ms 30000, clock_margin_ms 100).
-_MAX_HOLD_MS, _CLOCK_MARGIN_MS = 30000, 100
+# (cmd/libkvfence/config.go: lease_ms 2000, max_hold_ms 30000,
+# clock_margin_ms 100; max_declared_tail_ms: core.DefaultMaxDeclaredTail).
+_LEASE_MS, _MAX_HOLD_MS, _CLOCK_MARGIN_MS, _MAX_DECLARED_TAIL_MS = 2000, 30000, 100, 300000
+# Direct mode's default max_declared_tail_ms under an SGLang timeout of T
+# seconds: min(5000, T*1000/6). Honest transports declare seconds (verbs:
+# its QP retry tail + 1 s, about 1.5 s by default).
+_DIRECT_TAIL_MS = 5000
 
 _TIMEOUT_ENV = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT"
+
+_log = logging.getLogger("kvfence.sglang_direct")
 
 
 def _release_timeout_s():
@@ -86,36 +96,118 @@ def _release_timeout_s():
             return None
 
 
-def _hold_keys(passthrough):
-    p = passthrough or {}
-    return int(p.get("max_hold_ms") or _MAX_HOLD_MS), int(p.get("clock_margin_ms") or _CLOCK_MARGIN_MS)
+def _explicit(passthrough, key):
+    """The operator's value for a decode key, None where unset (0 is the
+    library's "default", so unset too)."""
+    v = (passthrough or {}).get(key)
+    return int(v) if v else None
 
 
-def hold_bound_ms(passthrough):
+def hold_budget(timeout_s, passthrough):
+    """Fit kvfence's hold into SGLang's deferred-release timeout (pure).
+
+    A timeout hold ends at most max_hold_ms (no lease reaches past
+    admission + max_hold_ms) + the writers' transport tail (at most
+    max_declared_tail_ms: a longer one is refused when the rank links, and
+    decode's own transport's is refused at open) + clock_margin_ms after
+    admission. SGLang frees a deferred request's pages timeout_s after
+    deferring it (later than admission), so
+    max_hold_ms + max_declared_tail_ms + clock_margin_ms <= timeout_s*1000
+    keeps every page until kvfence released it.
+
+    Keys the operator left unset are chosen to fit: max_declared_tail_ms
+    min(5000, T*1000/6), max_hold_ms the rest (at most 30000), lease_ms
+    lowered to max_hold_ms where that is shorter than 2000.
+
+    Returns (values, chosen, refusal): values, every key of the bound
+    (and lease_ms); chosen, the keys this function picked; refusal, None
+    or why the bound does not fit, naming every value and the fixes.
+    timeout_s None (SGLang declares no timeout): nothing to fit."""
+    hold, tail = _explicit(passthrough, "max_hold_ms"), _explicit(passthrough, "max_declared_tail_ms")
+    margin, lease = _explicit(passthrough, "clock_margin_ms"), _explicit(passthrough, "lease_ms")
+    chosen = []
+    if timeout_s is None:
+        return ({"max_hold_ms": hold or _MAX_HOLD_MS, "max_declared_tail_ms": tail or _MAX_DECLARED_TAIL_MS,
+                 "clock_margin_ms": margin or _CLOCK_MARGIN_MS, "lease_ms": lease or _LEASE_MS}, chosen, None)
+    budget = int(math.floor(timeout_s * 1000 + 1e-6))
+    if margin is None:
+        margin = _CLOCK_MARGIN_MS
+    if tail is None:
+        tail = max(min(_DIRECT_TAIL_MS, budget // 6), 1)  # never 0: the library's 5 min
+        chosen.append("max_declared_tail_ms")
+    hold_given = hold is not None
+    if not hold_given:
+        hold = min(_MAX_HOLD_MS, budget - tail - margin)
+        chosen.append("max_hold_ms")
+    if lease is None and 0 < hold < _LEASE_MS:
+        lease = hold
+        chosen.append("lease_ms")
+    values = {"max_hold_ms": hold, "max_declared_tail_ms": tail, "clock_margin_ms": margin,
+              "lease_ms": lease or _LEASE_MS}
+    total = hold + tail + margin
+    why = None
+    if hold <= 0:
+        why = ("leaves no time for a hold: %s=%gs (%d ms) - max_declared_tail_ms %d%s - clock_margin_ms %d = "
+               "max_hold_ms %d" % (_TIMEOUT_ENV, timeout_s, budget, tail,
+                                    " (direct mode's default)" if "max_declared_tail_ms" in chosen else "", margin, hold))
+    elif total > budget:
+        why = ("SGLang frees a deferred request's pages after %s=%gs (%d ms), before kvfence's hold can end "
+               "(max_hold_ms %d + max_declared_tail_ms %d + clock_margin_ms %d = %d ms after admission)"
+               % (_TIMEOUT_ENV, timeout_s, budget, hold, tail, margin, total))
+    elif values["lease_ms"] > hold:
+        why = ("lease_ms %d is longer than max_hold_ms %d%s, which SGLang's %s=%gs leaves"
+               % (values["lease_ms"], hold, " (chosen)" if not hold_given else "", _TIMEOUT_ENV, timeout_s))
+    if why:
+        floor = max(values["lease_ms"], 1)  # the shortest hold that leaves room for a lease
+        fixes = ["set %s to at least %g" % (_TIMEOUT_ENV, (max(hold, floor) + tail + margin) / 1000.0)]
+        if hold_given and budget - tail - margin >= floor:
+            fixes.append("lower max_hold_ms to at most %d" % (budget - tail - margin))
+        elif not hold_given and hold > 0:
+            fixes.append("lower lease_ms to at most %d" % hold)
+        room = budget - (hold if hold_given else floor) - margin
+        if room > 0 and room < tail:
+            fixes.append("lower max_declared_tail_ms to at most %d (no prefill rank's transport may then declare a "
+                         "longer tail)" % room)
+        why += "; a late write could land in pages SGLang reused. Fix: %s" % "; or ".join(fixes)
+    return values, chosen, why
+
+
+def hold_bound_ms(passthrough, timeout_s=None):
     """The longest kvfence holds an aborted request's pages counted from
-    its admission, as far as it is known at start-up: max_hold_ms (no
-    lease reaches past admission + max_hold_ms) + clock_margin_ms. A
-    writer's transport tail (its MaxTail, at most 5 min) comes on top and
-    is known only when the writer links."""
-    hold, margin = _hold_keys(passthrough)
-    return hold + margin
+    its admission: max_hold_ms (no lease reaches past admission +
+    max_hold_ms) + the writers' transport tail (at most
+    max_declared_tail_ms) + clock_margin_ms, with the values direct mode
+    uses under SGLang's timeout timeout_s (hold_budget)."""
+    v = hold_budget(timeout_s, passthrough)[0]
+    return v["max_hold_ms"] + v["max_declared_tail_ms"] + v["clock_margin_ms"]
 
 
 def release_timeout_refusal(passthrough):
     """Why SGLang's deferred-release timeout is too short for kvfence's
     hold (None when it is not, or SGLang has none): SGLang would free an
     aborted request's pages while a late write may still land in them."""
+    return hold_budget(_release_timeout_s(), passthrough)[2]
+
+
+def direct_hold_keys(passthrough):
+    """passthrough with the decode keys direct mode chose to fit SGLang's
+    deferred-release timeout (hold_budget), logged once; the caller ran
+    refuse_at_start first. Unchanged where SGLang declares no timeout."""
     timeout = _release_timeout_s()
+    values, chosen, why = hold_budget(timeout, passthrough)
+    if why:
+        raise errors.InvalidArgument("kvfence: gpu_mode \"direct\" on decode: %s" % why)
     if timeout is None:
-        return None
-    hold, margin = _hold_keys(passthrough)
-    if timeout * 1000 >= hold + margin:
-        return None
-    return ("SGLang frees a deferred request's pages after %s=%gs, before kvfence's hold ends (up to %d ms: "
-            "max_hold_ms %d + clock_margin_ms %d, and a writer's transport tail on top), so a late write could "
-            "land in pages SGLang reused: set %s to at least %g or lower max_hold_ms to at most %d"
-            % (_TIMEOUT_ENV, timeout, hold + margin, hold, margin, _TIMEOUT_ENV, (hold + margin) / 1000.0,
-               int(timeout * 1000) - margin))
+        return passthrough
+    out = dict(passthrough)
+    for k in chosen:
+        out[k] = values[k]
+    _log.info("kvfence direct mode: hold fits SGLang's %s=%gs: max_hold_ms %d + max_declared_tail_ms %d + "
+              "clock_margin_ms %d = %d ms (lease_ms %d; chosen: %s)", _TIMEOUT_ENV, timeout, values["max_hold_ms"],
+              values["max_declared_tail_ms"], values["clock_margin_ms"],
+              values["max_hold_ms"] + values["max_declared_tail_ms"] + values["clock_margin_ms"],
+              values["lease_ms"], ", ".join(chosen) or "none")
+    return out
 
 
 def sglang_defers(manager_base=None):
@@ -132,7 +224,8 @@ def sglang_defers(manager_base=None):
 def start_up_refusal(args, manager_base=None, passthrough=None):
     """The reasons a decode rank cannot run direct, known at start-up
     (empty: it may). passthrough: the decode keys of the library config
-    (max_hold_ms, clock_margin_ms)."""
+    (max_hold_ms, max_declared_tail_ms, clock_margin_ms, lease_ms: the
+    hold must fit SGLang's deferred-release timeout, hold_budget)."""
     why = []
     if not sglang_defers(manager_base):
         why.append("this SGLang has no deferred decode-KV release (or it is off: "

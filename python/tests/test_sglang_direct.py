@@ -114,8 +114,11 @@ else:
         decode's plugin processes; with aux rows (aux_items, default as
         sglang_topo's) SGLang's metadata gate, without them none."""
 
-        def __init__(self, prefill_tp=1, decode_tp=1, aux_items=(16, 8), engine=None, **kw):
-            extra = dict(gpu_mode="direct", decode=dict(lease_ms=5000, max_hold_ms=60000))
+        def __init__(self, prefill_tp=1, decode_tp=1, aux_items=(16, 8), engine=None, decode=None, plugin_env=None,
+                     **kw):
+            extra = dict(gpu_mode="direct", decode=dict(lease_ms=5000, max_hold_ms=60000) if decode is None else decode)
+            if plugin_env:
+                extra["plugin_env"] = plugin_env
             self.aux_items = aux_items
             super().__init__(P, prefill_tp=(prefill_tp,), decode_tp=decode_tp, aux_items=aux_items, extra=extra,
                              engine=engine or DevEngine, **kw)
@@ -444,10 +447,26 @@ else:
             with pytest.raises(errors.Unimplemented, match="page_size 1"):
                 DirectDeployment(2, 1)  # two writers per page, page_size 2: their heads are strided
             # SGLang frees a deferred request's pages after its own timeout:
-            # shorter than kvfence's hold (max_hold_ms 60000 here), refused.
+            # shorter than kvfence's hold (max_hold_ms 60000 here, + the
+            # writers' tail + clock margin), refused.
             os.environ["SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT"] = "10"
             with pytest.raises(errors.Unimplemented, match="KV_RELEASE_TIMEOUT=10s"):
                 DirectDeployment(1, 1)
+            # SGLang's default 30 s with the hold keys unset: direct mode
+            # fits them (max_declared_tail_ms 5000, max_hold_ms 24900), and
+            # the library refuses decode's own transport declaring a longer
+            # tail (the TCP plugin's default: 11 s) ...
+            os.environ["SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT"] = "30"
+            with pytest.raises(errors.InvalidArgument, match="max_declared_tail_ms 5000"):
+                DirectDeployment(1, 1, decode={})
+            # ... and runs where every transport's tail fits (TCP: 1 s TTL + 1 s)
+            dep = DirectDeployment(1, 1, decode={}, plugin_env=["KVFENCE_TCP_WRITE_TTL=1s"])
+            try:
+                base = staging.handles_live()
+                _good_request(dep, 801)
+                dep.settle(base)
+            finally:
+                dep.close()
             os.environ.pop("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT")
             os.environ["SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"] = "false"
             with pytest.raises(errors.Unimplemented, match="deferred decode-KV release"):
