@@ -381,6 +381,9 @@ class KVFenceKVManager(BaseKVManager):
         self._topology(cfg, args, server_args)
         self.follow_room = getattr(server_args, "load_balance_method", "follow_bootstrap_room") == "follow_bootstrap_room"
         self.layout = _layout(args)
+        # the state buffers, registered once: requests pass only index arrays
+        self.state_layout = (staging.StateLayout(sglang_state.layout_spec(args, self.state_items))
+                             if self.state_bytes else None)
         passthrough = {k: v for k, v in cfg.items() if k in _SHARED_KEYS}
         passthrough.update(cfg.get("decode" if self.mode == "decode" else "prefill", {}))
         if self.mode == "decode":
@@ -730,9 +733,10 @@ class KVFenceKVManager(BaseKVManager):
                 r.close()
         if getattr(self, "links", None) is not None:
             self.links.close()
-        layout = getattr(self, "layout", None)
-        if layout is not None:
-            layout.close()
+        for name in ("layout", "state_layout"):
+            layout = getattr(self, name, None)
+            if layout is not None:
+                layout.close()
 
 
 class KVFenceKVSender(_Outcome, BaseKVSender):
@@ -749,7 +753,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         self.total = self.aux_index = self.waiting_since = None
         self.sent = self.bytes = 0
         self.backlog = []  # chunks sent while the pool was full, in order
-        self.state_segs = None  # the state row's segments, from the send() that carried state_indices
+        self.state_idx = None  # the state index arrays (int64 copies), from the send() that carried state_indices
         self.inited = self.aborted = self.closed = False
         self.links_used = []  # M:N: the agents this request acquired from mgr.links
         if mgr.dp_size > 1 and not self._route_dp(bootstrap_addr, req_has_disagg_prefill_dp_rank):
@@ -873,12 +877,12 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         if self.conclude_state is not None or self.aborted:
             return
         if sglang_state.given(state_indices) or (self.mgr.state_pages and state_indices is not None):
-            # Addresses now (SGLang may reuse its index arrays); the bytes are
-            # copied on a Go thread before Success, as the KV pages are:
-            # SGLang frees the request's state (release_kv_cache) only once
-            # poll() is Success or Failed, like its KV pages.
+            # The indices now (SGLang may reuse its index arrays); Go checks
+            # them and copies the items on a Go thread before Success, as the
+            # KV pages are: SGLang frees the request's state
+            # (release_kv_cache) only once poll() is Success or Failed.
             m = self.mgr
-            self.state_segs = sglang_state.segments(m.kv_args, state_indices, m.state_items)
+            self.state_idx = sglang_state.index_arrays(m.kv_args, state_indices, m.state_items)
         if not self._position_in_order(token_position_offset):
             return
         if not self.inited:
@@ -935,18 +939,18 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         """The state row and the aux row go into the pages after the KV
         pages, sent with the last pages, both copied on the sender's Go
         staging thread after the queued gathers: the state row straight
-        from SGLang's state buffers (a segment list: one Mamba slot, or an
-        SWA window of many pages; copied here it cost the last send() the
-        whole row), then the aux row (tens of bytes, copied now), last:
+        from SGLang's state buffers (only the index arrays are passed; Go
+        expands one Mamba slot, or an SWA window of many pages, from the
+        manager's registered StateLayout), then the aux row (tens of bytes, copied now), last:
         it opens SGLang's metadata gate on decode. The last gather, queued
         after them, sends and finishes the request, so Success waits for
         both."""
         m = self.mgr
         if m.state_pages:
-            if self.state_segs is None:
+            if self.state_idx is None:
                 raise errors.InvalidArgument("kvfence: room %d: the last chunk carried no state_indices for a model "
                                              "with %s state" % (self.room, sglang_state.names(m.kv_args)))
-            staging.gather_segments_queued(snd, self.total + m.aux_pages, m.state_pages, self.state_segs)
+            staging.gather_state_queued(snd, self.total + m.aux_pages, m.state_pages, m.state_layout, self.state_idx)
         if m.aux_pages:
             row = _aux_row(m.kv_args, self.aux_index, m.aux_bytes)
             staging.write_queued(snd, self.total, ctypes.addressof(row), len(row), count=m.aux_pages)
@@ -1282,12 +1286,14 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
 
     def _scatter_state_row(self):
         """Queues the state row's copy from the pages after the aux row into
-        SGLang's state buffers (a segment list; headers and unused room
-        skipped) on the receiver's Go thread, after the KV scatter."""
+        SGLang's state buffers (the index arrays passed, Go expands the
+        items; headers checked at the call, they and unused room skipped)
+        on the receiver's Go thread, after the KV scatter."""
         m = self.mgr
         if m.state_pages:
-            segs = sglang_state.segments(m.kv_args, self.state_indices, m.state_items, gather=False)
-            staging.scatter_segments(self.rv, len(self.kv_indices) + m.aux_pages, m.state_pages, m.shard_bytes, segs)
+            idx = sglang_state.index_arrays(m.kv_args, self.state_indices, m.state_items)
+            staging.scatter_state(self.rv, len(self.kv_indices) + m.aux_pages, m.state_pages, m.shard_bytes,
+                                  m.state_layout, idx)
 
     def _read_extra(self):
         """The aux row, read from the pages after the KV pages (staged
