@@ -39,7 +39,6 @@ var exported = map[string]any{
 	"kvfence_state_layout_new":           kvfence_state_layout_new,
 	"kvfence_sender_gather_state_queued": kvfence_sender_gather_state_queued,
 	"kvfence_receiver_scatter_state":     kvfence_receiver_scatter_state,
-	"kvfence_receiver_read_row_at":       kvfence_receiver_read_row_at,
 }
 
 // fuzzWorld is a live decode and prefill rank (linked) and the handles the

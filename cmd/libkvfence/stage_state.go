@@ -226,8 +226,8 @@ func (sl *stateLayoutObj) checkHeaders(idx [][]int64, read func(off int64, dst [
 		}
 		got, per := binary.LittleEndian.Uint32(hb), binary.LittleEndian.Uint32(hb[4:])
 		if int64(got) != int64(len(idx[t])) || int64(per) != ty.per {
-			return errdefs.Errorf(errdefs.FailedPrecondition, "state type %d: prefill sent %d indices of %d bytes each, decode expects %d of %d bytes",
-				t, got, per, len(idx[t]), ty.per)
+			return errdefs.Errorf(errdefs.FailedPrecondition, "prefill sent %d state indices of %d bytes each, decode expects %d of %d bytes (state type %d)",
+				got, per, len(idx[t]), ty.per, t)
 		}
 	}
 	return nil
@@ -367,7 +367,7 @@ func kvfence_receiver_scatter_state(r C.kvfence_handle, first, count, shard C.in
 	}
 	queue(uint64(r), func() error {
 		return safeRun(func() error {
-			var runs []stage.Run
+			runs := make([]stage.Run, 0, 1024)
 			pg, off := 0, 0
 			err := sl.eachPiece(ix, false, func(dst unsafe.Pointer, n int64) error {
 				for n > 0 {
@@ -378,6 +378,10 @@ func kvfence_receiver_scatter_state(r C.kvfence_handle, first, count, shard C.in
 					if dst != nil {
 						runs = append(runs, stage.Run{Dst: dst, Src: unsafe.Pointer(&rows[pg][off]), N: k})
 						dst = unsafe.Add(dst, k)
+						if len(runs) == cap(runs) { // a bounded list: an SWA window is 100,000s of items
+							stage.Host{}.Copy(runs)
+							runs = runs[:0]
+						}
 					}
 					off, n = off+k, n-int64(k)
 				}

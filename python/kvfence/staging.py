@@ -30,7 +30,6 @@ _SIGNATURES = {
     "kvfence_receiver_scatter_done": (_I, [_H, _I64, _E]),
     "kvfence_receiver_init_at": (_I, [_H, _I32P, _I, ctypes.POINTER(ctypes.c_uint32), _I, _E]),
     "kvfence_receiver_read_row": (_I, [_H, _I, _I, _I, ctypes.c_void_p, ctypes.c_size_t, _E]),
-    "kvfence_receiver_read_row_at": (_I, [_H, _I, _I, _I, _I64, ctypes.c_void_p, ctypes.c_size_t, _E]),
     "kvfence_state_layout_new": (_I, [_I] + [ctypes.c_void_p] * 6 + [ctypes.POINTER(_H), _E]),
     "kvfence_sender_gather_state_queued": (_I, [_H, _I, _I, _H, ctypes.c_void_p, ctypes.c_void_p, _I, _E]),
     "kvfence_receiver_scatter_state": (_I, [_H, _I, _I, _I, _H, ctypes.c_void_p, ctypes.c_void_p, _I, _E]),
@@ -158,13 +157,6 @@ def read_row(receiver, first, count, shard, size):
     buffer; only those bytes are read."""
     row = (ctypes.c_char * size)()
     _call("kvfence_receiver_read_row", receiver._handle(), first, count, shard, ctypes.addressof(row), size)
-    return row
-
-
-def read_row_at(receiver, first, count, shard, offset, size):
-    """read_row's bytes [offset, offset+size) of the row, read in place."""
-    row = (ctypes.c_char * size)()
-    _call("kvfence_receiver_read_row_at", receiver._handle(), first, count, shard, offset, ctypes.addressof(row), size)
     return row
 
 
