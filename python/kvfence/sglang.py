@@ -384,6 +384,7 @@ class KVFenceKVManager(BaseKVManager):
         # the state buffers, registered once: requests pass only index arrays
         self.state_layout = (staging.StateLayout(sglang_state.layout_spec(args, self.state_items))
                              if self.state_bytes else None)
+        self.state_plan = sglang_state.index_plan(args, self.state_items) if self.state_bytes else []
         passthrough = {k: v for k, v in cfg.items() if k in _SHARED_KEYS}
         passthrough.update(cfg.get("decode" if self.mode == "decode" else "prefill", {}))
         if self.mode == "decode":
@@ -882,7 +883,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
             # KV pages are: SGLang frees the request's state
             # (release_kv_cache) only once poll() is Success or Failed.
             m = self.mgr
-            self.state_idx = sglang_state.index_arrays(m.kv_args, state_indices, m.state_items)
+            self.state_idx = sglang_state.index_arrays(m.state_plan, state_indices)
         if not self._position_in_order(token_position_offset):
             return
         if not self.inited:
@@ -1144,7 +1145,8 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             return
         if self.mgr.state_bytes:
             sglang_state.check(self.mgr.kv_args, state_indices, self.mgr.state_items)
-            self.state_indices = sglang_state.copy(state_indices)  # SGLang may reuse its arrays
+            # int64 copies (SGLang may reuse its arrays), passed as they are at handoff
+            self.state_indices = sglang_state.index_arrays(self.mgr.state_plan, state_indices)
         elif sglang_state.given(state_indices):
             self._fail(errors.InvalidArgument("kvfence: state_indices for a model without state buffers"))
             return
@@ -1277,8 +1279,8 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         m = self.mgr
         try:
             self._read_extra()
+            self._scatter_state_row()  # its SWA/DSA headers checked before anything is queued
             staging.scatter(self.rv, m.layout, self.kv_indices, shards=m.shards, mla=m.is_mla_backend)
-            self._scatter_state_row()
         except errors.KVFenceError as exc:
             return self._fail(exc)
         self.scattering = True
@@ -1286,28 +1288,22 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
 
     def _scatter_state_row(self):
         """Queues the state row's copy from the pages after the aux row into
-        SGLang's state buffers (the index arrays passed, Go expands the
-        items; headers checked at the call, they and unused room skipped)
-        on the receiver's Go thread, after the KV scatter."""
+        SGLang's state buffers on the receiver's Go thread (only the index
+        arrays are passed; Go expands the items, headers and unused room
+        skipped). SWA/DSA: prefill's lists must match decode's: Go checks
+        the headers at the call (FailedPrecondition before any byte of the
+        row, the KV pages or the aux row is written)."""
         m = self.mgr
         if m.state_pages:
-            idx = sglang_state.index_arrays(m.kv_args, self.state_indices, m.state_items)
             staging.scatter_state(self.rv, len(self.kv_indices) + m.aux_pages, m.state_pages, m.shard_bytes,
-                                  m.state_layout, idx)
+                                  m.state_layout, self.state_indices)
 
     def _read_extra(self):
         """The aux row, read from the pages after the KV pages (staged
-        slots, or direct mode's host landing pages), and the state row's
-        SWA/DSA headers (8 bytes each, read in place)."""
+        slots, or direct mode's host landing pages)."""
         m = self.mgr
         if m.aux_pages and self.aux_index is not None:
             self.aux_row = self._read_rows(len(self.kv_indices), m.aux_pages, m.aux_bytes)
-        if m.state_pages:
-            # SWA/DSA: prefill's lists must match decode's (FailedPrecondition
-            # before any byte of the row or the aux row is written)
-            first = len(self.kv_indices) + m.aux_pages
-            sglang_state.verify_with(m.kv_args, self.state_indices, m.state_items, lambda off, n: staging.read_row_at(
-                self.rv, first, m.state_pages, m.shard_bytes, off, n))
 
     def _write_extra(self):
         """Copies the aux row into SGLang's buffers once the state row's

@@ -193,7 +193,7 @@ def _in_range(t, idx, ptrs, items):
     as a check item by item would)."""
     if len(idx) == 0:
         return
-    lo, hi = int(min(idx)), int(max(idx))
+    lo, hi = (int(idx.min()), int(idx.max())) if hasattr(idx, "min") else (min(idx), max(idx))
     if all(lo >= 0 and (hi + 1) * item <= size for (_, size), item in zip(ptrs, items)):
         return
     for i in idx:
@@ -209,14 +209,20 @@ def layout_spec(kv_args, state_items):
             for t, ptrs, items, _, want, _, _ in _blocks(kv_args, state_items)]
 
 
-def index_arrays(kv_args, state_indices, state_items):
-    """The request's state indices as one private, contiguous int64 array
-    per type (numpy, or array.array("q") without numpy; SGLang may reuse
-    its arrays), their counts checked against the bounds; the indices
-    themselves are checked by Go against the registered buffers. No Python
-    loop per index for numpy arrays."""
+def index_plan(kv_args, state_items):
+    """[(type, entry in state_indices, bound)] per state type: what
+    index_arrays needs, worked out once (by the manager)."""
+    return [(t, pos, want) for t, _, _, pos, want, _, _ in _blocks(kv_args, state_items)]
+
+
+def index_arrays(plan, state_indices):
+    """The request's state indices (plan: index_plan's) as one private,
+    contiguous int64 array per type (numpy, or array.array("q") without
+    numpy; SGLang may reuse its arrays), their counts checked against the
+    bounds; the indices themselves are checked by Go against the registered
+    buffers. No Python loop per index for numpy arrays, none per buffer."""
     out = []
-    for t, _, _, pos, want, _, _ in _blocks(kv_args, state_items):
+    for t, pos, want in plan:
         idx = _indices(_payload(state_indices, pos), want, t)
         if _np is not None:
             out.append(_np.ascontiguousarray(idx, dtype=_np.int64))
@@ -282,21 +288,6 @@ def write_row(kv_args, state_indices, state_items, row):
     base = ctypes.addressof(row)
     for addr, n, off in _walk(kv_args, state_indices, state_items):
         ctypes.memmove(addr, base + off, n)
-
-
-def copy(state_indices):
-    """A private copy of state_indices (entries: None, one index, or a
-    sequence of indices)."""
-    def one(x):
-        if x is None:
-            return None
-        if _np is not None and isinstance(x, _np.ndarray) and x.ndim == 1 and x.dtype.kind in "iu":
-            return x.astype(_np.int64)  # a copy, no Python loop over it
-        try:
-            return [int(i) for i in x]
-        except TypeError:
-            return int(x)
-    return [one(x) for x in state_indices]
 
 
 def given(state_indices):
