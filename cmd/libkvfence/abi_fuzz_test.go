@@ -36,9 +36,9 @@ var exported = map[string]any{
 	"kvfence_layout_new": kvfence_layout_new, "kvfence_sender_gather": kvfence_sender_gather,
 	"kvfence_sender_gather_wait": kvfence_sender_gather_wait, "kvfence_receiver_scatter": kvfence_receiver_scatter,
 	"kvfence_receiver_scatter_done": kvfence_receiver_scatter_done, "kvfence_handles_live": kvfence_handles_live,
-	"kvfence_sender_gather_segments_queued": kvfence_sender_gather_segments_queued,
-	"kvfence_receiver_scatter_segments":     kvfence_receiver_scatter_segments,
-	"kvfence_receiver_read_row_at":          kvfence_receiver_read_row_at,
+	"kvfence_state_layout_new":           kvfence_state_layout_new,
+	"kvfence_sender_gather_state_queued": kvfence_sender_gather_state_queued,
+	"kvfence_receiver_scatter_state":     kvfence_receiver_scatter_state,
 }
 
 // fuzzWorld is a live decode and prefill rank (linked) and the handles the

@@ -161,17 +161,6 @@ func kvfence_receiver_read_row(r C.kvfence_handle, first, count, shard C.int, ds
 	return fail(e, readRow(r, first, count, shard, 0, dst, size, "kvfence_receiver_read_row"))
 }
 
-// kvfence_receiver_read_row_at is kvfence_receiver_read_row of the row's
-// bytes [offset, offset+size): decode's poll reads the SWA/DSA headers of
-// a state row (8 bytes each) to check them before any byte of the row
-// lands, without copying the row.
-//
-//export kvfence_receiver_read_row_at
-func kvfence_receiver_read_row_at(r C.kvfence_handle, first, count, shard C.int, offset C.int64_t, dst unsafe.Pointer, size C.size_t, e *C.kvfence_error) (code C.int) {
-	defer guard(e, &code)
-	return fail(e, readRow(r, first, count, shard, int64(offset), dst, size, "kvfence_receiver_read_row_at"))
-}
-
 func readRow(r C.kvfence_handle, first, count, shard C.int, offset int64, dst unsafe.Pointer, size C.size_t, call string) error {
 	o, pages, err := handedOff(r, first, count, call)
 	if err != nil {

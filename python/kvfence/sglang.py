@@ -381,6 +381,10 @@ class KVFenceKVManager(BaseKVManager):
         self._topology(cfg, args, server_args)
         self.follow_room = getattr(server_args, "load_balance_method", "follow_bootstrap_room") == "follow_bootstrap_room"
         self.layout = _layout(args)
+        # the state buffers, registered once: requests pass only index arrays
+        self.state_layout = (staging.StateLayout(sglang_state.layout_spec(args, self.state_items))
+                             if self.state_bytes else None)
+        self.state_plan = sglang_state.index_plan(args, self.state_items) if self.state_bytes else []
         passthrough = {k: v for k, v in cfg.items() if k in _SHARED_KEYS}
         passthrough.update(cfg.get("decode" if self.mode == "decode" else "prefill", {}))
         if self.mode == "decode":
@@ -731,9 +735,10 @@ class KVFenceKVManager(BaseKVManager):
                 r.close()
         if getattr(self, "links", None) is not None:
             self.links.close()
-        layout = getattr(self, "layout", None)
-        if layout is not None:
-            layout.close()
+        for name in ("layout", "state_layout"):
+            layout = getattr(self, name, None)
+            if layout is not None:
+                layout.close()
 
 
 class KVFenceKVSender(_Outcome, BaseKVSender):
@@ -750,7 +755,7 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         self.total = self.aux_index = self.waiting_since = None
         self.sent = self.bytes = 0
         self.backlog = []  # chunks sent while the pool was full, in order
-        self.state_segs = None  # the state row's segments, from the send() that carried state_indices
+        self.state_idx = None  # the state index arrays (int64 copies), from the send() that carried state_indices
         self.inited = self.aborted = self.closed = False
         self.links_used = []  # M:N: the agents this request acquired from mgr.links
         if mgr.dp_size > 1 and not self._route_dp(bootstrap_addr, req_has_disagg_prefill_dp_rank):
@@ -874,12 +879,12 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         if self.conclude_state is not None or self.aborted:
             return
         if sglang_state.given(state_indices) or (self.mgr.state_pages and state_indices is not None):
-            # Addresses now (SGLang may reuse its index arrays); the bytes are
-            # copied on a Go thread before Success, as the KV pages are:
-            # SGLang frees the request's state (release_kv_cache) only once
-            # poll() is Success or Failed, like its KV pages.
+            # The indices now (SGLang may reuse its index arrays); Go checks
+            # them and copies the items on a Go thread before Success, as the
+            # KV pages are: SGLang frees the request's state
+            # (release_kv_cache) only once poll() is Success or Failed.
             m = self.mgr
-            self.state_segs = sglang_state.segments(m.kv_args, state_indices, m.state_items)
+            self.state_idx = sglang_state.index_arrays(m.state_plan, state_indices)
         if not self._position_in_order(token_position_offset):
             return
         if not self.inited:
@@ -936,18 +941,18 @@ class KVFenceKVSender(_Outcome, BaseKVSender):
         """The state row and the aux row go into the pages after the KV
         pages, sent with the last pages, both copied on the sender's Go
         staging thread after the queued gathers: the state row straight
-        from SGLang's state buffers (a segment list: one Mamba slot, or an
-        SWA window of many pages; copied here it cost the last send() the
-        whole row), then the aux row (tens of bytes, copied now), last:
+        from SGLang's state buffers (only the index arrays are passed; Go
+        expands one Mamba slot, or an SWA window of many pages, from the
+        manager's registered StateLayout), then the aux row (tens of bytes, copied now), last:
         it opens SGLang's metadata gate on decode. The last gather, queued
         after them, sends and finishes the request, so Success waits for
         both."""
         m = self.mgr
         if m.state_pages:
-            if self.state_segs is None:
+            if self.state_idx is None:
                 raise errors.InvalidArgument("kvfence: room %d: the last chunk carried no state_indices for a model "
                                              "with %s state" % (self.room, sglang_state.names(m.kv_args)))
-            staging.gather_segments_queued(snd, self.total + m.aux_pages, m.state_pages, self.state_segs)
+            staging.gather_state_queued(snd, self.total + m.aux_pages, m.state_pages, m.state_layout, self.state_idx)
         if m.aux_pages:
             row = _aux_row(m.kv_args, self.aux_index, m.aux_bytes)
             staging.write_queued(snd, self.total, ctypes.addressof(row), len(row), count=m.aux_pages)
@@ -1141,7 +1146,8 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             return
         if self.mgr.state_bytes:
             sglang_state.check(self.mgr.kv_args, state_indices, self.mgr.state_items)
-            self.state_indices = sglang_state.copy(state_indices)  # SGLang may reuse its arrays
+            # int64 copies (SGLang may reuse its arrays), passed as they are at handoff
+            self.state_indices = sglang_state.index_arrays(self.mgr.state_plan, state_indices)
         elif sglang_state.given(state_indices):
             self._fail(errors.InvalidArgument("kvfence: state_indices for a model without state buffers"))
             return
@@ -1274,8 +1280,8 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         m = self.mgr
         try:
             self._read_extra()
+            self._scatter_state_row()  # its SWA/DSA headers checked before anything is queued
             staging.scatter(self.rv, m.layout, self.kv_indices, shards=m.shards, mla=m.is_mla_backend)
-            self._scatter_state_row()
         except errors.KVFenceError as exc:
             return self._fail(exc)
         self.scattering = True
@@ -1283,26 +1289,22 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
 
     def _scatter_state_row(self):
         """Queues the state row's copy from the pages after the aux row into
-        SGLang's state buffers (a segment list; headers and unused room
-        skipped) on the receiver's Go thread, after the KV scatter."""
+        SGLang's state buffers on the receiver's Go thread (only the index
+        arrays are passed; Go expands the items, headers and unused room
+        skipped). SWA/DSA: prefill's lists must match decode's: Go checks
+        the headers at the call (FailedPrecondition before any byte of the
+        row, the KV pages or the aux row is written)."""
         m = self.mgr
         if m.state_pages:
-            segs = sglang_state.segments(m.kv_args, self.state_indices, m.state_items, gather=False)
-            staging.scatter_segments(self.rv, len(self.kv_indices) + m.aux_pages, m.state_pages, m.shard_bytes, segs)
+            staging.scatter_state(self.rv, len(self.kv_indices) + m.aux_pages, m.state_pages, m.shard_bytes,
+                                  m.state_layout, self.state_indices)
 
     def _read_extra(self):
         """The aux row, read from the pages after the KV pages (staged
-        slots, or direct mode's host landing pages), and the state row's
-        SWA/DSA headers (8 bytes each, read in place)."""
+        slots, or direct mode's host landing pages)."""
         m = self.mgr
         if m.aux_pages and self.aux_index is not None:
             self.aux_row = self._read_rows(len(self.kv_indices), m.aux_pages, m.aux_bytes)
-        if m.state_pages:
-            # SWA/DSA: prefill's lists must match decode's (FailedPrecondition
-            # before any byte of the row or the aux row is written)
-            first = len(self.kv_indices) + m.aux_pages
-            sglang_state.verify_with(m.kv_args, self.state_indices, m.state_items, lambda off, n: staging.read_row_at(
-                self.rv, first, m.state_pages, m.shard_bytes, off, n))
 
     def _write_extra(self):
         """Copies the aux row into SGLang's buffers once the state row's

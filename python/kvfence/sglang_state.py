@@ -26,12 +26,14 @@ Layout of a row: the types in SGLang's order; a type's block is [header
 (SWA/DSA only)] then bound x (sum of its buffers' item bytes), index k's
 items at k x that sum, buffer after buffer; unused room is zero.
 
-SGLang's classes do not copy a row on the scheduler thread: segments()
-describes it as (address, length) pairs (a 0 address: zeros on prefill,
-bytes skipped on decode), which kvfence copies on a Go thread
-(kvfence.staging.gather_segments_queued, scatter_segments). The lists are
-built with numpy when SGLang's index arrays are numpy (no Python loop per
-item); read_row and write_row, the host copies of one row, stay for tools.
+SGLang's classes do not copy a row on the scheduler thread: the manager
+registers the state buffers once (layout_spec, kvfence.staging.StateLayout)
+and each request passes only its index arrays (index_arrays: one int64
+array per type); Go checks every index against the buffers, expands the
+row in this layout and copies it on a Go thread
+(kvfence.staging.gather_state_queued, scatter_state). read_row and
+write_row, the host copies of one row, define the layout and stay for
+tools and tests.
 """
 import array
 import ctypes
@@ -191,7 +193,7 @@ def _in_range(t, idx, ptrs, items):
     as a check item by item would)."""
     if len(idx) == 0:
         return
-    lo, hi = int(min(idx)), int(max(idx))
+    lo, hi = (int(idx.min()), int(idx.max())) if hasattr(idx, "min") else (min(idx), max(idx))
     if all(lo >= 0 and (hi + 1) * item <= size for (_, size), item in zip(ptrs, items)):
         return
     for i in idx:
@@ -200,82 +202,33 @@ def _in_range(t, idx, ptrs, items):
                 raise errors.InvalidArgument("kvfence: %s state index %d outside its %d-byte buffer" % (t, i, size))
 
 
-_HEADERS = {}  # (count, bytes per index) -> an 8-byte header, never freed
+def layout_spec(kv_args, state_items):
+    """[(paged, bound, [(address, bytes, bytes per index)])] per state type,
+    what kvfence.staging.StateLayout registers."""
+    return [(t in PAGED, want, [(p, size, item) for (p, size), item in zip(ptrs, items)])
+            for t, ptrs, items, _, want, _, _ in _blocks(kv_args, state_items)]
 
 
-def _header_at(count, per):
-    """The address of an SWA/DSA header's bytes that a queued copy may read
-    at any later time (one per distinct header: count <= the bound)."""
-    buf = _HEADERS.get((count, per))
-    if buf is None:
-        buf = (ctypes.c_char * HEADER.size)()
-        HEADER.pack_into(buf, 0, count, per)
-        buf = _HEADERS.setdefault((count, per), buf)
-    return ctypes.addressof(buf)
+def index_plan(kv_args, state_items):
+    """[(type, entry in state_indices, bound)] per state type: what
+    index_arrays needs, worked out once (by the manager)."""
+    return [(t, pos, want) for t, _, _, pos, want, _, _ in _blocks(kv_args, state_items)]
 
 
-class Segments:
-    """A row as consecutive (address, length) segments, in the arrays the C
-    ABI takes (uint64 addresses, int64 lengths; numpy or array.array)."""
-
-    def __init__(self, addrs, lens):
-        self.addrs, self.lens = addrs, lens
-
-    def __len__(self):
-        return len(self.lens)
-
-    @staticmethod
-    def _ptr(a):
-        if not len(a):
-            return None
-        return a.ctypes.data if _np is not None and isinstance(a, _np.ndarray) else a.buffer_info()[0]
-
-    def addrs_ptr(self):
-        return self._ptr(self.addrs)
-
-    def lens_ptr(self):
-        return self._ptr(self.lens)
-
-    def bytes(self):
-        return int(sum(self.lens))
-
-
-def segments(kv_args, state_indices, state_items, gather=True):
-    """The request's state row as Segments: every item's address in the
-    engine's state buffers, in the row's order; SWA/DSA headers (gather:
-    kept bytes of the same layout read_row writes; scatter: 0, skipped) and
-    unused room (0: zeros, or skipped). Raises InvalidArgument as check()
-    does. Python work per type and buffer, not per item, when the index
-    lists are numpy arrays."""
-    addrs, lens = [], []  # pieces: lists or numpy arrays
-    for t, ptrs, items, pos, want, off, _ in _blocks(kv_args, state_items):
+def index_arrays(plan, state_indices):
+    """The request's state indices (plan: index_plan's) as one private,
+    contiguous int64 array per type (numpy, or array.array("q") without
+    numpy; SGLang may reuse its arrays), their counts checked against the
+    bounds; the indices themselves are checked by Go against the registered
+    buffers. No Python loop per index for numpy arrays, none per buffer."""
+    out = []
+    for t, pos, want in plan:
         idx = _indices(_payload(state_indices, pos), want, t)
-        _in_range(t, idx, ptrs, items)
-        per = sum(items)
-        if t in PAGED:
-            addrs.append([_header_at(len(idx), per) if gather else 0])
-            lens.append([HEADER.size])
-        bufs = [(p, item) for (p, _), item in zip(ptrs, items) if item > 0]
-        if bufs and len(idx):
-            if _np is not None:
-                base = _np.array([p for p, _ in bufs], dtype=_np.uint64)
-                size = _np.array([item for _, item in bufs], dtype=_np.uint64)
-                ix = _np.asarray(idx, dtype=_np.int64).astype(_np.uint64)
-                addrs.append((ix[:, None] * size[None, :] + base[None, :]).ravel())
-                lens.append(_np.tile(size.astype(_np.int64), len(ix)))
-            else:
-                addrs.append([p + i * item for i in idx for p, item in bufs])
-                lens.append([item for _, item in bufs] * len(idx))
-        hole = (want - len(idx)) * per
-        if hole:
-            addrs.append([0])
-            lens.append([hole])
-    if _np is not None:
-        return Segments(_np.concatenate([_np.asarray(a, dtype=_np.uint64) for a in addrs] or
-                                        [_np.zeros(0, _np.uint64)]),
-                        _np.concatenate([_np.asarray(n, dtype=_np.int64) for n in lens] or
-                                        [_np.zeros(0, _np.int64)]))
-    return Segments(array.array("Q", [x for a in addrs for x in a]), array.array("q", [x for n in lens for x in n]))
+        if _np is not None:
+            out.append(_np.ascontiguousarray(idx, dtype=_np.int64))
+        else:
+            out.append(array.array("q", idx))
+    return out
 
 
 def headers(kv_args, state_indices, state_items):
@@ -335,21 +288,6 @@ def write_row(kv_args, state_indices, state_items, row):
     base = ctypes.addressof(row)
     for addr, n, off in _walk(kv_args, state_indices, state_items):
         ctypes.memmove(addr, base + off, n)
-
-
-def copy(state_indices):
-    """A private copy of state_indices (entries: None, one index, or a
-    sequence of indices)."""
-    def one(x):
-        if x is None:
-            return None
-        if _np is not None and isinstance(x, _np.ndarray) and x.ndim == 1 and x.dtype.kind in "iu":
-            return x.astype(_np.int64)  # a copy, no Python loop over it
-        try:
-            return [int(i) for i in x]
-        except TypeError:
-            return int(x)
-    return [one(x) for x in state_indices]
 
 
 def given(state_indices):

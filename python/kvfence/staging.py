@@ -30,9 +30,9 @@ _SIGNATURES = {
     "kvfence_receiver_scatter_done": (_I, [_H, _I64, _E]),
     "kvfence_receiver_init_at": (_I, [_H, _I32P, _I, ctypes.POINTER(ctypes.c_uint32), _I, _E]),
     "kvfence_receiver_read_row": (_I, [_H, _I, _I, _I, ctypes.c_void_p, ctypes.c_size_t, _E]),
-    "kvfence_receiver_read_row_at": (_I, [_H, _I, _I, _I, _I64, ctypes.c_void_p, ctypes.c_size_t, _E]),
-    "kvfence_sender_gather_segments_queued": (_I, [_H, _I, _I, ctypes.c_void_p, ctypes.c_void_p, _I, _E]),
-    "kvfence_receiver_scatter_segments": (_I, [_H, _I, _I, _I, ctypes.c_void_p, ctypes.c_void_p, _I, _E]),
+    "kvfence_state_layout_new": (_I, [_I] + [ctypes.c_void_p] * 6 + [ctypes.POINTER(_H), _E]),
+    "kvfence_sender_gather_state_queued": (_I, [_H, _I, _I, _H, ctypes.c_void_p, ctypes.c_void_p, _I, _E]),
+    "kvfence_receiver_scatter_state": (_I, [_H, _I, _I, _I, _H, ctypes.c_void_p, ctypes.c_void_p, _I, _E]),
     "kvfence_handles_live": (_I64, []),
 }
 _declared = False
@@ -160,30 +160,70 @@ def read_row(receiver, first, count, shard, size):
     return row
 
 
-def read_row_at(receiver, first, count, shard, offset, size):
-    """read_row's bytes [offset, offset+size) of the row, read in place."""
-    row = (ctypes.c_char * size)()
-    _call("kvfence_receiver_read_row_at", receiver._handle(), first, count, shard, offset, ctypes.addressof(row), size)
-    return row
+class StateLayout:
+    """An engine's hybrid-model state buffers, described once: types is a
+    list of (paged, bound, buffers), buffers a list of (address, bytes,
+    bytes per index) (kvfence.sglang_state.layout_spec). Requests then pass
+    only their index arrays (gather_state_queued, scatter_state)."""
+
+    def __init__(self, types):
+        bufs = [b for _, _, bs in types for b in bs]
+        n, k = len(types), max(1, len(bufs))
+        paged = (ctypes.c_int32 * n)(*[1 if p else 0 for p, _, _ in types])
+        bounds = (_I64 * n)(*[int(b) for _, b, _ in types])
+        nbufs = (ctypes.c_int32 * n)(*[len(bs) for _, _, bs in types])
+        ptrs = (ctypes.c_void_p * k)(*[int(p) for p, _, _ in bufs])
+        lens = (_I64 * k)(*[int(x) for _, x, _ in bufs])
+        items = (_I64 * k)(*[int(i) for _, _, i in bufs])
+        h = _H(0)
+        _call("kvfence_state_layout_new", n, ctypes.addressof(paged), ctypes.addressof(bounds),
+              ctypes.addressof(nbufs), ctypes.addressof(ptrs), ctypes.addressof(lens), ctypes.addressof(items),
+              ctypes.byref(h))
+        self._h, self.types = h.value, n
+
+    close = Layout.close
+    __del__ = Layout.__del__
 
 
-def gather_segments_queued(sender, first, count, segs):
-    """Queues the copy of segs (kvfence.sglang_state.Segments: addresses,
-    a 0 address meaning zeros, and lengths) as consecutive bytes into
+def _state_args(arrays):
+    """(pointer array, count array, keepalive) of per-type int64 index
+    arrays (numpy or array.array("q")): O(types), nothing per index."""
+    n = len(arrays)
+    ptrs = (ctypes.c_void_p * max(1, n))(*[_addr(a) for a in arrays])
+    counts = (_I64 * max(1, n))(*[len(a) for a in arrays])
+    return ctypes.addressof(ptrs), ctypes.addressof(counts), (ptrs, counts, arrays)
+
+
+def _addr(a):
+    if not len(a):
+        return None
+    return a.ctypes.data if _np is not None and isinstance(a, _np.ndarray) else a.buffer_info()[0]
+
+
+def gather_state_queued(sender, first, count, layout, arrays):
+    """Queues the copy of a request's state row (layout: StateLayout;
+    arrays: one contiguous int64 index array per state type) into
     sender's source pages [first, first+count), zero-padded, after its
-    queued gathers and writes. Only the lists are copied now: the memory
-    they name must stay valid until gather_wait reported the copy."""
-    _call("kvfence_sender_gather_segments_queued", sender._handle(), first, count, segs.addrs_ptr(),
-          segs.lens_ptr(), len(segs))
+    queued gathers and writes; Go expands the items and checks every index
+    against the registered buffers at the call (InvalidArgument, nothing
+    queued). The state buffers must keep the items until gather_wait
+    reported the copy."""
+    ptrs, counts, keep = _state_args(arrays)
+    _call("kvfence_sender_gather_state_queued", sender._handle(), first, count, layout._h, ptrs, counts, len(arrays))
+    del keep  # Go copied the index arrays before returning
 
 
-def scatter_segments(receiver, first, count, shard, segs):
-    """Queues the copy of the row that shard 0 (shard bytes) of a handed-off
-    request's slots [first, first+count) hold into segs (a 0 address skips
-    that many bytes of the row), after its queued scatters; scatter_done
-    reports it."""
-    _call("kvfence_receiver_scatter_segments", receiver._handle(), first, count, shard, segs.addrs_ptr(),
-          segs.lens_ptr(), len(segs))
+def scatter_state(receiver, first, count, shard, layout, arrays):
+    """Queues the copy of the state row that shard 0 (shard bytes) of a
+    handed-off request's slots [first, first+count) hold into the engine's
+    state buffers at arrays' indices, after its queued scatters (headers
+    and unused room skipped); at the call the indices are checked
+    (InvalidArgument) and the SWA/DSA headers against them
+    (FailedPrecondition). scatter_done reports it."""
+    ptrs, counts, keep = _state_args(arrays)
+    _call("kvfence_receiver_scatter_state", receiver._handle(), first, count, shard, layout._h, ptrs, counts,
+          len(arrays))
+    del keep
 
 
 def scatter_done(receiver, timeout=0.0):

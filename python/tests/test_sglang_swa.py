@@ -362,7 +362,7 @@ def test_state_row_never_copied_on_the_scheduler_thread(cluster, monkeypatch):
     poll(). Every host copy Python could make (ctypes.memmove, memset,
     string_at, a kvfence Sender.write) is watched while the scheduler calls
     run; none may touch prefill's or decode's state buffers. The row still
-    lands (it went through the queued segment copies, counted)."""
+    lands (it went through the queued state copies, counted)."""
     from kvfence import api
     c = cluster
     spans = [(ctypes.addressof(b), len(b)) for e in (c.p_eng[0], c.d_eng) for t in c.kinds for b in e.state[t]]
@@ -394,7 +394,7 @@ def test_state_row_never_copied_on_the_scheduler_thread(cluster, monkeypatch):
         return sender_write(self, *args, **kwargs)
 
     sender_write = api.Sender.write
-    for name in ("gather_segments_queued", "scatter_segments"):
+    for name in ("gather_state_queued", "scatter_state"):
         real = getattr(staging, name)
         monkeypatch.setattr(staging, name, lambda *a, _real=real, _name=name: (queued.append(_name), _real(*a))[1])
 
@@ -419,34 +419,41 @@ def test_state_row_never_copied_on_the_scheduler_thread(cluster, monkeypatch):
         rv.clear()
         snd.clear()
     assert not touched, "state bytes copied on the scheduler thread: %s" % touched[:5]
-    assert queued.count("gather_segments_queued") == len(CASES) and queued.count("scatter_segments") == len(CASES)
+    assert queued.count("gather_state_queued") == len(CASES) and queued.count("scatter_state") == len(CASES)
 
 
 @pytest.mark.parametrize("numpy_lists", [True, False])
-@pytest.mark.parametrize("model", sorted(MODELS))
-def test_segments_describe_the_row_read_row_writes(model, numpy_lists, monkeypatch):
-    """The queued copies' segment lists give the same row, byte for byte, as
-    the host copy the row format was defined by (read_row), with and
-    without numpy; decode's lists skip exactly the headers and free room."""
-    kinds = MODELS[model]
-    eng = engine_for(model)(1)
-    for t in kinds:
-        for b, n in enumerate(STATE[t][0]):
-            for i in range(STATE[t][1]):
-                eng.set_item(t, b, i, state_bytes(7, 1, t, b, i))
-    a = eng.kv_args(types.SimpleNamespace, 0)
-    bound = {t: BOUND[t] for t in kinds}
-    lists = {"mamba": 3, "swa": [5, 1, 9], "dsa": [15, 0, 7]}
+def test_go_expansion_gives_read_rows_bytes(cluster, numpy_lists, monkeypatch):
+    """Go expands the state row from the buffers the manager registered and
+    the request's index arrays: the row decode's slots hold is, byte for
+    byte, the row read_row (the host copy the row format was defined by)
+    reads from prefill's buffers, headers and zero room included, with
+    numpy index arrays (int32, as SGLang's) and with plain lists."""
+    from kvfence import sglang as ks
+    c = cluster
     np = pytest.importorskip("numpy") if numpy_lists else None
-    idx = [[lists[t]] if t == "mamba" else (np.array(lists[t], dtype=np.int32) if np else list(lists[t])) for t in kinds]
     if not numpy_lists:
         monkeypatch.setattr(sglang_state, "_np", None)
-    size = sglang_state.row_bytes(a, bound)
-    want = bytes(sglang_state.read_row(a, idx, bound, size))
-    segs = sglang_state.segments(a, idx, bound)
-    got = b"".join(ctypes.string_at(int(p), int(n)) if p else bytes(int(n)) for p, n in zip(segs.addrs, segs.lens))
-    assert got == want
-    back = sglang_state.segments(a, idx, bound, gather=False)
-    assert [int(n) for n in back.lens] == [int(n) for n in segs.lens]
-    headers = {ctypes.addressof(b) for b in sglang_state._HEADERS.values()}
-    assert [int(p) for p in back.addrs] == [0 if int(p) in headers else int(p) for p in segs.addrs]
+    rows = []
+    scatter_row = ks.KVFenceKVReceiver._scatter_state_row
+
+    def spy(self):  # the row as it landed, before its items are scattered
+        m = self.mgr
+        rows.append(bytes(staging.read_row(self.rv, len(self.kv_indices) + m.aux_pages, m.state_pages,
+                                           m.shard_bytes, m.state_bytes)))
+        return scatter_row(self)
+    monkeypatch.setattr(ks.KVFenceKVReceiver, "_scatter_state_row", spy)
+    m = c.pre[0]
+    for room, d_lists, p_lists in CASES:
+        reset(c)
+        rv, snd = start(c, room + 80, [3, 6], room % 8, d_lists)
+        state = [(np.array([p_lists[t]]) if np else [p_lists[t]]) if t == "mamba" else
+                 (np.array(p_lists[t], dtype=np.int32) if np else list(p_lists[t])) for t in c.kinds]
+        send_last(c, snd, room + 80, 2, [1, 7], p_lists, room % 8, state=state)
+        want = bytes(sglang_state.read_row(m.kv_args, state, m.state_items, m.state_bytes))
+        assert c.run_until_final(rv, [snd], room % 8, room + 80, timeout=30) == (4, 4)
+        assert rows[-1] == want, "the row Go expanded differs from read_row's"
+        landed(c, room + 80, 2, d_lists)
+        rv.clear()
+        snd.clear()
+    assert len(rows) == len(CASES)
