@@ -806,6 +806,9 @@ func (d *Decode) handoff(h core.Handoff) {
 	d.stats.Handoffs++
 	if dt.recv != nil {
 		dt.recv.handed = true
+		if pages := dt.recv.pagesInLoop(); pages != nil {
+			dt.recv.pages.Store(&pages)
+		}
 		dt.recv.settle()
 	}
 }
@@ -839,6 +842,9 @@ func (d *Decode) release(rel core.Release, t core.Time) []sdk.Key {
 		return nil
 	}
 	delete(d.tags, rel.Tag.Key())
+	if dt.recv != nil {
+		dt.recv.pages.Store(nil) // before the slots are scrubbed and go back
+	}
 	if dt.recv != nil && !dt.recv.handed {
 		dt.recv.publish(PollFailed) // released without handoff: nothing to read
 	}

@@ -49,6 +49,14 @@ type KVReceiver struct {
 	// reads it without waiting for a turn of the loop, which may be
 	// busy with a fill piece or preempted on a loaded host.
 	pub atomic.Int32
+	// pages is the slot memory of the handed-off request, stored by the
+	// loop at handoff and cleared at release (before the slots are
+	// scrubbed or go back): Pages reads it without a turn of the loop
+	// (that round trip cost decode's poll at handoff ~50-80 µs per C ABI
+	// call on a loaded host). The core keeps a handed-off request's slots
+	// until release, so the pointer is set exactly while the loop's
+	// tables would give the same answer.
+	pages atomic.Pointer[[][]byte]
 }
 
 // NewReceiver makes a handle for the request key (room, generation).
@@ -141,16 +149,26 @@ func (r *KVReceiver) Err() error {
 // host view is a nil entry (the engine reads its own page); host landing
 // pages (EngineMemory.HostPages) always have their bytes.
 func (r *KVReceiver) Pages() [][]byte {
+	if r.d.lp.stopped() {
+		return nil // as a loop call after Close: the memory may be going
+	}
+	if p := r.pages.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// pagesInLoop is Pages computed from the agent's tables (loop only): the
+// reference the published pages are tested against.
+func (r *KVReceiver) pagesInLoop() [][]byte {
+	dt := r.d.tags[r.key]
+	if dt == nil || dt.tag != r.tag || dt.state != PollSuccess {
+		return nil
+	}
 	var pages [][]byte
-	r.d.lp.call(func() {
-		dt := r.d.tags[r.key]
-		if dt == nil || dt.tag != r.tag || dt.state != PollSuccess {
-			return
-		}
-		for _, s := range dt.slots {
-			pages = append(pages, r.d.slotMem(s))
-		}
-	})
+	for _, s := range dt.slots {
+		pages = append(pages, r.d.slotMem(s))
+	}
 	return pages
 }
 

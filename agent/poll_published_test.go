@@ -8,7 +8,7 @@ import (
 	"github.com/kvfence/kvfence/internal/demo/oracle"
 )
 
-// Poll reads the state the loop published: it answers while the loop is
+// Poll (and Pages) read what the loop published: they answer while the loop is
 // busy (a fill piece, or a loop preempted on a loaded host), where the old
 // Poll, a turn of the loop (pollInLoop), waits for it.
 func TestPollAnswersWhileTheLoopIsBusy(t *testing.T) {
@@ -18,9 +18,9 @@ func TestPollAnswersWhileTheLoopIsBusy(t *testing.T) {
 		held, release := make(chan struct{}), make(chan struct{})
 		go lp.call(func() { close(held); <-release })
 		<-held
-		got := make(chan PollState, 2)
-		go func() { got <- rv.Poll(); got <- snd.Poll() }()
-		for i := 0; i < 2; i++ {
+		got := make(chan PollState, 3)
+		go func() { got <- rv.Poll(); got <- snd.Poll(); _ = rv.Pages(); got <- 0 }()
+		for i := 0; i < 3; i++ {
 			select {
 			case <-got:
 			case <-time.After(30 * time.Second): // a hang detector, not a timing
@@ -48,6 +48,18 @@ func TestPublishedPollMatchesTheLoop(t *testing.T) {
 		p.lp.call(func() { s, sp = snd.pollInLoop(), PollState(snd.pub.Load()) })
 		if rp != r || sp != s {
 			t.Fatalf("%s: published decode %v prefill %v, loop says %v %v", what, rp, sp, r, s)
+		}
+		// The published pages too: a stale pointer after release would
+		// let a scatter read slots another request owns.
+		var pl, pp [][]byte
+		d.lp.call(func() { pl, pp = rv.pagesInLoop(), rv.Pages() })
+		if len(pl) != len(pp) || (pl == nil) != (pp == nil) {
+			t.Fatalf("%s: published %d pages (nil %v), loop says %d (nil %v)", what, len(pp), pp == nil, len(pl), pl == nil)
+		}
+		for i := range pl {
+			if len(pl[i]) != len(pp[i]) || (len(pl[i]) > 0 && &pl[i][0] != &pp[i][0]) {
+				t.Fatalf("%s: published page %d is other memory than the loop's", what, i)
+			}
 		}
 	}
 	for i, how := range []string{"success", "decode abort", "prefill abort"} {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -346,4 +347,19 @@ func TestGatherStateQueuedOrderedAndAwaited(t *testing.T) {
 		}
 	}
 	abi(kvfence_receiver_finish, rv, e.p())
+	for abi(kvfence_receiver_released, rv) != 1 {
+		time.Sleep(time.Millisecond) // released in the agent's loop; the test's deadline bounds it
+	}
+	after := snapshot()
+	if rc := abi(kvfence_receiver_scatter_state, rv, 1, 2, page, dl, unsafe.Pointer(&dp[0]), unsafe.Pointer(&dn[0]), 3, e.p()); rc != codeFailedPrecondition {
+		t.Errorf("scatter_state after release: %d, want FailedPrecondition", rc)
+	}
+	waitStage(t, kvfence_receiver_scatter_done, rv)
+	for ty := range d.bufs {
+		for b := range d.bufs[ty] {
+			if !bytes.Equal(d.bufs[ty][b], after[ty][b]) {
+				t.Errorf("scatter_state after release wrote type %d buffer %d", ty, b)
+			}
+		}
+	}
 }

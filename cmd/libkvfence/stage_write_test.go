@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -73,6 +74,7 @@ func TestWriteQueuedAfterGathersZeroPadded(t *testing.T) {
 	}
 	checkReadRow(t, rv, got, item)
 	abi(kvfence_receiver_finish, rv, e.p())
+	refusedOnceReleased(t, rv, l, eng)
 
 	ab := newSenderT(t, pre, 52, 1)
 	abi(kvfence_sender_abort, ab, e.p())
@@ -81,6 +83,39 @@ func TestWriteQueuedAfterGathersZeroPadded(t *testing.T) {
 	}
 	if rc := abi(kvfence_sender_gather_wait, ab, 60_000, e.p()); rc != -codeFailedPrecondition {
 		t.Errorf("a queued write after the abort: %d, want -FAILED_PRECONDITION", rc)
+	}
+}
+
+// refusedOnceReleased: once the finished receiver rv's slots went back,
+// the calls that read them (aux row, KV scatter into eng through layout
+// l, whole pages) refuse with FailedPrecondition and copy nothing: the
+// handed-off pages are published by the agent's loop at handoff and
+// cleared at release, and a stale copy would read slots another request
+// may own by now.
+func refusedOnceReleased(t *testing.T, rv, l uint64, eng []byte) {
+	t.Helper()
+	var e errBuf
+	for abi(kvfence_receiver_released, rv) != 1 {
+		time.Sleep(time.Millisecond) // released in the agent's loop; the test's deadline bounds it
+	}
+	slot := len(eng) / 4
+	row := bytes.Repeat([]byte{0x5c}, slot)
+	if rc := abi(kvfence_receiver_read_row, rv, 2, 1, slot, unsafe.Pointer(&row[0]), 21, e.p()); rc != codeFailedPrecondition ||
+		!bytes.Equal(row, bytes.Repeat([]byte{0x5c}, slot)) {
+		t.Errorf("read_row after release: %d %q, want FailedPrecondition and nothing copied", rc, row[:21])
+	}
+	if rc := abi(kvfence_receiver_read, rv, 0, 1, unsafe.Pointer(&row[0]), slot, e.p()); rc != codeFailedPrecondition ||
+		!bytes.Equal(row, bytes.Repeat([]byte{0x5c}, slot)) {
+		t.Errorf("read after release: %d, want FailedPrecondition and nothing copied", rc)
+	}
+	before := bytes.Clone(eng)
+	to := []int32{0}
+	if rc := abi(kvfence_receiver_scatter, rv, l, unsafe.Pointer(&to[0]), 1, 1, 0, e.p()); rc != codeFailedPrecondition {
+		t.Errorf("scatter after release: %d, want FailedPrecondition", rc)
+	}
+	waitStage(t, kvfence_receiver_scatter_done, rv)
+	if !bytes.Equal(eng, before) {
+		t.Errorf("a scatter after release wrote the engine's pages")
 	}
 }
 
