@@ -39,6 +39,7 @@ var exported = map[string]any{
 	"kvfence_state_layout_new":           kvfence_state_layout_new,
 	"kvfence_sender_gather_state_queued": kvfence_sender_gather_state_queued,
 	"kvfence_receiver_scatter_state":     kvfence_receiver_scatter_state,
+	"kvfence_receiver_handoff":           kvfence_receiver_handoff,
 }
 
 // fuzzWorld is a live decode and prefill rank (linked) and the handles the

@@ -211,41 +211,52 @@ func kvfence_sender_gather_wait(s C.kvfence_handle, timeoutMs C.int64_t, e *C.kv
 //export kvfence_receiver_scatter
 func kvfence_receiver_scatter(r, layout C.kvfence_handle, idx *C.int32_t, n, shards, mla C.int, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
-	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	work, err := scatterWork(r, layout, idx, n, shards, mla)
 	if err != nil {
 		return fail(e, err)
+	}
+	queue(uint64(r), work)
+	return fail(e, nil)
+}
+
+// scatterWork checks kvfence_receiver_scatter's arguments and returns the
+// copy, not yet queued.
+func scatterWork(r, layout C.kvfence_handle, idx *C.int32_t, n, shards, mla C.int) (func() error, error) {
+	o, err := lookup[*receiverObj](uint64(r), "receiver")
+	if err != nil {
+		return nil, err
 	}
 	lo, err := lookup[*layoutObj](uint64(layout), "layout")
 	if err != nil {
-		return fail(e, err)
+		return nil, err
 	}
 	l := lo.l
 	if shards <= 0 || int64(shards) > o.a.pageBytes {
-		return fail(e, invalid("%d shards per slot", shards))
+		return nil, invalid("%d shards per slot", shards)
 	}
 	shardB := o.a.pageBytes / int64(shards)
 	if err := l.CheckShards(int(shards), mla != 0); err != nil {
-		return fail(e, err)
+		return nil, err
 	}
 	if sb := l.ShardBytes(stage.Slice{Part: 0, Parts: scatterParts(int(shards), mla != 0)}); sb > shardB {
-		return fail(e, invalid("a shard of this layout is %d bytes, a slot's shard %d", sb, shardB))
+		return nil, invalid("a shard of this layout is %d bytes, a slot's shard %d", sb, shardB)
 	}
 	pages, err := indices(l, idx, n)
 	if err != nil {
-		return fail(e, err)
+		return nil, err
 	}
 	if err := notDirect(o.a, "kvfence_receiver_scatter"); err != nil {
-		return fail(e, err)
+		return nil, err
 	}
 	slots := o.rv.Pages()
 	if slots == nil || len(pages) > len(slots) {
-		return fail(e, errdefs.Errorf(errdefs.FailedPrecondition, "%d pages to scatter from a request with %d handed-off pages (state %s)", len(pages), len(slots), o.rv.Poll()))
+		return nil, errdefs.Errorf(errdefs.FailedPrecondition, "%d pages to scatter from a request with %d handed-off pages (state %s)", len(pages), len(slots), o.rv.Poll())
 	}
 	cp, err := copierFor(lo, true)
 	if err != nil {
-		return fail(e, err)
+		return nil, err
 	}
-	queue(uint64(r), func() error {
+	return func() error {
 		var runs []stage.Run
 		for i, p := range pages {
 			runs = l.ScatterPage(runs[:0], unsafe.Pointer(&slots[i][0]), int(shards), shardB, mla != 0, p)
@@ -254,6 +265,47 @@ func kvfence_receiver_scatter(r, layout C.kvfence_handle, idx *C.int32_t, n, sha
 			}
 		}
 		return nil
+	}, nil
+}
+
+// kvfence_receiver_handoff is decode's whole handoff in one call (one
+// lookup of the request's pages, one job): it checks the state row's copy
+// (as kvfence_receiver_scatter_state; skipped when state_layout is 0) and
+// the KV scatter (as kvfence_receiver_scatter), then reads the aux row (as
+// kvfence_receiver_read_row; skipped when aux_size is 0) into aux_dst, and
+// only then queues the state row's copy followed by the KV scatter as one
+// job: nothing is queued or read when a check fails, and the copies do not
+// compete with the caller's thread for memory while it checks.
+// kvfence_receiver_scatter_done reports the job.
+//
+//export kvfence_receiver_handoff
+func kvfence_receiver_handoff(r, layout C.kvfence_handle, idx *C.int32_t, n, shards, mla C.int,
+	stateFirst, stateCount, stateShard C.int, stateLayout C.kvfence_handle, stateIdx *unsafe.Pointer, stateCounts *C.int64_t, stateN C.int,
+	auxFirst, auxCount, auxShard C.int, auxDst unsafe.Pointer, auxSize C.size_t, e *C.kvfence_error) (code C.int) {
+	defer guard(e, &code)
+	var state func() error
+	if stateLayout != 0 {
+		var err error
+		if state, err = scatterStateWork(r, stateFirst, stateCount, stateShard, stateLayout, stateIdx, stateCounts, stateN); err != nil {
+			return fail(e, err)
+		}
+	}
+	kv, err := scatterWork(r, layout, idx, n, shards, mla)
+	if err != nil {
+		return fail(e, err)
+	}
+	if auxSize > 0 {
+		if err := readRow(r, auxFirst, auxCount, auxShard, 0, auxDst, auxSize, "kvfence_receiver_handoff"); err != nil {
+			return fail(e, err)
+		}
+	}
+	queue(uint64(r), func() error {
+		if state != nil {
+			if err := state(); err != nil {
+				return err
+			}
+		}
+		return kv()
 	})
 	return fail(e, nil)
 }

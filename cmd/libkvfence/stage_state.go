@@ -333,23 +333,34 @@ func fillRow(pages [][]byte, each func(put func(unsafe.Pointer, int64) error) er
 //export kvfence_receiver_scatter_state
 func kvfence_receiver_scatter_state(r C.kvfence_handle, first, count, shard C.int, layout C.kvfence_handle, idx *unsafe.Pointer, counts *C.int64_t, n C.int, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
-	o, pages, err := handedOff(r, first, count, "kvfence_receiver_scatter_state")
+	work, err := scatterStateWork(r, first, count, shard, layout, idx, counts, n)
 	if err != nil {
 		return fail(e, err)
 	}
+	queue(uint64(r), work)
+	return fail(e, nil)
+}
+
+// scatterStateWork checks kvfence_receiver_scatter_state's arguments and
+// the row's headers and returns the copy, not yet queued.
+func scatterStateWork(r C.kvfence_handle, first, count, shard C.int, layout C.kvfence_handle, idx *unsafe.Pointer, counts *C.int64_t, n C.int) (func() error, error) {
+	o, pages, err := handedOff(r, first, count, "kvfence_receiver_scatter_state")
+	if err != nil {
+		return nil, err
+	}
 	if shard <= 0 || int64(shard) > o.a.pageBytes {
-		return fail(e, invalid("shards of %d bytes (slots of %d)", shard, o.a.pageBytes))
+		return nil, invalid("shards of %d bytes (slots of %d)", shard, o.a.pageBytes)
 	}
 	sl, err := lookup[*stateLayoutObj](uint64(layout), "state layout")
 	if err != nil {
-		return fail(e, err)
+		return nil, err
 	}
 	if sl.rowBytes > int64(count)*int64(shard) {
-		return fail(e, invalid("a state row of %d bytes in %d shards of %d", sl.rowBytes, count, shard))
+		return nil, invalid("a state row of %d bytes in %d shards of %d", sl.rowBytes, count, shard)
 	}
 	ix, err := stateIndices(sl, idx, counts, n)
 	if err != nil {
-		return fail(e, err)
+		return nil, err
 	}
 	rows := make([][]byte, count)
 	for i := range rows {
@@ -363,9 +374,9 @@ func kvfence_receiver_scatter_state(r C.kvfence_handle, first, count, shard C.in
 			}
 		})
 	}); err != nil {
-		return fail(e, err)
+		return nil, err
 	}
-	queue(uint64(r), func() error {
+	return func() error {
 		return safeRun(func() error {
 			runs := make([]stage.Run, 0, 1024)
 			pg, off := 0, 0
@@ -390,6 +401,5 @@ func kvfence_receiver_scatter_state(r C.kvfence_handle, first, count, shard C.in
 			stage.Host{}.Copy(runs)
 			return err
 		})
-	})
-	return fail(e, nil)
+	}, nil
 }

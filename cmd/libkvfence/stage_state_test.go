@@ -346,6 +346,44 @@ func TestGatherStateQueuedOrderedAndAwaited(t *testing.T) {
 			}
 		}
 	}
+
+	// kvfence_receiver_handoff: the same copy with the KV scatter and the
+	// aux row read in one call; a header refusal reads and queues nothing.
+	for ty := range d.bufs {
+		for b := range d.bufs[ty] {
+			copy(d.bufs[ty][b], orig[ty][b])
+		}
+	}
+	to := []int32{0}
+	auxGot := bytes.Repeat([]byte{0x5c}, len(aux))
+	mp, mn := indexArgs([][]int64{{11}, {2, 4, 6}, {1, 3, 5}})
+	rbefore = lastJob(rv)
+	if rc := abi(kvfence_receiver_handoff, rv, l, unsafe.Pointer(&to[0]), 1, 1, 0, 1, 2, page, dl, unsafe.Pointer(&mp[0]), unsafe.Pointer(&mn[0]), 3,
+		3, 1, page, unsafe.Pointer(&auxGot[0]), len(auxGot), e.p()); rc != codeFailedPrecondition {
+		t.Errorf("handoff, prefill sent other headers: %d, want FailedPrecondition", rc)
+	}
+	if lastJob(rv) != rbefore || !bytes.Equal(auxGot, bytes.Repeat([]byte{0x5c}, len(aux))) {
+		t.Fatalf("a refused handoff queued work or read the aux row")
+	}
+	if rc := abi(kvfence_receiver_handoff, rv, l, unsafe.Pointer(&to[0]), 1, 1, 0, 1, 2, page, dl, unsafe.Pointer(&dp[0]), unsafe.Pointer(&dn[0]), 3,
+		3, 1, page, unsafe.Pointer(&auxGot[0]), len(auxGot), e.p()); rc != 0 {
+		t.Fatalf("handoff: %d %s", rc, e.Message[:])
+	}
+	if !bytes.Equal(auxGot, aux) {
+		t.Errorf("handoff read aux row %q, want %q", auxGot, aux)
+	}
+	waitStage(t, kvfence_receiver_scatter_done, rv)
+	for ty := range d.bufs {
+		for b := range d.bufs[ty] {
+			if !bytes.Equal(d.bufs[ty][b], wantD[ty][b]) {
+				t.Errorf("handoff: type %d buffer %d holds other bytes", ty, b)
+			}
+		}
+	}
+	if !bytes.Equal(kv, got[:page]) {
+		t.Errorf("handoff: the KV page scattered holds other bytes")
+	}
+
 	abi(kvfence_receiver_finish, rv, e.p())
 	for abi(kvfence_receiver_released, rv) != 1 {
 		time.Sleep(time.Millisecond) // released in the agent's loop; the test's deadline bounds it
@@ -353,6 +391,10 @@ func TestGatherStateQueuedOrderedAndAwaited(t *testing.T) {
 	after := snapshot()
 	if rc := abi(kvfence_receiver_scatter_state, rv, 1, 2, page, dl, unsafe.Pointer(&dp[0]), unsafe.Pointer(&dn[0]), 3, e.p()); rc != codeFailedPrecondition {
 		t.Errorf("scatter_state after release: %d, want FailedPrecondition", rc)
+	}
+	if rc := abi(kvfence_receiver_handoff, rv, l, unsafe.Pointer(&to[0]), 1, 1, 0, 1, 2, page, dl, unsafe.Pointer(&dp[0]), unsafe.Pointer(&dn[0]), 3,
+		3, 1, page, unsafe.Pointer(&auxGot[0]), len(auxGot), e.p()); rc != codeFailedPrecondition {
+		t.Errorf("handoff after release: %d, want FailedPrecondition", rc)
 	}
 	waitStage(t, kvfence_receiver_scatter_done, rv)
 	for ty := range d.bufs {

@@ -113,6 +113,10 @@ func refusedOnceReleased(t *testing.T, rv, l uint64, eng []byte) {
 	if rc := abi(kvfence_receiver_scatter, rv, l, unsafe.Pointer(&to[0]), 1, 1, 0, e.p()); rc != codeFailedPrecondition {
 		t.Errorf("scatter after release: %d, want FailedPrecondition", rc)
 	}
+	if rc := abi(kvfence_receiver_handoff, rv, l, unsafe.Pointer(&to[0]), 1, 1, 0, 0, 0, 0, 0, nil, nil, 0,
+		2, 1, slot, unsafe.Pointer(&row[0]), 21, e.p()); rc != codeFailedPrecondition || !bytes.Equal(row, bytes.Repeat([]byte{0x5c}, slot)) {
+		t.Errorf("handoff after release: %d, want FailedPrecondition and nothing copied", rc)
+	}
 	waitStage(t, kvfence_receiver_scatter_done, rv)
 	if !bytes.Equal(eng, before) {
 		t.Errorf("a scatter after release wrote the engine's pages")

@@ -33,6 +33,8 @@ _SIGNATURES = {
     "kvfence_state_layout_new": (_I, [_I] + [ctypes.c_void_p] * 6 + [ctypes.POINTER(_H), _E]),
     "kvfence_sender_gather_state_queued": (_I, [_H, _I, _I, _H, ctypes.c_void_p, ctypes.c_void_p, _I, _E]),
     "kvfence_receiver_scatter_state": (_I, [_H, _I, _I, _I, _H, ctypes.c_void_p, ctypes.c_void_p, _I, _E]),
+    "kvfence_receiver_handoff": (_I, [_H, _H, _I32P, _I, _I, _I, _I, _I, _I, _H, ctypes.c_void_p, ctypes.c_void_p, _I,
+                                      _I, _I, _I, ctypes.c_void_p, ctypes.c_size_t, _E]),
     "kvfence_handles_live": (_I64, []),
 }
 _declared = False
@@ -224,6 +226,33 @@ def scatter_state(receiver, first, count, shard, layout, arrays):
     _call("kvfence_receiver_scatter_state", receiver._handle(), first, count, shard, layout._h, ptrs, counts,
           len(arrays))
     del keep
+
+
+def handoff(receiver, layout, kv_indices, shards=1, mla=False, state=None, aux=None):
+    """Decode's handoff in one call: checks the state row's copy (state:
+    (first, count, shard, StateLayout, index arrays) as scatter_state's, or
+    None) and the KV scatter (as scatter's), reads the aux row (aux:
+    (first, count, shard, size) as read_row's, or None) and returns it
+    (None without aux), then queues the state row's copy and the KV
+    scatter as one job. Nothing is read or queued when a check fails.
+    scatter_done reports the job."""
+    ptr, n, keep = _indices(kv_indices)
+    sfirst = scount = sshard = sn = 0
+    slayout, sptrs, scounts, skeep = 0, None, None, None
+    if state is not None:
+        sfirst, scount, sshard, sl, arrays = state
+        sptrs, scounts, skeep = _state_args(arrays)
+        slayout, sn = sl._h, len(arrays)
+    afirst = acount = ashard = asize = 0
+    row, addr = None, None
+    if aux is not None:
+        afirst, acount, ashard, asize = aux
+        row = (ctypes.c_char * asize)()
+        addr = ctypes.addressof(row)
+    _call("kvfence_receiver_handoff", receiver._handle(), layout._h, ptr, n, int(shards), 1 if mla else 0,
+          sfirst, scount, sshard, slayout, sptrs, scounts, sn, afirst, acount, ashard, addr, asize)
+    del keep, skeep
+    return row
 
 
 def scatter_done(receiver, timeout=0.0):

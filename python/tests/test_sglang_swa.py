@@ -397,6 +397,13 @@ def test_state_row_never_copied_on_the_scheduler_thread(cluster, monkeypatch):
     for name in ("gather_state_queued", "scatter_state"):
         real = getattr(staging, name)
         monkeypatch.setattr(staging, name, lambda *a, _real=real, _name=name: (queued.append(_name), _real(*a))[1])
+    handoff = staging.handoff  # decode's state copy, queued with the KV scatter in one call
+
+    def handoff_spy(*a, **kw):
+        if kw.get("state") is not None:
+            queued.append("scatter_state")
+        return handoff(*a, **kw)
+    monkeypatch.setattr(staging, "handoff", handoff_spy)
 
     def watched(fn):
         def call(*args, **kwargs):
@@ -435,14 +442,14 @@ def test_go_expansion_gives_read_rows_bytes(cluster, numpy_lists, monkeypatch):
     if not numpy_lists:
         monkeypatch.setattr(sglang_state, "_np", None)
     rows = []
-    scatter_row = ks.KVFenceKVReceiver._scatter_state_row
+    state_args = ks.KVFenceKVReceiver._state_row_args
 
     def spy(self):  # the row as it landed, before its items are scattered
         m = self.mgr
         rows.append(bytes(staging.read_row(self.rv, len(self.kv_indices) + m.aux_pages, m.state_pages,
                                            m.shard_bytes, m.state_bytes)))
-        return scatter_row(self)
-    monkeypatch.setattr(ks.KVFenceKVReceiver, "_scatter_state_row", spy)
+        return state_args(self)
+    monkeypatch.setattr(ks.KVFenceKVReceiver, "_state_row_args", spy)
     m = c.pre[0]
     for room, d_lists, p_lists in CASES:
         reset(c)
