@@ -155,7 +155,12 @@ func stateIndices(sl *stateLayoutObj, idx *unsafe.Pointer, counts *C.int64_t, n 
 	}
 	ps, ns := make([]unsafe.Pointer, n), make([]int64, n)
 	if err := touch("state index arrays", func() {
-		copy(ps, unsafe.Slice(idx, int(n)))
+		// one load each: a bulk copy of pointers from C memory runs the GC's
+		// bulk write barrier, which throws on an unaligned array (the
+		// caller's, FuzzABI's) while a GC is marking
+		for i := range ps {
+			ps[i] = *(*unsafe.Pointer)(unsafe.Add(unsafe.Pointer(idx), uintptr(i)*unsafe.Sizeof(unsafe.Pointer(nil))))
+		}
 		copy(ns, unsafe.Slice((*int64)(unsafe.Pointer(counts)), int(n)))
 	}); err != nil {
 		return nil, err
