@@ -597,8 +597,10 @@ def decode_state_queues(dep, prefix_tokens, d_pages, d_slot, pool_idx=3):
 def send_kv_chunks(dep, reqs, snds, room, p_prefix, p_pages, p_slot, aux):
     """SGLang's own send_kv_chunk (the prefill scheduler mixin) on each
     prefill rank: two chunks from start_send_idx (decode's prefix), the
-    last with the aux row and the Mamba payload; prefill reuses its state
-    slot at once afterwards."""
+    last with the aux row and the Mamba payload. The state slot stays the
+    request's until the transfer ends: SGLang frees it in release_kv_cache
+    (mem_cache/common.py), which prefill.py calls once the TP-reduced poll
+    is Success or Failed (reuse_state_slots, after transfer)."""
     ps = sglang_topo.PAGE_SIZE
     row = token_row(p_prefix // ps, p_pages, first_prefix_page=24)
     mid = p_prefix + ps * (len(p_pages) // 2)
@@ -615,6 +617,12 @@ def send_kv_chunks(dep, reqs, snds, room, p_prefix, p_pages, p_slot, aux):
             disagg_prefill_bootstrap_queue=types.SimpleNamespace(kv_manager=mgr))
         sg_prefill.SchedulerDisaggregationPrefillMixin.send_kv_chunk(sched, req, False, mid)
         sg_prefill.SchedulerDisaggregationPrefillMixin.send_kv_chunk(sched, req, True)
+
+
+def reuse_state_slots(dep, p_slot):
+    """Prefill reuses its state slot once the request ended (SGLang's
+    release_kv_cache): nothing written then may reach decode."""
+    for eng in dep.instances[0]["engs"]:
         eng.set_slot(p_slot, b"\0" * sum(STATE_ITEMS))
 
 
@@ -655,6 +663,7 @@ def scenario_state_and_prefix(tp):
         send_kv_chunks(dep, reqs, snds, room, prefix, p_pages, p_slot, reqs[0].metadata_buffer_index)
         d, p = transfer(dep, drs, snds, room, aux)
         assert (d, p) == (4, 4), (d, p, failures)
+        reuse_state_slots(dep, p_slot)
         assert dep.corrupt(room, 1, d_pages) == 0
         for r, e in enumerate(dep.d_eng):
             assert e.slot(d_slot) == state_row(room, r), "rank %d's state row" % r
