@@ -153,6 +153,9 @@ func stateIndices(sl *stateLayoutObj, idx *unsafe.Pointer, counts *C.int64_t, n 
 	if int(n) != len(sl.types) || idx == nil || counts == nil {
 		return nil, invalid("%d index arrays at %p, %p for a layout of %d state types", n, idx, counts, len(sl.types))
 	}
+	if !aligned8(unsafe.Pointer(idx)) || !aligned8(unsafe.Pointer(counts)) {
+		return nil, invalid("index arrays at %p, counts at %p: not 8-byte aligned", idx, counts)
+	}
 	ps, ns := make([]unsafe.Pointer, n), make([]int64, n)
 	if err := touch("state index arrays", func() {
 		// one load each: a bulk copy of pointers from C memory runs the GC's
@@ -168,8 +171,8 @@ func stateIndices(sl *stateLayoutObj, idx *unsafe.Pointer, counts *C.int64_t, n 
 	out := make([][]int64, n)
 	for t, ty := range sl.types {
 		k := ns[t]
-		if k < 0 || k > ty.bound || (!ty.paged && k != ty.bound) || (k > 0 && ps[t] == nil) {
-			return nil, invalid("state type %d: %d indices at %p (bound %d, paged %v)", t, k, ps[t], ty.bound, ty.paged)
+		if k < 0 || k > ty.bound || (!ty.paged && k != ty.bound) || (k > 0 && (ps[t] == nil || !aligned8(ps[t]))) {
+			return nil, invalid("state type %d: %d indices at %p (bound %d, paged %v; int64 arrays, 8-byte aligned)", t, k, ps[t], ty.bound, ty.paged)
 		}
 		out[t] = make([]int64, k)
 		if k > 0 {
@@ -303,7 +306,9 @@ func fillRow(pages [][]byte, each func(put func(unsafe.Pointer, int64) error) er
 				clear(dst[:k])
 			} else {
 				runs = append(runs, stage.Run{Dst: unsafe.Pointer(&dst[0]), Src: src, N: k})
-				src = unsafe.Add(src, k)
+				if int64(k) < n { // never one past the piece's end: that may be another object
+					src = unsafe.Add(src, k)
+				}
 			}
 			off, budget, n = off+k, budget-k, n-int64(k)
 		}
@@ -393,7 +398,9 @@ func scatterStateWork(r C.kvfence_handle, first, count, shard C.int, layout C.kv
 					k := int(min(n, int64(len(rows[pg])-off)))
 					if dst != nil {
 						runs = append(runs, stage.Run{Dst: dst, Src: unsafe.Pointer(&rows[pg][off]), N: k})
-						dst = unsafe.Add(dst, k)
+						if int64(k) < n { // never one past the piece's end
+							dst = unsafe.Add(dst, k)
+						}
 						if len(runs) == cap(runs) { // a bounded list: an SWA window is 100,000s of items
 							stage.Host{}.Copy(runs)
 							runs = runs[:0]
@@ -408,3 +415,8 @@ func scatterStateWork(r C.kvfence_handle, first, count, shard C.int, layout C.kv
 		})
 	}, nil
 }
+
+// aligned8: p may be read as int64s or pointers. A misaligned one is refused
+// rather than read: x86 would read it, but a Go conversion of it is
+// undefined (checkptr, under -race, aborts the process).
+func aligned8(p unsafe.Pointer) bool { return uintptr(p)%8 == 0 }
