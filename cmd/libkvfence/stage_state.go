@@ -243,7 +243,7 @@ func (sl *stateLayoutObj) checkHeaders(idx [][]int64, read func(off int64, dst [
 
 // kvfence_sender_gather_state_queued queues the copy of the request's state
 // row (layout: kvfence_state_layout_new; idx[t]: counts[t] int64 indices of
-// type t, copied and checked at the call: InvalidArgument and nothing
+// type t, every array 8-byte aligned, copied and checked at the call: InvalidArgument and nothing
 // queued if one lies outside its buffers) into the sender's source pages
 // [first, first+count), zero-padded to the end of the last page, after the
 // sender's queued gathers and writes; kvfence_sender_gather_wait reports
