@@ -10,6 +10,8 @@ import json
 import os
 import time
 
+from kvfence import errors
+
 LAYERS = 2  # K and V buffer per layer: 4 buffers
 PAGE_SIZE = 4
 HEAD_BYTES = 8
@@ -177,3 +179,51 @@ class Cluster:
                 return d, p
             assert time.monotonic() < end, "stuck: decode %d prefill %d" % (d, p)
             time.sleep(0.005)
+
+    def abort_at(self, point, room, state, last_send):
+        """One request aborted by decode at point (before_metadata,
+        after_metadata, after_last_send, after_handoff) in SGLang's call
+        order: state is send_metadata's state_indices, last_send(snd) the
+        prefill's last send(). Ends as SGLang does (decode's Failed,
+        failure_exception, clear; prefill's terminal poll, clear). False
+        when the request was never exposed (before_metadata)."""
+        rv = self.Receiver(self.dec, self.boot_addr, room)
+        rv.init(0)
+        if point == "before_metadata":
+            rv.abort()
+            rv.send_metadata([0], 2, state, decode_prefix_len=0)  # SGLang may still call it: never exposed
+            assert rv.poll() == 0 and rv.kv_indices is None
+            rv.clear()
+            return False
+        _until(lambda: rv.poll() == 2, "decode never WaitingForInput")
+        rv.send_metadata([0], 2, state, decode_prefix_len=0)
+        snd = self.Sender(self.pre[0], self.boot_addr, room, [0], 0)
+        self.wait_bootstrapped([snd], timeout=30)
+        snd.init(1, 2)
+        if point == "after_metadata":
+            rv.abort()
+        last_send(snd)
+        if point == "after_last_send":
+            rv.abort()
+        if point == "after_handoff":  # prefill done, decode aborts before its next poll
+            _until(lambda: snd.poll() == 4, "prefill never Success")
+            rv.abort()
+        assert rv.poll() == 0
+        try:
+            rv.failure_exception()
+        except errors.KVFenceError:
+            pass
+        else:
+            raise AssertionError("failure_exception() did not raise after the abort")
+        rv.clear()
+        _until(lambda: snd.poll() in (0, 4), "prefill never ended")
+        snd.clear()
+        return True
+
+
+def _until(cond, what, timeout=30):
+    """Waits for cond, one bounded wait per step (never a shared budget)."""
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, what
+        time.sleep(0.01)

@@ -274,42 +274,8 @@ def test_abort_at_each_point_never_writes_state(cluster, point):
     room = {"before_metadata": 91, "after_metadata": 92, "after_last_send": 93, "after_handoff": 94}[point]
     reset(c)
     d_lists, p_lists = {"mamba": 1, "swa": [1, 2], "dsa": [3, 4]}, {"mamba": 0, "swa": [5, 6], "dsa": [7, 8]}
-    rv = c.Receiver(c.dec, c.boot_addr, room)
-    rv.init(0)
-    if point == "before_metadata":
-        rv.abort()
-        rv.send_metadata([0], 2, payload(c, d_lists), decode_prefix_len=0)  # SGLang may still call it
-        assert rv.poll() == 0 and rv.kv_indices is None
-        rv.clear()
+    if not c.abort_at(point, room, payload(c, d_lists), lambda snd: send_last(c, snd, room, 1, [4], p_lists, 2)):
         return
-    end = time.monotonic() + 30
-    while rv.poll() != 2:
-        assert time.monotonic() < end
-        time.sleep(0.01)
-    rv.send_metadata([0], 2, payload(c, d_lists), decode_prefix_len=0)
-    snd = c.Sender(c.pre[0], c.boot_addr, room, [0], 0)
-    c.wait_bootstrapped([snd], timeout=30)
-    snd.init(1, 2)
-    if point == "after_metadata":
-        rv.abort()
-    send_last(c, snd, room, 1, [4], p_lists, 2)
-    if point == "after_last_send":
-        rv.abort()
-    if point == "after_handoff":  # prefill done, decode aborts before its next poll
-        end = time.monotonic() + 30
-        while snd.poll() != 4:
-            assert time.monotonic() < end
-            time.sleep(0.01)
-        rv.abort()
-    assert rv.poll() == 0
-    with pytest.raises(errors.KVFenceError):
-        rv.failure_exception()
-    rv.clear()
-    end = time.monotonic() + 30
-    while snd.poll() not in (0, 4):
-        assert time.monotonic() < end
-        time.sleep(0.01)
-    snd.clear()
     settle(c, room)
     assert untouched(c), "an aborted request's state reached decode"
     assert not c.dec.held_rooms()
