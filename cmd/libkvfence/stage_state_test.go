@@ -236,7 +236,11 @@ func TestGatherStateQueuedOrderedAndAwaited(t *testing.T) {
 		copy(mamba[300:], "state changed after the copy!!")
 		return nil
 	})
-	kv := make([]byte, page)
+	// The engine's KV page outside Go's heap and stacks, as an engine's is:
+	// a make here may land on the test's stack, which moves when it grows,
+	// and a queued scatter then wrote into the freed old stack (seen under
+	// -race: "found bad pointer in Go heap").
+	kv := testMem(t).rw[:page]
 	for i := range kv {
 		kv[i] = byte(i % 251)
 	}
