@@ -57,6 +57,7 @@ func (d *Decode) grantBatch(jobs []*grantJob) {
 func (d *Decode) keysMade(j *grantJob) {
 	dt := j.dt
 	dt.granting = false
+	defer d.answerQuiesces() // after the held Assigns went out
 	dt.granted = append(dt.granted, j.keys...)
 	if d.tags[dt.tag.Key()] != dt && !d.cfg.unsafeGrantRace {
 		// Released while its keys were made: no rank has them, and no

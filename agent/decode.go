@@ -75,6 +75,10 @@ type DecodeConfig struct {
 	// (async_grant.go): a revocation does not wait for the exposure's
 	// grant in flight, and keys go out to a released exposure.
 	unsafeGrantRace bool
+	// unsafeQuiesceEarly is a known-unsafe variant for tests
+	// (link_quiesce.go): decode answers a close handshake while an
+	// exposure's Assign to that rank still waits for its keys.
+	unsafeQuiesceEarly bool
 	// syncGrants grants in Init, on the loop, as before issue 21: the
 	// baseline arm of BenchmarkGrantPath.
 	syncGrants bool
@@ -139,14 +143,15 @@ type Decode struct {
 	targets   []*target // with a restart fence (restart.go); loop-owned after NewDecode
 
 	// loop-owned
-	links    map[core.RankID]*link
-	routers  map[*link]bool
-	tags     map[core.RequestKey]*decTag
-	deadline map[core.RankID]time.Time // link lost at; PeerDead once PeerDeadAfter passed
-	quiesced map[core.RankID]bool      // ranks whose link closed after the close handshake (link_quiesce.go)
-	stats    DecodeStats
-	started  time.Time
-	lastSamp time.Time
+	links       map[core.RankID]*link
+	routers     map[*link]bool
+	tags        map[core.RequestKey]*decTag
+	deadline    map[core.RankID]time.Time // link lost at; PeerDead once PeerDeadAfter passed
+	quiesced    map[core.RankID]bool      // ranks whose link closed after the close handshake (link_quiesce.go)
+	quiesceOwed int                       // links owed the close handshake's answer (link_quiesce.go)
+	stats       DecodeStats
+	started     time.Time
+	lastSamp    time.Time
 }
 
 // decTag is the agent's side of one exposure.
@@ -458,6 +463,7 @@ func (d *Decode) serveLink(l *link) {
 		d.log.Info("prefill rank linked", "rank", rank, "declared_tail", declared, "tail", d.core.Tail(rank))
 	})
 	defer d.lp.post(func() {
+		d.settleQuiesce(l)
 		if d.links[rank] == l {
 			delete(d.links, rank)
 			d.deadline[rank] = time.Now()

@@ -78,6 +78,9 @@ type link struct {
 	// quiescing: the prefill rank at the far end asked to close this
 	// link and decode agreed (link_quiesce.go); decode's loop only.
 	quiescing bool
+	// quiesceOKDue: decode owes this link's rank frameQuiesceOK, sent
+	// once no grant in flight holds an Assign for the rank (link_quiesce.go).
+	quiesceOKDue bool
 }
 
 func newLink(s stream, peer peerHello, cancel func()) *link {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"time"
 
 	"github.com/kvfence/kvfence/core"
@@ -16,7 +17,12 @@ import (
 //  1. prefill (QuiesceLink) sends frameQuiesce on its link;
 //  2. decode, in its loop, marks the link quiescing — from then on it
 //     exposes no request to that rank (Linked is false, admit refuses
-//     Unavailable) — and answers frameQuiesceOK on the same link;
+//     Unavailable) — and answers frameQuiesceOK on the same link once no
+//     exposure's keys are still being granted for that rank: such an
+//     exposure's Assign is held until its keys exist (async_grant.go), and
+//     an answer sent before it would let prefill agree and close while
+//     the Assign was still to come (lost: the request failed lease-lapsed
+//     after the lease, seen in CI);
 //  3. the link is ordered: every Assign decode sent before it reached
 //     prefill's loop before the answer. Prefill agrees only if its core then
 //     holds no stream; otherwise it sends frameResume and stays open.
@@ -127,13 +133,54 @@ func (d *Decode) onQuiesce(l *link) {
 		return // an old link: its rank has a newer one
 	}
 	l.quiescing = true
-	l.send(&frame{Type: frameQuiesceOK})
+	if !l.quiesceOKDue {
+		l.quiesceOKDue = true
+		d.quiesceOwed++
+	}
+	d.answerQuiesces()
 }
 
 func (d *Decode) onResume(l *link) {
 	if d.links[core.RankID(l.peer.Rank)] == l {
 		l.quiescing = false
+		d.settleQuiesce(l)
 	}
+}
+
+// answerQuiesces sends each owed frameQuiesceOK whose rank has no Assign
+// held behind a grant in flight (loop only): the answer then follows every
+// Assign decode will ever send that rank over this link. Run at a
+// handshake and whenever a grant ends.
+func (d *Decode) answerQuiesces() {
+	if d.quiesceOwed == 0 {
+		return // the common case: a grant's end costs nothing more
+	}
+	for rank, l := range d.links {
+		if l.quiesceOKDue && (d.cfg.unsafeQuiesceEarly || !d.assignPending(rank)) {
+			d.settleQuiesce(l)
+			l.send(&frame{Type: frameQuiesceOK})
+		}
+	}
+}
+
+// settleQuiesce clears what decode owes l (loop only): answered, resumed,
+// or the link is gone.
+func (d *Decode) settleQuiesce(l *link) {
+	if l.quiesceOKDue {
+		l.quiesceOKDue = false
+		d.quiesceOwed--
+	}
+}
+
+// assignPending reports whether an exposure of rank's is still being
+// granted its keys, its Assign held until then (loop only).
+func (d *Decode) assignPending(rank core.RankID) bool {
+	for _, dt := range d.tags {
+		if dt.granting && slices.Contains(dt.ranks, rank) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkQuiesced refuses an exposure to a rank that agreed to close its link

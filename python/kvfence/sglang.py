@@ -109,6 +109,7 @@ object of --disaggregation-transfer-backend-extra-config (the fork's flag):
 """
 import ctypes
 import json
+import logging
 import operator
 import os
 import socket
@@ -289,6 +290,9 @@ class KVFenceKVArgs(KVArgs):
     """SGLang fills the attributes; kvfence reads the buffer layout."""
 
 
+_log = logging.getLogger("kvfence.sglang")
+
+
 class _Outcome:
     """A request's end as SGLang's in-tree backends record it."""
 
@@ -304,6 +308,9 @@ class _Outcome:
     def _fail(self, err):
         if self.error is None:
             self.error = err
+            # SGLang's in-tree backends log a request's failure too: the
+            # operator sees why, the scheduler only sees KVPoll.Failed
+            _log.warning("kvfence: %s room %s failed: %s", type(self).__name__, getattr(self, "room", "?"), err)
         self.conclude_state = KVPoll.Failed
         return KVPoll.Failed
 

@@ -131,7 +131,8 @@ class Deployment:
         self.replicas, self.cp = replicas, cp
         self.kvargs, self.manager = provider.get_kv_class("kvargs"), provider.get_kv_class("manager")
         self.Sender, self.Receiver = provider.get_kv_class("sender"), provider.get_kv_class("receiver")
-        base = dict(slots=64, source_pages=64, log_level="error", decode=dict(lease_ms=5000, max_hold_ms=10000),
+        # KVFENCE_TEST_LOG=info: the agents' log on stderr (shown for a failed test)
+        base = dict(slots=64, source_pages=64, log_level=os.environ.get("KVFENCE_TEST_LOG", "error"), decode=dict(lease_ms=5000, max_hold_ms=10000),
                     prefill=dict(heartbeat_ms=100), link_timeout_s=30)
         base.update(extra or {})
         # on_demand: decode learns prefill's TP from the bootstrap server.

@@ -500,7 +500,7 @@ def test_pipeline_parallel_stages(ptp, dtp, pdp):
             dep.use(0, 0, s)
             snds = dep.senders(0, room, dp=room % pdp)
             dep.prefill(0, snds, room, 1, p_idx, aux, dp=room % pdp)
-            assert dep.run(stages[s], snds, aux, room) == (4, 4)
+            assert dep.run(stages[s], snds, aux, room) == (4, 4), "stage %d\n%s" % (s, dep.describe(snds, stages[s]))
             assert dep.corrupt(room, 1, d_idx) == 0, "stage %d's layers" % s
             finish(stages[s], snds)
         for s in (0, 1):  # stage 1's writes never landed in stage 0's layers
