@@ -309,8 +309,10 @@ class _Outcome:
         if self.error is None:
             self.error = err
             # SGLang's in-tree backends log a request's failure too: the
-            # operator sees why, the scheduler only sees KVPoll.Failed
-            _log.warning("kvfence: %s room %s failed: %s", type(self).__name__, getattr(self, "room", "?"), err)
+            # operator sees why, the scheduler only sees KVPoll.Failed. An
+            # abort SGLang asked for is routine (storms of them): info.
+            level = logging.INFO if getattr(self, "aborted", False) else logging.WARNING
+            _log.log(level, "kvfence: %s room %s failed: %s", type(self).__name__, getattr(self, "room", "?"), err)
         self.conclude_state = KVPoll.Failed
         return KVPoll.Failed
 
