@@ -19,7 +19,7 @@ except ImportError:  # numpy-less callers pass sequences
 
 _H, _I, _I64 = ctypes.c_uint64, ctypes.c_int, ctypes.c_int64
 _E = ctypes.POINTER(_lib.Error)
-_I32P = ctypes.POINTER(ctypes.c_int32)
+_I32P = ctypes.c_void_p  # int32 page indices: an address is passed as is, no ctypes.cast per call
 _SIGNATURES = {
     "kvfence_layout_new": (_I, [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_I64), ctypes.POINTER(_I64), _I, _I,
                                 ctypes.POINTER(_H), _E]),
@@ -67,26 +67,34 @@ def handles_live():
 
 def as_indices(idx):
     """A private copy of page indices in the form the calls take without
-    converting again: a ctypes int32 array when numpy is there (numpy's
-    int32 conversion, then one memcpy). It is passed as the pointer itself:
-    taking a numpy array's address (arr.ctypes) cost decode's handoff poll
-    ~50 µs of CPU after the scheduler thread slept (issue 20 item 6)."""
+    converting again (contiguous int32 when numpy is there)."""
     if _np is not None:
-        arr = _np.ascontiguousarray(idx, dtype=_np.int32)
-        return (ctypes.c_int32 * arr.size).from_buffer_copy(arr)
+        return _np.array(idx, dtype=_np.int32, copy=True)
     return [int(i) for i in idx]
 
 
 def _indices(idx):
-    """(int32 pointer, count, keepalive) of page indices: as_indices' copy
-    and a contiguous int32 numpy array are passed in place."""
-    if isinstance(idx, ctypes.Array):  # as_indices' (c_int32 arrays only)
-        return idx, len(idx), idx
+    """(int32 pointer, count, keepalive) of page indices: a numpy array is
+    passed in place when it already is contiguous int32."""
     if _np is not None:
         arr = _np.ascontiguousarray(idx, dtype=_np.int32)
-        return arr.ctypes.data_as(_I32P), int(arr.size), arr
+        return _address(arr, ctypes.c_int32), int(arr.size), arr
     arr = (ctypes.c_int32 * len(idx))(*[int(i) for i in idx])
-    return ctypes.cast(arr, _I32P), len(idx), arr
+    return arr, len(idx), arr
+
+
+def _address(arr, ctype):
+    """The address of a contiguous numpy array's data. ctype.from_buffer
+    is C code; numpy's arr.ctypes runs Python code that cost decode's
+    handoff poll 25–50 µs of CPU after the scheduler thread slept (issue
+    20 item 6). arr.ctypes still for what cannot lend its buffer so: an
+    empty array (its address, as before) or a read-only one."""
+    if not arr.size:
+        return arr.ctypes.data
+    try:
+        return ctypes.addressof(ctype.from_buffer(arr))
+    except (TypeError, ValueError, BufferError):
+        return arr.ctypes.data
 
 
 class Layout:
@@ -205,7 +213,7 @@ def _state_args(arrays):
 def _addr(a):
     if not len(a):
         return None
-    return a.ctypes.data if _np is not None and isinstance(a, _np.ndarray) else a.buffer_info()[0]
+    return _address(a, _I64) if _np is not None and isinstance(a, _np.ndarray) else a.buffer_info()[0]
 
 
 def gather_state_queued(sender, first, count, layout, arrays):
