@@ -204,10 +204,26 @@ class StateLayout:
 def _state_args(arrays):
     """(pointer array, count array, keepalive) of per-type int64 index
     arrays (numpy or array.array("q")): O(types), nothing per index."""
-    n = len(arrays)
-    ptrs = (ctypes.c_void_p * max(1, n))(*[_addr(a) for a in arrays])
-    counts = (_I64 * max(1, n))(*[len(a) for a in arrays])
+    n = max(1, len(arrays))
+    ptrs = _fixed_array(ctypes.c_void_p, n)(*[_addr(a) for a in arrays])
+    counts = _fixed_array(_I64, n)(*[len(a) for a in arrays])
     return ctypes.addressof(ptrs), ctypes.addressof(counts), (ptrs, counts, arrays)
+
+
+def _fixed_array(ctype, n):
+    """ctype * n, kept alive here: ctypes keeps array types only weakly, so
+    one dropped after a call went with the next garbage collection and was
+    built again (with the collections its allocations brought on, ~60 µs
+    of CPU in decode's handoff poll with a state row, issue 20 item 6).
+    Only for counts a model fixes (its state types, its aux row's bytes):
+    the dict stays small."""
+    t = _ARRAY_TYPES.get((ctype, n))
+    if t is None:
+        t = _ARRAY_TYPES[(ctype, n)] = ctype * n
+    return t
+
+
+_ARRAY_TYPES = {}
 
 
 def _addr(a):
@@ -261,7 +277,7 @@ def handoff(receiver, layout, kv_indices, shards=1, mla=False, state=None, aux=N
     row, addr = None, None
     if aux is not None:
         afirst, acount, ashard, asize = aux
-        row = (ctypes.c_char * asize)()
+        row = _fixed_array(ctypes.c_char, asize)()
         addr = ctypes.addressof(row)
     _call("kvfence_receiver_handoff", receiver._handle(), layout._h, ptr, n, int(shards), 1 if mla else 0,
           sfirst, scount, sshard, slayout, sptrs, scounts, sn, afirst, acount, ashard, addr, asize)
