@@ -807,7 +807,6 @@ func (d *Decode) handoff(h core.Handoff) {
 		return
 	}
 	dt.state = PollSuccess
-	dt.recv.publish(PollSuccess)
 	d.verify(dt)
 	d.stats.Handoffs++
 	if dt.recv != nil {
@@ -815,6 +814,12 @@ func (d *Decode) handoff(h core.Handoff) {
 		if pages := dt.recv.pagesInLoop(); pages != nil {
 			dt.recv.pages.Store(&pages)
 		}
+		// Success only once the pages are there: published before them, a
+		// poll in between (the loop preempted, or in verify) found Success
+		// and no pages, and kvfence_receiver_handoff failed the request
+		// FailedPrecondition (bench_sglang_calls with SWA state at load ~7:
+		// 1 child in ~6).
+		dt.recv.publish(PollSuccess)
 		dt.recv.settle()
 	}
 }

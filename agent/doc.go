@@ -22,7 +22,8 @@
 //   - PollState: SGLang's KVPoll values (Failed 0 … Success 4). Poll never
 //     waits for the agent's loop: the loop publishes a request's state at
 //     each change (an engine polls every scheduler iteration; a busy or
-//     preempted loop must not stall it).
+//     preempted loop must not stall it), a handed-off request's pages
+//     (Pages) before its Success, so a poll that reads Success finds them.
 //   - Metrics (Prometheus, one registry per agent) and ServeMetrics; Stats.
 //   - The control plane: ranks link themselves (mutual TLS, Hello with
 //     ControlVersion and capabilities, sequence numbers); the demo's router

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -113,4 +114,49 @@ func openBoth(t *testing.T, d *Decode, p *Prefill, key core.RequestKey, pages in
 		t.Fatal(err)
 	}
 	return rv, snd
+}
+
+// blockingCheck is oracle.Check whose first Owned (decode's verify at
+// handoff, in the loop) waits for the test.
+type blockingCheck struct {
+	oracle.Check
+	in, out chan struct{}
+	once    sync.Once
+}
+
+func (c *blockingCheck) Owned(shard []byte, tag core.Tag, page int, rank core.RankID) (bool, string) {
+	c.once.Do(func() { close(c.in); <-c.out })
+	return c.Check.Owned(shard, tag, page, rank)
+}
+
+// A poll during the handoff never reads Success without the pages: the
+// C ABI's kvfence_receiver_handoff reads them on the Success poll, and
+// with Success published before them (this loop stopped in verify, in
+// between) it failed the request FailedPrecondition.
+func TestHandoffPublishesPagesBeforeSuccess(t *testing.T) {
+	chk := &blockingCheck{in: make(chan struct{}), out: make(chan struct{})}
+	d, p := startPair(t, func(c *DecodeConfig) { c.Check = chk }, nil, nil)
+	key := core.RequestKey{Room: 41, Gen: 1}
+	rv, snd := openBoth(t, d, p, key, 2)
+	for j := 0; j < 2; j++ {
+		oracle.FillShard(snd.Page(j), oracle.PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(j), Rank: 1})
+	}
+	if err := snd.Send(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Finish(2); err != nil {
+		t.Fatal(err)
+	}
+	<-chk.in // the loop is in the handoff, between its state change and its end
+	st, pages := rv.Poll(), rv.Pages()
+	close(chk.out)
+	if st == PollSuccess && pages == nil {
+		t.Fatal("Success published before the handed-off pages")
+	}
+	<-rv.Done()
+	if st, pages = rv.Poll(), rv.Pages(); st != PollSuccess || len(pages) != 2 {
+		t.Fatalf("after handoff: %v, %d pages", st, len(pages))
+	}
+	rv.Finish()
+	snd.Close()
 }

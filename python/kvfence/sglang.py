@@ -1084,7 +1084,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
         self.mgr, self.room, self.bootstrap_addr = mgr, int(bootstrap_room or 0), bootstrap_addr
         self.gen = mgr.next_gen(self.room)
         self.rv = self.ranks = self.kv_indices = self.aux_index = self.aux_row = None
-        self.state_indices = self.state_row = None
+        self.state_indices = self.state_row = self.kv_pinned = None
         self.created = time.monotonic()
         self.metadata_at = None
         self.scattering = self.aborted = self.held = False
@@ -1155,8 +1155,8 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             return
         if self.mgr.state_bytes:
             sglang_state.check(self.mgr.kv_args, state_indices, self.mgr.state_items)
-            # int64 copies (SGLang may reuse its arrays), passed as they are at handoff
-            self.state_indices = sglang_state.index_arrays(self.mgr.state_plan, state_indices)
+            # int64 copies (SGLang may reuse its arrays), pinned for the handoff
+            self.state_indices = staging.pin_state(sglang_state.index_arrays(self.mgr.state_plan, state_indices))
         elif sglang_state.given(state_indices):
             self._fail(errors.InvalidArgument("kvfence: state_indices for a model without state buffers"))
             return
@@ -1165,6 +1165,7 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             if self.ranks is not None:
                 self._announce()  # else _resolve announces it once the prefill instance is known
         self.kv_indices = staging.as_indices(kv_indices)  # no per-page Python loop on the scheduler thread
+        self.kv_pinned = staging.pin(self.kv_indices)  # the handoff poll then touches no numpy
         self.aux_index = aux_index
         self.metadata_at = time.monotonic()
         self._expose()
@@ -1295,14 +1296,16 @@ class KVFenceKVReceiver(_Outcome, BaseKVReceiver):
             aux = None
             if m.aux_pages and self.aux_index is not None:
                 aux = (len(self.kv_indices), m.aux_pages, m.shard_bytes, m.aux_bytes)
-            row = staging.handoff(self.rv, m.layout, self.kv_indices, shards=m.shards, mla=m.is_mla_backend,
+            row = staging.handoff(self.rv, m.layout, self.kv_pinned, shards=m.shards, mla=m.is_mla_backend,
                                   state=self._state_row_args(), aux=aux)
             if aux is not None:
                 self.aux_row = row
         except errors.KVFenceError as exc:
             return self._fail(exc)
         self.scattering = True
-        return self._scatter_state()
+        # The job was queued just now: the next poll asks whether it ended
+        # (asking here too cost this poll ~25 µs of CPU, issue 20 item 6).
+        return KVPoll.Transferring
 
     def _state_row_args(self):
         """(first, count, shard, layout, index arrays) of the state row's

@@ -19,7 +19,7 @@ except ImportError:  # numpy-less callers pass sequences
 
 _H, _I, _I64 = ctypes.c_uint64, ctypes.c_int, ctypes.c_int64
 _E = ctypes.POINTER(_lib.Error)
-_I32P = ctypes.POINTER(ctypes.c_int32)
+_I32P = ctypes.c_void_p  # int32 page indices: an address is passed as is, no ctypes.cast per call
 _SIGNATURES = {
     "kvfence_layout_new": (_I, [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_I64), ctypes.POINTER(_I64), _I, _I,
                                 ctypes.POINTER(_H), _E]),
@@ -73,14 +73,57 @@ def as_indices(idx):
     return [int(i) for i in idx]
 
 
+class Pinned:
+    """Index arrays' addresses and counts taken once (pin, pin_state), with
+    what keeps the arrays alive: a later call passes them without touching
+    numpy. Decode pins its private copies in send_metadata, where it makes
+    them: taking them on the handoff poll cost it ~45 µs of CPU after the
+    scheduler thread slept (issue 20 item 6)."""
+    __slots__ = ("ptr", "n", "keep")
+
+    def __len__(self):
+        return self.n
+
+
+def pin(idx):
+    """Page indices pinned (as _indices passes them)."""
+    p = Pinned()
+    p.ptr, p.n, p.keep = _indices(idx)
+    return p
+
+
+def pin_state(arrays):
+    """Per-type state index arrays pinned (as _state_args passes them)."""
+    p = Pinned()
+    ptrs, counts, p.keep = _state_args(arrays)
+    p.ptr, p.n = (ptrs, counts), len(arrays)
+    return p
+
+
 def _indices(idx):
     """(int32 pointer, count, keepalive) of page indices: a numpy array is
     passed in place when it already is contiguous int32."""
+    if type(idx) is Pinned:
+        return idx.ptr, idx.n, idx.keep
     if _np is not None:
         arr = _np.ascontiguousarray(idx, dtype=_np.int32)
-        return arr.ctypes.data_as(_I32P), int(arr.size), arr
+        return _address(arr, ctypes.c_int32), int(arr.size), arr
     arr = (ctypes.c_int32 * len(idx))(*[int(i) for i in idx])
-    return ctypes.cast(arr, _I32P), len(idx), arr
+    return arr, len(idx), arr
+
+
+def _address(arr, ctype):
+    """The address of a contiguous numpy array's data. ctype.from_buffer
+    is C code; numpy's arr.ctypes runs Python code that cost decode's
+    handoff poll 25–50 µs of CPU after the scheduler thread slept (issue
+    20 item 6). arr.ctypes still for what cannot lend its buffer so: an
+    empty array (its address, as before) or a read-only one."""
+    if not arr.size:
+        return arr.ctypes.data
+    try:
+        return ctypes.addressof(ctype.from_buffer(arr))
+    except (TypeError, ValueError, BufferError):
+        return arr.ctypes.data
 
 
 class Layout:
@@ -189,17 +232,36 @@ class StateLayout:
 
 def _state_args(arrays):
     """(pointer array, count array, keepalive) of per-type int64 index
-    arrays (numpy or array.array("q")): O(types), nothing per index."""
-    n = len(arrays)
-    ptrs = (ctypes.c_void_p * max(1, n))(*[_addr(a) for a in arrays])
-    counts = (_I64 * max(1, n))(*[len(a) for a in arrays])
+    arrays (numpy or array.array("q"), or pin_state's): O(types), nothing
+    per index."""
+    if type(arrays) is Pinned:
+        return arrays.ptr + (arrays.keep,)
+    n = max(1, len(arrays))
+    ptrs = _fixed_array(ctypes.c_void_p, n)(*[_addr(a) for a in arrays])
+    counts = _fixed_array(_I64, n)(*[len(a) for a in arrays])
     return ctypes.addressof(ptrs), ctypes.addressof(counts), (ptrs, counts, arrays)
+
+
+def _fixed_array(ctype, n):
+    """ctype * n, kept alive here: ctypes keeps array types only weakly, so
+    one dropped after a call went with the next garbage collection and was
+    built again (with the collections its allocations brought on, ~60 µs
+    of CPU in decode's handoff poll with a state row, issue 20 item 6).
+    Only for counts a model fixes (its state types, its aux row's bytes):
+    the dict stays small."""
+    t = _ARRAY_TYPES.get((ctype, n))
+    if t is None:
+        t = _ARRAY_TYPES[(ctype, n)] = ctype * n
+    return t
+
+
+_ARRAY_TYPES = {}
 
 
 def _addr(a):
     if not len(a):
         return None
-    return a.ctypes.data if _np is not None and isinstance(a, _np.ndarray) else a.buffer_info()[0]
+    return _address(a, _I64) if _np is not None and isinstance(a, _np.ndarray) else a.buffer_info()[0]
 
 
 def gather_state_queued(sender, first, count, layout, arrays):
@@ -247,7 +309,7 @@ def handoff(receiver, layout, kv_indices, shards=1, mla=False, state=None, aux=N
     row, addr = None, None
     if aux is not None:
         afirst, acount, ashard, asize = aux
-        row = (ctypes.c_char * asize)()
+        row = _fixed_array(ctypes.c_char, asize)()
         addr = ctypes.addressof(row)
     _call("kvfence_receiver_handoff", receiver._handle(), layout._h, ptr, n, int(shards), 1 if mla else 0,
           sfirst, scount, sshard, slayout, sptrs, scounts, sn, afirst, acount, ashard, addr, asize)
