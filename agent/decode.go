@@ -142,6 +142,8 @@ type Decode struct {
 	fenceKeys [][]sdk.Key
 	targets   []*target // with a restart fence (restart.go); loop-owned after NewDecode
 
+	linkedPub atomic.Pointer[map[core.RankID]bool] // the linked ranks as Linked reads them (linked.go)
+
 	// loop-owned
 	links       map[core.RankID]*link
 	routers     map[*link]bool
@@ -459,6 +461,7 @@ func (d *Decode) serveLink(l *link) {
 		d.links[rank] = l
 		delete(d.deadline, rank)
 		delete(d.quiesced, rank)
+		d.publishLinked()
 		d.Metrics.tail(rank, d.core.Tail(rank))
 		d.log.Info("prefill rank linked", "rank", rank, "declared_tail", declared, "tail", d.core.Tail(rank))
 	})
@@ -466,6 +469,7 @@ func (d *Decode) serveLink(l *link) {
 		d.settleQuiesce(l)
 		if d.links[rank] == l {
 			delete(d.links, rank)
+			d.publishLinked()
 			d.deadline[rank] = time.Now()
 			if l.quiescing { // closed after the handshake: no request until it links again
 				d.quiesced[rank] = true

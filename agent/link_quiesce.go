@@ -133,6 +133,7 @@ func (d *Decode) onQuiesce(l *link) {
 		return // an old link: its rank has a newer one
 	}
 	l.quiescing = true
+	d.publishLinked()
 	if !l.quiesceOKDue {
 		l.quiesceOKDue = true
 		d.quiesceOwed++
@@ -144,6 +145,7 @@ func (d *Decode) onResume(l *link) {
 	if d.links[core.RankID(l.peer.Rank)] == l {
 		l.quiescing = false
 		d.settleQuiesce(l)
+		d.publishLinked()
 	}
 }
 
