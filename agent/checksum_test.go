@@ -60,15 +60,7 @@ func runChecksummed(t *testing.T, decodeSums, prefillSums, lie bool) checksumRun
 	if err := snd.Init(4); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 4; i++ {
-		oracle.FillShard(snd.Page(i), oracle.PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(i), Rank: 1})
-	}
-	if err := snd.Send(4); err != nil {
-		t.Fatal(err)
-	}
-	if err := snd.Finish(4); err != nil {
-		t.Fatal(err)
-	}
+	sendWhole(t, snd, key, 4)
 	var run checksumRun
 	waitFor(t, "request to end", func() bool {
 		run.state = rv.Poll()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/internal/demo/oracle"
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -61,4 +62,19 @@ func startPairPlugin(t testing.TB, dtweak func(*DecodeConfig), ptweak func(*Pref
 	t.Cleanup(p.Close)
 	waitFor(t, "prefill linked", p.Linked)
 	return d, p, dp
+}
+
+// sendWhole fills prefill rank 1's first n source pages with the oracle's
+// identities of key, sends them all and finishes.
+func sendWhole(t testing.TB, snd *KVSender, key core.RequestKey, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		oracle.FillShard(snd.Page(i), oracle.PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(i), Rank: 1})
+	}
+	if err := snd.Send(n); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Finish(n); err != nil {
+		t.Fatal(err)
+	}
 }

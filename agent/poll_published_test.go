@@ -78,15 +78,7 @@ func TestPublishedPollMatchesTheLoop(t *testing.T) {
 			<-rv.Done()
 			same(how+": failed, held", rv, snd)
 		default:
-			for j := 0; j < 2; j++ {
-				oracle.FillShard(snd.Page(j), oracle.PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(j), Rank: 1})
-			}
-			if err := snd.Send(2); err != nil {
-				t.Fatal(err)
-			}
-			if err := snd.Finish(2); err != nil {
-				t.Fatal(err)
-			}
+			sendWhole(t, snd, key, 2)
 			<-rv.Done()
 			<-snd.Done()
 			same(how+": done", rv, snd)
@@ -138,15 +130,7 @@ func TestHandoffPublishesPagesBeforeSuccess(t *testing.T) {
 	d, p := startPair(t, func(c *DecodeConfig) { c.Check = chk }, nil, nil)
 	key := core.RequestKey{Room: 41, Gen: 1}
 	rv, snd := openBoth(t, d, p, key, 2)
-	for j := 0; j < 2; j++ {
-		oracle.FillShard(snd.Page(j), oracle.PageIdentity{Room: key.Room, Gen: key.Gen, Page: uint32(j), Rank: 1})
-	}
-	if err := snd.Send(2); err != nil {
-		t.Fatal(err)
-	}
-	if err := snd.Finish(2); err != nil {
-		t.Fatal(err)
-	}
+	sendWhole(t, snd, key, 2)
 	<-chk.in // the loop is in the handoff, between its state change and its end
 	st, pages := rv.Poll(), rv.Pages()
 	close(chk.out)
