@@ -81,6 +81,10 @@ type sendSession struct {
 	// names it, and the receiver opens a session only for a key it granted
 	// (admission.go).
 	helloKey sdk.Key
+	// held are batches taken off the queue while a refused HELLO was sorted
+	// out (nextHelloKey); the writer sends them before the queue. Only the
+	// writer goroutine touches it.
+	held []*batchState
 
 	queue     chan *batchState
 	stop      chan struct{} // closed to make the writer finish
@@ -139,7 +143,7 @@ func (s *sendSession) run() {
 		case <-ctx.Done():
 		}
 	}()
-	conn, raw, ck, token, err := s.dial(ctx)
+	conn, raw, ck, token, err := s.dialUsable(ctx)
 	cancel()
 	s.mu.Lock()
 	if err == nil {
@@ -169,6 +173,16 @@ func (s *sendSession) run() {
 }
 
 func (s *sendSession) writeNext() bool {
+	if len(s.held) > 0 {
+		select {
+		case <-s.stop:
+			return false
+		default:
+		}
+		b := s.held[0]
+		s.held[0], s.held = nil, s.held[1:]
+		return s.write(b)
+	}
 	select {
 	case <-s.stop:
 		return false
@@ -243,7 +257,7 @@ func (s *sendSession) write(b *batchState) bool {
 
 		h := header{Type: frameWrite, Seq: seq, Key: uint64(op.RemoteKey), Offset: op.RemoteOffset,
 			Length: op.Length, Deadline: time.Now().Add(s.t.cfg.WriteTTL).UnixNano()}
-		if markAckNow(i == len(b.ops)-1, len(s.queue) > 0) {
+		if markAckNow(i == len(b.ops)-1, s.queued() > 0) {
 			h.Code = writeAckNow
 		}
 		h.encode(hb[:])
@@ -256,7 +270,7 @@ func (s *sendSession) write(b *batchState) bool {
 			break
 		}
 	}
-	if err == nil && goOn && len(s.queue) == 0 {
+	if err == nil && goOn && s.queued() == 0 {
 		err = s.cork.flush()
 	}
 	if err != nil {
@@ -328,8 +342,19 @@ func (s *sendSession) resolveUnsentClass(b *batchState, n int, class errdefs.Cla
 	s.settle(b, class, why)
 }
 
+// queued counts the batches waiting for the writer.
+func (s *sendSession) queued() int { return len(s.queue) + len(s.held) }
+
 // drainQueue resolves every queued batch as never sent.
 func (s *sendSession) drainQueue(class errdefs.Class, why string) {
+	held := s.held
+	s.held = nil
+	for _, b := range held {
+		s.mu.Lock()
+		s.unpinFrom(b, 0)
+		s.resolveUnsentClass(b, len(b.ops), class, why)
+		s.mu.Unlock()
+	}
 	for {
 		select {
 		case b := <-s.queue:

@@ -48,6 +48,59 @@ func (s *sendSession) open(ctx context.Context) (conn, raw net.Conn, ck *corkedC
 	return tc, raw, ck, nil
 }
 
+// dialUsable dials until the receiver opens the session for the key our
+// HELLO names. A refused HELLO fails only the batches that start with the
+// refused key: those queued behind them (other requests, other keys) never
+// left this process, so they get a HELLO of their own — one request's
+// revoked key must not fail its neighbours (with eager revocation an
+// aborted request's key is often revoked while its first batch dials).
+func (s *sendSession) dialUsable(ctx context.Context) (net.Conn, net.Conn, *corkedConn, sessionToken, error) {
+	for {
+		conn, raw, ck, token, err := s.dial(ctx)
+		if !errors.Is(err, errHelloRefused) || !s.nextHelloKey() {
+			return conn, raw, ck, token, err
+		}
+	}
+}
+
+// nextHelloKey fails the queued batches whose first op names the refused
+// key and takes the key of the oldest batch left for the next HELLO. With
+// none left it reports false, and the session takes no more batches: it is
+// marked broken under the lock Post enqueues under, so no batch slips in
+// between. Every attempt fails at least one batch, so the dials end.
+func (s *sendSession) nextHelloKey() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for more := true; more; {
+		select {
+		case b := <-s.queue:
+			s.held = append(s.held, b)
+		default:
+			more = false
+		}
+	}
+	kept := s.held[:0]
+	for _, b := range s.held {
+		if b.ops[0].RemoteKey != s.helloKey {
+			kept = append(kept, b)
+			continue
+		}
+		s.unpinFrom(b, 0)
+		s.resolveUnsentClass(b, len(b.ops), classOfAck(ackRevoked), "dial failed: "+errHelloRefused.Error())
+	}
+	clear(s.held[len(kept):])
+	s.held = kept
+	if len(kept) == 0 {
+		s.broken = errHelloRefused
+		return false
+	}
+	s.helloKey = kept[0].ops[0].RemoteKey
+	return true
+}
+
+// beforeHello runs before each HELLO is written; tests hold a dial there.
+var beforeHello = func() {}
+
 // dial opens the data connection and says hello; the receiver answers with
 // our session's token.
 func (s *sendSession) dial(ctx context.Context) (net.Conn, net.Conn, *corkedConn, sessionToken, error) {
@@ -59,6 +112,7 @@ func (s *sendSession) dial(ctx context.Context) (net.Conn, net.Conn, *corkedConn
 	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
 	defer stop()
 	var hb [headerSize]byte
+	beforeHello()
 	(&header{Type: frameHello, Key: uint64(s.helloKey)}).encode(hb[:])
 	_ = raw.SetDeadline(time.Now().Add(dialTimeout))
 	if _, err := conn.Write(hb[:]); err != nil {
