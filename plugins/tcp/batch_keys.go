@@ -23,8 +23,8 @@ func (t *Transport) GrantMany(ctx context.Context, ws []sdk.Window) []sdk.Grante
 }
 
 // RevokeMany revokes each key as Revoke does, stopping every key's writes
-// before waiting for any: a batch waits for its slowest write in progress,
-// not for the sum. An unknown key is NotFound and revoked nothing.
+// before waiting for any, with one grace for all: a batch waits for its
+// slowest write in progress, not for the sum. An unknown key is NotFound and revoked nothing.
 func (t *Transport) RevokeMany(_ context.Context, keys []sdk.Key) []sdk.Revoked {
 	out := make([]sdk.Revoked, len(keys))
 	es := make([]*exposure, len(keys))
@@ -46,9 +46,10 @@ func (t *Transport) RevokeMany(_ context.Context, keys []sdk.Key) []sdk.Revoked 
 			e.stop()
 		}
 	}
+	cutAt := time.Now().Add(t.cfg.RevokeGrace)
 	for i, e := range es {
 		if e != nil {
-			out[i].Result = e.stopped()
+			out[i].Result = e.stopped(cutAt)
 		}
 	}
 	now := time.Now()

@@ -42,6 +42,12 @@ type Config struct {
 	// MaxSessionsPerWriter is the most sessions one writer identity holds
 	// at once; more are refused at HELLO (admission.go). Default 64.
 	MaxSessionsPerWriter int
+	// RevokeGrace: a write whose payload is still arriving when its key is
+	// revoked may finish for this long (Revoke returns after it, so its
+	// bytes land while the window is still held); then its connection is
+	// cut. Cutting at once cost every other write on that connection
+	// (another request's) an InDoubt and a Quiesce. Default 20ms.
+	RevokeGrace time.Duration
 
 	// unsafe selects a deliberately broken behaviour, for tests that prove
 	// the contract tests can fail. Unexported: settable only by this
@@ -86,6 +92,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxSessionsPerWriter <= 0 {
 		c.MaxSessionsPerWriter = 64
+	}
+	if c.RevokeGrace <= 0 {
+		c.RevokeGrace = 20 * time.Millisecond
 	}
 	return c
 }

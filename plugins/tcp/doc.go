@@ -66,7 +66,12 @@
 // a revoked key is forgotten after twice MaxTail (retention.go), so the key
 // table of a receiver granting a key per request stays bounded. Keys are
 // also granted and revoked many a call (sdk.KeyBatcher, batch_keys.go: a
-// batch revoke stops every key before waiting for any).
+// batch revoke stops every key before waiting for any). A write whose
+// payload is still arriving when its key is revoked may finish within
+// RevokeGrace (Revoke returns after it); past that its connection is cut.
+// A sender whose session's HELLO is refused (its key revoked while it
+// dialled) fails only the batches under that key; the others queued behind
+// them dial again under their own keys (sender_dial.go).
 //
 // It must never: apply a byte outside a granted window, apply a byte under a
 // revoked key after Revoke returned (or RevokeMany reported it revoked),

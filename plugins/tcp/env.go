@@ -18,6 +18,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		"KVFENCE_TCP_HANDSHAKE_TIMEOUT":   &cfg.HandshakeTimeout,
 		"KVFENCE_TCP_IDLE_TIMEOUT":        &cfg.IdleTimeout,
 		"KVFENCE_TCP_FIRST_WRITE_TIMEOUT": &cfg.FirstWriteTimeout,
+		"KVFENCE_TCP_REVOKE_GRACE":        &cfg.RevokeGrace,
 	} {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"sync"
+	"time"
 
 	"github.com/kvfence/kvfence/sdk"
 )
@@ -9,7 +10,8 @@ import (
 // exposure is a granted window [off, off+length) of a region, under a key.
 // Writes under the key apply only between begin and end; Revoke flips
 // revoked and then waits until no write is between begin and end, cutting
-// off any whose payload is still arriving by closing its connection.
+// off any whose payload is still arriving after a grace by closing its
+// connection.
 type exposure struct {
 	key    sdk.Key
 	region *region
@@ -67,27 +69,36 @@ func (e *exposure) end(s *recvSession, ok bool) {
 }
 
 // revoke returns once no write under the key can still apply a byte.
-func (e *exposure) revoke() sdk.RevokeResult {
+func (e *exposure) revoke(grace time.Duration) sdk.RevokeResult {
 	e.stop()
-	return e.stopped()
+	return e.stopped(time.Now().Add(grace))
 }
 
-// stop refuses every later write under the key and cuts off those in
-// progress, without waiting for them (RevokeMany stops all its keys first).
+// stop refuses every later write under the key, without waiting for those
+// in progress (RevokeMany stops all its keys first).
 func (e *exposure) stop() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.revoked = true
+}
+
+// cutOff ends the writes still in progress by closing their connections: a
+// payload mid-read fails and its goroutine ends the write. The
+// connection's other writes become InDoubt at the sender, so this waits
+// for the grace: a healthy write finishes well within it.
+func (e *exposure) cutOff() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for s := range e.active {
-		// Cuts off a payload mid-read: the session's read returns an error
-		// and its goroutine ends the write. The connection is lost with it;
-		// its other writes become InDoubt at the sender.
 		s.abort()
 	}
 }
 
-// stopped returns, after stop, once no write under the key is in progress.
-func (e *exposure) stopped() sdk.RevokeResult {
+// stopped returns, after stop, once no write under the key is in progress;
+// those still in progress at cutAt are cut off.
+func (e *exposure) stopped(cutAt time.Time) sdk.RevokeResult {
+	cut := time.AfterFunc(time.Until(cutAt), e.cutOff)
+	defer cut.Stop()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for e.inflight > 0 {

@@ -239,7 +239,7 @@ func (t *Transport) DeregisterMemory(ctx context.Context, id sdk.RegionID) error
 	}
 	t.mu.Unlock()
 	for _, e := range keys {
-		e.revoke()
+		e.revoke(t.cfg.RevokeGrace)
 	}
 	return r.mapping.Close()
 }
@@ -549,7 +549,7 @@ func (t *Transport) Revoke(_ context.Context, k sdk.Key) (sdk.RevokeResult, erro
 		// KNOWN-UNSAFE: claims revocation without enforcing it.
 		return sdk.RevokeResult{}, nil
 	}
-	res := e.revoke()
+	res := e.revoke(t.cfg.RevokeGrace)
 	t.mu.Lock()
 	t.noteRevokedLocked(e, time.Now())
 	t.mu.Unlock()
