@@ -14,7 +14,7 @@ import (
 // ephemeral one), so a TLS handshake alone proves only that the client holds
 // some key. What the deployment did authorise is a grant: a session is
 // opened only for a HELLO that names a key this receiver granted, not
-// revoked, and — for a writer-bound key — bound to the identity the
+// revoked, or a writer-bound key (revoked or not) bound to the identity the
 // handshake proved. The granted key is the per-grant token; it travels only
 // over the agents' authenticated control plane and inside TLS.
 //
@@ -93,8 +93,17 @@ func (r *receiver) evictOldestSilentLocked() bool {
 }
 
 // helloUsable reports whether a HELLO from peer naming key may open a
-// session: the key is granted here and not revoked, and a writer-bound key
-// is bound to peer. One verdict for every refusal.
+// session: the key is granted here and not revoked, or it is bound to peer
+// (revoked or not). One verdict for every refusal.
+//
+// A writer-bound key opens a session for its own writer even once revoked:
+// admission asks whether the deployment authorised this identity, and the
+// grant did; writes under the key stay refused. Refusing it made a writer
+// whose new session started with a batch of a request aborted meanwhile
+// (decode revokes at the abort) dial again — seconds on a slow link — for
+// the other requests' batches queued behind it. The writer already knows
+// the key was granted, so the answer tells it nothing; anyone else gets the
+// one answer.
 func (r *receiver) helloUsable(peer fingerprint, key uint64) bool {
 	if r.t.cfg.unsafe == unsafeAdmitAny {
 		return true // KNOWN-UNSAFE: anyone who completes a handshake
@@ -105,18 +114,14 @@ func (r *receiver) helloUsable(peer fingerprint, key uint64) bool {
 	if e == nil {
 		return false
 	}
+	if e.writer != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.present[peer] == e.writer
+	}
 	e.mu.Lock()
-	revoked := e.revoked
-	e.mu.Unlock()
-	if revoked {
-		return false
-	}
-	if e.writer == nil {
-		return true
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.present[peer] == e.writer
+	defer e.mu.Unlock()
+	return !e.revoked
 }
 
 // joinLocked registers s under its connection and its identity's presence,

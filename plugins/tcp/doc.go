@@ -54,7 +54,8 @@
 // (descriptor or memory exhaustion) are retried with backoff, never fatal;
 // a client certificate alone earns nothing — a session opens only for a
 // HELLO naming a key this receiver granted (not revoked; a writer-bound
-// key only for its writer), unknown and revoked keys getting one answer;
+// key, revoked or not, only for its writer), unknown and revoked keys
+// getting one answer;
 // at most MaxSessionsPerWriter sessions per identity; at most MaxConns
 // connections at once, the oldest silent one evicted for a newcomer (more
 // are closed on accept only when every connection has written); a

@@ -400,3 +400,34 @@ func TestWriterBoundKeyRefusesStranger(t *testing.T) {
 		t.Fatalf("Grant to a writer without a pin: %v, want FailedPrecondition", err)
 	}
 }
+
+// A revoked writer-bound key still opens a session for its own writer (its
+// writes stay refused), and for nobody else: a writer whose new session
+// starts with a batch of a request aborted meanwhile must not dial again
+// for the batches of other requests queued behind it.
+func TestRevokedWriterBoundKeyAdmitsOnlyItsWriter(t *testing.T) {
+	e, s, r := newPair(t, Config{})
+	ctx := context.Background()
+	if c := post(t, e, e.Peer, grantAll(t, e), 0, 0, 4096); c.Status != sdk.Succeeded {
+		t.Fatalf("warm-up write: %+v", c)
+	}
+	sep, _ := s.LocalEndpoint(ctx)
+	bound, err := r.Grant(ctx, sdk.Window{Region: e.DstID, Offset: 64 << 10, Length: 64 << 10, Writer: sep.Address})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Revoke(ctx, bound); err != nil {
+		t.Fatal(err)
+	}
+	_, writer, _, _ := splitPin(sep.Address)
+	stranger := newTestIdentity(t)
+	if !r.recv.helloUsable(writer, uint64(bound)) {
+		t.Fatal("the bound writer's HELLO naming its revoked key is refused")
+	}
+	if r.recv.helloUsable(stranger.fp, uint64(bound)) {
+		t.Fatal("a stranger's HELLO naming a revoked writer-bound key is admitted")
+	}
+	if c := post(t, e, e.Peer, bound, 0, 64<<10, 4096); c.Status != sdk.FailedDefinite {
+		t.Fatalf("a write under the revoked writer-bound key: %+v, want FailedDefinite", c)
+	}
+}
