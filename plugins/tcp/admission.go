@@ -92,6 +92,17 @@ func (r *receiver) evictOldestSilentLocked() bool {
 	return true
 }
 
+// helloAnyUsable reports whether a HELLO from peer naming keys may open a
+// session: whether any of them may.
+func (r *receiver) helloAnyUsable(peer fingerprint, keys []uint64) bool {
+	for _, k := range keys {
+		if r.helloUsable(peer, k) {
+			return true
+		}
+	}
+	return false
+}
+
 // helloUsable reports whether a HELLO from peer naming key may open a
 // session: the key is granted here and not revoked, or it is bound to peer
 // (revoked or not). One verdict for every refusal.

@@ -248,7 +248,7 @@ func (r *receiver) handle(raw net.Conn) {
 	}
 	switch h.Type {
 	case frameHello:
-		if !r.helloUsable(peer, h.Key) {
+		if !r.helloAnyUsable(peer, h.helloKeys()) {
 			r.refuseHello(conn, peer)
 			return
 		}

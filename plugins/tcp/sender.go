@@ -85,6 +85,8 @@ type sendSession struct {
 	// out (nextHelloKey); the writer sends them before the queue. Only the
 	// writer goroutine touches it.
 	held []*batchState
+	// named are the keys the last HELLO named (nameHelloKeys).
+	named []sdk.Key
 
 	queue     chan *batchState
 	stop      chan struct{} // closed to make the writer finish

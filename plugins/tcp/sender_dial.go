@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/kvfence/kvfence/errdefs"
+	"github.com/kvfence/kvfence/sdk"
 )
 
 // errHelloRefused: the receiver opens no session for the key our HELLO
@@ -48,8 +50,8 @@ func (s *sendSession) open(ctx context.Context) (conn, raw net.Conn, ck *corkedC
 	return tc, raw, ck, nil
 }
 
-// dialUsable dials until the receiver opens the session for the key our
-// HELLO names. A refused HELLO fails only the batches that start with the
+// dialUsable dials until the receiver opens the session for a key our
+// HELLO names. A refused HELLO fails only the batches that start with a
 // refused key: those queued behind them (other requests, other keys) never
 // left this process, so they get a HELLO of their own — one request's
 // revoked key must not fail its neighbours (with eager revocation an
@@ -63,7 +65,37 @@ func (s *sendSession) dialUsable(ctx context.Context) (net.Conn, net.Conn, *cork
 	}
 }
 
-// nextHelloKey fails the queued batches whose first op names the refused
+// nameHelloKeys picks the keys a HELLO names: the first batch's, and up to
+// three more of other batches queued meanwhile, newest first (the least
+// likely to belong to a request aborted since). Any one of them usable at
+// the receiver opens the session. It moves the queue into held.
+func (s *sendSession) nameHelloKeys() []sdk.Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holdQueued()
+	s.named = append(s.named[:0], s.helloKey)
+	for i := len(s.held) - 1; i >= 0 && len(s.named) < 4; i-- {
+		if k := s.held[i].ops[0].RemoteKey; !slices.Contains(s.named, k) {
+			s.named = append(s.named, k)
+		}
+	}
+	return s.named
+}
+
+// holdQueued moves the queued batches into held, behind those already
+// there. Caller holds s.mu (Post enqueues under it).
+func (s *sendSession) holdQueued() {
+	for {
+		select {
+		case b := <-s.queue:
+			s.held = append(s.held, b)
+		default:
+			return
+		}
+	}
+}
+
+// nextHelloKey fails the queued batches whose first op names a refused
 // key and takes the key of the oldest batch left for the next HELLO. With
 // none left it reports false, and the session takes no more batches: it is
 // marked broken under the lock Post enqueues under, so no batch slips in
@@ -71,17 +103,10 @@ func (s *sendSession) dialUsable(ctx context.Context) (net.Conn, net.Conn, *cork
 func (s *sendSession) nextHelloKey() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for more := true; more; {
-		select {
-		case b := <-s.queue:
-			s.held = append(s.held, b)
-		default:
-			more = false
-		}
-	}
+	s.holdQueued()
 	kept := s.held[:0]
 	for _, b := range s.held {
-		if b.ops[0].RemoteKey != s.helloKey {
+		if !slices.Contains(s.named, b.ops[0].RemoteKey) {
 			kept = append(kept, b)
 			continue
 		}
@@ -98,7 +123,8 @@ func (s *sendSession) nextHelloKey() bool {
 	return true
 }
 
-// beforeHello runs before each HELLO is written; tests hold a dial there.
+// beforeHello runs before each HELLO is written, once its keys are named;
+// tests hold a dial there.
 var beforeHello = func() {}
 
 // dial opens the data connection and says hello; the receiver answers with
@@ -112,8 +138,10 @@ func (s *sendSession) dial(ctx context.Context) (net.Conn, net.Conn, *corkedConn
 	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
 	defer stop()
 	var hb [headerSize]byte
+	hello := header{Type: frameHello}
+	hello.setHelloKeys(s.nameHelloKeys())
 	beforeHello()
-	(&header{Type: frameHello, Key: uint64(s.helloKey)}).encode(hb[:])
+	hello.encode(hb[:])
 	_ = raw.SetDeadline(time.Now().Add(dialTimeout))
 	if _, err := conn.Write(hb[:]); err != nil {
 		raw.Close()

@@ -3,6 +3,8 @@ package tcp
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/kvfence/kvfence/sdk"
 )
 
 // The wire, inside a TLS 1.3 connection (identity.go): every frame starts
@@ -18,6 +20,11 @@ import (
 //	24 offset   u64  WRITE: offset in the key's window; HELLO_ACK/QUIESCE: session token, second half
 //	32 length   u64  WRITE: payload length; ACK: bytes applied
 //	40 deadline i64  WRITE: unix nanos (sender clock) after which it must not be applied
+//
+// A HELLO may name up to three more keys in seq, offset and deadline (zero:
+// none; helloKeys): the receiver opens the session if any named key is
+// usable there. A receiver that reads only key ignores them, and a sender
+// that names one leaves them zero, so both ends need not agree on it.
 //
 // Version 1 was the same frames in cleartext, with a receiver instance and
 // sequential session ids where the token is now. Version 2's HELLO named
@@ -146,6 +153,26 @@ func decodeHeader(b []byte, maxWrite uint64) (header, error) {
 		maxWrite = maxWireBytes
 	}
 	return h, checkHeader(h, maxWrite)
+}
+
+// helloKeys are the keys a HELLO names, zeros left out.
+func (h header) helloKeys() []uint64 {
+	var keys []uint64
+	for _, k := range [...]uint64{h.Key, h.Seq, h.Offset, uint64(h.Deadline)} {
+		if k != 0 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// setHelloKeys names keys[:4] in a HELLO.
+func (h *header) setHelloKeys(keys []sdk.Key) {
+	var k [4]uint64
+	for i := range min(len(keys), len(k)) {
+		k[i] = uint64(keys[i])
+	}
+	h.Key, h.Seq, h.Offset, h.Deadline = k[0], k[1], k[2], int64(k[3])
 }
 
 // checkHeader checks what each frame type allows in its code and length.
