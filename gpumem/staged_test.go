@@ -126,12 +126,8 @@ func pairWith(t *testing.T, check agent.ContentCheck, engine *agent.EngineMemory
 			px.Close()
 		}
 	})
-	// RevokeAfterDrain: these tests need an aborted request's writes in
-	// flight to land in its held memory (that they never reach a page lent
-	// again is the claim); revoked at the abort, most are refused instead
-	// (that path: the agent's fence tests and the demo).
 	d, err := agent.NewDecode(ctx, agent.DecodeConfig{Rank: 0, Slots: 32, ShardBytes: 2 * halfPage, Shards: 1,
-		Lease: 2 * time.Second, MaxHold: 20 * time.Second, Fence: true, RevokeAfterDrain: true, ControlAddr: "127.0.0.1:0", Check: check, Engine: engine,
+		Lease: 2 * time.Second, MaxHold: 20 * time.Second, Fence: true, ControlAddr: "127.0.0.1:0", Check: check, Engine: engine,
 		AdvertiseData: func(ep sdk.Endpoint) []sdk.Endpoint {
 			target, pin, pinned := strings.Cut(ep.Address, "#")
 			px := &delayproxy.Proxy{Target: target, Delays: []time.Duration{40 * time.Millisecond}}
