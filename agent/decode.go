@@ -36,14 +36,8 @@ type DecodeConfig struct {
 	// Fence: grant one key per page per exposure and let the core revoke
 	// them (a receiver-side fence). Without it the whole pool is exposed
 	// under one key and only drained and timeout release memory.
-	Fence bool
-	// RevokeAfterDrain: with a fence, revoke an aborted request's keys
-	// only once its ranks drained. By default they are revoked at the
-	// abort, alongside the drain: its slots go back when the first proof
-	// arrives (mostly the revocation, released "fenced") instead of a
-	// drain round trip plus a revocation after it. In the demo's abort
-	// storm that cut held slot-seconds per abort from 5.8 to 0.01.
-	RevokeAfterDrain bool
+	Fence       bool
+	EagerRevoke bool
 	// UnboundKeys: with a fence, grant keys any holder may use even where
 	// the transport could bind each rank's keys to its data identity
 	// (Capabilities.WriterBound; writer_keys.go). For measuring the cost
@@ -354,7 +348,7 @@ func (d *Decode) newCore(rf core.RestartFenceConfig) error {
 	d.core, err = core.NewReceiver(core.ReceiverConfig{
 		Instance: cfg.Instance, Self: cfg.Rank, Slots: cfg.Slots, SlotBytes: d.slotB, EnginePages: cfg.enginePages(),
 		Lease: cfg.Lease, MaxHold: cfg.MaxHold, MaxTail: info.Capabilities.MaxTail, ClockMargin: cfg.ClockMargin,
-		MaxDeclaredTail: cfg.MaxDeclaredTail, CanRevoke: d.fence, EagerRevoke: !cfg.RevokeAfterDrain, RestartFence: rf, Unsafe: knownunsafe.AgentVariant(),
+		MaxDeclaredTail: cfg.MaxDeclaredTail, CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, RestartFence: rf, Unsafe: knownunsafe.AgentVariant(),
 	}, now())
 	if err != nil {
 		return err

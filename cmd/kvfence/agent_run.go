@@ -59,7 +59,7 @@ func agentConfig(f agentFlags) demo.AgentConfig {
 	return demo.AgentConfig{Role: f.role, Rank: f.rank, DecodeRank: f.decodeRank,
 		Control: f.control, DecodeAddr: f.decodeAddr, Metrics: f.metrics,
 		Slots: f.slots, Shards: f.shards, Lanes: f.lanes, SourcePages: f.sourcePages, MaxInflight: f.maxInflight,
-		ShardBytes: f.shardBytes, Fence: f.fence, RevokeAfterDrain: !f.eager, Checksums: f.checksums,
+		ShardBytes: f.shardBytes, Fence: f.fence, EagerRevoke: f.eager, Checksums: f.checksums,
 		QuiesceGrace: f.quiesceGrace, Lease: f.lease, MaxHold: f.maxHold, MaxTail: f.maxDeclaredTail,
 		Delays: f.delays, AdvertiseHosts: f.advertiseHosts}
 }

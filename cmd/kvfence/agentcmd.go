@@ -90,7 +90,7 @@ func newAgentCommand() *cobra.Command {
 	fl.DurationVar(&f.maxHold, "max-hold", 10*time.Second, "no lease past admission + this (decode)")
 	fl.DurationVar(&f.maxDeclaredTail, "max-declared-tail", 0, "longest data-plane tail a prefill rank may declare; a rank declaring more is refused at link (decode; 0: the core's default, 5m, or this rank's own tail if longer)")
 	fl.BoolVar(&f.fence, "fence", true, "per-exposure keys with revocation (decode)")
-	fl.BoolVar(&f.eager, "eager-revoke", true, "with a fence, revoke an aborted request's keys at the abort; =false: only once its ranks drained (decode)")
+	fl.BoolVar(&f.eager, "eager-revoke", false, "revoke as soon as a request aborts (decode)")
 	fl.BoolVar(&f.checksums, "checksums", false, "checksums at commit: computed by prefill, required and checked by decode")
 	fl.DurationSliceVar(&f.delays, "data-delay", nil, "put a delaying proxy on the data path; connection k is delayed by the k-th value, cyclically (decode)")
 	// An external transport plugin instead of the embedded TCP one (e.g.

@@ -57,10 +57,8 @@ type decodeJSON struct {
 	// past admission, so this bounds the hold. 0: core's default (5 min).
 	MaxDeclaredTailMs int64 `json:"max_declared_tail_ms"`
 	Fence             *bool `json:"fence"`
-	// EagerRevoke: with a fence, revoke an aborted request's keys at the
-	// abort (default true); false: only once its ranks drained.
-	EagerRevoke *bool `json:"eager_revoke"`
-	Checksums   bool  `json:"checksums"`
+	EagerRevoke       bool  `json:"eager_revoke"`
+	Checksums         bool  `json:"checksums"`
 	// DirectBuffer, DirectPages: gpu_mode "direct" (direct.go).
 	DirectBuffer uint64 `json:"direct_buffer"`
 	DirectPages  int    `json:"direct_pages"`
@@ -241,7 +239,7 @@ func openDecode(text string) (*agentObj, error) {
 	}
 	cfg := agent.DecodeConfig{Rank: core.RankID(j.Rank), Slots: j.Slots, ShardBytes: j.ShardBytes, Shards: orInt(j.Shards, 1),
 		Lease: ms(j.LeaseMs, 2000), MaxHold: ms(j.MaxHoldMs, 30000), ClockMargin: ms(j.ClockMarginMs, 100),
-		MaxDeclaredTail: ms(j.MaxDeclaredTailMs, 0), Fence: fence, RevokeAfterDrain: j.EagerRevoke != nil && !*j.EagerRevoke, Checksums: j.Checksums,
+		MaxDeclaredTail: ms(j.MaxDeclaredTailMs, 0), Fence: fence, EagerRevoke: j.EagerRevoke, Checksums: j.Checksums,
 		ControlAddr: j.ControlAddr, TLS: tlsCfg, Logger: log}
 	if cfg.ControlAddr == "" {
 		cfg.ControlAddr = "127.0.0.1:0"
