@@ -7,6 +7,9 @@ import (
 	"github.com/kvfence/kvfence/errdefs"
 )
 
+// maxRevokeGrace bounds KVFENCE_TCP_REVOKE_GRACE.
+const maxRevokeGrace = time.Second
+
 // ConfigFromEnv reads a Config from KVFENCE_TCP_* variables (getenv is
 // os.Getenv in the plugin binary).
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
@@ -27,6 +30,11 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			}
 			*dst = d
 		}
+	}
+	if cfg.RevokeGrace > maxRevokeGrace {
+		// A revocation waits this long for a write in progress: past a
+		// second it only lengthens every fenced hold.
+		return Config{}, errdefs.Errorf(errdefs.InvalidArgument, "KVFENCE_TCP_REVOKE_GRACE=%v: at most %v", cfg.RevokeGrace, maxRevokeGrace)
 	}
 	if v := getenv("KVFENCE_TCP_MAX_CONNS"); v != "" {
 		n, err := strconv.Atoi(v)
