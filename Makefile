@@ -60,7 +60,7 @@ vet:
 	./.ci/long-tests.sh >/dev/null
 
 unit:
-	KVFENCE_TEST_QUICK=1 $(GO) test -race -count=1 ./...
+	KVFENCE_TEST_QUICK=1 GO=$(GO) ./.ci/gotest.sh -race -count=1 ./...
 
 # The long tests only (see .ci/long-tests.sh): the flood and certification
 # tests that `make unit` skips (KVFENCE_TEST_QUICK). One package at a time (-p 1):
@@ -71,7 +71,7 @@ unit:
 unit-long:
 	@long=$$(./.ci/long-tests.sh); set -- $$long; run=$$1; shift; \
 	echo "$(GO) test -race -count=1 -p 1 -run '$$run' $$*"; \
-	$(GO) test -race -count=1 -p 1 -run "$$run" "$$@"
+	GO=$(GO) ./.ci/gotest.sh -race -count=1 -p 1 -run "$$run" "$$@"
 
 fuzz:
 	GO=$(GO) ./.ci/fuzz.sh ./core FuzzDecodeMessage $(FUZZTIME)

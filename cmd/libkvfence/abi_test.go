@@ -60,25 +60,35 @@ var (
 	theCmem  cmem
 )
 
-// unmappedAddress returns an address the process had mapped and unmapped.
-// It is far from where the kernel (top-down from mmap_base) and Go's heap
-// (from 0xc000000000 up) place other mappings: a hole right beside our own
-// mapping was once filled by another thread's mmap before the test used it.
+// unmappedAddress returns an address no mapping can ever fill. The tests
+// write through it (an out parameter, an error struct), so an address that
+// another thread's mmap may take between the test's choice and its use
+// would let them scribble on that mapping: a hole the test had mapped and
+// unmapped was once filled so. Under 4-level paging the last page below
+// 2^47 lies outside the user address space (mmap there fails ENOMEM); where
+// it does not (5-level paging), the address is a one-page hole between two
+// PROT_NONE pages the test keeps, which only a one-page mmap could fill.
 func unmappedAddress(t testing.TB) unsafe.Pointer {
-	const hint, size = 0x3A5B00000000, 1 << 16
+	const page = 4096
 	const fixedNoReplace = 0x100000 // MAP_FIXED_NOREPLACE
-	flags := uintptr(syscall.MAP_ANON | syscall.MAP_PRIVATE | fixedNoReplace)
-	addr, _, errno := syscall.Syscall6(syscall.SYS_MMAP, hint, size, syscall.PROT_READ|syscall.PROT_WRITE, flags, ^uintptr(0), 0)
-	if errno != 0 { // taken, or a kernel without NOREPLACE: any address will do
-		addr, _, errno = syscall.Syscall6(syscall.SYS_MMAP, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE, ^uintptr(0), 0)
-		if errno != 0 {
-			t.Fatalf("mmap: %v", errno)
-		}
+	const beyondUser = 1<<47 - page
+	addr, _, errno := syscall.Syscall6(syscall.SYS_MMAP, beyondUser, page, syscall.PROT_NONE,
+		syscall.MAP_ANON|syscall.MAP_PRIVATE|fixedNoReplace, ^uintptr(0), 0)
+	if errno == syscall.ENOMEM {
+		return unsafe.Add(unsafe.Pointer(nil), uintptr(beyondUser))
 	}
-	if _, _, errno := syscall.Syscall(syscall.SYS_MUNMAP, addr, size, 0); errno != 0 {
+	if errno == 0 {
+		_, _, _ = syscall.Syscall(syscall.SYS_MUNMAP, addr, page, 0)
+	}
+	addr, _, errno = syscall.Syscall6(syscall.SYS_MMAP, 0, 3*page, syscall.PROT_NONE,
+		syscall.MAP_ANON|syscall.MAP_PRIVATE, ^uintptr(0), 0)
+	if errno != 0 {
+		t.Fatalf("mmap: %v", errno)
+	}
+	if _, _, errno := syscall.Syscall(syscall.SYS_MUNMAP, addr+page, page, 0); errno != 0 {
 		t.Fatalf("munmap: %v", errno)
 	}
-	return unsafe.Add(unsafe.Pointer(nil), addr)
+	return unsafe.Add(unsafe.Pointer(nil), addr+page)
 }
 
 func testMem(t testing.TB) cmem {
