@@ -67,7 +67,7 @@ func grantRaceWrite(t *testing.T, unsafe bool) sdk.Completion {
 	plug := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{}).Transport()
 	g := &gatedGrants{Transport: plug, kb: plug.(sdk.KeyBatcher), gate: make(chan struct{})}
 	d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 4, ShardBytes: shard, Shards: 1,
-		Lease: 10 * time.Second, MaxHold: 20 * time.Second, Fence: true, EagerRevoke: true, ControlAddr: "127.0.0.1:0",
+		Lease: 10 * time.Second, MaxHold: 20 * time.Second, Fence: true, Revoke: RevokeAtAbort, ControlAddr: "127.0.0.1:0",
 		unsafeGrantRace: unsafe}, g)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func grantRaceWrite(t *testing.T, unsafe bool) sdk.Completion {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rv.Abort() // the core fences it now (EagerRevoke); its keys do not exist yet
+	rv.Abort() // the core fences it now (RevokeAtAbort); its keys do not exist yet
 	if unsafe {
 		// The variant releases at once. Opening the gate before that let
 		// the grant's answer into the same loop turn as the abort, whose

@@ -97,7 +97,7 @@ func TestDecodeBatchesKeysPerExposure(t *testing.T) {
 				tr = batchKeyCalls{calls}
 			}
 			d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 4, ShardBytes: shard, Shards: 2,
-				Lease: 10 * time.Second, MaxHold: 20 * time.Second, Fence: true, EagerRevoke: true, ControlAddr: "127.0.0.1:0"}, tr)
+				Lease: 10 * time.Second, MaxHold: 20 * time.Second, Fence: true, Revoke: RevokeAtAbort, ControlAddr: "127.0.0.1:0"}, tr)
 			if err != nil {
 				t.Fatal(err)
 			}

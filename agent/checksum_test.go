@@ -37,6 +37,7 @@ type checksumRun struct {
 	corrupt      int
 	handoffs     int
 	releasedPath map[string]int
+	atAbort      bool // decode revokes at the abort (Stats.RevokeAtAbort)
 }
 
 // runChecksummed moves one 4-page request from a prefill rank (whose
@@ -70,7 +71,7 @@ func runChecksummed(t *testing.T, decodeSums, prefillSums, lie bool) checksumRun
 		waitFor(t, "the failed request's memory to be released", rv.Released)
 	}
 	st := d.Stats()
-	run.corrupt, run.handoffs, run.releasedPath = st.CorruptPages, st.Handoffs, st.Released
+	run.corrupt, run.handoffs, run.releasedPath, run.atAbort = st.CorruptPages, st.Handoffs, st.Released, st.RevokeAtAbort
 	mfs, err := d.Metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +86,9 @@ func runChecksummed(t *testing.T, decodeSums, prefillSums, lie bool) checksumRun
 
 // With checksums, a write the transport misdirected (and reported as a
 // success) is caught at commit: the request is aborted and never handed
-// off, and its memory goes back only once the rank drained. Without them
+// off, and its memory goes back only once the rank drained (or, where
+// decode revokes at the abort, once its keys are revoked, if that comes
+// first). Without them
 // (the unsafe arm) the same run hands off a page holding another page's
 // bytes — which only the demo's content oracle sees.
 func TestChecksumAtCommitCatchesMisdirectedWrite(t *testing.T) {
@@ -94,8 +97,12 @@ func TestChecksumAtCommitCatchesMisdirectedWrite(t *testing.T) {
 		if r.state != PollFailed || r.handoffs != 0 || r.mismatches != 1 {
 			t.Fatalf("want an aborted request and one mismatch, got state %v handoffs %d mismatches %v", r.state, r.handoffs, r.mismatches)
 		}
-		if r.releasedPath["drained"] != 1 {
-			t.Fatalf("the aborted request should be released by drained, got %v", r.releasedPath)
+		safe := r.releasedPath["drained"]
+		if r.atAbort {
+			safe += r.releasedPath["fenced"]
+		}
+		if safe != 1 || len(r.releasedPath) != 1 {
+			t.Fatalf("the aborted request should be released drained (or fenced, revoking at the abort: %v), got %v", r.atAbort, r.releasedPath)
 		}
 	})
 	t.Run("unsafe-no-checksums", func(t *testing.T) {

@@ -36,8 +36,10 @@ type DecodeConfig struct {
 	// Fence: grant one key per page per exposure and let the core revoke
 	// them (a receiver-side fence). Without it the whole pool is exposed
 	// under one key and only drained and timeout release memory.
-	Fence       bool
-	EagerRevoke bool
+	Fence bool
+	// Revoke: when an aborted exposure's keys are revoked (RevokeOrder;
+	// the zero value is RevokeAuto).
+	Revoke RevokeOrder
 	// UnboundKeys: with a fence, grant keys any holder may use even where
 	// the transport could bind each rank's keys to its data identity
 	// (Capabilities.WriterBound; writer_keys.go). For measuring the cost
@@ -226,6 +228,9 @@ func (cfg DecodeConfig) withDefaults() (DecodeConfig, error) {
 	if cfg.MaxDeclaredTail < 0 {
 		return cfg, errdefs.Errorf(errdefs.InvalidArgument, "decode: MaxDeclaredTail %v is negative (zero: core.DefaultMaxDeclaredTail)", cfg.MaxDeclaredTail)
 	}
+	if int(cfg.Revoke) >= len(revokeOrderNames) {
+		return cfg, errdefs.Errorf(errdefs.InvalidArgument, "decode: %v is no revoke order", cfg.Revoke)
+	}
 	if err := checkOwnCertificate(cfg.TLS, time.Now()); err != nil {
 		return cfg, err
 	}
@@ -265,6 +270,8 @@ func (d *Decode) startOnTransport(ctx context.Context) error {
 	d.granter = g
 	d.fence = d.cfg.Fence && info.Capabilities.Revoke
 	d.bindWriters = d.fence && info.Capabilities.WriterBound && !d.cfg.UnboundKeys
+	d.log.Info("fence", "on", d.fence, "revoke", d.cfg.Revoke.String(), "revoke_at_abort", d.revokesAtAbort(),
+		"refusals_isolated", info.Capabilities.RefusalsIsolated)
 	if d.shardKeys, err = d.chooseShardKeys(); err != nil {
 		return err // before the pool is mapped or registered
 	}
@@ -340,6 +347,12 @@ func (d *Decode) advertise() []string {
 	return lanes
 }
 
+// revokesAtAbort: the fence revokes an aborted exposure's keys at the
+// abort (cfg.Revoke, resolved against the transport's declaration).
+func (d *Decode) revokesAtAbort() bool {
+	return d.fence && d.cfg.Revoke.revokesAtAbort(d.info.Capabilities.RefusalsIsolated)
+}
+
 // newCore starts the receiver and the Hello it answers with, once d.info
 // and d.data are known.
 func (d *Decode) newCore(rf core.RestartFenceConfig) error {
@@ -348,7 +361,7 @@ func (d *Decode) newCore(rf core.RestartFenceConfig) error {
 	d.core, err = core.NewReceiver(core.ReceiverConfig{
 		Instance: cfg.Instance, Self: cfg.Rank, Slots: cfg.Slots, SlotBytes: d.slotB, EnginePages: cfg.enginePages(),
 		Lease: cfg.Lease, MaxHold: cfg.MaxHold, MaxTail: info.Capabilities.MaxTail, ClockMargin: cfg.ClockMargin,
-		MaxDeclaredTail: cfg.MaxDeclaredTail, CanRevoke: d.fence, EagerRevoke: cfg.EagerRevoke, RestartFence: rf, Unsafe: knownunsafe.AgentVariant(),
+		MaxDeclaredTail: cfg.MaxDeclaredTail, CanRevoke: d.fence, EagerRevoke: d.revokesAtAbort(), RestartFence: rf, Unsafe: knownunsafe.AgentVariant(),
 	}, now())
 	if err != nil {
 		return err
@@ -878,6 +891,7 @@ func (d *Decode) Stats() DecodeStats {
 		s = d.stats.clone()
 		s.Core = d.core.Metrics()
 		s.LiveTags = len(d.tags)
+		s.RevokeAtAbort = d.revokesAtAbort()
 		for _, l := range d.links {
 			s.ReplaysRefused += l.replays.Load()
 		}

@@ -51,7 +51,7 @@ func FuzzDecodeControl(f *testing.F) {
 	}
 	f.Cleanup(func() { _ = dp.Close() })
 	d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Instance: inst, Slots: 16, ShardBytes: 4096, Shards: 2,
-		Lease: time.Second, MaxHold: 2 * time.Second, Fence: true, EagerRevoke: true, Checksums: true, Check: oracle.Check{}, ControlAddr: "127.0.0.1:0"}, dp.Transport())
+		Lease: time.Second, MaxHold: 2 * time.Second, Fence: true, Revoke: RevokeAtAbort, Checksums: true, Check: oracle.Check{}, ControlAddr: "127.0.0.1:0"}, dp.Transport())
 	if err != nil {
 		f.Fatal(err)
 	}

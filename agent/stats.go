@@ -14,13 +14,16 @@ type DecodeStats struct {
 	CorruptPages  int                  `json:"corrupt_pages"`
 	// FreeWrites counts pages found written while they were free (I1: a
 	// late write into released memory); each is also a corrupt page.
-	FreeWrites     int                  `json:"free_writes"`
-	HoldsMs        map[string][]float64 `json:"holds_ms"` // by path, aborted/rejected exposures only
-	Released       map[string]int       `json:"released"`
-	HoldSlotSec    map[string]float64   `json:"hold_slot_seconds"` // by path: held slots × seconds
-	Series         []HeldSample         `json:"series"`
-	LiveTags       int                  `json:"live_tags"`
-	ReplaysRefused uint64               `json:"replays_refused"`
+	FreeWrites  int                  `json:"free_writes"`
+	HoldsMs     map[string][]float64 `json:"holds_ms"` // by path, aborted/rejected exposures only
+	Released    map[string]int       `json:"released"`
+	HoldSlotSec map[string]float64   `json:"hold_slot_seconds"` // by path: held slots × seconds
+	Series      []HeldSample         `json:"series"`
+	LiveTags    int                  `json:"live_tags"`
+	// RevokeAtAbort: the fence revokes an aborted request's keys at the
+	// abort (DecodeConfig.Revoke, resolved against the transport).
+	RevokeAtAbort  bool   `json:"revoke_at_abort"`
+	ReplaysRefused uint64 `json:"replays_refused"`
 	// BoundGrants: rank key sets bound to the rank's data identity;
 	// UnboundGrants: exposures that also needed unbound keys (a rank's
 	// identity unknown or not connected yet). writer_keys.go.

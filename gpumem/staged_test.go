@@ -112,7 +112,11 @@ func stagedPairCheck(t *testing.T, check agent.ContentCheck) (*agent.Decode, *ag
 }
 
 // pairWith is stagedPairCheck; with engine, decode runs in direct mode on
-// the engine's memory (32 of its pages lent at once).
+// the engine's memory (32 of its pages lent at once). Decode revokes after
+// the drain, never at the abort: the tests here show an aborted request's
+// late writes landing in held memory and not in a GPU page, and with
+// revocation at the abort (TCP's default) the fence would refuse most of
+// them before they landed anywhere.
 func pairWith(t *testing.T, check agent.ContentCheck, engine *agent.EngineMemory) (*agent.Decode, *agent.Prefill) {
 	ctx := context.Background()
 	dp, err := sdk.Open(pluginBin, sdk.OpenOptions{})
@@ -127,7 +131,7 @@ func pairWith(t *testing.T, check agent.ContentCheck, engine *agent.EngineMemory
 		}
 	})
 	d, err := agent.NewDecode(ctx, agent.DecodeConfig{Rank: 0, Slots: 32, ShardBytes: 2 * halfPage, Shards: 1,
-		Lease: 2 * time.Second, MaxHold: 20 * time.Second, Fence: true, ControlAddr: "127.0.0.1:0", Check: check, Engine: engine,
+		Lease: 2 * time.Second, MaxHold: 20 * time.Second, Fence: true, Revoke: agent.RevokeAfterDrain, ControlAddr: "127.0.0.1:0", Check: check, Engine: engine,
 		AdvertiseData: func(ep sdk.Endpoint) []sdk.Endpoint {
 			target, pin, pinned := strings.Cut(ep.Address, "#")
 			px := &delayproxy.Proxy{Target: target, Delays: []time.Duration{40 * time.Millisecond}}

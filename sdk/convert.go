@@ -57,17 +57,18 @@ func statusFromPB(s pb.Status) Status {
 
 func infoToPB(i Info) *pb.InfoResponse {
 	r := &pb.InfoResponse{
-		Name:            i.Name,
-		Version:         i.Version,
-		ProtocolVersion: uint32(i.ProtocolVersion),
-		Revoke:          i.Capabilities.Revoke,
-		Read:            i.Capabilities.Read,
-		MaxTailNanos:    int64(i.Capabilities.MaxTail),
-		MaxBatch:        uint32(i.Capabilities.MaxBatch),
-		MaxOpBytes:      i.Capabilities.MaxOpBytes,
-		WriterBound:     i.Capabilities.WriterBound,
-		Bounds:          boundsToPB(i.Capabilities.Bounds),
-		BatchKeys:       i.Capabilities.BatchKeys,
+		Name:             i.Name,
+		Version:          i.Version,
+		ProtocolVersion:  uint32(i.ProtocolVersion),
+		Revoke:           i.Capabilities.Revoke,
+		Read:             i.Capabilities.Read,
+		MaxTailNanos:     int64(i.Capabilities.MaxTail),
+		MaxBatch:         uint32(i.Capabilities.MaxBatch),
+		MaxOpBytes:       i.Capabilities.MaxOpBytes,
+		WriterBound:      i.Capabilities.WriterBound,
+		Bounds:           boundsToPB(i.Capabilities.Bounds),
+		BatchKeys:        i.Capabilities.BatchKeys,
+		RefusalsIsolated: i.Capabilities.RefusalsIsolated,
 	}
 	for _, k := range i.Capabilities.MemoryKinds {
 		r.MemoryKinds = append(r.MemoryKinds, memoryKindToPB(k))
@@ -81,14 +82,15 @@ func infoFromPB(r *pb.InfoResponse) Info {
 		Version:         r.GetVersion(),
 		ProtocolVersion: int(r.GetProtocolVersion()),
 		Capabilities: Capabilities{
-			Revoke:      r.GetRevoke(),
-			Read:        r.GetRead(),
-			MaxTail:     time.Duration(r.GetMaxTailNanos()),
-			MaxBatch:    int(r.GetMaxBatch()),
-			MaxOpBytes:  r.GetMaxOpBytes(),
-			WriterBound: r.GetWriterBound(),
-			Bounds:      boundsFromPB(r.GetBounds()),
-			BatchKeys:   r.GetBatchKeys(),
+			Revoke:           r.GetRevoke(),
+			Read:             r.GetRead(),
+			MaxTail:          time.Duration(r.GetMaxTailNanos()),
+			MaxBatch:         int(r.GetMaxBatch()),
+			MaxOpBytes:       r.GetMaxOpBytes(),
+			WriterBound:      r.GetWriterBound(),
+			Bounds:           boundsFromPB(r.GetBounds()),
+			BatchKeys:        r.GetBatchKeys(),
+			RefusalsIsolated: r.GetRefusalsIsolated(),
 		},
 	}
 	for _, k := range r.GetMemoryKinds() {

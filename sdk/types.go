@@ -202,6 +202,16 @@ type Capabilities struct {
 	// KeyBatcher, or with one Grant or Revoke per item); a host seeing an
 	// older plugin without it calls Grant and Revoke once per key.
 	BatchKeys bool
+	// RefusalsIsolated: a write the receiving side refuses (a revoked key,
+	// another writer's key, a key's bounds) ends its own batch refused and
+	// nothing else: batches under other keys sharing its connection or
+	// queue pair complete as they would have. A host may then revoke an
+	// aborted request's keys while its writes still arrive (the agent does,
+	// at the abort). verbs cannot claim it: on an RC queue pair a remote
+	// access error moves the whole queue pair to the error state, failing
+	// every write behind it. The conformance check
+	// refused-write-fails-alone holds a plugin to it.
+	RefusalsIsolated bool
 }
 
 // Info identifies a transport.

@@ -138,6 +138,16 @@ var agentRules = []agentRule{
 		}
 		return nil
 	}},
+	{"revoke", func(f agentFlags) error {
+		o, err := agent.ParseRevokeOrder(f.revoke)
+		if err != nil {
+			return fmt.Errorf("--revoke: %v", err)
+		}
+		if f.eager && o == agent.RevokeAfterDrain {
+			return fmt.Errorf("--eager-revoke contradicts --revoke after-drain")
+		}
+		return nil
+	}},
 	{"pki", func(f agentFlags) error {
 		if f.pki == "" {
 			return nil

@@ -59,9 +59,19 @@ func agentConfig(f agentFlags) demo.AgentConfig {
 	return demo.AgentConfig{Role: f.role, Rank: f.rank, DecodeRank: f.decodeRank,
 		Control: f.control, DecodeAddr: f.decodeAddr, Metrics: f.metrics,
 		Slots: f.slots, Shards: f.shards, Lanes: f.lanes, SourcePages: f.sourcePages, MaxInflight: f.maxInflight,
-		ShardBytes: f.shardBytes, Fence: f.fence, EagerRevoke: f.eager, Checksums: f.checksums,
+		ShardBytes: f.shardBytes, Fence: f.fence, Revoke: revokeOrder(f), Checksums: f.checksums,
 		QuiesceGrace: f.quiesceGrace, Lease: f.lease, MaxHold: f.maxHold, MaxTail: f.maxDeclaredTail,
 		Delays: f.delays, AdvertiseHosts: f.advertiseHosts}
+}
+
+// revokeOrder is --revoke (checked by agentRules), or at-abort for the
+// deprecated --eager-revoke.
+func revokeOrder(f agentFlags) agent.RevokeOrder {
+	o, _ := agent.ParseRevokeOrder(f.revoke)
+	if f.eager {
+		o = agent.RevokeAtAbort
+	}
+	return o
 }
 
 // openAgentLog is the rank's log: the --log file, or stderr.

@@ -38,6 +38,7 @@ func newPluginTCPCommand() *cobra.Command {
 
 type agentFlags struct {
 	role, control, decodeAddr, pki, unsafe, logFile, metrics string
+	revoke                                                   string
 	plugin                                                   string
 	pins                                                     sdk.PluginPins
 	pluginEnv, advertiseHosts                                []string
@@ -90,7 +91,9 @@ func newAgentCommand() *cobra.Command {
 	fl.DurationVar(&f.maxHold, "max-hold", 10*time.Second, "no lease past admission + this (decode)")
 	fl.DurationVar(&f.maxDeclaredTail, "max-declared-tail", 0, "longest data-plane tail a prefill rank may declare; a rank declaring more is refused at link (decode; 0: the core's default, 5m, or this rank's own tail if longer)")
 	fl.BoolVar(&f.fence, "fence", true, "per-exposure keys with revocation (decode)")
-	fl.BoolVar(&f.eager, "eager-revoke", false, "revoke as soon as a request aborts (decode)")
+	fl.StringVar(&f.revoke, "revoke", "auto", "when an aborted request's keys are revoked: auto (at the abort where the transport isolates refused writes, else after the drain), at-abort, after-drain (decode)")
+	fl.BoolVar(&f.eager, "eager-revoke", false, "the same as --revoke at-abort")
+	_ = fl.MarkDeprecated("eager-revoke", "use --revoke at-abort")
 	fl.BoolVar(&f.checksums, "checksums", false, "checksums at commit: computed by prefill, required and checked by decode")
 	fl.DurationSliceVar(&f.delays, "data-delay", nil, "put a delaying proxy on the data path; connection k is delayed by the k-th value, cyclically (decode)")
 	// An external transport plugin instead of the embedded TCP one (e.g.

@@ -57,8 +57,11 @@ type decodeJSON struct {
 	// past admission, so this bounds the hold. 0: core's default (5 min).
 	MaxDeclaredTailMs int64 `json:"max_declared_tail_ms"`
 	Fence             *bool `json:"fence"`
-	EagerRevoke       bool  `json:"eager_revoke"`
-	Checksums         bool  `json:"checksums"`
+	// EagerRevoke: true revokes an aborted request's keys at the abort,
+	// false only after every writer drained; absent, at the abort where
+	// the transport isolates refused writes (agent.RevokeAuto).
+	EagerRevoke *bool `json:"eager_revoke"`
+	Checksums   bool  `json:"checksums"`
 	// DirectBuffer, DirectPages: gpu_mode "direct" (direct.go).
 	DirectBuffer uint64 `json:"direct_buffer"`
 	DirectPages  int    `json:"direct_pages"`
@@ -98,6 +101,16 @@ func parseJSON(text string, v any) error {
 		return invalid("config: %v", err)
 	}
 	return nil
+}
+
+func revokeOrder(eager *bool) agent.RevokeOrder {
+	switch {
+	case eager == nil:
+		return agent.RevokeAuto
+	case *eager:
+		return agent.RevokeAtAbort
+	}
+	return agent.RevokeAfterDrain
 }
 
 func ms(v, def int64) time.Duration {
@@ -239,7 +252,7 @@ func openDecode(text string) (*agentObj, error) {
 	}
 	cfg := agent.DecodeConfig{Rank: core.RankID(j.Rank), Slots: j.Slots, ShardBytes: j.ShardBytes, Shards: orInt(j.Shards, 1),
 		Lease: ms(j.LeaseMs, 2000), MaxHold: ms(j.MaxHoldMs, 30000), ClockMargin: ms(j.ClockMarginMs, 100),
-		MaxDeclaredTail: ms(j.MaxDeclaredTailMs, 0), Fence: fence, EagerRevoke: j.EagerRevoke, Checksums: j.Checksums,
+		MaxDeclaredTail: ms(j.MaxDeclaredTailMs, 0), Fence: fence, Revoke: revokeOrder(j.EagerRevoke), Checksums: j.Checksums,
 		ControlAddr: j.ControlAddr, TLS: tlsCfg, Logger: log}
 	if cfg.ControlAddr == "" {
 		cfg.ControlAddr = "127.0.0.1:0"

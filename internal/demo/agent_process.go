@@ -31,7 +31,8 @@ type AgentConfig struct {
 	Slots, Shards, Lanes, SourcePages     int
 	MaxInflight                           int
 	ShardBytes                            int64
-	Fence, EagerRevoke, Checksums         bool
+	Fence, Checksums                      bool
+	Revoke                                agent.RevokeOrder
 	QuiesceGrace, Lease, MaxHold, MaxTail time.Duration
 	Delays                                []time.Duration // decode: a delaying proxy per value on the data path
 	AdvertiseHosts                        []string        // decode: the data endpoint once per host
@@ -81,7 +82,7 @@ func RunAgent(c AgentConfig, ready io.Writer) error {
 func startDecodeRank(ctx context.Context, c AgentConfig) (*rankProcess, error) {
 	cfg := agent.DecodeConfig{Restart: c.Restart, Rank: core.RankID(c.Rank), Slots: c.Slots, ShardBytes: c.ShardBytes, Shards: c.Shards,
 		Lease: c.Lease, MaxHold: c.MaxHold, MaxDeclaredTail: c.MaxTail, ClockMargin: 100 * time.Millisecond,
-		Fence: c.Fence, EagerRevoke: c.EagerRevoke, Check: oracle.Check{}, Checksums: c.Checksums,
+		Fence: c.Fence, Revoke: c.Revoke, Check: oracle.Check{}, Checksums: c.Checksums,
 		ControlAddr: c.Control, TLS: c.TLS, Logger: c.Log}
 	eng := NewDecodeEngine()
 	if err := routerlink.ServeCommands(&cfg, eng.Serve); err != nil {

@@ -171,6 +171,11 @@ const (
 	// unsafeBatchRevokeAllOK: RevokeMany reports every key of the batch
 	// revoked, also those it failed to revoke (an unknown key).
 	unsafeBatchRevokeAllOK
+	// unsafeRefusalCutsSession: a refused write ends its whole session, as
+	// an RC queue pair's remote access error does, while Info still
+	// declares RefusalsIsolated: every other batch on the session fails
+	// with it (the old HELLO refusal's blast radius, for every write).
+	unsafeRefusalCutsSession
 )
 
 // unsafeModeByName is how the kvfenceunsafe build of the binary picks one.
@@ -178,6 +183,7 @@ var unsafeModeByName = map[string]unsafeMode{
 	"succeed-before-ack":           unsafeSucceedBeforeAck,
 	"apply-after-revoke":           unsafeApplyAfterRevoke,
 	"batch-revoke-all-ok":          unsafeBatchRevokeAllOK,
+	"refusal-cuts-session":         unsafeRefusalCutsSession,
 	"ack-before-apply":             unsafeAckBeforeApply,
 	"failed-on-timeout":            unsafeFailedOnTimeout,
 	"quiesce-early":                unsafeQuiesceEarly,

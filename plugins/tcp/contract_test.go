@@ -71,6 +71,7 @@ func TestContractCatchesUnsafeVariants(t *testing.T) {
 		{unsafeApplyAfterRevoke, "apply-after-revoke", "revoke-stops-writes"},
 		{unsafeApplyAfterRevoke, "apply-after-revoke", "batch-keys-answer-each-item"},
 		{unsafeBatchRevokeAllOK, "batch-revoke-all-ok", "batch-keys-answer-each-item"},
+		{unsafeRefusalCutsSession, "refusal-cuts-session", "refused-write-fails-alone"},
 	}
 	for _, v := range variants {
 		t.Run(v.name+"/"+v.check+"/in-process", func(t *testing.T) {

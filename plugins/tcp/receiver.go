@@ -87,7 +87,10 @@ type recvSession struct {
 
 var (
 	errSessionEnded = errors.New("session ended")
-	aLongTimeAgo    = time.Unix(1, 0)
+	// errRefusalCutSession ends a session at a refused write: only the
+	// known-unsafe variant refusal-cuts-session does that.
+	errRefusalCutSession = errors.New("a refused write cut its session (unsafe variant)")
+	aLongTimeAgo         = time.Unix(1, 0)
 )
 
 // Test hooks on the race between abort and a read about to start:
@@ -420,6 +423,9 @@ func (r *receiver) apply(s *recvSession, h header) (ackCode, error) {
 	deadline := time.Unix(0, h.Deadline)
 	if code != ackOK {
 		r.t.stats.add(statDropped, 1)
+		if r.t.cfg.unsafe == unsafeRefusalCutsSession {
+			return code, errRefusalCutSession
+		}
 		return code, s.discard(h.Length, deadline)
 	}
 	// Never apply past the write's deadline: a payload still arriving then is

@@ -191,6 +191,12 @@ func (t *Transport) Info(context.Context) (sdk.Info, error) {
 			WriterBound: t.id != nil,
 			Bounds:      keyBounds,
 			BatchKeys:   true,
+			// A refused write fails only its batch: the receiver drops it
+			// and reads on (receiver.go), and a HELLO's keys are refused
+			// one by one (admission.go, sender_dial.go). A write still
+			// arriving RevokeGrace after a Revoke is another case: the
+			// contract lets Revoke cut its connection off (exposure.go).
+			RefusalsIsolated: true,
 		},
 	}, nil
 }

@@ -35,6 +35,7 @@ func Checks() []Check {
 		{"one-completion-per-batch", checkOneCompletion, false},
 		{"quiesce-gives-evidence", checkQuiesce, false},
 		{"batch-keys-answer-each-item", checkBatchKeys, true},
+		{"refused-write-fails-alone", checkRefusalIsolated, true},
 	}
 }
 

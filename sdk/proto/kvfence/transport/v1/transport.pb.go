@@ -281,9 +281,12 @@ type InfoResponse struct {
 	Bounds KeyBounds `protobuf:"varint,11,opt,name=bounds,proto3,enum=kvfence.transport.v1.KeyBounds" json:"bounds,omitempty"`
 	// GrantMany and RevokeMany are served (sdk.Capabilities.BatchKeys).
 	// Absent (an older plugin): the host grants and revokes one key a call.
-	BatchKeys     bool `protobuf:"varint,12,opt,name=batch_keys,json=batchKeys,proto3" json:"batch_keys,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BatchKeys bool `protobuf:"varint,12,opt,name=batch_keys,json=batchKeys,proto3" json:"batch_keys,omitempty"`
+	// A refused write fails only its own batch (sdk.Capabilities.RefusalsIsolated).
+	// Absent (an older plugin): the host revokes only after writers drained.
+	RefusalsIsolated bool `protobuf:"varint,13,opt,name=refusals_isolated,json=refusalsIsolated,proto3" json:"refusals_isolated,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -396,6 +399,13 @@ func (x *InfoResponse) GetBounds() KeyBounds {
 func (x *InfoResponse) GetBatchKeys() bool {
 	if x != nil {
 		return x.BatchKeys
+	}
+	return false
+}
+
+func (x *InfoResponse) GetRefusalsIsolated() bool {
+	if x != nil {
+		return x.RefusalsIsolated
 	}
 	return false
 }
@@ -2017,7 +2027,7 @@ var File_kvfence_transport_v1_transport_proto protoreflect.FileDescriptor
 const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	"\n" +
 	"$kvfence/transport/v1/transport.proto\x12\x14kvfence.transport.v1\"\r\n" +
-	"\vInfoRequest\"\xb8\x03\n" +
+	"\vInfoRequest\"\xe5\x03\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12)\n" +
@@ -2033,7 +2043,8 @@ const file_kvfence_transport_v1_transport_proto_rawDesc = "" +
 	" \x01(\bR\vwriterBound\x127\n" +
 	"\x06bounds\x18\v \x01(\x0e2\x1f.kvfence.transport.v1.KeyBoundsR\x06bounds\x12\x1d\n" +
 	"\n" +
-	"batch_keys\x18\f \x01(\bR\tbatchKeys\"\x9a\x01\n" +
+	"batch_keys\x18\f \x01(\bR\tbatchKeys\x12+\n" +
+	"\x11refusals_isolated\x18\r \x01(\bR\x10refusalsIsolated\"\x9a\x01\n" +
 	"\n" +
 	"MemoryDesc\x124\n" +
 	"\x04kind\x18\x01 \x01(\x0e2 .kvfence.transport.v1.MemoryKindR\x04kind\x12\x12\n" +
