@@ -164,6 +164,7 @@ func printSummary(w io.Writer, s *demo.Summary) {
 			s.TargetInstances, s.TargetRestarts, s.RestartFailed, s.FailedPerRestart)
 	}
 	if s.Fence {
+		fmt.Fprintf(w, "  revocation      %s\n", map[bool]string{true: "at the abort (the transport isolates refused writes)", false: "after the drain"}[s.RevokeAtAbort])
 		fmt.Fprintf(w, "  writer-bound    %d rank key sets bound; %d admissions with unbound keys\n", s.KeysBound, s.KeysUnbound)
 	}
 	paths := make([]string, 0, len(s.HoldP50Ms))

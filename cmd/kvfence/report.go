@@ -66,6 +66,9 @@ func writeReport(path string, s *demo.Summary) error {
 	row("pages verified", s.PagesVerified)
 	fmt.Fprintf(&r.b, "<tr><td>corrupt pages (of which written while free: %d)</td>%s</tr>", s.FreeWrites, corruptCell(s.CorruptPages))
 	row("fence (per-exposure keys)", s.Fence)
+	if s.Fence {
+		row("revocation of an aborted request's keys", map[bool]string{true: "at the abort", false: "after the drain"}[s.RevokeAtAbort])
+	}
 	row("decode pool", fmt.Sprintf("%d slots", s.PoolSlots))
 	row("seconds", fmt.Sprintf("%.1f (%.0f req/s)", s.Seconds, s.RequestsPerSec))
 	r.raw("</table>")

@@ -9,13 +9,16 @@ import (
 // Summary is what one demo run found (kvfence demo prints it, --json
 // emits it, the bench adds up one per repetition).
 type Summary struct {
-	Variant     string `json:"variant"`
-	Fence       bool   `json:"fence"`
-	Requests    int    `json:"requests"`
-	Handoffs    int    `json:"handoffs"`
-	Aborts      int    `json:"aborts"`
-	CancelsSent int    `json:"cancels_sent"`
-	Failed      int    `json:"failed"`
+	Variant string `json:"variant"`
+	Fence   bool   `json:"fence"`
+	// RevokeAtAbort: decode revoked aborted requests' keys at the abort
+	// (agent.DecodeStats.RevokeAtAbort), not after their drain.
+	RevokeAtAbort bool `json:"revoke_at_abort"`
+	Requests      int  `json:"requests"`
+	Handoffs      int  `json:"handoffs"`
+	Aborts        int  `json:"aborts"`
+	CancelsSent   int  `json:"cancels_sent"`
+	Failed        int  `json:"failed"`
 	// Lost counts requests that did not hand off although the router
 	// never cancelled them (failed requests: admission never succeeded,
 	// the transfer failed, or no outcome came).
@@ -70,7 +73,7 @@ type Summary struct {
 func summarize(o Options, c *counts, st agent.DecodeStats) *Summary {
 	el := c.elapsed.Seconds()
 	meanLat := c.latSum.Seconds() / float64(max(1, o.Requests))
-	s := &Summary{Variant: o.Variant(), Fence: o.Fence, Requests: o.Requests, Handoffs: int(c.handed.Load()),
+	s := &Summary{Variant: o.Variant(), Fence: o.Fence, RevokeAtAbort: st.RevokeAtAbort, Requests: o.Requests, Handoffs: int(c.handed.Load()),
 		Aborts: int(st.Core.Aborts), CancelsSent: int(c.cancels.Load()), Failed: int(c.failed.Load()), Lost: int(c.lost.Load()),
 		ReleasedDrained: st.Released["drained"], ReleasedFenced: st.Released["fenced"], ReleasedTimeout: st.Released["timeout"],
 		ReleasedDone: st.Released["completed"], ReleasedUnsafe: st.Released["unsafe"],
