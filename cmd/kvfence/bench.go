@@ -26,6 +26,7 @@ type benchOptions struct {
 	scarce      bool
 	checksumArm bool
 	fenceOffArm bool
+	drainArm    bool
 	asJSON      bool
 	keep        bool
 	report      string
@@ -91,6 +92,7 @@ read the CI.`,
 	fl.BoolVar(&b.scarce, "scarce", false, "scarce slots: a decode pool half the size the concurrency asks for (concurrency × mean pages / 2), so held slots delay admissions")
 	fl.StringVar(&b.fence, "fence", "on", "per-exposure keys with revocation in the safe arms: on (the shipped default) or off (the cores alone); release-on-abort never fences")
 	fl.BoolVar(&b.fenceOffArm, "fence-off", false, "add an arm: the real core without the fence (splits the fence's cost from the core's)")
+	fl.BoolVar(&b.drainArm, "after-drain", false, "add an arm: the safe default revoking an aborted request's keys only after its drain (what a transport without isolated refusals gets)")
 	fl.DurationVar(&o.PageEvery, "page-every", 8*time.Millisecond, "simulated prefill compute per page")
 	fl.DurationVar(&o.DecodeFor, "decode-for", time.Second, "decode loop time per request (as the demo)")
 	fl.DurationSliceVar(&o.Delays, "data-delay", []time.Duration{600 * time.Millisecond, time.Millisecond}, "delaying proxy delays")
@@ -185,6 +187,7 @@ type benchResult struct {
 	Delta      benchDelta  `json:"delta_safe_vs_release_on_abort"`
 	NoiseFloor benchDelta  `json:"noise_floor_safe_vs_safe_twin"`
 	FenceCost  *benchDelta `json:"delta_safe_vs_safe_fence_off,omitempty"`
+	AfterDrain *benchDelta `json:"delta_safe_vs_safe_after_drain,omitempty"`
 	Checksum   *benchDelta `json:"delta_checksums_vs_safe,omitempty"`
 	// SafeArmFailures lists what the safe arms broke (corrupt pages, held
 	// exposures, failed requests): the command then exits 1.
@@ -199,6 +202,9 @@ func benchArms(o demo.Options, b benchOptions) []*benchArm {
 		{Name: "safe-twin", Fence: o.Fence}}
 	if b.fenceOffArm {
 		arms = append(arms, &benchArm{Name: "safe-fence-off"})
+	}
+	if b.drainArm && o.Fence {
+		arms = append(arms, &benchArm{Name: "safe-after-drain", Fence: true, agentArgs: []string{"--revoke=after-drain"}})
 	}
 	if b.checksumArm {
 		arms = append(arms, &benchArm{Name: "safe+checksums", Fence: o.Fence, checksums: true})
@@ -254,6 +260,7 @@ func benchShare(ctx context.Context, o demo.Options, b benchOptions, several boo
 			a := arms[(i+j)%len(arms)] // rotate which arm goes first
 			r := o
 			r.Unsafe, r.Fence, r.Checksums = a.unsafe, a.Fence, a.checksums
+			r.AgentArgs = append(append([]string(nil), o.AgentArgs...), a.agentArgs...)
 			r.Seed = o.Seed + uint64(i)
 			s, failure, err := benchRep(ctx, r, b.keep)
 			if err != nil {
@@ -277,6 +284,8 @@ func benchShare(ctx context.Context, o demo.Options, b benchOptions, several boo
 		switch a.Name {
 		case "safe-fence-off":
 			res.FenceCost = &d
+		case "safe-after-drain":
+			res.AfterDrain = &d
 		case "safe+checksums":
 			d = newBenchDelta(a, arms[0])
 			res.Checksum = &d

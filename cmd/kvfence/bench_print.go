@@ -25,7 +25,7 @@ func printBench(w io.Writer, r *benchResult) {
 	fmt.Fprintln(tw, "arm\tfence\treq/s mean\t95% CI\taborts\theld slot-s per abort\tcorrupt pages\tfree writes\tlost requests\t")
 	fmt.Fprintln(tw, "\t\t(higher better)\t\t\t(lower better)\t(lower better)\t\t\t")
 	for _, a := range r.Arms {
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t[%.1f, %.1f]\t%d\t%.3f\t%d\t%d\t%d\t\n", a.Name, map[bool]string{true: "on", false: "off"}[a.Fence],
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t[%.1f, %.1f]\t%d\t%.3f\t%d\t%d\t%d\t\n", a.Name, armFence(a),
 			a.MeanReqPerSec, a.CI95Low, a.CI95High, a.Aborts, a.HeldSlotSecPerAbort, a.CorruptPages, a.FreeWrites, a.LostRequests)
 	}
 	tw.Flush()
@@ -35,6 +35,9 @@ func printBench(w io.Writer, r *benchResult) {
 	printDelta(w, r.NoiseFloor)
 	if r.FenceCost != nil {
 		printDelta(w, *r.FenceCost)
+	}
+	if r.AfterDrain != nil {
+		printDelta(w, *r.AfterDrain)
 	}
 	if r.Checksum != nil {
 		printDelta(w, *r.Checksum)
@@ -51,6 +54,18 @@ func printBench(w io.Writer, r *benchResult) {
 	if r.Report != "" {
 		fmt.Fprintf(w, "\nreport  %s\n", r.Report)
 	}
+}
+
+// armFence is the arm's fence and, with one, when it revoked an aborted
+// request's keys.
+func armFence(a *benchArm) string {
+	switch {
+	case !a.Fence:
+		return "off"
+	case a.RevokeAtAbort:
+		return "on, revoke at abort"
+	}
+	return "on, revoke after drain"
 }
 
 func printDelta(w io.Writer, d benchDelta) {

@@ -17,6 +17,11 @@ type benchArm struct {
 	Fence  bool   `json:"fence"` // per-exposure keys revoked on abort
 	// checksums: the decode side verifies checksums at commit.
 	checksums bool
+	// agentArgs: extra flags for the arm's rank processes.
+	agentArgs []string
+	// RevokeAtAbort: decode revoked aborted requests' keys at the abort
+	// (the last rep's summary says).
+	RevokeAtAbort bool `json:"revoke_at_abort"`
 	// ReqPerSec: steady-state req/s per rep (concurrency / mean latency);
 	// WallReqPerSec: requests / wall time per rep.
 	ReqPerSec     []float64 `json:"req_per_s"`
@@ -48,6 +53,7 @@ func (a *benchArm) add(s *demo.Summary, seed uint64) {
 		a.holds, a.HeldSlotSec = map[string][]float64{}, map[string]float64{}
 	}
 	a.seeded = append(a.seeded, seed)
+	a.RevokeAtAbort = s.RevokeAtAbort
 	a.ReqPerSec = append(a.ReqPerSec, s.SteadyRequestsPerSec)
 	a.WallReqPerSec = append(a.WallReqPerSec, s.RequestsPerSec)
 	a.Aborts += s.Aborts
