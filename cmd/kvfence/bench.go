@@ -153,6 +153,9 @@ func (b *benchOptions) validate(o *demo.Options, slotsSet bool) error {
 		}
 	}
 	o.Fence = b.fence == "on"
+	if b.drainArm && !o.Fence {
+		return usagef("--after-drain needs --fence on: without a fence nothing is revoked")
+	}
 	if b.scarce {
 		o.Slots = max(o.MaxPages, o.Concurrency*(o.MinPages+o.MaxPages)/4)
 	}

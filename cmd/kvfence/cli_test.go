@@ -42,6 +42,8 @@ func TestCLIRefusesNonsense(t *testing.T) {
 		{"bench", "--slots", "8", "--max-pages", "16"},
 		{"bench", "--scarce", "--slots", "100"},
 		{"bench", "--fence", "maybe"},
+		{"bench", "--fence", "off", "--after-drain"},
+		{"__agent", "--role", "decode", "--revoke", "eager"},
 		{"bench", "--report", "/nonexistent-dir/bench.html"},
 		{"__agent", "--role", "router"},
 		{"__agent", "--role", "decode", "--max-declared-tail", "-1s"},
@@ -64,6 +66,16 @@ func TestCLIRefusesNonsense(t *testing.T) {
 		line := strings.TrimRight(stderr, "\n")
 		if code != 2 || strings.Contains(line, "\n") || !strings.HasPrefix(line, "kvfence: ") || strings.Contains(line, "goroutine") {
 			t.Errorf("kvfence %s: exit %d, stderr %q; want exit 2 and one line", strings.Join(args, " "), code, stderr)
+		}
+	}
+	// Refused for the reason given, not by a later check (a default build
+	// refuses every bench after validating its flags).
+	for flag, args := range map[string][]string{
+		"--after-drain": {"bench", "--fence", "off", "--after-drain"},
+		"--revoke":      {"__agent", "--role", "decode", "--revoke", "eager"},
+	} {
+		if code, stderr := runCLI(t, agentExe, args...); code != 2 || !strings.Contains(stderr, flag) {
+			t.Errorf("kvfence %s: exit %d, stderr %q; want exit 2 naming %s", strings.Join(args, " "), code, stderr, flag)
 		}
 	}
 	// Checked against the plugin's own tail, so the plugin was started (and
