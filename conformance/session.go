@@ -40,6 +40,8 @@ type session struct {
 	nextID  sdk.BatchID
 	done    chan struct{} // collectors stop
 	ended   chan struct{} // completion stream closed
+	// collecting: collect runs (and closes ended when the stream ends).
+	collecting bool
 }
 
 // newSession starts a fresh pair. useProxy puts the fault proxy in the path
@@ -109,6 +111,7 @@ func (s *suite) newSessionSized(ctx context.Context, useProxy bool, size uint64)
 	if se.peer, err = se.ini.t.Connect(ctx, ep); err != nil {
 		return se, fmt.Errorf("initiator Connect: %w", err)
 	}
+	se.collecting = true
 	go se.collect()
 	go se.collectEvents()
 	return se, nil
@@ -172,6 +175,16 @@ func (se *session) close() {
 	}
 	se.ini.close()
 	se.tgt.close()
+	// collect verifies Succeeded completions against src and dst until the
+	// initiator's completion stream ends (its Close ends it): unmap them
+	// only after (a race the detector caught when a soak check ended early
+	// on a lying plugin). Bounded, for a plugin that never ends it.
+	if se.collecting {
+		select {
+		case <-se.ended:
+		case <-time.After(10 * time.Second):
+		}
+	}
 	if se.proxy != nil {
 		se.proxy.Close()
 	}
