@@ -3,10 +3,14 @@
 #                      they start), the library python/kvfence loads
 #   make bindings-c    builds and runs the C test (bindings/c), ~5 s
 #   make bindings-py   the pytest suite (python/tests) with Debian's python3,
-#                      ~30 s; SGLang's base classes are checked only when
+#                      as PYTEST_GROUPS pytest processes at once, ~80 s on
+#                      2 cores (150 s serially); SGLang's base classes are checked only when
 #                      SGLANG_SRC names a checkout of sgl-project/sglang,
 #                      vLLM's base class and factory only when VLLM_SRC names
 #                      a copy of vLLM (docs/vllm.md)
+# PYTEST_GROUPS: pytest processes the suite runs as at once (python/tests/run_groups.py;
+# 1 runs it serially).
+PYTEST_GROUPS ?= 3
 PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 .PHONY: bindings bindings-c bindings-py bindings-deps bindings-bench
 
@@ -31,8 +35,8 @@ bindings-py: bindings bindings-deps
 	PYTHONPATH=python $(PYTHON) -c 'from kvfence.sglang import KVFenceBackendProvider'
 	PYTHONPATH=python $(PYTHON) -c 'from kvfence.vllm import KVFenceConnector'
 	PYTHONPATH=python KVFENCE_LIB=$(BIN)/libkvfence.so KVFENCE_PLUGIN=$(BIN)/kvfence-plugin-tcp \
-	  $(PYTHON) -m pytest -q -rs -p no:cacheprovider --ignore=python/tests/test_sglang_gpu.py --ignore=python/tests/test_sglang_direct.py \
-	  --ignore=python/tests/test_vllm_gpu.py python/tests
+	  $(PYTHON) python/tests/run_groups.py --groups $(PYTEST_GROUPS) --ignore=python/tests/test_sglang_gpu.py \
+	  --ignore=python/tests/test_sglang_direct.py --ignore=python/tests/test_vllm_gpu.py python/tests -q -rs -p no:cacheprovider
 	@echo "(boundary cost: make bindings-bench)"
 
 TEST_STEPS += bindings-c bindings-py
