@@ -347,6 +347,21 @@ func (d *Decode) advertise() []string {
 	return lanes
 }
 
+// rankRefusals tells the core what a linking prefill rank's transport
+// declares of refused writes (loop only). Revocation at the abort waits
+// for the drain on a rank whose refused write may fail its neighbours:
+// other requests' batches queued on the same connection (an older plugin).
+func (d *Decode) rankRefusals(rank core.RankID, isolated bool) {
+	if d.cfg.Revoke == RevokeAtAbort {
+		isolated = true // the operator's order, whatever the rank declares
+	}
+	d.core.RankRefusals(rank, isolated)
+	if d.revokesAtAbort() && !isolated {
+		d.log.Warn("prefill rank's transport does not isolate refused writes: its requests' keys are revoked after their drain, not at the abort (upgrade its plugin for short holds)",
+			"rank", rank)
+	}
+}
+
 // revokesAtAbort: the fence revokes an aborted exposure's keys at the
 // abort (cfg.Revoke, resolved against the transport's declaration).
 func (d *Decode) revokesAtAbort() bool {
@@ -468,6 +483,7 @@ func (d *Decode) serveLink(l *link) {
 			l.close()
 			return
 		}
+		d.rankRefusals(rank, l.peer.Caps.RefusalsIsolated)
 		if old := d.links[rank]; old != nil && old != l {
 			old.close()
 		}

@@ -161,7 +161,8 @@ func NewPrefill(ctx context.Context, cfg PrefillConfig, tr sdk.Transport) (*Pref
 	// Every sdk transport can quiesce: Quiesce is part of the required
 	// contract, and the plugin host turns a reaped process into evidence.
 	p.hello = peerHello{Role: RolePrefill, Rank: uint32(cfg.Rank), Version: ControlVersion,
-		Caps:       peerCaps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail)},
+		Caps: peerCaps{Quiesce: true, Revoke: p.info.Capabilities.Revoke, MaxTail: int64(p.info.Capabilities.MaxTail),
+			RefusalsIsolated: p.info.Capabilities.RefusalsIsolated},
 		ShardBytes: cfg.ShardBytes, Checksums: cfg.Checksums, KeyParts: true}
 	// Decode binds this rank's keys to its data identity where it can; a
 	// transport with no endpoint of its own gets unbound keys.

@@ -17,9 +17,12 @@ const (
 	// sdk.Capabilities.RefusalsIsolated, else after the drain. A refused
 	// write must fail alone: on a transport where it fails its whole
 	// connection or queue pair (verbs), revoking at the abort would fail
-	// other requests' writes beside the late one.
+	// other requests' writes beside the late one. The writers' side counts
+	// too: an exposure written by a prefill rank whose transport does not
+	// declare it (an older plugin, whose refused session failed every batch
+	// queued on it) is revoked after its drain.
 	RevokeAuto RevokeOrder = iota
-	// RevokeAtAbort: at the abort, whatever the transport declares.
+	// RevokeAtAbort: at the abort, whatever the transports declare.
 	RevokeAtAbort
 	// RevokeAfterDrain: only after every writer drained.
 	RevokeAfterDrain

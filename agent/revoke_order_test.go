@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/core"
 	"github.com/kvfence/kvfence/errdefs"
 	"github.com/kvfence/kvfence/sdk"
 	"github.com/kvfence/kvfence/sdk/sdktest"
@@ -66,5 +67,44 @@ func TestRevokeOrderIsChecked(t *testing.T) {
 	_, err := NewDecode(context.Background(), DecodeConfig{Slots: 2, ShardBytes: 4096, Revoke: RevokeOrder(7)}, nil)
 	if !errdefs.Is(err, errdefs.InvalidArgument) {
 		t.Errorf("NewDecode with revoke order 7: %v, want InvalidArgument", err)
+	}
+}
+
+// A prefill rank whose transport does not isolate refused writes (an older
+// plugin; here the TCP plugin made to say so) has its requests' keys
+// revoked after their drain even where decode revokes at the abort: at the
+// abort a refused write would fail the other requests' batches queued
+// beside it. An explicit at-abort order overrides the rank's declaration.
+func TestRevokeAtAbortWaitsForTheDrainOfAnUnisolatedRank(t *testing.T) {
+	for _, c := range []struct {
+		isolated bool
+		order    RevokeOrder
+		want     uint64 // revocations left for the drain
+	}{{true, RevokeAuto, 0}, {false, RevokeAuto, 1}, {false, RevokeAtAbort, 0}} {
+		isolated := c.isolated
+		wrap := func(tr sdk.Transport) sdk.Transport {
+			if isolated {
+				return tr
+			}
+			return withoutIsolation{tr, tr.(sdk.Granter)}
+		}
+		d, _ := startPair(t, func(cfg *DecodeConfig) { cfg.Revoke = c.order }, nil, wrap)
+		if !d.Stats().RevokeAtAbort {
+			t.Fatal("decode on the TCP plugin does not revoke at the abort")
+		}
+		rv := d.NewReceiver(core.RequestKey{Room: 1, Gen: 1})
+		if _, err := rv.Init(2, []core.RankID{1}); err != nil {
+			t.Fatal(err)
+		}
+		rv.Abort()
+		waitFor(t, "aborted request released", rv.Released)
+		// Revoked only after every rank acknowledged its drain, the hold
+		// ends drained; at the abort it ends fenced or, if the drain
+		// acknowledgement overtook the revocation, drained.
+		st := d.Stats()
+		if st.Core.RevokesAfterDrain != c.want || c.want > 0 && st.Released["fenced"] != 0 {
+			t.Errorf("prefill isolates refusals %v, revoke %v: revocations left for the drain %d (want %d), released %v",
+				isolated, c.order, st.Core.RevokesAfterDrain, c.want, st.Released)
+		}
 	}
 }

@@ -91,6 +91,11 @@ type peerCaps struct {
 	Quiesce bool  `json:"quiesce"`
 	Revoke  bool  `json:"revoke"`
 	MaxTail int64 `json:"max_tail_ns"`
+	// RefusalsIsolated (a prefill rank): its transport fails only the
+	// write refused under a revoked key, not the writes beside it
+	// (sdk.Capabilities.RefusalsIsolated). Absent from older ranks: decode
+	// then revokes their requests' keys after the drain, not at the abort.
+	RefusalsIsolated bool `json:"refusals_isolated,omitempty"`
 }
 
 // peerHello opens a link; the acceptor answers Welcome with its own peerHello, or

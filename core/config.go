@@ -37,8 +37,11 @@ type ReceiverConfig struct {
 	MaxDeclaredTail time.Duration
 	ClockMargin     time.Duration // at least the largest clock skew between peers
 
-	CanRevoke   bool // the transport can revoke keys (receiver-side fence)
-	EagerRevoke bool // revoke as soon as a tag aborts, to shorten holds
+	CanRevoke bool // the transport can revoke keys (receiver-side fence)
+	// EagerRevoke: revoke as soon as a tag aborts, to shorten holds — an
+	// exposure whose every rank isolates refused writes (RankRefusals);
+	// the others are revoked after their drain, as without it.
+	EagerRevoke bool
 	// AbortRetransmit is how often Abort is resent to ranks that have not
 	// acknowledged (messages get lost). Zero means Lease/2.
 	AbortRetransmit time.Duration

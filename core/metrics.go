@@ -19,6 +19,9 @@ type ReceiverMetrics struct {
 	Resyncs         uint64 // heartbeat sessions reset: a full list asked for
 	TargetRestarts  uint64 // restarts of a target plugin instance asked for (restart fence)
 	RestartFailed   uint64 // live exposures a restart failed: its blast radius
+	// RevokesAfterDrain: aborts EagerRevoke left to revoke after the drain
+	// because a rank writing them does not isolate refused writes.
+	RevokesAfterDrain uint64
 
 	AssignedSlots    int // exposed, being written
 	HeldSlots        int // aborting: held until drained, fenced or timeout

@@ -83,6 +83,9 @@ type Receiver struct {
 
 	tails map[RankID]time.Duration // declared by RankTail; only ever grows
 	dead  map[RankID]bool          // declared dead by PeerDead, until it links again (RankTail)
+	// unisolated: ranks whose transport said a refused write may fail the
+	// writes beside it (RankRefusals); the latest declaration counts.
+	unisolated map[RankID]bool
 
 	leases    map[RankID]*rankLease // heartbeat sessions (receiver_lease.go)
 	leaseList []*rankLease          // the same, in a deterministic order
@@ -162,6 +165,37 @@ func (r *Receiver) RankTail(rank RankID, tail time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// RankRefusals records what a prefill rank's transport declares (in its
+// Hello) of a write refused under a revoked key: isolated, it fails alone;
+// not isolated, it may fail the writes queued beside it on the same
+// connection — other requests' (an older plugin). Under EagerRevoke an
+// aborted exposure is revoked at the abort only when every rank writing
+// it isolates refusals, after its drain otherwise: revoking at the abort
+// would fail its neighbours' transfers. Both orders keep every byte where
+// it belongs; this is about the neighbours. A rank never declared counts
+// as isolating; the latest declaration counts (a rank that links again
+// may run another version). It produces no output.
+func (r *Receiver) RankRefusals(rank RankID, isolated bool) {
+	if isolated {
+		delete(r.unisolated, rank)
+		return
+	}
+	if r.unisolated == nil {
+		r.unisolated = make(map[RankID]bool)
+	}
+	r.unisolated[rank] = true
+}
+
+// refusalsIsolated: no rank writing e declared unisolated refusals.
+func (r *Receiver) refusalsIsolated(e *exposure) bool {
+	for i := range e.ranks {
+		if r.unisolated[e.ranks[i].rank] {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckTail says whether RankTail would accept a tail a rank declares, and
@@ -671,7 +705,11 @@ func (r *Receiver) startAbort(e *exposure, reason Reason, reject bool, now Time)
 		return true
 	}
 	if r.cfg.CanRevoke && r.cfg.EagerRevoke {
-		r.requestRevoke(e, now)
+		if r.refusalsIsolated(e) {
+			r.requestRevoke(e, now)
+		} else {
+			r.metrics.RevokesAfterDrain++
+		}
 	}
 	r.timers.schedule(e, MinTime)
 	return r.checkRelease(e, now)

@@ -292,6 +292,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		name, r := h.dec(d)
 		h.errorf(r.RankTail(rankOf(arg(d, "rank", "r0")), argDur(d, "tail", "0s")))
 		h.collect(name, r.Ready(), true)
+	case "rankrefusals":
+		name, r := h.dec(d)
+		r.RankRefusals(rankOf(arg(d, "rank", "r0")), arg(d, "isolated", "true") == "true")
+		_ = name // no output: Ready stays the last input's
 	case "peerdead":
 		name, r := h.dec(d)
 		r.PeerDead(rankOf(arg(d, "rank", "r0")), h.now)
@@ -361,6 +365,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			h.printf("stale=%d foreign=%d short=%d grants=%d assigned=%d held=%d handed=%d quarantined=%d held-bytes=%d free=%d",
 				m.StaleMessages, m.ForeignMessages, m.ShortCoverage, m.Grants, m.AssignedSlots, m.HeldSlots, m.HandedSlots,
 				m.QuarantinedSlots, m.HeldBytes, r.FreeSlots())
+			if m.RevokesAfterDrain > 0 {
+				h.printf("revokes-after-drain=%d", m.RevokesAfterDrain)
+			}
 		} else {
 			m := h.prefills[n].Metrics()
 			h.printf("posted=%d succeeded=%d failed-definite=%d in-doubt=%d quiesced=%d commits=%d fails=%d drain-acks=%d",

@@ -141,6 +141,7 @@ func newCluster(cfg Config) *cluster {
 		flights: map[flightKey]*flight{}, pending: map[streamRef]int{}}
 	c.p = drawProfile(rng)
 	c.p.drawRestart(cfg.Seed)
+	c.p.drawRefusals(cfg.Seed)
 	if cfg.Tweak != nil {
 		cfg.Tweak(&c.p)
 	}
@@ -200,6 +201,7 @@ func (c *cluster) startDecode(d *decodeNode, restarted bool) {
 		if err := r.RankTail(core.RankID(i), tdur(c.p.declaredTail(i))); err != nil {
 			panic(err)
 		}
+		r.RankRefusals(core.RankID(i), c.p.isolated(i))
 	}
 	d.r = r
 	c.decodeOut(d)

@@ -64,6 +64,12 @@ type Profile struct {
 	Targets                 int
 	RestartAfter, ReapDelay int64
 	Unbounded               int
+
+	// Unisolated marks the prefill ranks (drawn only with EagerRevoke)
+	// that declare their refused writes may fail their neighbours
+	// (RankRefusals): their exposures are revoked after the drain, the
+	// others' at the abort, in one run.
+	Unisolated []bool
 }
 
 func drawProfile(rng *rand.Rand) Profile {

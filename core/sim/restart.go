@@ -44,6 +44,23 @@ func (p *Profile) drawRestart(seed uint64) {
 	}
 }
 
+// drawRefusals draws which prefill ranks do not isolate refused writes
+// (Unisolated), from a stream of its own: the other draws of a seed stay
+// what they were.
+func (p *Profile) drawRefusals(seed uint64) {
+	if !p.EagerRevoke {
+		return
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x69736f6c61746521))
+	p.Unisolated = make([]bool, p.Prefill)
+	for i := range p.Unisolated {
+		p.Unisolated[i] = rng.IntN(3) == 0
+	}
+}
+
+// isolated says whether prefill rank i declares isolated refusals.
+func (p *Profile) isolated(i int) bool { return i >= len(p.Unisolated) || !p.Unisolated[i] }
+
 // declaredTail is the tail prefill rank i declares to decode.
 func (p *Profile) declaredTail(i int) int64 {
 	if i == p.Unbounded {
