@@ -76,6 +76,7 @@ unit-long:
 fuzz:
 	GO=$(GO) ./.ci/fuzz.sh ./core FuzzDecodeMessage $(FUZZTIME)
 	GO=$(GO) ./.ci/fuzz.sh ./plugins/tcp FuzzDecodeHeader $(FUZZTIME)
+	GO=$(GO) ./.ci/fuzz.sh ./sdk FuzzRingRecordDecoders $(FUZZTIME)
 	GO=$(GO) ./.ci/fuzz.sh ./agent FuzzDecodeControl $(FUZZTIME)
 	GO=$(GO) ./.ci/fuzz.sh ./agent FuzzPrefillControl $(FUZZTIME)
 	GO=$(GO) ./.ci/fuzz.sh ./cmd/libkvfence FuzzABI $(FUZZTIME)

@@ -12,7 +12,6 @@ import (
 	"github.com/kvfence/kvfence/sdk/internal/ring"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 )
 
 // envRings lets an operator (or a benchmark's baseline arm) turn the rings
@@ -79,6 +78,7 @@ type hostRings struct {
 	mu      sync.Mutex // the submission ring's one producer
 	closed  bool
 	seq     uint64
+	enc     []byte // a Post record being written (under mu)
 	waiters map[uint64]chan error
 	// async: Post returns once its batch is in the ring (the default;
 	// off with OpenOptions.SyncPost); the verdict then settles unanswered[seq]: nothing when
@@ -178,6 +178,10 @@ func (h *hostRings) pipeBells() ([]byte, error) {
 	return []byte(subPath + "\n" + compPath), nil
 }
 
+// maxKeptRecord bounds the Post record buffer a host keeps for the next
+// Post (a rare batch of many operations is not held on to).
+const maxKeptRecord = 64 << 10
+
 // errRingUnsent: the batch never entered the ring (too big, or the rings
 // are closed); the caller may use gRPC instead.
 var errRingUnsent = errors.New("not sent on the ring")
@@ -191,18 +195,22 @@ var errRingNoVerdict = errors.New("no verdict from the plugin")
 // async it returns nil once b is in the ring, and a refusal comes later
 // as b's completion (handle).
 func (h *hostRings) post(ctx context.Context, b Batch) error {
-	payload, err := proto.Marshal(batchToPB(b))
-	if err != nil || uint64(len(payload)) > h.sub.MaxPayload() {
-		return errRingUnsent
-	}
-	verdict := make(chan error, 1)
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return errRingUnsent
 	}
+	payload, ok := appendPostRecord(h.enc[:0], b)
+	if cap(payload) <= maxKeptRecord {
+		h.enc = payload[:0] // the record's buffer, reused: Put copies it into the ring
+	}
+	if !ok || uint64(len(payload)) > h.sub.MaxPayload() {
+		h.mu.Unlock()
+		return errRingUnsent
+	}
 	h.seq++
 	seq := h.seq
+	var err error
 	for {
 		err = h.sub.Put(ring.RecPost, seq, payload)
 		if !errors.Is(err, ring.ErrFull) {
@@ -226,6 +234,7 @@ func (h *hostRings) post(ctx context.Context, b Batch) error {
 		h.mu.Unlock()
 		return nil
 	}
+	verdict := make(chan error, 1)
 	h.waiters[seq] = verdict
 	h.sub.Publish()
 	h.mu.Unlock()
@@ -324,19 +333,19 @@ func (h *hostRings) flush() {
 func (h *hostRings) handle(kind uint16, seq uint64, payload []byte) string {
 	switch kind {
 	case ring.RecCompletion:
-		var c pb.Completion
-		if err := proto.Unmarshal(payload, &c); err != nil {
+		c, _, err := decodeCompletionRecord(payload)
+		if err != nil {
 			return "completion record: " + err.Error()
 		}
-		h.complete(completionFromPB(&c))
+		h.complete(c)
 	case ring.RecPostOK, ring.RecPostErr:
 		var verdict error
 		if kind == ring.RecPostErr {
-			var c pb.Completion
-			if err := proto.Unmarshal(payload, &c); err != nil {
+			c, class, err := decodeCompletionRecord(payload)
+			if err != nil {
 				return "post verdict record: " + err.Error()
 			}
-			verdict = errdefs.Errorf(refusalClass(c.GetErrorClass()), "%s", c.GetDetail())
+			verdict = errdefs.Errorf(refusalClass(class), "%s", c.Detail)
 		}
 		h.mu.Lock()
 		w, ok := h.waiters[seq]

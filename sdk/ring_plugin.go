@@ -13,7 +13,6 @@ import (
 	"github.com/kvfence/kvfence/sdk/internal/ring"
 	pb "github.com/kvfence/kvfence/sdk/proto/kvfence/transport/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 )
 
 // ringsAttacher is the plugin's side of the negotiation (served by
@@ -204,11 +203,11 @@ func (p *pluginRings) flush() {
 }
 
 func (p *pluginRings) post(payload []byte) error {
-	var req pb.PostRequest
-	if err := proto.Unmarshal(payload, &req); err != nil {
+	b, err := decodePostRecord(payload)
+	if err != nil {
 		return errdefs.Errorf(errdefs.InvalidArgument, "Post: undecodable submission: %v", err)
 	}
-	return p.impl.Post(context.Background(), batchFromPB(&req))
+	return p.impl.Post(context.Background(), b)
 }
 
 // verdict reports Post's outcome; errors keep their class (unclassified
@@ -222,7 +221,7 @@ func (p *pluginRings) verdict(seq uint64, err error, wake bool) {
 	if !errors.As(err, &e) {
 		e = errdefs.Errorf(errdefs.Internal, "%v", err)
 	}
-	b, _ := proto.Marshal(&pb.Completion{ErrorClass: uint32(e.Class), Detail: truncateDetail(e.Msg)})
+	b := appendCompletionRecord(nil, Completion{Class: e.Class, Detail: truncateDetail(e.Msg)})
 	p.put(ring.RecPostErr, seq, b, wake)
 }
 
@@ -231,6 +230,7 @@ func (p *pluginRings) verdict(seq uint64, err error, wake bool) {
 // the rings. Its return ends the stream, after the last completion is in.
 func (p *pluginRings) forward(ctx context.Context, ch <-chan Completion) error {
 	defer p.close()
+	var rec []byte // the record being written, reused: put copies it into the ring
 	for {
 		select {
 		case <-ctx.Done():
@@ -241,7 +241,7 @@ func (p *pluginRings) forward(ctx context.Context, ch <-chan Completion) error {
 			}
 			for held := 0; ; held++ {
 				c.Detail = truncateDetail(c.Detail)
-				b, _ := proto.Marshal(completionToPB(c))
+				rec = appendCompletionRecord(rec[:0], c)
 				// Completions already queued behind this one ring the
 				// doorbell together (one wake-up), at most ringHoldMax.
 				var more bool
@@ -249,14 +249,14 @@ func (p *pluginRings) forward(ctx context.Context, ch <-chan Completion) error {
 					select {
 					case next, open := <-ch:
 						if open {
-							p.put(ring.RecCompletion, 0, b, false)
+							p.put(ring.RecCompletion, 0, rec, false)
 							c, more = next, true
 						}
 					default:
 					}
 				}
 				if !more {
-					p.put(ring.RecCompletion, 0, b, true)
+					p.put(ring.RecCompletion, 0, rec, true)
 					break
 				}
 			}
