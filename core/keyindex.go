@@ -5,19 +5,23 @@ import "hash/maphash"
 // processSeed is random per process: see keyIndex.
 var processSeed = maphash.Bytes(maphash.MakeSeed(), nil)
 
-// keyIndex finds a request key's record: open addressing with linear
-// probing over one flat array of 8-byte slots (a fingerprint of the key's
-// hash and an entry number), at most three quarters full, and the entries
-// (key, record) in a second array by number. A new key's lookup (every
-// admission, every request a prefill rank opens) reads only the slots,
-// eight to a cache line, and its insertion writes the same line: about one
-// line of a 1–2 MB array at 100,000 keys, where (key, record) slots took
-// one line of a 6 MB array and a Go map its header, a control word and a
-// slot (the misses that made the core's per-request cost grow with the
-// live set, docs/fence-cost.md). Entry numbers are reused last freed
-// first, so a new key's entry is one that an ended key used moments ago,
-// still in cache. Deletion shifts later slots back, so there are no
-// tombstones and a probe never walks past its run.
+// keyIndex finds a request key's record: open addressing over groups of
+// seven 8-byte slots (a fingerprint of the key's hash and an entry number),
+// one group to a 64-byte cache line, at most three quarters full, and the
+// entries (key, record) in a second array by number. A key's home is a
+// group; a lookup reads that group's seven fingerprints and goes on to the
+// next group only if a key homed at or before it was placed past it
+// (over), so a new key's lookup (every admission, every request a prefill
+// rank opens) and its insertion touch one line: at 100,000 keys one line
+// of a 2 MB array, where a control-byte array and a slot array took a line
+// of each (128 KB and 1 MB), (key, record) slots a line of a 6 MB array,
+// and a Go map its header, a control word and a slot (the misses that made
+// the core's per-request cost grow with the live set, docs/fence-cost.md).
+// Entry numbers are reused last freed first, so a new key's entry is one
+// that an ended key used moments ago, still in cache. Deletion empties the
+// slot and takes the key back out of the over counts it added, so there
+// are no tombstones and a probe never walks past the groups a live key
+// passed.
 //
 // The fingerprint is the hash's high 32 bits with the top one set (0 marks
 // an empty slot), and a key's home is its fingerprint's low bits: growth
@@ -31,20 +35,32 @@ var processSeed = maphash.Bytes(maphash.MakeSeed(), nil)
 // collide. Nothing but the tests iterates an index, so the seed changes only
 // where keys sit, never what the state machine does.
 type keyIndex[V comparable] struct {
-	ctrl    []uint8 // per slot: 0 empty, else ctrlOf its fingerprint
-	slots   []keySlot
+	groups  []keyGroup
 	entries []keyEntry[V]
 	free    []uint32 // entry numbers to reuse, last freed on top
 	n       int
 	seed    uint64
 	loose   uint32 // fingerprint bits cleared (tests only: forces collisions)
-	// The slot of the key found last, or -1 (no slot yet: the zero value
-	// is never read). An input looks its key up many times over (request,
-	// streams, tombstones); this answers the repeats without hashing or
-	// probing. Only del and grow move slots, and they forget it.
+	// The position (group<<3 | lane) of the key found last, or -1 (none
+	// yet: the zero value is never read). An input looks its key up many
+	// times over (request, streams, tombstones); this answers the repeats
+	// without hashing or probing. Only del and grow move or empty slots,
+	// and they forget it.
 	memoKey   RequestKey
-	memoSlot  int
+	memoPos   int
 	memoEntry uint32
+}
+
+// groupLanes is the number of slots in a group.
+const groupLanes = 7
+
+// keyGroup is one cache line of the index: seven slots, and how many keys
+// homed at an earlier group were placed past this one because it was full
+// when they came (a lookup that misses here stops unless that is non-zero).
+type keyGroup struct {
+	slots [groupLanes]keySlot
+	over  uint32
+	_     uint32 // pads the group to 64 bytes
 }
 
 // keySlot is one slot: fp 0 is empty.
@@ -62,40 +78,35 @@ func (x *keyIndex[V]) fingerprint(k RequestKey) uint32 {
 	return uint32(mix64(mix64(k.Room^x.seed)^k.Gen)>>32)&^x.loose | 1<<31
 }
 
-// locate returns k's slot and entry number and whether k is there; if
-// not, the slot is the empty one where k would go (-1: no slots).
+// locate returns k's position and entry number and whether k is there.
 func (x *keyIndex[V]) locate(k RequestKey) (int, uint32, bool) {
-	if x.memoSlot >= 0 && x.memoKey == k && len(x.ctrl) > 0 {
-		return x.memoSlot, x.memoEntry, true
+	if x.memoPos >= 0 && x.memoKey == k && len(x.groups) > 0 {
+		return x.memoPos, x.memoEntry, true
 	}
 	return x.find(k, x.fingerprint(k))
 }
 
-// find is locate without the remembered key. It reads only control bytes
-// until one matches k's.
+// find is locate without the remembered key. It reads the entry of a
+// slot only when the slot's fingerprint is k's.
 func (x *keyIndex[V]) find(k RequestKey, fp uint32) (int, uint32, bool) {
-	if len(x.ctrl) == 0 {
-		return -1, 0, false
-	}
-	mask := len(x.ctrl) - 1
-	c := ctrlOf(fp)
-	for i := int(fp) & mask; ; i = (i + 1) & mask {
-		switch x.ctrl[i] {
-		case 0:
-			return i, 0, false
-		case c:
-			if s := x.slots[i]; s.fp == fp && x.entries[s.entry].key == k {
-				x.memoKey, x.memoSlot, x.memoEntry = k, i, s.entry
-				return i, s.entry, true
+	mask := len(x.groups) - 1
+	g := int(fp) & mask
+	for range x.groups {
+		grp := &x.groups[g]
+		for l, s := range grp.slots {
+			if s.fp == fp && x.entries[s.entry].key == k {
+				pos := g<<3 | l
+				x.memoKey, x.memoPos, x.memoEntry = k, pos, s.entry
+				return pos, s.entry, true
 			}
 		}
+		if grp.over == 0 {
+			break
+		}
+		g = (g + 1) & mask
 	}
+	return -1, 0, false
 }
-
-// ctrlOf is a slot's control byte: 7 bits of fingerprint (above those that
-// pick the home, in tables under 2^24 slots) and the top bit set (0 marks
-// an empty slot).
-func ctrlOf(fp uint32) uint8 { return uint8(fp>>24) | 0x80 }
 
 // get returns k's record, or the zero V.
 func (x *keyIndex[V]) get(k RequestKey) V {
@@ -108,15 +119,13 @@ func (x *keyIndex[V]) get(k RequestKey) V {
 
 // put sets k's record (v must not be the zero V).
 func (x *keyIndex[V]) put(k RequestKey, v V) {
-	i, e, ok := x.locate(k)
+	_, e, ok := x.locate(k)
 	if ok {
 		x.entries[e].val = v
 		return
 	}
-	fp := x.fingerprint(k)
-	if 8*(x.n+1) > 7*len(x.ctrl) {
+	if 4*(x.n+1) > 3*groupLanes*len(x.groups) {
 		x.grow()
-		i, _, _ = x.find(k, fp)
 	}
 	if n := len(x.free); n > 0 {
 		e = x.free[n-1]
@@ -126,60 +135,70 @@ func (x *keyIndex[V]) put(k RequestKey, v V) {
 		e = uint32(len(x.entries))
 		x.entries = append(x.entries, keyEntry[V]{key: k, val: v})
 	}
-	x.ctrl[i], x.slots[i] = ctrlOf(fp), keySlot{fp: fp, entry: e}
-	x.memoKey, x.memoSlot, x.memoEntry = k, i, e
+	x.memoKey, x.memoPos, x.memoEntry = k, x.place(keySlot{fp: x.fingerprint(k), entry: e}), e
 	x.n++
 }
 
-// del forgets k, shifting the rest of its run back into the hole.
+// place puts s in the first group from its home with a free slot, counting
+// it in the over of every full group it passes, and returns its position.
+// There is always a free slot: the index is at most three quarters full.
+func (x *keyIndex[V]) place(s keySlot) int {
+	mask := len(x.groups) - 1
+	for g := int(s.fp) & mask; ; g = (g + 1) & mask {
+		grp := &x.groups[g]
+		for l := range grp.slots {
+			if grp.slots[l].fp == 0 {
+				grp.slots[l] = s
+				return g<<3 | l
+			}
+		}
+		grp.over++
+	}
+}
+
+// del forgets k: its slot empties, and the groups it passed count it no
+// longer.
 func (x *keyIndex[V]) del(k RequestKey) {
-	i, e, ok := x.locate(k)
+	pos, e, ok := x.locate(k)
 	if !ok {
 		return
 	}
-	x.memoSlot = -1
+	x.memoPos = -1
 	x.entries[e] = keyEntry[V]{}
 	x.free = append(x.free, e)
-	mask := len(x.ctrl) - 1
-	for j := (i + 1) & mask; x.ctrl[j] != 0; j = (j + 1) & mask {
-		// A slot may fill the hole at i unless its home lies
-		// cyclically in (i, j]: then it must stay at or after its home.
-		if h := int(x.slots[j].fp) & mask; (j-h)&mask >= (j-i)&mask {
-			x.ctrl[i], x.slots[i] = x.ctrl[j], x.slots[j]
-			i = j
-		}
+	g, mask := pos>>3, len(x.groups)-1
+	s := &x.groups[g].slots[pos&7]
+	for h := int(s.fp) & mask; h != g; h = (h + 1) & mask {
+		x.groups[h].over--
 	}
-	x.ctrl[i], x.slots[i] = 0, keySlot{}
+	*s = keySlot{}
 	x.n--
 }
 
 func (x *keyIndex[V]) len() int { return x.n }
 
-// grow doubles the slots; entries stay where they are.
+// grow doubles the groups; entries stay where they are.
 func (x *keyIndex[V]) grow() {
-	old := x.slots
-	n := max(16, 2*len(old))
-	x.ctrl, x.slots = make([]uint8, n), make([]keySlot, n)
-	x.memoSlot = -1
-	mask := n - 1
-	for _, s := range old {
-		if s.fp == 0 {
-			continue
+	old := x.groups
+	x.groups = make([]keyGroup, max(2, 2*len(old)))
+	x.memoPos = -1
+	for i := range old {
+		for _, s := range old[i].slots {
+			if s.fp != 0 {
+				x.place(s)
+			}
 		}
-		i := int(s.fp) & mask
-		for x.ctrl[i] != 0 {
-			i = (i + 1) & mask
-		}
-		x.ctrl[i], x.slots[i] = ctrlOf(s.fp), s
 	}
 }
 
 // each calls f on every entry, in slot order (tests and inspection).
 func (x *keyIndex[V]) each(f func(RequestKey, V)) {
-	for _, s := range x.slots {
-		if s.fp != 0 {
-			e := &x.entries[s.entry]
-			f(e.key, e.val)
+	for i := range x.groups {
+		for _, s := range x.groups[i].slots {
+			if s.fp != 0 {
+				e := &x.entries[s.entry]
+				f(e.key, e.val)
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"testing"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -32,6 +33,7 @@ func TestKeyIndexMatchesMap(t *testing.T) {
 			if x.len() != len(want) {
 				t.Fatalf("op %d: %d entries, want %d", i, x.len(), len(want))
 			}
+			checkOver(t, &x)
 			for room := 0; room <= keys; room++ {
 				for gen := 0; gen <= 2; gen++ {
 					k := RequestKey{Room: uint64(room), Gen: uint64(gen)}
@@ -72,5 +74,31 @@ func TestKeyIndexFingerprintCollision(t *testing.T) {
 	x.del(a)
 	if x.len() != 1 || x.get(a) != nil || x.get(b) != vb {
 		t.Fatalf("after del(a): len %d, get(a) %p, get(b) %p (want %p)", x.len(), x.get(a), x.get(b), vb)
+	}
+}
+
+// checkOver: every group's over is the number of keys placed past it from
+// a home at or before it (what lets a lookup stop there), and a group is 64
+// bytes (one cache line).
+func checkOver(t interface{ Fatalf(string, ...any) }, x *keyIndex[*int]) {
+	if sz := unsafe.Sizeof(keyGroup{}); sz != 64 {
+		t.Fatalf("keyGroup is %d bytes, want 64", sz)
+	}
+	mask := len(x.groups) - 1
+	want := make([]uint32, len(x.groups))
+	for g := range x.groups {
+		for _, s := range x.groups[g].slots {
+			if s.fp == 0 {
+				continue
+			}
+			for h := int(s.fp) & mask; h != g; h = (h + 1) & mask {
+				want[h]++
+			}
+		}
+	}
+	for g := range x.groups {
+		if x.groups[g].over != want[g] {
+			t.Fatalf("group %d: over %d, want %d", g, x.groups[g].over, want[g])
+		}
 	}
 }
