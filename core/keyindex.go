@@ -6,29 +6,29 @@ import "hash/maphash"
 var processSeed = maphash.Bytes(maphash.MakeSeed(), nil)
 
 // keyIndex finds a request key's record: open addressing over groups of
-// seven 8-byte slots (a fingerprint of the key's hash and an entry number),
-// one group to a 64-byte cache line, at most three quarters full, and the
-// entries (key, record) in a second array by number. A key's home is a
-// group; a lookup reads that group's seven fingerprints and goes on to the
-// next group only if a key homed at or before it was placed past it
-// (over), so a new key's lookup (every admission, every request a prefill
-// rank opens) and its insertion touch one line: at 100,000 keys one line
-// of a 2 MB array, where a control-byte array and a slot array took a line
-// of each (128 KB and 1 MB), (key, record) slots a line of a 6 MB array,
-// and a Go map its header, a control word and a slot (the misses that made
-// the core's per-request cost grow with the live set, docs/fence-cost.md).
-// Entry numbers are reused last freed first, so a new key's entry is one
-// that an ended key used moments ago, still in cache. Deletion empties the
-// slot and takes the key back out of the over counts it added, so there
-// are no tombstones and a probe never walks past the groups a live key
-// passed.
+// twelve slots, one group to a 64-byte cache line, at most three quarters
+// full, and the entries (key, record) in a second array by number. A slot
+// is a tag (8 bits of the key's hash; 0 marks an empty slot) and an entry
+// number, and a group keeps its tags together and its entry numbers
+// together. A key's home is a group; a lookup reads that group's twelve
+// tags and goes on to the next group only if a key homed at or before it
+// was placed past it (over), so a new key's lookup (every admission, every
+// request a prefill rank opens) and its insertion touch one line: at
+// 100,000 keys one line of a 1 MB array, where a control-byte array and a
+// slot array took a line of each (128 KB and 1 MB), (key, record) slots a
+// line of a 6 MB array, and a Go map its header, a control word and a slot
+// (the misses that made the core's per-request cost grow with the live
+// set, docs/fence-cost.md). Entry numbers are reused last freed first, so a
+// new key's entry is one that an ended key used moments ago, still in
+// cache. Deletion empties the slot and takes the key back out of the over
+// counts it added, so there are no tombstones and a probe never walks past
+// the groups a live key passed.
 //
-// The fingerprint is the hash's high 32 bits with the top one set (0 marks
-// an empty slot), and a key's home is its fingerprint's low bits: growth
-// and deletion find any slot's home without reading its entry. Only a
-// matching fingerprint reads the entry's key, and only an equal key is a
-// match: fingerprints may collide (tests make them collide on purpose, see
-// loose), keys decide.
+// A key's home is its hash's low bits and its tag the hash's top 8 bits
+// (0 counts as 1). Only a matching tag reads the entry's key, and only an
+// equal key is a match: tags collide often (1 in 255 per slot; tests make
+// them collide on purpose, see loose), keys decide. Growth rehashes each
+// entry's key.
 //
 // The hash is seeded per process (as Go's own maps are) and by the owner's
 // instance or session, so that router-chosen rooms cannot be picked to
@@ -40,8 +40,8 @@ type keyIndex[V comparable] struct {
 	free    []uint32 // entry numbers to reuse, last freed on top
 	n       int
 	seed    uint64
-	loose   uint32 // fingerprint bits cleared (tests only: forces collisions)
-	// The position (group<<3 | lane) of the key found last, or -1 (none
+	loose   uint32 // hash bits cleared (tests only: forces collisions)
+	// The position (group<<4 | lane) of the key found last, or -1 (none
 	// yet: the zero value is never read). An input looks its key up many
 	// times over (request, streams, tombstones); this answers the repeats
 	// without hashing or probing. Only del and grow move or empty slots,
@@ -52,20 +52,16 @@ type keyIndex[V comparable] struct {
 }
 
 // groupLanes is the number of slots in a group.
-const groupLanes = 7
+const groupLanes = 12
 
-// keyGroup is one cache line of the index: seven slots, and how many keys
-// homed at an earlier group were placed past this one because it was full
-// when they came (a lookup that misses here stops unless that is non-zero).
+// keyGroup is one cache line of the index: twelve slots (tags, then entry
+// numbers), and how many keys homed at an earlier group were placed past
+// this one because it was full when they came (a lookup that misses here
+// stops unless that is non-zero).
 type keyGroup struct {
-	slots [groupLanes]keySlot
-	over  uint32
-	_     uint32 // pads the group to 64 bytes
-}
-
-// keySlot is one slot: fp 0 is empty.
-type keySlot struct {
-	fp, entry uint32
+	tags    [groupLanes]uint8
+	over    uint32
+	entries [groupLanes]uint32
 }
 
 type keyEntry[V comparable] struct {
@@ -73,9 +69,17 @@ type keyEntry[V comparable] struct {
 	val V
 }
 
-// fingerprint of k; never 0.
-func (x *keyIndex[V]) fingerprint(k RequestKey) uint32 {
-	return uint32(mix64(mix64(k.Room^x.seed)^k.Gen)>>32)&^x.loose | 1<<31
+// hash of k under the index's seed.
+func (x *keyIndex[V]) hash(k RequestKey) uint32 {
+	return uint32(mix64(mix64(k.Room^x.seed)^k.Gen)>>32) &^ x.loose
+}
+
+// tagOf is a slot's tag for hash h: never 0.
+func tagOf(h uint32) uint8 {
+	if t := uint8(h >> 24); t != 0 {
+		return t
+	}
+	return 1
 }
 
 // locate returns k's position and entry number and whether k is there.
@@ -83,21 +87,23 @@ func (x *keyIndex[V]) locate(k RequestKey) (int, uint32, bool) {
 	if x.memoPos >= 0 && x.memoKey == k && len(x.groups) > 0 {
 		return x.memoPos, x.memoEntry, true
 	}
-	return x.find(k, x.fingerprint(k))
+	return x.find(k, x.hash(k))
 }
 
 // find is locate without the remembered key. It reads the entry of a
-// slot only when the slot's fingerprint is k's.
-func (x *keyIndex[V]) find(k RequestKey, fp uint32) (int, uint32, bool) {
-	mask := len(x.groups) - 1
-	g := int(fp) & mask
+// slot only when the slot's tag is k's.
+func (x *keyIndex[V]) find(k RequestKey, h uint32) (int, uint32, bool) {
+	mask, t := len(x.groups)-1, tagOf(h)
+	g := int(h) & mask
 	for range x.groups {
 		grp := &x.groups[g]
-		for l, s := range grp.slots {
-			if s.fp == fp && x.entries[s.entry].key == k {
-				pos := g<<3 | l
-				x.memoKey, x.memoPos, x.memoEntry = k, pos, s.entry
-				return pos, s.entry, true
+		for l, c := range grp.tags {
+			if c == t {
+				if e := grp.entries[l]; x.entries[e].key == k {
+					pos := g<<4 | l
+					x.memoKey, x.memoPos, x.memoEntry = k, pos, e
+					return pos, e, true
+				}
 			}
 		}
 		if grp.over == 0 {
@@ -135,21 +141,22 @@ func (x *keyIndex[V]) put(k RequestKey, v V) {
 		e = uint32(len(x.entries))
 		x.entries = append(x.entries, keyEntry[V]{key: k, val: v})
 	}
-	x.memoKey, x.memoPos, x.memoEntry = k, x.place(keySlot{fp: x.fingerprint(k), entry: e}), e
+	x.memoKey, x.memoPos, x.memoEntry = k, x.place(x.hash(k), e), e
 	x.n++
 }
 
-// place puts s in the first group from its home with a free slot, counting
-// it in the over of every full group it passes, and returns its position.
-// There is always a free slot: the index is at most three quarters full.
-func (x *keyIndex[V]) place(s keySlot) int {
+// place puts entry e, whose key hashes to h, in the first group from its
+// home with a free slot, counting it in the over of every full group it
+// passes, and returns its position. There is always a free slot: the
+// index is at most three quarters full.
+func (x *keyIndex[V]) place(h uint32, e uint32) int {
 	mask := len(x.groups) - 1
-	for g := int(s.fp) & mask; ; g = (g + 1) & mask {
+	for g := int(h) & mask; ; g = (g + 1) & mask {
 		grp := &x.groups[g]
-		for l := range grp.slots {
-			if grp.slots[l].fp == 0 {
-				grp.slots[l] = s
-				return g<<3 | l
+		for l, c := range grp.tags {
+			if c == 0 {
+				grp.tags[l], grp.entries[l] = tagOf(h), e
+				return g<<4 | l
 			}
 		}
 		grp.over++
@@ -166,12 +173,11 @@ func (x *keyIndex[V]) del(k RequestKey) {
 	x.memoPos = -1
 	x.entries[e] = keyEntry[V]{}
 	x.free = append(x.free, e)
-	g, mask := pos>>3, len(x.groups)-1
-	s := &x.groups[g].slots[pos&7]
-	for h := int(s.fp) & mask; h != g; h = (h + 1) & mask {
+	g, mask := pos>>4, len(x.groups)-1
+	for h := int(x.hash(k)) & mask; h != g; h = (h + 1) & mask {
 		x.groups[h].over--
 	}
-	*s = keySlot{}
+	x.groups[g].tags[pos&15], x.groups[g].entries[pos&15] = 0, 0
 	x.n--
 }
 
@@ -183,9 +189,10 @@ func (x *keyIndex[V]) grow() {
 	x.groups = make([]keyGroup, max(2, 2*len(old)))
 	x.memoPos = -1
 	for i := range old {
-		for _, s := range old[i].slots {
-			if s.fp != 0 {
-				x.place(s)
+		for l, c := range old[i].tags {
+			if c != 0 {
+				e := old[i].entries[l]
+				x.place(x.hash(x.entries[e].key), e)
 			}
 		}
 	}
@@ -194,9 +201,9 @@ func (x *keyIndex[V]) grow() {
 // each calls f on every entry, in slot order (tests and inspection).
 func (x *keyIndex[V]) each(f func(RequestKey, V)) {
 	for i := range x.groups {
-		for _, s := range x.groups[i].slots {
-			if s.fp != 0 {
-				e := &x.entries[s.entry]
+		for l, c := range x.groups[i].tags {
+			if c != 0 {
+				e := &x.entries[x.groups[i].entries[l]]
 				f(e.key, e.val)
 			}
 		}

@@ -56,14 +56,14 @@ func TestKeyIndexMatchesMap(t *testing.T) {
 	})
 }
 
-// TestKeyIndexFingerprintCollision: two keys with one fingerprint (and so
-// one home) are two entries; deleting one leaves the other. Without the key
+// TestKeyIndexFingerprintCollision: two keys with one hash (and so one
+// tag and one home) are two entries; deleting one leaves the other. Without the key
 // comparison in find, the second put would overwrite the first.
 func TestKeyIndexFingerprintCollision(t *testing.T) {
 	x := keyIndex[*int]{seed: 7, loose: 0x7ffffff0}
 	a := RequestKey{Room: 1, Gen: 1}
 	b := a
-	for b.Room++; x.fingerprint(b) != x.fingerprint(a); b.Room++ {
+	for b.Room++; x.hash(b) != x.hash(a); b.Room++ {
 	}
 	va, vb := new(int), new(int)
 	x.put(a, va)
@@ -87,11 +87,12 @@ func checkOver(t interface{ Fatalf(string, ...any) }, x *keyIndex[*int]) {
 	mask := len(x.groups) - 1
 	want := make([]uint32, len(x.groups))
 	for g := range x.groups {
-		for _, s := range x.groups[g].slots {
-			if s.fp == 0 {
+		for l, c := range x.groups[g].tags {
+			if c == 0 {
 				continue
 			}
-			for h := int(s.fp) & mask; h != g; h = (h + 1) & mask {
+			k := x.entries[x.groups[g].entries[l]].key
+			for h := int(x.hash(k)) & mask; h != g; h = (h + 1) & mask {
 				want[h]++
 			}
 		}
