@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 	"unsafe"
 
@@ -101,5 +102,60 @@ func checkOver(t interface{ Fatalf(string, ...any) }, x *keyIndex[*int]) {
 		if x.groups[g].over != want[g] {
 			t.Fatalf("group %d: over %d, want %d", g, x.groups[g].over, want[g])
 		}
+	}
+}
+
+// keyIndexSizes are the live key counts the key index benchmarks compare.
+var keyIndexSizes = []int{100, 100_000}
+
+// filledIndex is an index of live keys with rooms drawn at random (as a
+// router's are), and those keys.
+func filledIndex(live int) (*keyIndex[*int], []RequestKey) {
+	x := &keyIndex[*int]{seed: 1}
+	keys := make([]RequestKey, live)
+	v := new(int)
+	for i := range keys {
+		keys[i] = RequestKey{Room: mix64(uint64(i) + 1), Gen: 1}
+		x.put(keys[i], v)
+	}
+	return x, keys
+}
+
+// BenchmarkKeyIndexGet: one lookup of a live key, a different key each
+// time in a random order (what a heartbeat's list of changed tags or a
+// Tick's expired tombstones cost; the remembered key never answers).
+func BenchmarkKeyIndexGet(b *testing.B) {
+	for _, live := range keyIndexSizes {
+		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
+			x, keys := filledIndex(live)
+			i := uint64(0)
+			b.ResetTimer()
+			for range b.N {
+				i++
+				if x.get(keys[mix64(i)%uint64(live)]) == nil {
+					b.Fatal("live key not found")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkKeyIndexNewKey: a new random key's lookup (absent), insertion
+// and deletion among live keys, as each side does once per request.
+func BenchmarkKeyIndexNewKey(b *testing.B) {
+	for _, live := range keyIndexSizes {
+		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
+			x, _ := filledIndex(live)
+			v := new(int)
+			b.ResetTimer()
+			for i := range b.N {
+				k := RequestKey{Room: mix64(uint64(i) + 1<<40), Gen: 2}
+				if x.get(k) != nil {
+					b.Fatal("new key found")
+				}
+				x.put(k, v)
+				x.del(k)
+			}
+		})
 	}
 }
