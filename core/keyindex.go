@@ -1,6 +1,10 @@
 package core
 
-import "hash/maphash"
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"math/bits"
+)
 
 // processSeed is random per process: see keyIndex.
 var processSeed = maphash.Bytes(maphash.MakeSeed(), nil)
@@ -64,6 +68,18 @@ type keyGroup struct {
 	entries [groupLanes]uint32
 }
 
+// matches marks the lanes whose tag is t: bit 8l+7 of word l/8 for lane
+// l, by the zero-byte test on the tags xor t (eight lanes at a time). It
+// may also mark a lane above a marked one whose tag is not t (a borrow):
+// callers check the tag of every lane but the lowest marked.
+func (g *keyGroup) matches(t uint8) [2]uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	b := ones * uint64(t)
+	lo := binary.LittleEndian.Uint64(g.tags[:8]) ^ b
+	hi := uint64(binary.LittleEndian.Uint32(g.tags[8:])) ^ b
+	return [2]uint64{(lo - ones) &^ lo & highs, (hi - ones) &^ hi & highs & 0xffffffff}
+}
+
 type keyEntry[V comparable] struct {
 	key RequestKey
 	val V
@@ -97,9 +113,10 @@ func (x *keyIndex[V]) find(k RequestKey, h uint32) (int, uint32, bool) {
 	g := int(h) & mask
 	for range x.groups {
 		grp := &x.groups[g]
-		for l, c := range grp.tags {
-			if c == t {
-				if e := grp.entries[l]; x.entries[e].key == k {
+		for half, m := range grp.matches(t) {
+			for ; m != 0; m &= m - 1 {
+				l := half*8 + bits.TrailingZeros64(m)>>3
+				if e := grp.entries[l]; grp.tags[l] == t && x.entries[e].key == k {
 					pos := g<<4 | l
 					x.memoKey, x.memoPos, x.memoEntry = k, pos, e
 					return pos, e, true
@@ -153,8 +170,10 @@ func (x *keyIndex[V]) place(h uint32, e uint32) int {
 	mask := len(x.groups) - 1
 	for g := int(h) & mask; ; g = (g + 1) & mask {
 		grp := &x.groups[g]
-		for l, c := range grp.tags {
-			if c == 0 {
+		for half, m := range grp.matches(0) {
+			if m != 0 {
+				// The lowest lane the test marks is always an empty one.
+				l := half*8 + bits.TrailingZeros64(m)>>3
 				grp.tags[l], grp.entries[l] = tagOf(h), e
 				return g<<4 | l
 			}
