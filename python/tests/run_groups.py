@@ -50,6 +50,9 @@ def main(argv):
     args, pytest_args = ap.parse_known_args(argv)
     if args.groups < 1:
         ap.error("--groups must be at least 1")
+    if not os.path.isdir(args.dir):
+        print(f"run_groups: {args.dir}: not a directory", file=sys.stderr)
+        return 2
     ignored = {os.path.normpath(p) for p in args.ignore}
     files = sorted(
         os.path.join(args.dir, n) for n in os.listdir(args.dir)

@@ -42,3 +42,10 @@ def test_all_groups_passing_pass(tmp_path):
     r = run(tmp_path, ("test_a.py", "def test_a():\n    pass\n"), ("test_b.py", "def test_b():\n    pass\n"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("1 passed") == 2
+
+
+def test_nonsense_is_a_usage_error(tmp_path):
+    for args in (["--groups", "0", str(tmp_path)], ["--groups", "x", str(tmp_path)], [str(tmp_path / "missing")], [str(tmp_path)]):
+        r = subprocess.run([sys.executable, os.path.join(HERE, "run_groups.py"), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr, args
