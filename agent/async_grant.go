@@ -1,6 +1,9 @@
 package agent
 
-import "github.com/kvfence/kvfence/core"
+import (
+	"github.com/kvfence/kvfence/core"
+	"github.com/kvfence/kvfence/sdk"
+)
 
 // This file: an exposure's keys are granted off the loop and off the
 // admission (issue 21 item 1). A grant is a round trip to the plugin
@@ -38,13 +41,31 @@ type heldFrame struct {
 func (d *Decode) grantAsync(dt *decTag) {
 	reqs, shared := d.planGrants(dt)
 	dt.granting = true
-	d.grantQ.add(&grantJob{dt: dt, reqs: reqs, shared: shared, slots: dt.slots})
+	j := &grantJob{dt: dt, reqs: reqs, shared: shared, slots: dt.slots}
+	if d.shardKeys == sdk.BoundsNone && !shared && boundReqs(reqs) {
+		j.fallback = d.sharedReq(dt) // in case a writer is not connected yet
+	}
+	d.grantQ.add(j)
 }
 
-// grantBatch grants a batch of exposures' keys in one call and hands them
-// to the loop in one input.
+// boundReqs: some request asks keys bound to a writer.
+func boundReqs(reqs []*grantReq) bool {
+	for _, r := range reqs {
+		if r.writer != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// grantBatch grants a batch of exposures' keys in one call (and, for
+// writers not connected yet, a second: grantUnbound) and hands them to the
+// loop in one input.
 func (d *Decode) grantBatch(jobs []*grantJob) {
 	d.grantMany(jobs)
+	if !d.cfg.syncUnboundGrants {
+		d.grantUnbound(jobs)
+	}
 	d.lp.post(func() {
 		for _, j := range jobs {
 			d.keysMade(j)
@@ -66,7 +87,7 @@ func (d *Decode) keysMade(j *grantJob) {
 		dt.granted, dt.held = nil, nil
 		return
 	}
-	err := d.finishGrants(dt, j.reqs, j.shared)
+	err := d.finishGrants(dt, j)
 	held := dt.held
 	dt.held = nil
 	for _, h := range held {

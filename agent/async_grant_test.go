@@ -94,3 +94,98 @@ func grantRaceWrite(t *testing.T, unsafe bool) sdk.Completion {
 	waitFor(t, "the aborted exposure released", rv.Released)
 	return a.write(t, 50, keys[0], keys[0].Base, 0x33)
 }
+
+// unboundGate is decode's plugin whose batch grants of unbound keys (the
+// second call, for a writer not connected yet) wait, once armed, until
+// the test opens the gate; waiting says when one does.
+type unboundGate struct {
+	gatedGrants
+	waiting chan struct{}
+}
+
+func (g *unboundGate) GrantMany(ctx context.Context, ws []sdk.Window) []sdk.Granted {
+	unbound := true
+	for _, w := range ws {
+		unbound = unbound && w.Writer == ""
+	}
+	if g.armed.Load() && unbound {
+		select {
+		case g.waiting <- struct{}{}:
+		default:
+		}
+		<-g.gate
+	}
+	return g.kb.GrantMany(ctx, ws)
+}
+
+// TestUnboundRetryLeavesTheLoopFree (issue 21 item 1): an exposure whose
+// writer has no data connection yet (every admission before a rank's
+// first write: a whole burst at start-up) is granted keys a second time,
+// unbound. That call must not hold the loop: another admission returns
+// while it waits. The known-slow variant (syncUnboundGrants: the second
+// call in the loop, as before) holds Init behind it, so the test can fail.
+// With the gate open, the first exposure's Assign goes out with its keys.
+func TestUnboundRetryLeavesTheLoopFree(t *testing.T) {
+	for _, inLoop := range []bool{false, true} {
+		name := map[bool]string{false: "off-loop", true: "known-slow-in-loop"}[inLoop]
+		t.Run(name, func(t *testing.T) {
+			const shard = 4096
+			plug := sdktest.Subprocess(t, pluginBin, sdk.OpenOptions{}).Transport()
+			g := &unboundGate{gatedGrants: gatedGrants{Transport: plug, kb: plug.(sdk.KeyBatcher), gate: make(chan struct{})},
+				waiting: make(chan struct{}, 1)}
+			d, err := NewDecode(context.Background(), DecodeConfig{Rank: 0, Slots: 4, ShardBytes: shard, Shards: 1,
+				Lease: 10 * time.Second, MaxHold: 20 * time.Second, Fence: true, ControlAddr: "127.0.0.1:0",
+				syncUnboundGrants: inLoop}, g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(d.Close)
+			a := newFakeRank(t, d, 1, shard) // announces its identity, no data connection yet
+			g.armed.Store(true)
+			first, err := d.NewReceiver(core.RequestKey{Room: 1, Gen: 1}).Init(1, []core.RankID{1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-g.waiting:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the unbound grant never came")
+			}
+			returned := make(chan error, 1)
+			go func() {
+				_, err := d.NewReceiver(core.RequestKey{Room: 2, Gen: 1}).Init(1, []core.RankID{1})
+				returned <- err
+			}()
+			held := false
+			if inLoop {
+				// The loop is in the gated call until the gate opens, so
+				// a second above proves nothing but is never wrong.
+				select {
+				case err := <-returned:
+					t.Logf("%s: Init returned while the unbound grant waited (%v)", name, err)
+				case <-time.After(time.Second):
+					held = true
+				}
+			} else {
+				select {
+				case err := <-returned:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(30 * time.Second):
+					held = true
+				}
+			}
+			close(g.gate)
+			if held != inLoop {
+				t.Fatalf("%s: a second Init waited for the first exposure's unbound grant: %v (want %v)", name, held, inLoop)
+			}
+			if held {
+				<-returned
+			}
+			if _, keys := a.assign(t, first); len(keys) == 0 {
+				t.Fatalf("%s: the first exposure's Assign went out without keys", name)
+			}
+		})
+	}
+}

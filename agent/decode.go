@@ -84,6 +84,10 @@ type DecodeConfig struct {
 	// syncGrants grants in Init, on the loop, as before issue 21: the
 	// baseline arm of BenchmarkGrantPath.
 	syncGrants bool
+	// syncUnboundGrants grants again for writers not connected yet in the
+	// loop, one call per exposure, as before (the known-slow variant of
+	// TestUnboundRetryLeavesTheLoopFree).
+	syncUnboundGrants bool
 	// Restart, when set, turns on the restart fence (restart.go): decode
 	// opens its own target instances with Restart.Open, and NewDecode's
 	// transport argument must be nil. Per-exposure keys (Fence) are not

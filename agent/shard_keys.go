@@ -138,6 +138,13 @@ type grantJob struct {
 	shared bool
 	slots  []uint32
 	keys   []sdk.Key
+	// fallback is the shared keys' request for writers not connected yet
+	// under bounds none (planned in the loop, granted only if needed).
+	fallback *grantReq
+	// retried: grantUnbound ran, and retry is what it granted again (its
+	// keys are in keys too), so the loop makes no call of its own.
+	retried bool
+	retry   []*grantReq
 }
 
 // grantAll grants the windows of every request in one call and fills each
@@ -201,7 +208,7 @@ func (d *Decode) takeGranted(j *grantJob, got []sdk.Granted) []sdk.Granted {
 func (d *Decode) grantFenced(dt *decTag) error {
 	reqs, shared := d.planGrants(dt)
 	dt.granted = append(dt.granted, d.grantAll(dt.slots, reqs)...)
-	return d.finishGrants(dt, reqs, shared)
+	return d.finishGrants(dt, &grantJob{reqs: reqs, shared: shared})
 }
 
 // planGrants is an exposure's first grant call (loop only): each rank its
@@ -234,23 +241,82 @@ func (d *Decode) planGrants(dt *decTag) (reqs []*grantReq, shared bool) {
 	return reqs, shared
 }
 
-// finishGrants stores what the first grant call made (loop only) and
-// grants again, in the loop, for writers not connected to our transport
-// yet (their first request only).
-func (d *Decode) finishGrants(dt *decTag, reqs []*grantReq, shared bool) error {
-	retry, needShared, err := d.takeGrants(dt, reqs)
+// finishGrants stores what job j's grant calls made (loop only). For
+// writers not connected to our transport yet it takes the keys
+// grantUnbound made off the loop, or (the synchronous path) grants them
+// here.
+func (d *Decode) finishGrants(dt *decTag, j *grantJob) error {
+	retry, needShared, err := d.takeGrants(dt, j.reqs)
 	if err != nil {
 		return err
 	}
-	if needShared && !shared {
+	if needShared && !j.shared {
 		retry = append(retry, d.sharedReq(dt))
 	}
-	if len(retry) == 0 {
+	switch {
+	case len(retry) == 0:
 		return nil
+	case j.retried:
+		retry = j.retry // granted already; its keys are in dt.granted
+	default:
+		dt.granted = append(dt.granted, d.grantAll(dt.slots, retry)...)
 	}
-	dt.granted = append(dt.granted, d.grantAll(dt.slots, retry)...)
 	_, _, err = d.takeGrants(dt, retry) // unbound: nothing left to retry
 	return err
+}
+
+// writerNotConnected: r asked keys bound to a writer that has no data
+// connection to our transport yet (a rank's first requests).
+func writerNotConnected(r *grantReq) bool {
+	return r.writer != "" && errdefs.Is(r.err, errdefs.FailedPrecondition)
+}
+
+// unboundReq is r again, for any holder: still over r's shards only.
+func unboundReq(r *grantReq) *grantReq {
+	return &grantReq{rank: r.rank, pos: r.pos, ws: r.ws, pages: r.pages}
+}
+
+// grantUnbound grants again, in one call for every job of a batch, what
+// the first call refused because the writer is not connected yet, and
+// keeps it in the job for the loop (finishGrants). It runs off the loop,
+// after grantMany, and touches no loop state. In the loop this was one
+// round trip per exposure, and at start-up (every admission before a
+// rank's first data connection: a whole burst) each held every other
+// admission behind it.
+func (d *Decode) grantUnbound(jobs []*grantJob) {
+	var again []*grantJob
+	var of []*grantJob
+	for _, j := range jobs {
+		var retry []*grantReq
+		needShared := false
+		for _, r := range j.reqs {
+			switch {
+			case !writerNotConnected(r):
+			case d.shardKeys == sdk.BoundsNone:
+				needShared = true
+			default:
+				retry = append(retry, unboundReq(r))
+			}
+		}
+		if needShared && !j.shared {
+			if j.fallback == nil {
+				continue // not planned: the loop grants it (finishGrants)
+			}
+			retry = append(retry, j.fallback)
+		}
+		j.retried, j.retry = true, retry
+		if len(retry) > 0 {
+			again = append(again, &grantJob{reqs: retry, slots: j.slots})
+			of = append(of, j)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	d.grantMany(again)
+	for i, a := range again {
+		of[i].keys = append(of[i].keys, a.keys...)
+	}
 }
 
 // takeGrants stores what grantAll made. A writer not connected to our
@@ -261,13 +327,13 @@ func (d *Decode) takeGrants(dt *decTag, reqs []*grantReq) (retry []*grantReq, ne
 	var errs []error
 	for _, r := range reqs {
 		switch {
-		case r.writer != "" && errdefs.Is(r.err, errdefs.FailedPrecondition):
+		case writerNotConnected(r):
 			d.log.Debug("writer not connected: keys not bound to its identity", "tag", dt.tag, "rank", r.rank, "error", r.err)
 			if d.shardKeys == sdk.BoundsNone {
 				needShared = true
 				continue
 			}
-			retry = append(retry, &grantReq{rank: r.rank, pos: r.pos, ws: r.ws, pages: r.pages})
+			retry = append(retry, unboundReq(r))
 		case r.err != nil:
 			errs = append(errs, r.err)
 		case r.shared:
