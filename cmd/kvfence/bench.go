@@ -38,8 +38,8 @@ type benchOptions struct {
 // (frees an aborted request's slots at once, no fence), and against a
 // second, identical default arm whose difference is the run's noise floor;
 // each run as real processes with the same share of requests aborted
-// mid-transfer; rep i runs every arm on seed i, in an order rotated each
-// rep, so drift on a shared machine hits the arms alike and the comparison
+// mid-transfer; rep i runs every arm on seed i, in an order balanced over
+// reps (armOrder), so drift on a shared machine hits the arms alike and the comparison
 // is paired.
 func newBenchCommand() *cobra.Command {
 	o := demo.Options{}
@@ -57,7 +57,9 @@ writes land in other requests' pages). "safe-twin" is "safe" again: the
 paired difference between the two identical arms is the run's noise floor,
 printed beside every result. --abort-share of the requests are cancelled
 mid-transfer in every arm; a list (--abort-share 0,0.25,0.5) runs each share
-in turn. Rep i runs every arm on seed i, in an order rotated each rep.
+in turn. Rep i runs every arm on seed i, in an order balanced over
+reps (a Williams design: every arm runs in every position, and right after
+every other arm, equally often).
 
 It reports, per abort share and arm: throughput (higher is better) with a 95%
 CI, the paired delta safe vs release-on-abort with its 95% CI and whether the
@@ -259,8 +261,8 @@ func benchShare(ctx context.Context, o demo.Options, b benchOptions, several boo
 	fmt.Fprintf(os.Stderr, "kvfence bench: %d reps × %d arms, %d requests at concurrency %d, %.0f%% aborted, fence %s in the safe arms, %d decode slots, load %.1f\n",
 		b.reps, len(arms), o.Requests, o.Concurrency, o.AbortShare*100, b.fence, o.Slots, res.LoadAverage[0])
 	for i := range b.reps {
-		for j := range arms {
-			a := arms[(i+j)%len(arms)] // rotate which arm goes first
+		for _, j := range armOrder(len(arms), i) { // bench_order.go
+			a := arms[j]
 			r := o
 			r.Unsafe, r.Fence, r.Checksums = a.unsafe, a.Fence, a.checksums
 			r.AgentArgs = append(append([]string(nil), o.AgentArgs...), a.agentArgs...)

@@ -215,14 +215,14 @@ func startLoad(n int) (func(), error) {
 	return stop, nil
 }
 
-// measureBoundary runs each arm and size reps times, rotating which arm
-// goes first, after one warm-up run of every arm.
+// measureBoundary runs each arm and size reps times, in an order balanced
+// over reps (armOrder), after one warm-up run of every arm.
 func measureBoundary(ctx context.Context, arms []*boundaryArm, reps, window int) error {
 	for rep := 0; rep < reps; rep++ {
 		for _, size := range boundarySizes {
-			for j := range arms {
-				a := arms[(rep+j)%len(arms)] // rotate which arm goes first
-				if rep == 0 && j == 0 {
+			for k, j := range armOrder(len(arms), rep) { // bench_order.go
+				a := arms[j]
+				if rep == 0 && k == 0 {
 					for _, w := range arms { // warm up connections and mappings
 						if _, err := w.rig.Run(ctx, window, window, size.bytes); err != nil {
 							return fmt.Errorf("%s: %w", w.name, err)

@@ -20,7 +20,7 @@ func printBench(w io.Writer, r *benchResult) {
 	fmt.Fprintf(w, "kvfence bench — the cost of safety: the shipped default (safe) vs the known-unsafe release-on-abort, and vs its identical twin (the noise floor)\n")
 	fmt.Fprintf(w, "  %d requests at concurrency %d, %.0f%% aborted mid-transfer, fence %s in the safe arms (never in release-on-abort), %d decode slots (%s), load average %.1f → %.1f\n",
 		r.Requests, r.Concurrency, r.AbortShare*100, fence, r.Slots, mode, r.LoadAverage[0], r.LoadAverage[1])
-	fmt.Fprintf(w, "  %d reps per arm, paired (rep i runs every arm on the same seed), order rotated each rep; one shared machine: noisy, read the CI\n\n", r.Reps)
+	fmt.Fprintf(w, "  %d reps per arm, paired (rep i runs every arm on the same seed), order balanced over reps (Williams); one shared machine: noisy, read the CI\n\n", r.Reps)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "arm\tfence\treq/s mean\t95% CI\taborts\theld slot-s per abort\tcorrupt pages\tfree writes\tlost requests\t")
 	fmt.Fprintln(tw, "\t\t(higher better)\t\t\t(lower better)\t(lower better)\t\t\t")

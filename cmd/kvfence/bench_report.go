@@ -17,7 +17,7 @@ func writeBenchReport(path string, res *benchResult) error {
 	if res.Fence {
 		fence = "on"
 	}
-	r.para("%d reps per arm, paired (rep i runs every arm on the same seed), order rotated each rep; %d requests at concurrency %d, %.0f%% aborted mid-transfer, fence %s in the safe arms (never in release-on-abort), load average %.1f → %.1f, %d decode slots%s. safe-twin is safe again: its difference from safe is the noise floor. One machine, shared: figures are noisy, read the CI.",
+	r.para("%d reps per arm, paired (rep i runs every arm on the same seed), order balanced over reps (a Williams design: each arm in each position and after each other arm equally often); %d requests at concurrency %d, %.0f%% aborted mid-transfer, fence %s in the safe arms (never in release-on-abort), load average %.1f → %.1f, %d decode slots%s. safe-twin is safe again: its difference from safe is the noise floor. One machine, shared: figures are noisy, read the CI.",
 		res.Reps, res.Requests, res.Concurrency, res.AbortShare*100, fence, res.LoadAverage[0], res.LoadAverage[1], res.Slots, map[bool]string{true: " (scarce)", false: ""}[res.Scarce])
 	r.raw("<table><tr><th>arm</th><th>req/s mean (higher is better)</th><th>95% CI</th><th>aborts</th><th>held slot-s per abort (lower is better)</th><th>corrupt pages (lower is better)</th><th>lost requests</th></tr>")
 	for _, a := range res.Arms {
