@@ -24,8 +24,9 @@ func (r *recordingConn) Write(p []byte) (int, error) {
 
 func (r *recordingConn) sent() []byte { return bytes.Join(r.writes, nil) }
 
-// The cork holds small records only while corked, keeps their order, lets a
-// large record out at once with what it held in front, and holds nothing
+// The cork holds records only while corked, keeps their order, lets one
+// larger than any TLS record out at once with what it held in front, and
+// holds nothing
 // after a flush or while uncorked (a record the TLS layer writes on its own
 // while the writer is idle must not wait for the next batch).
 func TestCorkGathersInOrder(t *testing.T) {
@@ -41,7 +42,7 @@ func TestCorkGathersInOrder(t *testing.T) {
 	if len(rec.writes) != 1 {
 		t.Fatalf("corked small records left early: %d writes", len(rec.writes))
 	}
-	big := bytes.Repeat([]byte{'B'}, 16<<10+22)
+	big := bytes.Repeat([]byte{'B'}, corkCopyMax+1)
 	if n, err := c.Write(big); err != nil || n != len(big) {
 		t.Fatalf("large record: n=%d, %v", n, err)
 	}
@@ -68,6 +69,29 @@ func TestCorkGathersInOrder(t *testing.T) {
 	c.Write(small('e'))
 	if len(rec.writes) != before+1 {
 		t.Fatal("a write after flush was held back")
+	}
+}
+
+// A 64 KiB batch's four full TLS records leave in one vectored write: the
+// first three are held while corked, the fourth, which would pass
+// corkLimit, takes them out with it.
+func TestCorkGathersWholeRecords(t *testing.T) {
+	rec := &recordingConn{}
+	c := newCorkedConn(rec)
+	c.cork()
+	var want []byte
+	for i := range 4 {
+		r := bytes.Repeat([]byte{byte('0' + i)}, 16<<10+22) // a full TLS 1.3 record
+		want = append(want, r...)
+		if _, err := c.Write(r); err != nil {
+			t.Fatal(err)
+		}
+		if i < 3 && len(rec.writes) != 0 {
+			t.Fatalf("record %d left before the cork was full: %d writes", i, len(rec.writes))
+		}
+	}
+	if !bytes.Equal(rec.sent(), want) || len(c.pending) != 0 {
+		t.Fatalf("the fourth record did not take the three held ones out in order (%d bytes sent, %d held)", len(rec.sent()), len(c.pending))
 	}
 }
 
