@@ -135,13 +135,17 @@ func settleJobs(h uint64) {
 
 // kvfence_layout_new describes an engine's KV buffers: n buffers, buffer i
 // lens[i] bytes at ptrs[i] with items[i] bytes per page index, page_size
-// tokens per page. Close it with kvfence_close.
+// tokens per page; the arrays 8-byte aligned, else InvalidArgument. Close it
+// with kvfence_close.
 //
 //export kvfence_layout_new
 func kvfence_layout_new(ptrs *unsafe.Pointer, lens, items *C.int64_t, n, pageSize C.int, out *C.kvfence_handle, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
 	if ptrs == nil || lens == nil || items == nil || out == nil || n <= 0 || n > 1<<16 {
 		return fail(e, invalid("a layout takes 1..65536 buffers (%d) and non-NULL arrays", n))
+	}
+	if !aligned(unsafe.Pointer(ptrs), 8) || !aligned(unsafe.Pointer(lens), 8) || !aligned(unsafe.Pointer(items), 8) {
+		return fail(e, invalid("layout arrays at %p, %p, %p: not 8-byte aligned", ptrs, lens, items))
 	}
 	bufs := make([]stage.Buffer, n)
 	if err := touch("layout arrays", func() {

@@ -62,13 +62,19 @@ type stateLayoutObj struct {
 // at most bounds[t] indices) or not (Mamba: exactly bounds[t] indices), and
 // has nbufs[t] buffers, taken in order from the flat arrays ptrs, lens
 // (bytes of the buffer) and items (bytes per index; 0: the buffer carries
-// nothing). Host memory only. Close it with kvfence_close.
+// nothing). Host memory only; every array naturally aligned (4 bytes for
+// paged and nbufs, 8 for the rest), else InvalidArgument. Close it with
+// kvfence_close.
 //
 //export kvfence_state_layout_new
 func kvfence_state_layout_new(n C.int, paged *C.int32_t, bounds *C.int64_t, nbufs *C.int32_t, ptrs *unsafe.Pointer, lens, items *C.int64_t, out *C.kvfence_handle, e *C.kvfence_error) (code C.int) {
 	defer guard(e, &code)
 	if n <= 0 || n > 64 || paged == nil || bounds == nil || nbufs == nil || out == nil {
 		return fail(e, invalid("a state layout takes 1..64 types (%d) and non-NULL arrays", n))
+	}
+	if !aligned(unsafe.Pointer(paged), 4) || !aligned(unsafe.Pointer(nbufs), 4) || !aligned(unsafe.Pointer(bounds), 8) ||
+		!aligned(unsafe.Pointer(ptrs), 8) || !aligned(unsafe.Pointer(lens), 8) || !aligned(unsafe.Pointer(items), 8) {
+		return fail(e, invalid("state layout arrays at %p, %p, %p, %p, %p, %p: not naturally aligned", paged, bounds, nbufs, ptrs, lens, items))
 	}
 	pg, bd, nb := make([]int32, n), make([]int64, n), make([]int32, n)
 	if err := touch("state layout arrays", func() {
@@ -91,7 +97,7 @@ func kvfence_state_layout_new(n C.int, paged *C.int32_t, bounds *C.int64_t, nbuf
 	ps, ls, is := make([]unsafe.Pointer, total), make([]int64, total), make([]int64, total)
 	if total > 0 {
 		if err := touch("state buffer arrays", func() {
-			copy(ps, unsafe.Slice(ptrs, total))
+			loadPointers(ps, ptrs)
 			copy(ls, unsafe.Slice((*int64)(unsafe.Pointer(lens)), total))
 			copy(is, unsafe.Slice((*int64)(unsafe.Pointer(items)), total))
 		}); err != nil {
@@ -153,17 +159,12 @@ func stateIndices(sl *stateLayoutObj, idx *unsafe.Pointer, counts *C.int64_t, n 
 	if int(n) != len(sl.types) || idx == nil || counts == nil {
 		return nil, invalid("%d index arrays at %p, %p for a layout of %d state types", n, idx, counts, len(sl.types))
 	}
-	if !aligned8(unsafe.Pointer(idx)) || !aligned8(unsafe.Pointer(counts)) {
+	if !aligned(unsafe.Pointer(idx), 8) || !aligned(unsafe.Pointer(counts), 8) {
 		return nil, invalid("index arrays at %p, counts at %p: not 8-byte aligned", idx, counts)
 	}
 	ps, ns := make([]unsafe.Pointer, n), make([]int64, n)
 	if err := touch("state index arrays", func() {
-		// one load each: a bulk copy of pointers from C memory runs the GC's
-		// bulk write barrier, which throws on an unaligned array (the
-		// caller's, FuzzABI's) while a GC is marking
-		for i := range ps {
-			ps[i] = *(*unsafe.Pointer)(unsafe.Add(unsafe.Pointer(idx), uintptr(i)*unsafe.Sizeof(unsafe.Pointer(nil))))
-		}
+		loadPointers(ps, idx)
 		copy(ns, unsafe.Slice((*int64)(unsafe.Pointer(counts)), int(n)))
 	}); err != nil {
 		return nil, err
@@ -171,7 +172,7 @@ func stateIndices(sl *stateLayoutObj, idx *unsafe.Pointer, counts *C.int64_t, n 
 	out := make([][]int64, n)
 	for t, ty := range sl.types {
 		k := ns[t]
-		if k < 0 || k > ty.bound || (!ty.paged && k != ty.bound) || (k > 0 && (ps[t] == nil || !aligned8(ps[t]))) {
+		if k < 0 || k > ty.bound || (!ty.paged && k != ty.bound) || (k > 0 && (ps[t] == nil || !aligned(ps[t], 8))) {
 			return nil, invalid("state type %d: %d indices at %p (bound %d, paged %v; int64 arrays, 8-byte aligned)", t, k, ps[t], ty.bound, ty.paged)
 		}
 		out[t] = make([]int64, k)
@@ -416,7 +417,19 @@ func scatterStateWork(r C.kvfence_handle, first, count, shard C.int, layout C.kv
 	}, nil
 }
 
-// aligned8: p may be read as int64s or pointers. A misaligned one is refused
-// rather than read: x86 would read it, but a Go conversion of it is
-// undefined (checkptr, under -race, aborts the process).
-func aligned8(p unsafe.Pointer) bool { return uintptr(p)%8 == 0 }
+// aligned: p may be read as values of the given alignment. A misaligned
+// array is refused rather than read: x86 would read it, but a Go conversion
+// of it is undefined (checkptr, under -race, aborts the process), and a bulk
+// copy of misaligned pointers throws in the GC's write barrier.
+func aligned(p unsafe.Pointer, align uintptr) bool { return uintptr(p)%align == 0 }
+
+// loadPointers fills dst from the caller's pointer array at src (aligned,
+// read inside touch), one load each: a bulk copy of pointers runs the GC's
+// bulk write barrier while a GC is marking, which throws on memory it does
+// not expect (a CI run died so on kvfence_state_layout_new's misaligned
+// test array: "bulkBarrierPreWrite: unaligned arguments").
+func loadPointers(dst []unsafe.Pointer, src *unsafe.Pointer) {
+	for i := range dst {
+		dst[i] = *(*unsafe.Pointer)(unsafe.Add(unsafe.Pointer(src), uintptr(i)*unsafe.Sizeof(unsafe.Pointer(nil))))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -406,6 +407,47 @@ func TestGatherStateQueuedOrderedAndAwaited(t *testing.T) {
 			if !bytes.Equal(d.bufs[ty][b], after[ty][b]) {
 				t.Errorf("scatter_state after release wrote type %d buffer %d", ty, b)
 			}
+		}
+	}
+}
+
+// A caller's pointer array that is readable but not 8-byte aligned is
+// refused, never copied: kvfence_state_layout_new once bulk-copied it, and
+// a copy made while a GC was marking threw in the write barrier
+// ("bulkBarrierPreWrite: unaligned arguments") and killed the process (a
+// CI run). A GC runs in a loop beside the calls, so that most of them meet
+// a marking phase.
+func TestMisalignedArraysRefusedWhileGCMarks(t *testing.T) {
+	f := newStateFixture(0)
+	defer runtime.KeepAlive(f)
+	mem, err := syscall.Mmap(-1, 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatalf("mmap: %v", err)
+	}
+	defer syscall.Munmap(mem)
+	odd := unsafe.Pointer(&mem[4]) // zeros: NULL buffers, were they read
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.GC()
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	var e errBuf
+	var h uint64
+	for i := range 1000 {
+		if rc := abi(kvfence_state_layout_new, 3, unsafe.Pointer(&f.paged[0]), unsafe.Pointer(&f.bounds[0]), unsafe.Pointer(&f.nbufs[0]),
+			odd, unsafe.Pointer(&f.lens[0]), unsafe.Pointer(&f.items[0]), unsafe.Pointer(&h), e.p()); rc != codeInvalid {
+			t.Fatalf("state_layout_new, call %d, misaligned buffers: %d, want InvalidArgument", i, rc)
+		}
+		if rc := abi(kvfence_layout_new, odd, unsafe.Pointer(&f.lens[0]), unsafe.Pointer(&f.items[0]), 3, 16, unsafe.Pointer(&h), e.p()); rc != codeInvalid {
+			t.Fatalf("layout_new, call %d, misaligned buffers: %d, want InvalidArgument", i, rc)
 		}
 	}
 }
