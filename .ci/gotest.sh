@@ -23,4 +23,8 @@ awk '
   /^--- FAIL|^FAIL|_test\.go:[0-9]+: / && keep == 0 { print; next }
   keep > 0 { print; keep--; if (keep == 0) print "    [...]" }
 ' "$log" | head -n 400
+# The crash's header once more, last: CI's tail may still cut the lines above
+# (it did, keeping only the goroutine dump's end).
+grep -m 3 -E '^(panic: |fatal error: |SIGSEGV|SIGBUS|unexpected fault address|checkptr: |WARNING: DATA RACE)' "$log" |
+  sed 's/^/==> crashed: /'
 exit "$rc"
