@@ -45,7 +45,9 @@ typedef uint64_t kvfence_handle;
  *   - Pointers: NULL where the call needs memory, or memory that is not
  *     mapped for the access (a fault while kvfence reads or writes it), is
  *     INVALID_ARGUMENT. kvfence_error and size_t *needed may be NULL; an
- *     error struct that cannot be written is left unfilled.
+ *     error struct that cannot be written is left unfilled. Arrays of
+ *     pointers and of int64_t must be 8-byte aligned where a call says so
+ *     (the layout and state calls), else INVALID_ARGUMENT.
  *     Not covered: a non-NULL pointer below 4096 (e.g. a field of a NULL
  *     struct), which the Go runtime may abort on when it moves a stack.
  *   - config: a NUL-terminated JSON object of at most 1 MiB. Decode:
