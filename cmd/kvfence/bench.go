@@ -256,6 +256,7 @@ func benchShare(ctx context.Context, o demo.Options, b benchOptions, several boo
 		Better: map[string]string{
 			"req_per_s": "higher", "delta_pct": "higher (negative: safety costs throughput)",
 			"held_slot_seconds_per_abort": "lower", "corrupt_pages": "lower (the safe arm must show 0)",
+			"cpu_ms_per_request": "lower", "cpu_delta_pct": "lower (positive: safety costs CPU)",
 		}}
 	res.LoadAverage[0] = loadAverage()
 	fmt.Fprintf(os.Stderr, "kvfence bench: %d reps × %d arms, %d requests at concurrency %d, %.0f%% aborted, fence %s in the safe arms, %d decode slots, load %.1f\n",

@@ -22,11 +22,11 @@ func printBench(w io.Writer, r *benchResult) {
 		r.Requests, r.Concurrency, r.AbortShare*100, fence, r.Slots, mode, r.LoadAverage[0], r.LoadAverage[1])
 	fmt.Fprintf(w, "  %d reps per arm, paired (rep i runs every arm on the same seed), order balanced over reps (Williams); one shared machine: noisy, read the CI\n\n", r.Reps)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "arm\tfence\treq/s mean\t95% CI\taborts\theld slot-s per abort\tcorrupt pages\tfree writes\tlost requests\t")
-	fmt.Fprintln(tw, "\t\t(higher better)\t\t\t(lower better)\t(lower better)\t\t\t")
+	fmt.Fprintln(tw, "arm\tfence\treq/s mean\t95% CI\taborts\theld slot-s per abort\tcorrupt pages\tfree writes\tlost requests\tCPU ms per request\t")
+	fmt.Fprintln(tw, "\t\t(higher better)\t\t\t(lower better)\t(lower better)\t\t\t(all processes)\t")
 	for _, a := range r.Arms {
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t[%.1f, %.1f]\t%d\t%.3f\t%d\t%d\t%d\t\n", a.Name, armFence(a),
-			a.MeanReqPerSec, a.CI95Low, a.CI95High, a.Aborts, a.HeldSlotSecPerAbort, a.CorruptPages, a.FreeWrites, a.LostRequests)
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t[%.1f, %.1f]\t%d\t%.3f\t%d\t%d\t%d\t%s\t\n", a.Name, armFence(a),
+			a.MeanReqPerSec, a.CI95Low, a.CI95High, a.Aborts, a.HeldSlotSecPerAbort, a.CorruptPages, a.FreeWrites, a.LostRequests, cpuCell(a))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -71,6 +71,13 @@ func armFence(a *benchArm) string {
 func printDelta(w io.Writer, d benchDelta) {
 	fmt.Fprintf(w, "throughput %s vs %s: %+.2f%%  95%% CI [%+.2f%%, %+.2f%%]  per rep %s\n  %s\n",
 		d.Of, d.Against, d.Pct, d.CI95Low, d.CI95High, fmtPcts(d.PerRep), d.Verdict)
+	fmt.Fprintf(w, "  CPU per request %+.1f%% [%+.1f%%, %+.1f%%] (lower better)\n", d.CPUPct, d.CPUCI95Low, d.CPUCI95High)
+}
+
+// cpuCell is an arm's mean CPU per request with its split: router,
+// decode, prefill.
+func cpuCell(a *benchArm) string {
+	return fmt.Sprintf("%.2f (r %.2f, d %.2f, p %.2f)", a.MeanCPUMsPerRequest, a.CPUPartsMs["router"], a.CPUPartsMs["decode"], a.CPUPartsMs["prefill"])
 }
 
 func fmtPcts(v []float64) string {
@@ -91,9 +98,9 @@ func fmtPcts(v []float64) string {
 // what the safety buys (held slot-seconds per abort, corrupt pages).
 func printBenchSummary(w io.Writer, results []*benchResult) {
 	fmt.Fprintf(w, "summary — req/s of the shipped default (safe, fence on) vs release-on-abort (unsafe), paired deltas with 95%% CIs; negative: safety costs\n")
-	fmt.Fprintf(w, "  noise: safe vs its identical twin; goal: within 1%% with the CI spanning 0; fence: safe vs safe-fence-off; held slot-s per abort and corrupt pages: lower is better\n")
+	fmt.Fprintf(w, "  noise: safe vs its identical twin; goal: within 1%% with the CI spanning 0; fence: safe vs safe-fence-off; CPU: safe vs unsafe, per request, all processes; held slot-s per abort and corrupt pages: lower is better\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "aborted\tsafe vs unsafe\t95% CI\tgoal met\tnoise\t95% CI\tfence\theld safe | unsafe\tcorrupt safe | unsafe\t")
+	fmt.Fprintln(tw, "aborted\tsafe vs unsafe\t95% CI\tgoal met\tnoise\t95% CI\tfence\tCPU\theld safe | unsafe\tcorrupt safe | unsafe\t")
 	for _, r := range results {
 		var fence string
 		if r.FenceCost != nil {
@@ -102,9 +109,9 @@ func printBenchSummary(w io.Writer, results []*benchResult) {
 			fence = "add --fence-off\t"
 		}
 		safe, unsafe := r.Arms[0], r.Arms[1]
-		fmt.Fprintf(tw, "%.0f%%\t%+.2f%%\t[%+.2f, %+.2f]\t%s\t%+.2f%%\t[%+.2f, %+.2f]\t%s%.3f | %.3f\t%d | %d\t\n",
+		fmt.Fprintf(tw, "%.0f%%\t%+.2f%%\t[%+.2f, %+.2f]\t%s\t%+.2f%%\t[%+.2f, %+.2f]\t%s%+.1f%%\t%.3f | %.3f\t%d | %d\t\n",
 			r.AbortShare*100, r.Delta.Pct, r.Delta.CI95Low, r.Delta.CI95High, withinGoal(r.Delta),
-			r.NoiseFloor.Pct, r.NoiseFloor.CI95Low, r.NoiseFloor.CI95High, fence,
+			r.NoiseFloor.Pct, r.NoiseFloor.CI95Low, r.NoiseFloor.CI95High, fence, r.Delta.CPUPct,
 			safe.HeldSlotSecPerAbort, unsafe.HeldSlotSecPerAbort, safe.CorruptPages, unsafe.CorruptPages)
 	}
 	tw.Flush()

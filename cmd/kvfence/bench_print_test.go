@@ -17,7 +17,7 @@ func TestBenchSummaryOneScreen(t *testing.T) {
 	results := []*benchResult{
 		{AbortShare: 0, Arms: arms(0, 0), Delta: benchDelta{Pct: -0.4, CI95Low: -2.5, CI95High: 1.7, SpansZero: true},
 			NoiseFloor: benchDelta{Pct: 0.3, CI95Low: -1.9, CI95High: 2.5, SpansZero: true}},
-		{AbortShare: 0.25, Arms: arms(3.7, 671), Delta: benchDelta{Pct: -5.8, CI95Low: -9.6, CI95High: -2.3},
+		{AbortShare: 0.25, Arms: arms(3.7, 671), Delta: benchDelta{Pct: -5.8, CI95Low: -9.6, CI95High: -2.3, CPUPct: 7.25},
 			NoiseFloor: benchDelta{Pct: -0.2, CI95Low: -3, CI95High: 2.6, SpansZero: true},
 			FenceCost:  &benchDelta{Pct: -6.1, CI95Low: -8, CI95High: -4}},
 		{AbortShare: 0.5, Arms: arms(4, 900), Delta: benchDelta{Pct: -1.6, CI95Low: -4, CI95High: 0.8, SpansZero: true}},
@@ -31,7 +31,7 @@ func TestBenchSummaryOneScreen(t *testing.T) {
 	}
 	for i, want := range [][]string{
 		{"0%", "-0.40%", "[-2.50, +1.70]", "yes", "+0.30%", "add --fence-off"},
-		{"25%", "-5.80%", "no: CI excludes 0", "-0.20%", "-6.10% [-8.00, -4.00]", "3.700 | 0.000", "0 | 671"},
+		{"25%", "-5.80%", "no: CI excludes 0", "-0.20%", "-6.10% [-8.00, -4.00]", "+7.2%", "3.700 | 0.000", "0 | 671"},
 		{"50%", "-1.60%", "no: mean below -1%"},
 	} {
 		for _, w := range want {

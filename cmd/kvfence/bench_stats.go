@@ -40,6 +40,12 @@ type benchArm struct {
 	CorruptPages        int                `json:"corrupt_pages"`
 	FreeWrites          int                `json:"free_writes"`
 	LostRequests        int                `json:"lost_requests"`
+	// CPUMsPerRequest: per rep, the CPU time every process of the run
+	// used while requests ran (router, decode and prefill ranks, their
+	// plugin processes), per request; CPUPartsMs: its mean per part.
+	CPUMsPerRequest     []float64          `json:"cpu_ms_per_request"`
+	MeanCPUMsPerRequest float64            `json:"mean_cpu_ms_per_request"`
+	CPUPartsMs          map[string]float64 `json:"cpu_ms_per_request_by_part"`
 
 	holds  map[string][]float64
 	first  *demo.Summary // the first rep, for the report's capacity chart
@@ -55,6 +61,7 @@ func (a *benchArm) add(s *demo.Summary, seed uint64) {
 	a.seeded = append(a.seeded, seed)
 	a.RevokeAtAbort = s.RevokeAtAbort
 	a.ReqPerSec = append(a.ReqPerSec, s.SteadyRequestsPerSec)
+	a.addCPU(s)
 	a.WallReqPerSec = append(a.WallReqPerSec, s.RequestsPerSec)
 	a.Aborts += s.Aborts
 	a.CorruptPages += s.CorruptPages
@@ -68,9 +75,27 @@ func (a *benchArm) add(s *demo.Summary, seed uint64) {
 	}
 }
 
+// addCPU pools one repetition's CPU time per request.
+func (a *benchArm) addCPU(s *demo.Summary) {
+	if a.CPUPartsMs == nil {
+		a.CPUPartsMs = map[string]float64{}
+	}
+	req := float64(max(1, s.Requests))
+	var total float64
+	for part, sec := range s.CPUSeconds {
+		total += sec
+		a.CPUPartsMs[part] += sec * 1000 / req
+	}
+	a.CPUMsPerRequest = append(a.CPUMsPerRequest, total*1000/req)
+}
+
 // finish computes the pooled figures once every rep is in.
 func (a *benchArm) finish() {
 	a.MeanReqPerSec, a.CI95Low, a.CI95High = meanCI(a.ReqPerSec)
+	a.MeanCPUMsPerRequest, _, _ = meanCI(a.CPUMsPerRequest)
+	for part := range a.CPUPartsMs {
+		a.CPUPartsMs[part] /= float64(max(1, len(a.CPUMsPerRequest)))
+	}
 	var held float64
 	for _, v := range a.HeldSlotSec {
 		held += v
@@ -107,6 +132,12 @@ type benchDelta struct {
 	// arms apart (the difference is within the noise).
 	SpansZero bool   `json:"ci_spans_zero"`
 	Verdict   string `json:"verdict"`
+	// CPUPct is the paired mean over reps of (a/b - 1) in percent of the
+	// CPU time per request (all processes), with its 95% t-interval:
+	// positive means a used more CPU per request.
+	CPUPct      float64 `json:"cpu_delta_pct"`
+	CPUCI95Low  float64 `json:"cpu_ci95_low_pct"`
+	CPUCI95High float64 `json:"cpu_ci95_high_pct"`
 }
 
 func newBenchDelta(a, b *benchArm) benchDelta {
@@ -115,6 +146,13 @@ func newBenchDelta(a, b *benchArm) benchDelta {
 		d.PerRep = append(d.PerRep, (a.ReqPerSec[i]/b.ReqPerSec[i]-1)*100)
 	}
 	d.Pct, d.CI95Low, d.CI95High = meanCI(d.PerRep)
+	var cpu []float64
+	for i := range min(len(a.CPUMsPerRequest), len(b.CPUMsPerRequest)) {
+		if b.CPUMsPerRequest[i] > 0 {
+			cpu = append(cpu, (a.CPUMsPerRequest[i]/b.CPUMsPerRequest[i]-1)*100)
+		}
+	}
+	d.CPUPct, d.CPUCI95Low, d.CPUCI95High = meanCI(cpu)
 	d.SpansZero = d.CI95Low <= 0 && d.CI95High >= 0
 	switch {
 	case d.SpansZero:

@@ -69,6 +69,13 @@ func TestBenchMeasuresTheCostOfSafetyWithAborts(t *testing.T) {
 	if safe.HeldSlotSecPerAbort <= 0 || unsafe.HeldSlotSecPerAbort*10 > safe.HeldSlotSecPerAbort {
 		t.Errorf("held slot-seconds per abort: safe %v (want > 0), release-on-abort %v (want about 0)", safe.HeldSlotSecPerAbort, unsafe.HeldSlotSecPerAbort)
 	}
+	// CPU per request is counted in every process of every rep: the router,
+	// decode and the prefill ranks (a probe that missed one reads 0 there).
+	for _, a := range res.Arms {
+		if len(a.CPUMsPerRequest) != 2 || a.MeanCPUMsPerRequest <= 0 || a.CPUPartsMs["router"] <= 0 || a.CPUPartsMs["decode"] <= 0 || a.CPUPartsMs["prefill"] <= 0 {
+			t.Errorf("arm %s: CPU ms per request %v, by part %v", a.Name, a.CPUMsPerRequest, a.CPUPartsMs)
+		}
+	}
 	if len(res.Delta.PerRep) != 2 || res.Delta.Verdict == "" || res.Better["req_per_s"] != "higher" {
 		t.Errorf("delta: %+v", res.Delta)
 	}

@@ -46,7 +46,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		t := time.AfterFunc(o.KillPrefillAfter, func() { _ = victim.Kill() })
 		defer t.Stop()
 	}
-	return drive(cctx, o, router)
+	return drive(cctx, o, router, cpuProbe(dec.cmd.Process.Pid, []int{pre[0].cmd.Process.Pid, pre[1].cmd.Process.Pid}))
 }
 
 // commonArgs are the __agent flags every rank of a run takes.
@@ -138,7 +138,13 @@ func (c *counts) end(o outcome, cancelled bool, took time.Duration) {
 
 // drive runs the workload: Requests at Concurrency, a share cancelled at a
 // random moment while it transfers, then waits until decode holds nothing.
-func drive(ctx context.Context, o Options, router *Router) (*Summary, error) {
+// cpu samples the run's processes (nil: not counted) when the workload
+// starts and when its last request ended.
+func drive(ctx context.Context, o Options, router *Router, cpu func() cpuSample) (*Summary, error) {
+	var cpu0 cpuSample
+	if cpu != nil {
+		cpu0 = cpu()
+	}
 	start := time.Now()
 	rooms := watchRooms(router.Done)
 	plans := makePlans(o)
@@ -156,12 +162,18 @@ func drive(ctx context.Context, o Options, router *Router) (*Summary, error) {
 		}
 	})
 	c.elapsed = time.Since(start)
+	var cpuUsed map[string]float64
+	if cpu != nil {
+		cpuUsed = cpu().since(cpu0)
+	}
 	st, err := waitReleased(ctx, router, 45*time.Second)
 	bar.stop()
 	if err != nil {
 		return nil, err
 	}
-	return summarize(o, c, st), nil
+	s := summarize(o, c, st)
+	s.CPUSeconds = cpuUsed
+	return s, nil
 }
 
 // waitReleased waits (up to limit) until decode holds no exposure — holds

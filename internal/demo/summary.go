@@ -59,8 +59,12 @@ type Summary struct {
 	// which requests — the benchmark compares arms on it.
 	SteadyRequestsPerSec float64 `json:"steady_requests_per_second"`
 	PoolSlots            int     `json:"pool_slots"`
-	Dir                  string  `json:"run_dir"`
-	Report               string  `json:"report,omitempty"`
+	// CPUSeconds is the CPU time (user and system) each part of the run
+	// used while requests ran: router (this process), decode and prefill
+	// (the rank processes with their plugin processes).
+	CPUSeconds map[string]float64 `json:"cpu_seconds,omitempty"`
+	Dir        string             `json:"run_dir"`
+	Report     string             `json:"report,omitempty"`
 
 	// Holds are the hold durations (ms) by release path, and Series
 	// decode's slots by state over the run: the HTML report draws them.
