@@ -141,6 +141,9 @@ type Decode struct {
 	// still write under.
 	grantQ   *coalescer[*grantJob]
 	hygieneQ *coalescer[[]sdk.Key]
+	// keyCalls counts the per-exposure key calls made to the plugin
+	// (a batched grant or revocation counts once): DecodeStats.KeyCalls.
+	keyCalls atomic.Int64
 	// fenceTags and fenceKeys are the exposures the core asked fenced in
 	// this loop turn and their keys (loop-owned): flushRevokes revokes
 	// them in one call at the turn's end.
@@ -823,6 +826,7 @@ func (d *Decode) revokeKeys(groups [][]sdk.Key) []error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	d.keyCalls.Add(1)
 	got := sdk.RevokeKeys(ctx, d.granter, all)
 	errs := make([]error, len(groups))
 	for i, g := range groups {
@@ -912,6 +916,7 @@ func (d *Decode) Stats() DecodeStats {
 		s.Core = d.core.Metrics()
 		s.LiveTags = len(d.tags)
 		s.RevokeAtAbort = d.revokesAtAbort()
+		s.KeyCalls = d.keyCalls.Load()
 		for _, l := range d.links {
 			s.ReplaysRefused += l.replays.Load()
 		}

@@ -171,6 +171,7 @@ func (d *Decode) grantMany(jobs []*grantJob) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	d.keyCalls.Add(1)
 	got := sdk.GrantKeys(ctx, d.granter, ws)
 	for _, j := range jobs {
 		got = d.takeGranted(j, got)

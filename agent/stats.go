@@ -29,6 +29,10 @@ type DecodeStats struct {
 	// identity unknown or not connected yet). writer_keys.go.
 	BoundGrants   int `json:"bound_grants,omitempty"`
 	UnboundGrants int `json:"unbound_grants,omitempty"`
+	// KeyCalls: per-exposure grant and revocation calls made to the
+	// plugin, a batch counting once (each a round trip to the plugin
+	// process: what the fence costs in CPU besides the core).
+	KeyCalls int64 `json:"key_calls,omitempty"`
 	// NoWriterKeys: ranks refused keys for an exposure because they
 	// announced no data identity to a transport that binds writers.
 	NoWriterKeys int `json:"no_writer_keys,omitempty"`

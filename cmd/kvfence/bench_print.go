@@ -22,11 +22,11 @@ func printBench(w io.Writer, r *benchResult) {
 		r.Requests, r.Concurrency, r.AbortShare*100, fence, r.Slots, mode, r.LoadAverage[0], r.LoadAverage[1])
 	fmt.Fprintf(w, "  %d reps per arm, paired (rep i runs every arm on the same seed), order balanced over reps (Williams); one shared machine: noisy, read the CI\n\n", r.Reps)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "arm\tfence\treq/s mean\t95% CI\taborts\theld slot-s per abort\tcorrupt pages\tfree writes\tlost requests\tCPU ms per request\t")
-	fmt.Fprintln(tw, "\t\t(higher better)\t\t\t(lower better)\t(lower better)\t\t\t(all processes)\t")
+	fmt.Fprintln(tw, "arm\tfence\treq/s mean\t95% CI\taborts\theld slot-s per abort\tcorrupt pages\tfree writes\tlost requests\tCPU ms per request\tkey calls\t")
+	fmt.Fprintln(tw, "\t\t(higher better)\t\t\t(lower better)\t(lower better)\t\t\t(all processes)\tper request\t")
 	for _, a := range r.Arms {
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t[%.1f, %.1f]\t%d\t%.3f\t%d\t%d\t%d\t%s\t\n", a.Name, armFence(a),
-			a.MeanReqPerSec, a.CI95Low, a.CI95High, a.Aborts, a.HeldSlotSecPerAbort, a.CorruptPages, a.FreeWrites, a.LostRequests, cpuCell(a))
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t[%.1f, %.1f]\t%d\t%.3f\t%d\t%d\t%d\t%s\t%.2f\t\n", a.Name, armFence(a),
+			a.MeanReqPerSec, a.CI95Low, a.CI95High, a.Aborts, a.HeldSlotSecPerAbort, a.CorruptPages, a.FreeWrites, a.LostRequests, cpuCell(a), a.KeyCallsPerRequest)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -46,6 +46,10 @@ type benchArm struct {
 	CPUMsPerRequest     []float64          `json:"cpu_ms_per_request"`
 	MeanCPUMsPerRequest float64            `json:"mean_cpu_ms_per_request"`
 	CPUPartsMs          map[string]float64 `json:"cpu_ms_per_request_by_part"`
+	// KeyCallsPerRequest: decode's grant and revocation calls to its
+	// plugin per request, pooled over reps (0 without the fence).
+	KeyCallsPerRequest float64 `json:"key_calls_per_request"`
+	keyCalls, requests int64
 
 	holds  map[string][]float64
 	first  *demo.Summary // the first rep, for the report's capacity chart
@@ -87,12 +91,15 @@ func (a *benchArm) addCPU(s *demo.Summary) {
 		a.CPUPartsMs[part] += sec * 1000 / req
 	}
 	a.CPUMsPerRequest = append(a.CPUMsPerRequest, total*1000/req)
+	a.keyCalls += s.KeyCalls
+	a.requests += int64(s.Requests)
 }
 
 // finish computes the pooled figures once every rep is in.
 func (a *benchArm) finish() {
 	a.MeanReqPerSec, a.CI95Low, a.CI95High = meanCI(a.ReqPerSec)
 	a.MeanCPUMsPerRequest, _, _ = meanCI(a.CPUMsPerRequest)
+	a.KeyCallsPerRequest = float64(a.keyCalls) / float64(max(1, a.requests))
 	for part := range a.CPUPartsMs {
 		a.CPUPartsMs[part] /= float64(max(1, len(a.CPUMsPerRequest)))
 	}

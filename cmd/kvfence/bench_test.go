@@ -76,6 +76,11 @@ func TestBenchMeasuresTheCostOfSafetyWithAborts(t *testing.T) {
 			t.Errorf("arm %s: CPU ms per request %v, by part %v", a.Name, a.CPUMsPerRequest, a.CPUPartsMs)
 		}
 	}
+	// The fence's plugin round trips: at least a grant per request in the
+	// safe arm, none where nothing is fenced.
+	if safe.KeyCallsPerRequest <= 0 || unsafe.KeyCallsPerRequest != 0 {
+		t.Errorf("key calls per request: safe %v (want > 0), release-on-abort %v (want 0)", safe.KeyCallsPerRequest, unsafe.KeyCallsPerRequest)
+	}
 	if len(res.Delta.PerRep) != 2 || res.Delta.Verdict == "" || res.Better["req_per_s"] != "higher" {
 		t.Errorf("delta: %+v", res.Delta)
 	}

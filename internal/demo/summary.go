@@ -40,6 +40,9 @@ type Summary struct {
 	// connected to decode's transport yet). agent/writer_keys.go.
 	KeysBound   int `json:"keys_bound"`
 	KeysUnbound int `json:"keys_unbound"`
+	// KeyCalls: decode's grant and revocation calls to its plugin (a
+	// batch counts once; agent.DecodeStats.KeyCalls).
+	KeyCalls int64 `json:"key_calls"`
 	// The restart fence (--restart-fence-instances): target instances,
 	// restarts (each reaped before its holds were released fenced), and
 	// live exposures the restarts failed (the blast radius).
@@ -83,7 +86,7 @@ func summarize(o Options, c *counts, st agent.DecodeStats) *Summary {
 		ReleasedDone: st.Released["completed"], ReleasedUnsafe: st.Released["unsafe"],
 		HoldP50Ms: map[string]float64{}, HoldP99Ms: map[string]float64{}, HoldSlotSec: st.HoldSlotSec,
 		PagesVerified: st.PagesVerified, CorruptPages: st.CorruptPages, FreeWrites: st.FreeWrites, StaleMessages: st.Core.StaleMessages,
-		KeysBound: st.BoundGrants, KeysUnbound: st.UnboundGrants,
+		KeysBound: st.BoundGrants, KeysUnbound: st.UnboundGrants, KeyCalls: st.KeyCalls,
 		Unreleased: st.LiveTags, Seconds: el, RequestsPerSec: float64(o.Requests) / el,
 		MeanLatencyMs:        meanLat * 1000,
 		SteadyRequestsPerSec: float64(o.Concurrency) / meanLat,
