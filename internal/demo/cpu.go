@@ -28,11 +28,13 @@ func cpuProbe(decode int, prefills []int) func() cpuSample {
 	}
 }
 
-// since is the CPU each part used between earlier and s, in seconds.
+// since is the CPU each part used between earlier and s, in seconds. A
+// part whose process exited meanwhile (a killed prefill rank) reads less
+// than before: it counts 0, never a negative time.
 func (s cpuSample) since(earlier cpuSample) map[string]float64 {
 	out := map[string]float64{}
 	for k, v := range s {
-		out[k] = (v - earlier[k]).Seconds()
+		out[k] = max(0, v-earlier[k]).Seconds()
 	}
 	return out
 }

@@ -45,9 +45,10 @@ func TestTreeCPUCountsDescendants(t *testing.T) {
 
 func TestCPUSampleSince(t *testing.T) {
 	a := cpuSample{"decode": time.Second, "router": 0}
-	b := cpuSample{"decode": 3 * time.Second, "router": 500 * time.Millisecond}
+	a["prefill"] = time.Second // a killed rank: gone by the second sample
+	b := cpuSample{"decode": 3 * time.Second, "router": 500 * time.Millisecond, "prefill": 0}
 	got := b.since(a)
-	if got["decode"] != 2 || got["router"] != 0.5 {
+	if got["decode"] != 2 || got["router"] != 0.5 || got["prefill"] != 0 {
 		t.Errorf("since: %v", got)
 	}
 }
