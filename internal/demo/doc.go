@@ -1,7 +1,8 @@
 // Package demo is the harness around the runtime that `kvfence demo`,
 // `kvfence bench` and the tests drive. It runs the demo (Run: one decode
 // and two prefill rank processes, requests admitted, opened and cancelled
-// mid-transfer by a router in this process, decode's counters at the end)
+// mid-transfer by a router in this process, decode's counters at the end,
+// the CPU its processes used while requests ran, read from /proc)
 // and the decode-restart run (RunDecodeRestart: a first wave cut by a
 // kill -9 of decode, a new instance on its address, a second wave), each as
 // small steps: argument lists, request plans, a worker pool, one request's
