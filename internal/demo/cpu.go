@@ -3,7 +3,6 @@ package demo
 import (
 	"os"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -54,17 +53,9 @@ func treeCPU(pid int, descendants bool) time.Duration {
 
 // procCPU is one process's user and system time from /proc (0 if gone).
 func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	// After the command: state, ppid, ... utime is the 12th field, stime
-	// the 13th (proc(5) fields 14 and 15).
-	f := strings.Fields(string(b[i+1:]))
+	// After the command: utime is the 12th field, stime the 13th
+	// (proc(5) fields 14 and 15).
+	f := procStatFields(pid)
 	if len(f) < 13 {
 		return 0
 	}

@@ -405,21 +405,27 @@ func running(pid int) bool {
 	return ok && st != 'Z' && st != 'X'
 }
 
-// procStat reads a process's state letter and parent pid.
-func procStat(pid int) (state byte, ppid int, ok bool) {
+// procStatFields are a process's /proc/PID/stat fields after its command
+// (state, ppid, ...: proc(5) fields 3 on), or nil if it is gone.
+func procStatFields(pid int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, 0, false
+		return nil
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return 0, 0, false
+		return nil
 	}
-	f := strings.Fields(string(b[i+1:]))
+	return strings.Fields(string(b[i+1:]))
+}
+
+// procStat reads a process's state letter and parent pid.
+func procStat(pid int) (state byte, ppid int, ok bool) {
+	f := procStatFields(pid)
 	if len(f) < 2 || len(f[0]) != 1 {
 		return 0, 0, false
 	}
-	ppid, err = strconv.Atoi(f[1])
+	ppid, err := strconv.Atoi(f[1])
 	return f[0][0], ppid, err == nil
 }
 
